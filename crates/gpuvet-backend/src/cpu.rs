@@ -1,0 +1,1 @@
+//! placeholder: the cpu backend

@@ -1,0 +1,184 @@
+//! The hardware behind the checks.
+//!
+//! A [`Backend`] runs one unit of work of a check (a GEMM on one device, a burst of
+//! launches, an all-reduce across the node's devices) and returns what it measured. It
+//! knows nothing of verdicts, deadlines or reports: the runner schedules the work,
+//! enforces the timeout and hands the samples to the analysis in `gpuvet-core`.
+//!
+//! Implementations: [`cpu::CpuBackend`] measures real work on host cores, and
+//! [`sim::SimBackend`] plays a scripted machine (speeds, noise, hangs, errors) for
+//! tests, drills and benchmarks.
+
+pub mod cpu;
+pub mod sim;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::config::{BackendChoice, Dtype, Settings};
+use gpuvet_core::results::DeviceInfo;
+
+/// Errors of this crate.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BackendError {
+    /// The requested backend cannot run on this machine.
+    #[error("the `{backend}` backend is not available: {reason}")]
+    Unavailable { backend: &'static str, reason: String },
+    /// The work was cancelled because the overall timeout expired.
+    #[error("cancelled")]
+    Cancelled,
+    /// The work itself failed: a device error, a failed allocation, a bad launch.
+    #[error("{0}")]
+    Failed(String),
+}
+
+/// Set by the runner when the overall timeout expires; long-running work polls it and
+/// stops early. Work that truly hangs never sees it, which the runner also handles.
+#[derive(Debug, Clone, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+
+    /// `Err(Cancelled)` once cancelled, for use with `?` inside work loops.
+    pub fn check(&self) -> Result<(), BackendError> {
+        if self.is_cancelled() { Err(BackendError::Cancelled) } else { Ok(()) }
+    }
+}
+
+/// How much work to do; `None` lets the backend pick a size that reaches steady state.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WorkSpec {
+    pub gemm_dtype: Dtype,
+    pub gemm_size: Option<u32>,
+    pub collective_bytes: Option<u64>,
+}
+
+impl WorkSpec {
+    pub fn from_settings(settings: &Settings) -> Self {
+        WorkSpec {
+            gemm_dtype: settings.gemm_dtype,
+            gemm_size: settings.gemm_size,
+            collective_bytes: settings.collective_bytes,
+        }
+    }
+}
+
+impl Default for WorkSpec {
+    fn default() -> Self {
+        WorkSpec { gemm_dtype: Dtype::Auto, gemm_size: None, collective_bytes: None }
+    }
+}
+
+/// What one unit of work measured.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Sample {
+    /// The check's headline metric (TFLOPS, µs per launch, busbw GB/s).
+    pub value: f64,
+    /// The headline metric of each timed iteration, for the noise estimate.
+    pub samples: Vec<f64>,
+    /// Set when the result was checked and found wrong.
+    pub wrong_result: Option<String>,
+    /// Secondary metrics (e.g. `algbw`, `event_us`).
+    pub extra: BTreeMap<String, f64>,
+    /// Parameters of the work as run (e.g. `dtype=fp32`, `size=1024`).
+    pub params: BTreeMap<String, String>,
+}
+
+/// Whether a backend can run a check.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Support {
+    Supported,
+    /// The backend cannot run it yet; reported `not_implemented` with this reason.
+    NotImplemented(String),
+}
+
+/// A machine that can run the checks' work.
+///
+/// Every method may block for as long as the work takes; the runner calls them on
+/// worker threads and stops waiting when its deadline passes.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// `cpu`, `sim` or `cuda`: named in every report.
+    fn name(&self) -> &'static str;
+
+    /// The devices this backend drives on this node.
+    fn devices(&self) -> &[DeviceInfo];
+
+    fn supports(&self, check: CheckName) -> Support;
+
+    /// Dense GEMM on one device: TFLOPS, with a correctness sample.
+    fn gemm(&self, device: u32, work: &WorkSpec, cancel: &CancelToken) -> Result<Sample, BackendError>;
+
+    /// Launch latency of an empty unit of work on one device, in µs per launch.
+    fn kernel_launch(&self, device: u32, work: &WorkSpec, cancel: &CancelToken) -> Result<Sample, BackendError>;
+
+    /// All-reduce across the given devices of this node: busbw in GB/s, as nccl-tests
+    /// defines it, with the result checked.
+    fn all_reduce_local(&self, devices: &[u32], work: &WorkSpec, cancel: &CancelToken) -> Result<Sample, BackendError>;
+}
+
+/// Picks the backend: flags and config say which, `auto` takes the best one present.
+pub fn select(choice: BackendChoice, settings: &Settings) -> Result<Box<dyn Backend>, BackendError> {
+    match choice {
+        // The cuda backend (issue 4) will be tried first here; until then the host's
+        // cores are the best backend present.
+        BackendChoice::Auto | BackendChoice::Cpu => {
+            let devices = settings.cpu_devices.unwrap_or_else(cpu::default_device_count);
+            Ok(Box::new(cpu::CpuBackend::new(devices)))
+        }
+        BackendChoice::Sim => Ok(Box::new(sim::SimBackend::new(settings.sim.clone().unwrap_or_default()))),
+    }
+}
+
+/// busbw of an all-reduce, as nccl-tests defines it: algbw × 2(n−1)/n.
+pub fn all_reduce_busbw(algbw: f64, ranks: usize) -> f64 {
+    if ranks == 0 {
+        return 0.0;
+    }
+    let n = ranks as f64;
+    algbw * 2.0 * (n - 1.0) / n
+}
+
+/// busbw of an all-gather or all-to-all, as nccl-tests defines it: algbw × (n−1)/n.
+pub fn all_gather_busbw(algbw: f64, ranks: usize) -> f64 {
+    if ranks == 0 {
+        return 0.0;
+    }
+    let n = ranks as f64;
+    algbw * (n - 1.0) / n
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn busbw_follows_nccl_tests() {
+        assert_eq!(all_reduce_busbw(10.0, 2), 10.0);
+        assert_eq!(all_reduce_busbw(10.0, 8), 17.5);
+        assert_eq!(all_reduce_busbw(10.0, 1), 0.0);
+        assert_eq!(all_gather_busbw(10.0, 4), 7.5);
+        assert_eq!(all_gather_busbw(10.0, 0), 0.0);
+    }
+
+    #[test]
+    fn cancel_token_is_shared_between_clones() {
+        let token = CancelToken::new();
+        let clone = token.clone();
+        assert!(clone.check().is_ok());
+        token.cancel();
+        assert_eq!(clone.check(), Err(BackendError::Cancelled));
+    }
+}

@@ -1,0 +1,309 @@
+//! Judging measurements: which entities are ok, slow or faulty, and why.
+//!
+//! An entity is `faulty` when its work errored, did nothing, or gave a wrong result. It
+//! is `slow` when it is worse than the median of its peers by more than the tolerance
+//! plus the measured noise, or worse than the baseline limit. The runner re-measures
+//! every slow suspect once and judges again before anything is reported.
+
+use crate::catalog::{CheckSpec, Direction};
+use crate::results::{CheckStatus, EntityResult, Evidence, Measurement, Verdict};
+use crate::stats::{coefficient_of_variation, median};
+
+/// How many standard errors of the mean the noise term allows.
+pub const NOISE_SIGMAS: f64 = 3.0;
+
+/// The worst acceptable value of a check's headline metric.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Limit {
+    /// For higher-is-better metrics: anything below is slow.
+    Floor(f64),
+    /// For lower-is-better metrics: anything above is slow.
+    Ceiling(f64),
+}
+
+impl Limit {
+    pub fn value(self) -> f64 {
+        match self {
+            Limit::Floor(v) | Limit::Ceiling(v) => v,
+        }
+    }
+
+    fn is_violated_by(self, value: f64) -> bool {
+        match self {
+            Limit::Floor(floor) => value < floor,
+            Limit::Ceiling(ceiling) => value > ceiling,
+        }
+    }
+}
+
+/// The thresholds one check is judged by.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct JudgePolicy {
+    /// Allowed deficit against the peer median, as a fraction (0.05 = 5 %).
+    pub tolerance: f64,
+    pub limit: Option<Limit>,
+}
+
+/// The relative noise of one measurement: the standard error of its mean, times
+/// `NOISE_SIGMAS`. Zero when there are too few samples to tell.
+pub fn noise(measurement: &Measurement) -> f64 {
+    let n = measurement.samples.len();
+    coefficient_of_variation(&measurement.samples)
+        .map(|cv| NOISE_SIGMAS * cv / (n as f64).sqrt())
+        .unwrap_or(0.0)
+}
+
+/// How much worse than `reference` the value is, as a fraction; negative when better.
+pub fn deficit(direction: Direction, value: f64, reference: f64) -> f64 {
+    match direction {
+        Direction::HigherIsBetter => (reference - value) / reference,
+        Direction::LowerIsBetter => (value - reference) / reference,
+    }
+}
+
+/// Judges every measurement of one check against its peers and its limit.
+pub fn judge(spec: &CheckSpec, measurements: &[Measurement], policy: &JudgePolicy) -> Vec<EntityResult> {
+    let usable: Vec<Option<f64>> = measurements.iter().map(usable_value).collect();
+    measurements
+        .iter()
+        .enumerate()
+        .map(|(i, measurement)| {
+            let peers: Vec<f64> =
+                usable.iter().enumerate().filter(|(j, _)| *j != i).filter_map(|(_, v)| *v).collect();
+            judge_one(spec, measurement, median(&peers), policy)
+        })
+        .collect()
+}
+
+fn usable_value(measurement: &Measurement) -> Option<f64> {
+    match measurement.value {
+        Some(v) if measurement.error.is_none() && measurement.wrong_result.is_none() && v.is_finite() && v > 0.0 => {
+            Some(v)
+        }
+        _ => None,
+    }
+}
+
+fn judge_one(
+    spec: &CheckSpec,
+    measurement: &Measurement,
+    peer_median: Option<f64>,
+    policy: &JudgePolicy,
+) -> EntityResult {
+    let unit = spec.metric.unit;
+    let mut evidence = Evidence {
+        value: measurement.value,
+        peer_median,
+        baseline: policy.limit.map(Limit::value),
+        ..Evidence::default()
+    };
+    let verdict_with = |verdict, reason: String, evidence| EntityResult {
+        entity: measurement.entity.clone(),
+        verdict,
+        lane: spec.lane,
+        reason,
+        evidence,
+        measurement: measurement.clone(),
+    };
+
+    if let Some(error) = &measurement.error {
+        return verdict_with(Verdict::Faulty, format!("error: {error}"), evidence);
+    }
+    if let Some(wrong) = &measurement.wrong_result {
+        return verdict_with(Verdict::Faulty, format!("wrong result: {wrong}"), evidence);
+    }
+    let value = match measurement.value {
+        Some(v) if v.is_finite() && v > 0.0 => v,
+        Some(v) => return verdict_with(Verdict::Faulty, format!("no work done: measured {v} {unit}"), evidence),
+        None => return verdict_with(Verdict::Faulty, "no measurement was returned".to_owned(), evidence),
+    };
+
+    if let Some(limit) = policy.limit
+        && limit.is_violated_by(value)
+    {
+        let side = match limit {
+            Limit::Floor(_) => "below the baseline floor",
+            Limit::Ceiling(_) => "above the baseline ceiling",
+        };
+        let reason = format!("{} {unit} is {side} of {} {unit}", fmt_value(value), fmt_value(limit.value()));
+        return verdict_with(Verdict::Slow, reason, evidence);
+    }
+
+    let Some(reference) = peer_median else {
+        return verdict_with(Verdict::Ok, "no peers to compare with; within the baseline".to_owned(), evidence);
+    };
+    let noise = noise(measurement);
+    let threshold = policy.tolerance + noise;
+    let deficit = deficit(spec.metric.direction, value, reference);
+    evidence.noise_pct = Some(round2(noise * 100.0));
+    evidence.threshold_pct = Some(round2(threshold * 100.0));
+    evidence.deficit_pct = Some(round2(deficit * 100.0));
+    let worse = match spec.metric.direction {
+        Direction::HigherIsBetter => "below",
+        Direction::LowerIsBetter => "above",
+    };
+    if deficit > threshold {
+        let reason = format!(
+            "{} {unit} is {:.1}% {worse} the peer median {} {unit} (threshold {:.1}%)",
+            fmt_value(value),
+            deficit * 100.0,
+            fmt_value(reference),
+            threshold * 100.0
+        );
+        verdict_with(Verdict::Slow, reason, evidence)
+    } else {
+        let reason = format!("within {:.1}% of the peer median (threshold {:.1}%)", deficit.max(0.0) * 100.0, threshold * 100.0);
+        verdict_with(Verdict::Ok, reason, evidence)
+    }
+}
+
+/// Indices of the entities to re-measure before their verdict stands.
+pub fn suspects(results: &[EntityResult]) -> Vec<usize> {
+    results.iter().enumerate().filter(|(_, r)| r.verdict == Verdict::Slow).map(|(i, _)| i).collect()
+}
+
+/// The status of a check that ran, from its entities' verdicts.
+pub fn check_status(results: &[EntityResult]) -> CheckStatus {
+    if results.iter().any(|r| matches!(r.verdict, Verdict::Slow | Verdict::Faulty)) {
+        CheckStatus::Failed
+    } else {
+        CheckStatus::Passed
+    }
+}
+
+/// A value with three significant digits, for messages.
+pub fn fmt_value(value: f64) -> String {
+    if value == 0.0 || !value.is_finite() {
+        return format!("{value}");
+    }
+    let digits = (2 - value.abs().log10().floor() as i32).max(0) as usize;
+    format!("{value:.digits$}")
+}
+
+fn round2(value: f64) -> f64 {
+    (value * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::CheckName;
+    use crate::results::Entity;
+
+    fn device(index: u32) -> Entity {
+        Entity::Device { node: "n0".into(), index }
+    }
+
+    fn steady(index: u32, value: f64) -> Measurement {
+        Measurement::ok(device(index), value, vec![value; 8])
+    }
+
+    const LOOSE: JudgePolicy = JudgePolicy { tolerance: 0.05, limit: None };
+
+    fn verdicts(results: &[EntityResult]) -> Vec<Verdict> {
+        results.iter().map(|r| r.verdict).collect()
+    }
+
+    #[test]
+    fn a_device_ten_percent_slow_is_flagged_with_evidence() {
+        let spec = CheckName::GemmFlops.spec();
+        let ms = [steady(0, 100.0), steady(1, 100.0), steady(2, 90.0), steady(3, 101.0)];
+        let results = judge(spec, &ms, &LOOSE);
+        assert_eq!(verdicts(&results), [Verdict::Ok, Verdict::Ok, Verdict::Slow, Verdict::Ok]);
+        let slow = &results[2];
+        assert_eq!(slow.evidence.peer_median, Some(100.0));
+        assert_eq!(slow.evidence.deficit_pct, Some(10.0));
+        assert_eq!(slow.lane, crate::results::Lane::Host);
+        assert!(slow.reason.contains("10.0% below the peer median 100 TFLOPS"), "{}", slow.reason);
+        assert_eq!(suspects(&results), [2]);
+        assert_eq!(check_status(&results), CheckStatus::Failed);
+    }
+
+    #[test]
+    fn lower_is_better_metrics_flag_the_high_value() {
+        let spec = CheckName::KernelLaunch.spec();
+        let ms = [steady(0, 5.0), steady(1, 5.1), steady(2, 7.0)];
+        let results = judge(spec, &ms, &LOOSE);
+        assert_eq!(verdicts(&results), [Verdict::Ok, Verdict::Ok, Verdict::Slow]);
+        assert!(results[2].reason.contains("above the peer median"), "{}", results[2].reason);
+    }
+
+    #[test]
+    fn two_devices_compare_with_each_other_and_only_the_worse_is_slow() {
+        let spec = CheckName::GemmFlops.spec();
+        let results = judge(spec, &[steady(0, 80.0), steady(1, 100.0)], &LOOSE);
+        assert_eq!(verdicts(&results), [Verdict::Slow, Verdict::Ok]);
+    }
+
+    #[test]
+    fn noise_widens_the_threshold() {
+        let spec = CheckName::GemmFlops.spec();
+        let noisy = Measurement::ok(device(1), 92.0, vec![70.0, 110.0, 80.0, 108.0]);
+        let results = judge(spec, &[steady(0, 100.0), noisy, steady(2, 100.0)], &LOOSE);
+        assert_eq!(results[1].verdict, Verdict::Ok, "{}", results[1].reason);
+        assert!(results[1].evidence.noise_pct.unwrap() > 3.0);
+    }
+
+    #[test]
+    fn errors_wrong_results_and_zero_work_are_faulty() {
+        let spec = CheckName::GemmFlops.spec();
+        let mut wrong = steady(1, 100.0);
+        wrong.wrong_result = Some("c[3,4] = 7 but the reference is 8".into());
+        let ms = [
+            Measurement::failed(device(0), "device lost"),
+            wrong,
+            steady(2, 0.0),
+            Measurement { value: None, ..steady(3, 1.0) },
+            steady(4, 100.0),
+        ];
+        let results = judge(spec, &ms, &LOOSE);
+        assert_eq!(
+            verdicts(&results),
+            [Verdict::Faulty, Verdict::Faulty, Verdict::Faulty, Verdict::Faulty, Verdict::Ok]
+        );
+        assert_eq!(results[0].reason, "error: device lost");
+        assert!(results[1].reason.starts_with("wrong result"));
+        assert!(results[2].reason.starts_with("no work done"));
+        // Faulty entities are not suspects: re-measuring does not excuse a wrong result.
+        assert!(suspects(&results).is_empty());
+    }
+
+    #[test]
+    fn a_baseline_floor_or_ceiling_fails_even_a_lone_device() {
+        let gemm = CheckName::GemmFlops.spec();
+        let floor = JudgePolicy { tolerance: 0.05, limit: Some(Limit::Floor(200.0)) };
+        let results = judge(gemm, &[steady(0, 100.0)], &floor);
+        assert_eq!(results[0].verdict, Verdict::Slow);
+        assert_eq!(results[0].reason, "100 TFLOPS is below the baseline floor of 200 TFLOPS");
+        assert_eq!(results[0].evidence.baseline, Some(200.0));
+
+        let launch = CheckName::KernelLaunch.spec();
+        let ceiling = JudgePolicy { tolerance: 0.05, limit: Some(Limit::Ceiling(10.0)) };
+        assert_eq!(judge(launch, &[steady(0, 12.0)], &ceiling)[0].verdict, Verdict::Slow);
+        assert_eq!(judge(launch, &[steady(0, 8.0)], &ceiling)[0].verdict, Verdict::Ok);
+    }
+
+    #[test]
+    fn a_lone_device_without_baseline_is_ok() {
+        let results = judge(CheckName::GemmFlops.spec(), &[steady(0, 1.0)], &LOOSE);
+        assert_eq!(results[0].verdict, Verdict::Ok);
+        assert_eq!(check_status(&results), CheckStatus::Passed);
+    }
+
+    #[test]
+    fn faulty_peers_do_not_drag_the_median() {
+        let spec = CheckName::GemmFlops.spec();
+        let ms = [Measurement::failed(device(0), "x"), steady(1, 100.0), steady(2, 100.0)];
+        let results = judge(spec, &ms, &LOOSE);
+        assert_eq!(results[1].evidence.peer_median, Some(100.0));
+        assert_eq!(results[1].verdict, Verdict::Ok);
+    }
+
+    #[test]
+    fn fmt_value_keeps_three_significant_digits() {
+        assert_eq!(fmt_value(0.123456), "0.123");
+        assert_eq!(fmt_value(12.3456), "12.3");
+        assert_eq!(fmt_value(789.6), "790");
+        assert_eq!(fmt_value(0.0), "0");
+    }
+}

@@ -1,0 +1,110 @@
+//! Deployment events: what happened to an instance, in PAI's vocabulary.
+//!
+//! Event kinds are API (PAI's `SanityCheckSucceeded` and `SanityCheckFailed`, plus
+//! gpuvet's instance lifecycle). Every event carries the job, the attempt and the node,
+//! so a retry never mixes with the previous try.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+use crate::results::Lane;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub enum EventKind {
+    SanityCheckSucceeded,
+    SanityCheckFailed,
+    InstanceStarted,
+    InstanceStartupFailed,
+    InstanceRebuildRequested,
+    RuntimeCheckFailed,
+    InstanceExited,
+}
+
+impl EventKind {
+    pub const ALL: [EventKind; 7] = [
+        EventKind::SanityCheckSucceeded,
+        EventKind::SanityCheckFailed,
+        EventKind::InstanceStarted,
+        EventKind::InstanceStartupFailed,
+        EventKind::InstanceRebuildRequested,
+        EventKind::RuntimeCheckFailed,
+        EventKind::InstanceExited,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EventKind::SanityCheckSucceeded => "SanityCheckSucceeded",
+            EventKind::SanityCheckFailed => "SanityCheckFailed",
+            EventKind::InstanceStarted => "InstanceStarted",
+            EventKind::InstanceStartupFailed => "InstanceStartupFailed",
+            EventKind::InstanceRebuildRequested => "InstanceRebuildRequested",
+            EventKind::RuntimeCheckFailed => "RuntimeCheckFailed",
+            EventKind::InstanceExited => "InstanceExited",
+        }
+    }
+}
+
+impl fmt::Display for EventKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for EventKind {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        EventKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
+            let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+            format!("unknown event type `{s}`; expected one of {}", names.join(", "))
+        })
+    }
+}
+
+/// Who and what an event is about: one attempt of one instance of a job.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Attempt {
+    pub job_id: String,
+    /// Numbered from 1; each new run of the same job gets the next number.
+    pub attempt: u32,
+    pub node: String,
+    pub instance: String,
+}
+
+/// An event before the store gives it an id.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NewEvent {
+    /// Unix time in milliseconds.
+    pub time_ms: u64,
+    pub kind: EventKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lane: Option<Lane>,
+    pub message: String,
+    pub details: serde_json::Value,
+}
+
+/// An event as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    pub id: i64,
+    #[serde(flatten)]
+    pub attempt: Attempt,
+    #[serde(flatten)]
+    pub event: NewEvent,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kinds_round_trip_by_name() {
+        for kind in EventKind::ALL {
+            assert_eq!(kind.as_str().parse::<EventKind>(), Ok(kind));
+            assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{kind}\""));
+        }
+        assert!("Started".parse::<EventKind>().unwrap_err().contains("SanityCheckFailed"));
+    }
+}

@@ -1,0 +1,57 @@
+//! Exit codes of the `gpuvet` binary. They are API: scripts and orchestrators act on
+//! them, so a code's meaning never changes once released.
+//!
+//! Codes 0–2 follow the usual CLI convention. The rest come from `sysexits.h` where a
+//! fitting one exists, so they stay clear of the small numbers apps use. Once
+//! `gpuvet run` has started the app, gpuvet exits with the app's own code (or 128 plus
+//! the signal number when the app was killed by a signal), as a shell would.
+
+/// Every check that ran passed (skipped checks do not count against it).
+pub const SUCCESS: i32 = 0;
+/// A check failed or timed out. From `gpuvet run` with `fail_action: fail`: the app was
+/// not started.
+pub const CHECK_FAILED: i32 = 1;
+/// Usage or configuration error; nothing was started.
+pub const USAGE: i32 = 2;
+/// No check failed, but at least one requested check could not run here yet
+/// (`not_implemented`). Only `gpuvet check` returns it; `gpuvet run` starts the app.
+pub const INCOMPLETE: i32 = 3;
+/// The requested backend is not available on this machine (e.g. `--backend cuda`
+/// without a GPU). `EX_UNAVAILABLE`.
+pub const BACKEND_UNAVAILABLE: i32 = 69;
+/// A bug in gpuvet. `EX_SOFTWARE`.
+pub const INTERNAL: i32 = 70;
+/// The result store could not be opened or written. `EX_IOERR`.
+pub const STORE_ERROR: i32 = 74;
+/// `gpuvet run` with `fail_action: rebuild`: checks failed, the rebuild hook ran, and
+/// the instance should be rebuilt elsewhere. `EX_TEMPFAIL`: retrying elsewhere helps.
+pub const REBUILD_REQUESTED: i32 = 75;
+/// `gpuvet run`: the app's command exists but could not be executed (as in a shell).
+pub const APP_NOT_EXECUTABLE: i32 = 126;
+/// `gpuvet run`: the app's command was not found (as in a shell).
+pub const APP_NOT_FOUND: i32 = 127;
+
+/// Every code with its name and meaning, for `--help` and the README.
+pub const ALL: [(i32, &str, &str); 10] = [
+    (SUCCESS, "SUCCESS", "every check that ran passed"),
+    (CHECK_FAILED, "CHECK_FAILED", "a check failed or timed out; `run` with `fail` did not start the app"),
+    (USAGE, "USAGE", "usage or config error; nothing was started"),
+    (INCOMPLETE, "INCOMPLETE", "no check failed, but a requested check is not implemented yet"),
+    (BACKEND_UNAVAILABLE, "BACKEND_UNAVAILABLE", "the requested backend is not available here"),
+    (INTERNAL, "INTERNAL", "a bug in gpuvet"),
+    (STORE_ERROR, "STORE_ERROR", "the result store could not be opened or written"),
+    (REBUILD_REQUESTED, "REBUILD_REQUESTED", "`run` with `rebuild`: checks failed and the rebuild hook ran"),
+    (APP_NOT_EXECUTABLE, "APP_NOT_EXECUTABLE", "`run`: the app's command could not be executed"),
+    (APP_NOT_FOUND, "APP_NOT_FOUND", "`run`: the app's command was not found"),
+];
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn codes_are_distinct() {
+        let mut codes: Vec<i32> = super::ALL.iter().map(|(code, _, _)| *code).collect();
+        codes.sort_unstable();
+        codes.dedup();
+        assert_eq!(codes.len(), super::ALL.len());
+    }
+}

@@ -1,0 +1,14 @@
+//! gpuvet's pure domain: the check catalog, configuration, results, analysis, events
+//! and report rendering.
+//!
+//! Nothing here does I/O or spawns threads, so every piece is a plain function that
+//! tests call directly. Backends, the runner, the store and the binary build on it.
+
+pub mod analysis;
+pub mod catalog;
+pub mod config;
+pub mod events;
+pub mod exit_codes;
+pub mod render;
+pub mod results;
+pub mod stats;

@@ -1,0 +1,133 @@
+//! Report rendering as pure functions: the terminal table and JUnit XML. JSON is the
+//! serde form of [`RunReport`].
+
+use std::time::Duration;
+
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
+
+use crate::analysis::fmt_value;
+use crate::results::{CheckResult, CheckStatus, RunReport, Verdict};
+
+/// The terminal report: a header, one row per check, then every finding.
+pub fn table(report: &RunReport, width: Option<u16>) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "gpuvet {} | job {} attempt {} | node {} | backend {} | {} devices\n",
+        report.gpuvet_version,
+        report.job_id,
+        report.attempt,
+        report.node,
+        report.backend,
+        report.devices.len()
+    ));
+    let mut table = Table::new();
+    table.load_preset(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
+    if let Some(width) = width {
+        table.set_width(width);
+    }
+    table.set_header(["check", "status", "time", "result", "details"]);
+    for check in &report.checks {
+        table.add_row([
+            check.name.as_str().to_owned(),
+            check.status.as_str().to_owned(),
+            format!("{:.1}s", check.duration_secs),
+            value_cell(check),
+            details_cell(check),
+        ]);
+    }
+    out.push_str(&table.to_string());
+    out.push('\n');
+    let findings: Vec<_> = report.findings().collect();
+    if !findings.is_empty() {
+        out.push_str("findings:\n");
+        for (check, finding) in findings {
+            let verdict = match finding.verdict {
+                Verdict::Faulty => "faulty",
+                _ => "slow",
+            };
+            out.push_str(&format!(
+                "  {} {} on {} [lane: {}]: {}\n",
+                check.name, verdict, finding.entity, finding.lane, finding.reason
+            ));
+        }
+    }
+    out.push_str(&format!(
+        "outcome: {} ({}) in {:.1}s\n",
+        report.outcome.as_str(),
+        report.summary(),
+        report.duration_secs
+    ));
+    out
+}
+
+fn value_cell(check: &CheckResult) -> String {
+    let values: Vec<f64> = check.entities.iter().filter_map(|e| e.measurement.value).collect();
+    let (Some(min), Some(median)) = (
+        values.iter().copied().reduce(f64::min),
+        check.median_value(),
+    ) else {
+        return "-".to_owned();
+    };
+    let max = values.iter().copied().fold(f64::MIN, f64::max);
+    let unit = &check.metric.unit;
+    if values.len() == 1 {
+        format!("{} {unit}", fmt_value(median))
+    } else {
+        format!("median {} {unit} (min {}, max {})", fmt_value(median), fmt_value(min), fmt_value(max))
+    }
+}
+
+fn details_cell(check: &CheckResult) -> String {
+    if let Some(reason) = &check.reason {
+        return reason.clone();
+    }
+    let bad = check.findings().count();
+    let counted = format!("{} of {} ok", check.entities.len() - bad, check.entities.len());
+    let params: Vec<String> = check.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    if params.is_empty() { counted } else { format!("{counted}; {}", params.join(" ")) }
+}
+
+/// JUnit XML: one test suite per run, one test case per check. Skipped and
+/// not-implemented checks are `skipped`, never passed.
+pub fn junit(report: &RunReport) -> String {
+    let mut junit = Report::new("gpuvet");
+    let mut suite = TestSuite::new(format!("sanity_check {}", report.node));
+    suite.add_property(("backend", report.backend.as_str()));
+    suite.add_property(("job_id", report.job_id.as_str()));
+    suite.add_property(("attempt", report.attempt.to_string().as_str()));
+    for check in &report.checks {
+        let mut status = match check.status {
+            CheckStatus::Passed => TestCaseStatus::success(),
+            CheckStatus::Skipped | CheckStatus::NotImplemented => {
+                let mut status = TestCaseStatus::skipped();
+                status.set_message(format!("{}: {}", check.status, check.reason.as_deref().unwrap_or("")));
+                status
+            }
+            CheckStatus::Failed => TestCaseStatus::non_success(NonSuccessKind::Failure),
+            CheckStatus::TimedOut | CheckStatus::NotRun => TestCaseStatus::non_success(NonSuccessKind::Error),
+        };
+        if check.status.is_failure() {
+            let findings: Vec<String> = check
+                .findings()
+                .map(|f| format!("{} [{}]: {}", f.entity, f.lane, f.reason))
+                .collect();
+            let message = match (&check.reason, findings.is_empty()) {
+                (Some(reason), _) => reason.clone(),
+                (None, false) => findings.join("; "),
+                (None, true) => check.status.as_str().to_owned(),
+            };
+            status.set_message(message);
+            status.set_type(check.status.as_str());
+        }
+        let mut case = TestCase::new(check.name.as_str(), status);
+        case.set_classname(format!("gpuvet.{}", report.node));
+        case.set_time(Duration::from_secs_f64(check.duration_secs.max(0.0)));
+        suite.add_test_case(case);
+    }
+    junit.add_test_suite(suite);
+    junit.to_string().expect("JUnit XML rendering does not fail on valid strings")
+}
+
+#[cfg(test)]
+mod tests;

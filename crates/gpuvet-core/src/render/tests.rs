@@ -1,0 +1,74 @@
+use std::collections::BTreeMap;
+
+use super::*;
+use crate::analysis::{JudgePolicy, judge};
+use crate::catalog::CheckName;
+use crate::results::{CheckResult, DeviceInfo, Entity, Measurement, MetricInfo, Outcome};
+
+fn sample_report() -> RunReport {
+    let gemm = CheckName::GemmFlops;
+    let device = |index| Entity::Device { node: "node-a".into(), index };
+    let measurements = [
+        Measurement::ok(device(0), 0.1, vec![0.1; 4]),
+        Measurement::ok(device(1), 0.05, vec![0.05; 4]),
+    ];
+    let entities = judge(gemm.spec(), &measurements, &JudgePolicy { tolerance: 0.05, limit: None });
+    let metric = gemm.spec().metric;
+    let checks = vec![
+        CheckResult {
+            name: gemm,
+            status: CheckStatus::Failed,
+            reason: None,
+            duration_secs: 1.25,
+            metric: MetricInfo { name: metric.name.into(), unit: metric.unit.into(), direction: metric.direction },
+            params: BTreeMap::from([("dtype".to_owned(), "fp32".to_owned())]),
+            entities,
+        },
+        CheckResult::without_work(CheckName::AllReduce2, CheckStatus::Skipped, "needs 2 nodes; the group has 1"),
+        CheckResult::without_work(CheckName::AllGather, CheckStatus::NotImplemented, "not implemented on the cpu backend yet"),
+    ];
+    RunReport {
+        gpuvet_version: "0.0.0-test".into(),
+        job_id: "job-1".into(),
+        attempt: 2,
+        node: "node-a".into(),
+        instance: "inst-a".into(),
+        backend: "cpu".into(),
+        devices: vec![
+            DeviceInfo { index: 0, name: "cpu".into(), memory_bytes: None, details: BTreeMap::new() },
+            DeviceInfo { index: 1, name: "cpu".into(), memory_bytes: None, details: BTreeMap::new() },
+        ],
+        started_at_ms: 0,
+        duration_secs: 1.5,
+        timeout_secs: 300.0,
+        outcome: Outcome::of(&checks),
+        checks,
+    }
+}
+
+#[test]
+fn table_shows_every_check_and_each_finding() {
+    insta::assert_snapshot!(table(&sample_report(), Some(110)));
+}
+
+#[test]
+fn junit_marks_skips_and_gaps_as_skipped_and_failures_as_failures() {
+    insta::assert_snapshot!(junit(&sample_report()));
+}
+
+#[test]
+fn json_names_backend_node_devices_and_statuses() {
+    let json = serde_json::to_value(sample_report()).unwrap();
+    assert_eq!(json["backend"], "cpu");
+    assert_eq!(json["node"], "node-a");
+    assert_eq!(json["devices"].as_array().unwrap().len(), 2);
+    assert_eq!(json["outcome"], "failed");
+    assert_eq!(json["checks"][0]["status"], "failed");
+    assert_eq!(json["checks"][0]["entities"][1]["verdict"], "slow");
+    assert_eq!(json["checks"][0]["entities"][1]["lane"], "host");
+    assert_eq!(json["checks"][0]["entities"][1]["evidence"]["peer_median"], 0.1);
+    assert_eq!(json["checks"][1]["status"], "skipped");
+    assert_eq!(json["checks"][2]["status"], "not_implemented");
+    let back: RunReport = serde_json::from_value(json).unwrap();
+    assert_eq!(back, sample_report());
+}

@@ -1,0 +1,388 @@
+//! What a run produces: per-entity measurements and verdicts, per-check results, and
+//! the report of one run on one node.
+//!
+//! These types are the interface between the runner and every report, the store and
+//! the web page; their serialized form is API.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{CheckName, Direction};
+
+/// The team that owns a problem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Lane {
+    /// GPU compute, XID, ECC, PCIe: the host/hardware team.
+    Host,
+    /// Links, NICs, rails, connectivity: the network team.
+    Network,
+    /// Rendezvous, missing node, config mismatch, scheduling: the platform team.
+    Platform,
+    /// The workload's own error.
+    App,
+}
+
+impl Lane {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Lane::Host => "host",
+            Lane::Network => "network",
+            Lane::Platform => "platform",
+            Lane::App => "app",
+        }
+    }
+}
+
+impl fmt::Display for Lane {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The verdict on one entity (GPU, node, pair, rail).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    Ok,
+    /// Works, but worse than its peers or its baseline.
+    Slow,
+    /// Error, hang, zero work or a wrong result.
+    Faulty,
+    Skipped,
+}
+
+/// What a measurement is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Entity {
+    Device { node: String, index: u32 },
+    Node { node: String },
+}
+
+impl Entity {
+    pub fn node(&self) -> &str {
+        match self {
+            Entity::Device { node, .. } | Entity::Node { node } => node,
+        }
+    }
+}
+
+impl fmt::Display for Entity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Entity::Device { node, index } => write!(f, "{node}/dev{index}"),
+            Entity::Node { node } => f.write_str(node),
+        }
+    }
+}
+
+/// One entity's measurement for one check, as a backend reports it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Measurement {
+    pub entity: Entity,
+    /// The headline metric (see the check's `MetricSpec`); `None` when it failed.
+    pub value: Option<f64>,
+    /// Per-iteration values of the headline metric, for the noise estimate.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<f64>,
+    /// An error that stopped the measurement.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Set when the result of the work was checked and found wrong.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrong_result: Option<String>,
+    /// Secondary metrics and parameters (sizes, algbw, wall time, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, f64>,
+}
+
+impl Measurement {
+    pub fn ok(entity: Entity, value: f64, samples: Vec<f64>) -> Self {
+        Measurement { entity, value: Some(value), samples, error: None, wrong_result: None, extra: BTreeMap::new() }
+    }
+
+    pub fn failed(entity: Entity, error: impl Into<String>) -> Self {
+        Measurement {
+            entity,
+            value: None,
+            samples: Vec::new(),
+            error: Some(error.into()),
+            wrong_result: None,
+            extra: BTreeMap::new(),
+        }
+    }
+
+    pub fn with_extra(mut self, key: &str, value: f64) -> Self {
+        self.extra.insert(key.to_owned(), value);
+        self
+    }
+}
+
+/// The numbers behind a verdict.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct Evidence {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// Median of the other entities of the same check.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub peer_median: Option<f64>,
+    /// Worst acceptable value from the baseline (a floor or a ceiling, by direction).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub baseline: Option<f64>,
+    /// How far from the peer median counts as slow, in percent (tolerance + noise).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub threshold_pct: Option<f64>,
+    /// Measured noise (coefficient of variation of the samples), in percent.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub noise_pct: Option<f64>,
+    /// How far from the peer median this entity is, in percent (positive is worse).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deficit_pct: Option<f64>,
+    /// True when the entity was a suspect and this is its second measurement.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub remeasured: bool,
+}
+
+/// A measurement with its verdict.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EntityResult {
+    pub entity: Entity,
+    pub verdict: Verdict,
+    pub lane: Lane,
+    /// Why the verdict is what it is, for a person.
+    pub reason: String,
+    pub evidence: Evidence,
+    pub measurement: Measurement,
+}
+
+/// How one check ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CheckStatus {
+    Passed,
+    /// At least one entity is slow or faulty.
+    Failed,
+    /// The check's scope cannot exist in this group; never a pass.
+    Skipped,
+    /// The overall timeout expired while this check ran.
+    TimedOut,
+    /// An earlier check used up the overall timeout.
+    NotRun,
+    /// gpuvet cannot run this check yet on this backend; never a pass.
+    NotImplemented,
+}
+
+impl CheckStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CheckStatus::Passed => "passed",
+            CheckStatus::Failed => "failed",
+            CheckStatus::Skipped => "skipped",
+            CheckStatus::TimedOut => "timed_out",
+            CheckStatus::NotRun => "not_run",
+            CheckStatus::NotImplemented => "not_implemented",
+        }
+    }
+
+    /// Whether this status makes the run fail.
+    pub fn is_failure(self) -> bool {
+        matches!(self, CheckStatus::Failed | CheckStatus::TimedOut | CheckStatus::NotRun)
+    }
+}
+
+impl fmt::Display for CheckStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The headline metric of a check, as reported.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetricInfo {
+    pub name: String,
+    pub unit: String,
+    pub direction: Direction,
+}
+
+/// The result of one check on one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CheckResult {
+    pub name: CheckName,
+    pub status: CheckStatus,
+    /// Why it was skipped, not run, not implemented or timed out.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    pub duration_secs: f64,
+    pub metric: MetricInfo,
+    /// Parameters of the work (sizes, dtype, iterations).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub entities: Vec<EntityResult>,
+}
+
+impl CheckResult {
+    /// A check that produced no measurements, with the reason.
+    pub fn without_work(name: CheckName, status: CheckStatus, reason: impl Into<String>) -> Self {
+        let metric = name.spec().metric;
+        CheckResult {
+            name,
+            status,
+            reason: Some(reason.into()),
+            duration_secs: 0.0,
+            metric: MetricInfo {
+                name: metric.name.to_owned(),
+                unit: metric.unit.to_owned(),
+                direction: metric.direction,
+            },
+            params: BTreeMap::new(),
+            entities: Vec::new(),
+        }
+    }
+
+    /// Entities whose verdict is slow or faulty.
+    pub fn findings(&self) -> impl Iterator<Item = &EntityResult> {
+        self.entities.iter().filter(|e| matches!(e.verdict, Verdict::Slow | Verdict::Faulty))
+    }
+
+    /// The median of the headline values that were measured.
+    pub fn median_value(&self) -> Option<f64> {
+        let values: Vec<f64> = self.entities.iter().filter_map(|e| e.measurement.value).collect();
+        crate::stats::median(&values)
+    }
+}
+
+/// How the whole run ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Outcome {
+    /// Every check passed or was skipped for a reason.
+    Passed,
+    /// No check failed, but some requested checks could not run here yet.
+    Incomplete,
+    /// A check failed, timed out, or could not run because time ran out.
+    Failed,
+}
+
+impl Outcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Outcome::Passed => "passed",
+            Outcome::Incomplete => "incomplete",
+            Outcome::Failed => "failed",
+        }
+    }
+
+    /// The outcome of a set of check results.
+    pub fn of(checks: &[CheckResult]) -> Self {
+        if checks.iter().any(|c| c.status.is_failure()) {
+            Outcome::Failed
+        } else if checks.iter().any(|c| c.status == CheckStatus::NotImplemented) {
+            Outcome::Incomplete
+        } else {
+            Outcome::Passed
+        }
+    }
+}
+
+/// One device as the backend sees it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DeviceInfo {
+    pub index: u32,
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes: Option<u64>,
+    /// Free-form facts (threads, driver version, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub details: BTreeMap<String, String>,
+}
+
+/// The report of one sanity-check run on one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RunReport {
+    pub gpuvet_version: String,
+    pub job_id: String,
+    pub attempt: u32,
+    pub node: String,
+    pub instance: String,
+    pub backend: String,
+    pub devices: Vec<DeviceInfo>,
+    /// Unix time in milliseconds when the run started.
+    pub started_at_ms: u64,
+    pub duration_secs: f64,
+    pub timeout_secs: f64,
+    pub outcome: Outcome,
+    pub checks: Vec<CheckResult>,
+}
+
+impl RunReport {
+    /// Every slow or faulty entity across checks, in check order.
+    pub fn findings(&self) -> impl Iterator<Item = (&CheckResult, &EntityResult)> {
+        self.checks.iter().flat_map(|check| check.findings().map(move |f| (check, f)))
+    }
+
+    /// The lane of the first problem: the first finding, else the first check that
+    /// failed without a finding (a timeout).
+    pub fn first_lane(&self) -> Option<Lane> {
+        if let Some((_, finding)) = self.findings().next() {
+            return Some(finding.lane);
+        }
+        self.checks.iter().find(|c| c.status.is_failure()).map(|c| c.name.spec().lane)
+    }
+
+    /// A one-line summary, e.g. "2 passed, 1 failed, 1 skipped".
+    pub fn summary(&self) -> String {
+        let order = [
+            CheckStatus::Passed,
+            CheckStatus::Failed,
+            CheckStatus::TimedOut,
+            CheckStatus::NotRun,
+            CheckStatus::Skipped,
+            CheckStatus::NotImplemented,
+        ];
+        let parts: Vec<String> = order
+            .iter()
+            .filter_map(|status| {
+                let n = self.checks.iter().filter(|c| c.status == *status).count();
+                (n > 0).then(|| format!("{n} {}", status.as_str().replace('_', " ")))
+            })
+            .collect();
+        if parts.is_empty() { "no checks".to_owned() } else { parts.join(", ") }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check(name: CheckName, status: CheckStatus) -> CheckResult {
+        CheckResult::without_work(name, status, "test")
+    }
+
+    #[test]
+    fn outcome_never_counts_skips_or_gaps_as_failures_nor_gaps_as_passes() {
+        use CheckStatus::*;
+        let cases = [
+            (vec![Passed, Skipped], Outcome::Passed),
+            (vec![Passed, NotImplemented], Outcome::Incomplete),
+            (vec![Passed, Failed, NotImplemented], Outcome::Failed),
+            (vec![TimedOut, NotRun], Outcome::Failed),
+            (vec![], Outcome::Passed),
+        ];
+        for (statuses, expected) in cases {
+            let checks: Vec<_> = statuses.iter().map(|s| check(CheckName::GemmFlops, *s)).collect();
+            assert_eq!(Outcome::of(&checks), expected, "{statuses:?}");
+        }
+    }
+
+    #[test]
+    fn entity_display_names_node_and_device() {
+        let device = Entity::Device { node: "n0".into(), index: 3 };
+        assert_eq!(device.to_string(), "n0/dev3");
+        assert_eq!(device.node(), "n0");
+        assert_eq!(Entity::Node { node: "n1".into() }.to_string(), "n1");
+    }
+}
