@@ -10,6 +10,7 @@
 //! tests, drills and benchmarks.
 
 pub mod cpu;
+pub mod cuda;
 pub mod sim;
 
 use std::collections::BTreeMap;
@@ -138,6 +139,10 @@ pub fn select(choice: BackendChoice, settings: &Settings) -> Result<Box<dyn Back
             let devices = settings.cpu_devices.unwrap_or_else(cpu::default_device_count);
             Ok(Box::new(cpu::CpuBackend::new(devices)))
         }
+        BackendChoice::Cuda => Err(BackendError::Unavailable {
+            backend: "cuda",
+            reason: "the cuda backend is not built yet".to_owned(),
+        }),
         BackendChoice::Sim => Ok(Box::new(sim::SimBackend::new(settings.sim.clone().unwrap_or_default()))),
     }
 }

@@ -95,16 +95,18 @@ impl FailAction {
 pub enum BackendChoice {
     /// The best backend this machine has.
     Auto,
+    Cuda,
     Cpu,
     Sim,
 }
 
 impl BackendChoice {
-    pub const NAMES: [&'static str; 3] = ["auto", "cpu", "sim"];
+    pub const NAMES: [&'static str; 4] = ["auto", "cuda", "cpu", "sim"];
 
     pub fn parse(value: &str) -> Option<Self> {
         match value {
             "auto" => Some(BackendChoice::Auto),
+            "cuda" => Some(BackendChoice::Cuda),
             "cpu" => Some(BackendChoice::Cpu),
             "sim" => Some(BackendChoice::Sim),
             _ => None,

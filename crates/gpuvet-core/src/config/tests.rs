@@ -214,7 +214,7 @@ fn gpuvet_settings_parse() {
 #[test]
 fn bad_gpuvet_settings_name_their_path() {
     let cases = [
-        (r#"{"backend": "cuda9"}"#, "gpuvet.backend", "unknown value `cuda9`; expected one of `auto`, `cpu`, `sim`"),
+        (r#"{"backend": "cuda9"}"#, "gpuvet.backend", "unknown value `cuda9`; expected one of `auto`, `cuda`, `cpu`, `sim`"),
         (r#"{"tolerance_pct": 0}"#, "gpuvet.tolerance_pct", "`0` is out of range; expected a percentage greater than 0 and below 100"),
         (r#"{"baselines": {"gemm_flop": {"floor": 1}}}"#, "gpuvet.baselines.gemm_flop", "unknown check `gemm_flop`"),
         (r#"{"baselines": {"kernel_launch": {"floor": 1}}}"#, "gpuvet.baselines.kernel_launch.floor", "`kernel_launch` measures launch_latency in us, where lower is better, so it takes a `ceiling`, not a `floor`"),

@@ -1,0 +1,1 @@
+//! placeholder: the cuda backend
