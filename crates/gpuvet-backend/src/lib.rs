@@ -30,6 +30,10 @@ pub enum BackendError {
     /// The work was cancelled because the overall timeout expired.
     #[error("cancelled")]
     Cancelled,
+    /// The backend cannot do this kind of work (e.g. a dtype it lacks); the check is
+    /// reported `skipped` with this reason.
+    #[error("{0}")]
+    Unsupported(String),
     /// The work itself failed: a device error, a failed allocation, a bad launch.
     #[error("{0}")]
     Failed(String),

@@ -5,10 +5,12 @@
 //! tests call directly. Backends, the runner, the store and the binary build on it.
 
 pub mod analysis;
+pub mod baselines;
 pub mod catalog;
 pub mod config;
 pub mod events;
 pub mod exit_codes;
+pub mod inventory;
 pub mod render;
 pub mod results;
 pub mod stats;

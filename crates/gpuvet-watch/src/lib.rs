@@ -1,1 +1,13 @@
-//! placeholder
+//! The runtime check `c4d`: what gpuvet watches while the app runs.
+//!
+//! Health sources (NVML, the kernel log) feed the XID policy, which deduplicates and
+//! escalates; the NCCL RAS client and the flight-recorder analyzer find the rank that
+//! stopped a collective. Everything here returns typed findings; the binary records
+//! them as events.
+
+pub mod flight_recorder;
+pub mod health;
+pub mod kmsg;
+pub mod policy;
+pub mod ras;
+pub mod xid;

@@ -1,0 +1,1 @@
+//! The cuda backend (placeholder until issue 4 lands).

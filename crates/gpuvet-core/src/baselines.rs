@@ -1,0 +1,1 @@
+//! Baseline figures per GPU model (placeholder until issue 4 lands).

@@ -1,0 +1,1 @@
+//! Inventory consistency across nodes (placeholder until issue 4 lands).
