@@ -152,6 +152,12 @@ impl Dtype {
 pub struct CheckList(Vec<CheckName>);
 
 impl CheckList {
+    /// Parses a comma-separated list as PAI writes it (e.g. from a `--checks` flag);
+    /// errors name `path`.
+    pub fn parse(text: &str, path: &str) -> Result<CheckList, ConfigError> {
+        parse_checks(RawList::Text(text.to_owned()), path)
+    }
+
     pub fn as_slice(&self) -> &[CheckName] {
         &self.0
     }
@@ -162,6 +168,18 @@ impl CheckList {
 pub struct Timeout(Duration);
 
 impl Timeout {
+    /// Validates a timeout in minutes; errors name `path`.
+    pub fn from_minutes(minutes: f64, path: &str) -> Result<Timeout, ConfigError> {
+        if !minutes.is_finite() || minutes <= 0.0 || minutes > MAX_TIMEOUT_MINUTES {
+            return Err(ConfigError::invalid(
+                path,
+                format!("`{minutes}` is not a usable timeout; expected minutes greater than 0 and at most {MAX_TIMEOUT_MINUTES}"),
+            )
+            .with_hint("the timeout covers all sanity checks together, in minutes; PAI's default is 5"));
+        }
+        Ok(Timeout(Duration::from_secs_f64(minutes * 60.0)))
+    }
+
     pub fn duration(self) -> Duration {
         self.0
     }
@@ -402,15 +420,8 @@ fn validate_sanity(raw: RawSanity) -> Result<SanityConfig, ConfigError> {
         None => CheckList(DEFAULT_CHECKS.to_vec()),
         Some(list) => parse_checks(list, &format!("{PATH}.micro_benchmarks"))?,
     };
-    let minutes = raw.timeout.unwrap_or(DEFAULT_TIMEOUT_MINUTES);
-    if !minutes.is_finite() || minutes <= 0.0 || minutes > MAX_TIMEOUT_MINUTES {
-        return Err(ConfigError::invalid(
-            format!("{PATH}.timeout"),
-            format!("`{minutes}` is not a usable timeout; expected minutes greater than 0 and at most {MAX_TIMEOUT_MINUTES}"),
-        )
-        .with_hint("the timeout covers all sanity checks together, in minutes; PAI's default is 5"));
-    }
-    Ok(SanityConfig { checks, fail_action, timeout: Timeout(Duration::from_secs_f64(minutes * 60.0)) })
+    let timeout = Timeout::from_minutes(raw.timeout.unwrap_or(DEFAULT_TIMEOUT_MINUTES), &format!("{PATH}.timeout"))?;
+    Ok(SanityConfig { checks, fail_action, timeout })
 }
 
 fn parse_fail_action(text: &str, path: &str) -> Result<FailAction, ConfigError> {

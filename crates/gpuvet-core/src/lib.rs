@@ -14,3 +14,4 @@ pub mod inventory;
 pub mod render;
 pub mod results;
 pub mod stats;
+pub mod time;

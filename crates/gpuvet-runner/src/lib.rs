@@ -1,1 +1,156 @@
-//! placeholder
+//! Runs the sanity checks of one node on a backend, one after another, under one
+//! overall deadline.
+//!
+//! The runner owns time: it decides which checks can exist in this group, runs each
+//! one's work on worker threads, names a device that hangs while its peers finish,
+//! re-measures suspects once, and stops waiting when the deadline passes — so a hang in
+//! a backend can never hang gpuvet. It reports through typed [`RunnerEvent`]s; the
+//! binary turns those into progress bars and reports.
+//!
+//! Multi-node runs will put a coordinator in front of this; a single node is the group
+//! of one that this crate handles on its own.
+
+mod check;
+mod plan;
+
+pub use check::{HANG_FACTOR, HANG_GRACE};
+pub use plan::{RunPlan, scope_skip_reason};
+
+use std::sync::Arc;
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use gpuvet_backend::{Backend, CancelToken, Support};
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Outcome, RunReport};
+
+/// What the runner tells its observers, in order.
+#[derive(Debug)]
+pub enum RunnerEvent<'a> {
+    RunStarted { plan: &'a RunPlan, backend: &'a str, devices: usize },
+    CheckStarted { index: usize, total: usize, name: CheckName },
+    /// These entities looked slow and are being measured a second time.
+    Remeasuring { name: CheckName, entities: &'a [Entity] },
+    CheckFinished { index: usize, total: usize, result: &'a CheckResult },
+    RunFinished { report: &'a RunReport },
+}
+
+/// Runs every check of the plan and returns the report. Never blocks past the plan's
+/// deadline by more than the time it takes to build the report.
+pub fn run(backend: Arc<dyn Backend>, plan: &RunPlan, observe: &mut dyn FnMut(RunnerEvent<'_>)) -> RunReport {
+    let started = Instant::now();
+    let deadline = started + plan.timeout;
+    observe(RunnerEvent::RunStarted { plan, backend: backend.name(), devices: backend.devices().len() });
+
+    let total = plan.checks.len();
+    let mut results: Vec<CheckResult> = Vec::with_capacity(total);
+    let mut out_of_time = false;
+    for (index, &name) in plan.checks.iter().enumerate() {
+        observe(RunnerEvent::CheckStarted { index, total, name });
+        let result = if out_of_time {
+            CheckResult::without_work(name, CheckStatus::NotRun, "the overall timeout expired before this check started")
+        } else if let Some(reason) = scope_skip_reason(name, plan.nodes, backend.devices().len()) {
+            CheckResult::without_work(name, CheckStatus::Skipped, reason)
+        } else if let Support::NotImplemented(reason) = backend.supports(name) {
+            CheckResult::without_work(name, CheckStatus::NotImplemented, reason)
+        } else {
+            let result = run_one(&backend, plan, name, deadline, observe);
+            out_of_time = result.status == CheckStatus::TimedOut;
+            result
+        };
+        observe(RunnerEvent::CheckFinished { index, total, result: &result });
+        results.push(result);
+    }
+
+    let report = RunReport {
+        gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
+        job_id: plan.attempt.job_id.clone(),
+        attempt: plan.attempt.attempt,
+        node: plan.attempt.node.clone(),
+        instance: plan.attempt.instance.clone(),
+        backend: backend.name().to_owned(),
+        devices: backend.devices().to_vec(),
+        started_at_ms: plan.started_at_ms,
+        duration_secs: started.elapsed().as_secs_f64(),
+        timeout_secs: plan.timeout.as_secs_f64(),
+        outcome: Outcome::of(&results),
+        checks: results,
+    };
+    observe(RunnerEvent::RunFinished { report: &report });
+    report
+}
+
+/// Runs one check's work on its own thread and waits for it until the deadline.
+fn run_one(
+    backend: &Arc<dyn Backend>,
+    plan: &RunPlan,
+    name: CheckName,
+    deadline: Instant,
+    observe: &mut dyn FnMut(RunnerEvent<'_>),
+) -> CheckResult {
+    let started = Instant::now();
+    let cancel = CancelToken::new();
+    let (progress_tx, progress_rx) = mpsc::channel::<check::Progress>();
+    {
+        let backend = Arc::clone(backend);
+        let plan = plan.clone();
+        let cancel = cancel.clone();
+        // Detached on purpose: if the backend hangs for good, this thread is abandoned
+        // and dies with the process; the run goes on without it.
+        std::thread::Builder::new()
+            .name(format!("check-{name}"))
+            .spawn(move || check::run_check(backend, &plan, name, deadline, &cancel, &progress_tx))
+            .expect("spawning a check thread");
+    }
+    loop {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match progress_rx.recv_timeout(remaining) {
+            Ok(check::Progress::Remeasuring(entities)) => observe(RunnerEvent::Remeasuring { name, entities: &entities }),
+            Ok(check::Progress::Done(mut result)) => {
+                result.duration_secs = started.elapsed().as_secs_f64();
+                return result;
+            }
+            // The check thread gives up without a result only once the deadline has
+            // passed, so a disconnect before it means the thread died.
+            Err(mpsc::RecvTimeoutError::Disconnected) if Instant::now() < deadline => {
+                let mut result = CheckResult::without_work(
+                    name,
+                    CheckStatus::Failed,
+                    "the check's worker stopped without a result (a bug in gpuvet or its backend)",
+                );
+                result.duration_secs = started.elapsed().as_secs_f64();
+                return result;
+            }
+            Err(_) => {
+                cancel.cancel();
+                let mut result = CheckResult::without_work(
+                    name,
+                    CheckStatus::TimedOut,
+                    format!(
+                        "the overall timeout of {} expired {} into this check",
+                        human_duration(plan.timeout),
+                        human_duration(started.elapsed())
+                    ),
+                );
+                result.duration_secs = started.elapsed().as_secs_f64();
+                return result;
+            }
+        }
+    }
+}
+
+/// `90s`, `5m`, `1m30s`: for messages.
+pub fn human_duration(duration: Duration) -> String {
+    let secs = duration.as_secs_f64();
+    if secs < 60.0 {
+        return if secs < 10.0 { format!("{secs:.1}s") } else { format!("{secs:.0}s") };
+    }
+    let whole = duration.as_secs();
+    match (whole / 60, whole % 60) {
+        (m, 0) => format!("{m}m"),
+        (m, s) => format!("{m}m{s}s"),
+    }
+}
+
+#[cfg(test)]
+mod tests;

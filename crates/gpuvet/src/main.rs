@@ -1,1 +1,23 @@
-fn main() {}
+//! `gpuvet`: vets the GPUs and links of a multi-node GPU service before it starts.
+//!
+//! A thin entry point: parse the command line, dispatch to one module per
+//! subcommand, and turn the outcome into a documented exit code.
+
+mod cli;
+mod commands;
+mod failure;
+mod identity;
+mod output;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let cli = cli::Cli::parse();
+    let code = match commands::dispatch(cli) {
+        Ok(code) => code,
+        Err(failure) => failure.report(),
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}

@@ -1,1 +1,0 @@
-//! placeholder: the cpu backend

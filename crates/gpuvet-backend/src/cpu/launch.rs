@@ -1,0 +1,170 @@
+//! Launch latency on the cpu backend: the round trip of an empty task to a worker
+//! thread and back, the host's analogue of launching an empty kernel and waiting for it.
+//!
+//! The worker blocks on a channel, as a thread pool's workers do, so the figure covers
+//! what a real hand-off costs: the queue, the wake-up of a sleeping thread, and the
+//! wake-up of the waiting launcher. Spinning would measure less, but would starve the
+//! other devices' threads on a host with few cores.
+
+use std::collections::BTreeMap;
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use gpuvet_core::stats::median;
+
+use crate::{BackendError, CancelToken, Sample};
+
+/// A warm-up batch brings the worker and the channel to steady state first.
+const WARMUP_LAUNCHES: usize = 200;
+const BATCHES: usize = 20;
+const LAUNCHES_PER_BATCH: usize = 200;
+
+/// The empty task. It carries only its send time, so the worker can tell how long the
+/// hand-off took, the way a CUDA event tells when a kernel started.
+#[derive(Debug)]
+struct EmptyTask {
+    sent_at: Instant,
+}
+
+/// Per-launch means of one batch, in µs.
+#[derive(Debug, Clone, Copy)]
+struct BatchLatency {
+    round_trip_us: f64,
+    handoff_us: f64,
+}
+
+pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendError> {
+    cancel.check()?;
+    // A scoped worker is joined before `run` returns on every path: when the task
+    // sender drops, the worker's receive loop ends.
+    thread::scope(|scope| {
+        let (task_sender, task_receiver) = mpsc::channel();
+        let (done_sender, done_receiver) = mpsc::channel();
+        thread::Builder::new()
+            .name(format!("gpuvet-launch-{device}"))
+            .spawn_scoped(scope, move || run_worker(&task_receiver, &done_sender))
+            .map_err(|error| {
+                BackendError::Failed(format!("could not start the launch worker: {error}"))
+            })?;
+
+        launch_batch(&task_sender, &done_receiver, WARMUP_LAUNCHES)?;
+        let mut batches = Vec::with_capacity(BATCHES);
+        for _ in 0..BATCHES {
+            cancel.check()?;
+            batches.push(launch_batch(
+                &task_sender,
+                &done_receiver,
+                LAUNCHES_PER_BATCH,
+            )?);
+        }
+        Ok(summarize(&batches))
+    })
+}
+
+/// Runs empty tasks until the launcher hangs up, reporting each one's hand-off time.
+fn run_worker(tasks: &Receiver<EmptyTask>, done: &Sender<Duration>) {
+    for task in tasks {
+        let handoff = task.sent_at.elapsed();
+        if done.send(handoff).is_err() {
+            return;
+        }
+    }
+}
+
+/// Launches `launches` empty tasks one after another, each waited for.
+fn launch_batch(
+    tasks: &Sender<EmptyTask>,
+    done: &Receiver<Duration>,
+    launches: usize,
+) -> Result<BatchLatency, BackendError> {
+    let worker_gone = || BackendError::Failed("the launch worker stopped".to_owned());
+    let mut handoff_total = Duration::ZERO;
+    let started = Instant::now();
+    for _ in 0..launches {
+        tasks
+            .send(EmptyTask {
+                sent_at: Instant::now(),
+            })
+            .map_err(|_| worker_gone())?;
+        handoff_total += done.recv().map_err(|_| worker_gone())?;
+    }
+    let elapsed = started.elapsed();
+    let per_launch_us = |total: Duration| total.as_secs_f64() * 1e6 / launches as f64;
+    Ok(BatchLatency {
+        round_trip_us: per_launch_us(elapsed),
+        handoff_us: per_launch_us(handoff_total),
+    })
+}
+
+fn summarize(batches: &[BatchLatency]) -> Sample {
+    let samples: Vec<f64> = batches.iter().map(|batch| batch.round_trip_us).collect();
+    let handoffs: Vec<f64> = batches.iter().map(|batch| batch.handoff_us).collect();
+    Sample {
+        value: median(&samples).unwrap_or(0.0),
+        extra: BTreeMap::from([("handoff_us".to_owned(), median(&handoffs).unwrap_or(0.0))]),
+        params: BTreeMap::from([
+            (
+                "mechanism".to_owned(),
+                "channel round trip to a worker thread".to_owned(),
+            ),
+            ("batches".to_owned(), batches.len().to_string()),
+            (
+                "launches_per_batch".to_owned(),
+                LAUNCHES_PER_BATCH.to_string(),
+            ),
+        ]),
+        samples,
+        wrong_result: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn launch_latency_is_positive_and_the_handoff_is_part_of_it() {
+        let sample = run(0, &CancelToken::new()).unwrap();
+        assert!(sample.value > 0.0 && sample.value.is_finite(), "{sample:?}");
+        assert_eq!(sample.samples.len(), BATCHES);
+        let handoff = sample.extra["handoff_us"];
+        assert!(handoff > 0.0, "{sample:?}");
+        // Per batch, one way cannot take longer than the round trip it is part of.
+        assert!(handoff <= sample.value, "{sample:?}");
+    }
+
+    #[test]
+    fn a_cancelled_token_stops_before_any_launch() {
+        let cancel = CancelToken::new();
+        cancel.cancel();
+        assert_eq!(run(0, &cancel), Err(BackendError::Cancelled));
+    }
+
+    #[test]
+    fn summary_takes_the_median_batch() {
+        let batch = |round_trip_us, handoff_us| BatchLatency {
+            round_trip_us,
+            handoff_us,
+        };
+        let sample = summarize(&[batch(10.0, 4.0), batch(30.0, 9.0), batch(20.0, 5.0)]);
+        assert_eq!(sample.value, 20.0);
+        assert_eq!(sample.samples, vec![10.0, 30.0, 20.0]);
+        assert_eq!(sample.extra["handoff_us"], 5.0);
+    }
+
+    #[test]
+    fn a_worker_whose_launcher_hangs_up_returns() {
+        let (task_sender, task_receiver) = mpsc::channel();
+        let (done_sender, done_receiver) = mpsc::channel();
+        let worker = thread::spawn(move || run_worker(&task_receiver, &done_sender));
+        task_sender
+            .send(EmptyTask {
+                sent_at: Instant::now(),
+            })
+            .unwrap();
+        assert!(done_receiver.recv().is_ok());
+        drop(task_sender);
+        worker.join().unwrap();
+    }
+}

@@ -1,0 +1,83 @@
+//! What to run: the checks, the deadline, the thresholds, and the shape of the group.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use gpuvet_backend::WorkSpec;
+use gpuvet_core::analysis::Limit;
+use gpuvet_core::catalog::{CheckName, Scope};
+use gpuvet_core::events::Attempt;
+
+/// Everything the runner needs to know about one run on one node.
+#[derive(Debug, Clone)]
+pub struct RunPlan {
+    pub attempt: Attempt,
+    /// Number of nodes in the group (1 until the coordinator exists).
+    pub nodes: usize,
+    pub checks: Vec<CheckName>,
+    /// For all checks together.
+    pub timeout: Duration,
+    /// Allowed deficit against the peer median, as a fraction.
+    pub tolerance: f64,
+    pub baselines: BTreeMap<CheckName, Limit>,
+    pub work: WorkSpec,
+    /// Unix time in milliseconds, for the report.
+    pub started_at_ms: u64,
+    /// The least time a device may take before it is named hung while its peers have
+    /// finished; normally [`HANG_GRACE`](crate::HANG_GRACE).
+    pub hang_grace: Duration,
+}
+
+/// Why a check cannot exist in a group of this shape, or `None` when it can.
+pub fn scope_skip_reason(check: CheckName, nodes: usize, devices_per_node: usize) -> Option<String> {
+    let plural = |n: usize, word: &str| if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") };
+    match check.spec().scope {
+        Scope::NodePairs | Scope::AllNodePairs if nodes < 2 => {
+            Some(format!("needs at least 2 nodes; this group has {}", plural(nodes, "node")))
+        }
+        Scope::EachNode if devices_per_node < 2 => Some(format!(
+            "needs at least 2 devices on a node; this node has {}",
+            plural(devices_per_node, "device")
+        )),
+        Scope::WholeGroup if nodes * devices_per_node < 2 => {
+            Some(format!("needs at least 2 devices in the group; it has {}", plural(nodes * devices_per_node, "device")))
+        }
+        Scope::EachDevice if devices_per_node == 0 => Some("this node has no devices".to_owned()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn scopes_that_cannot_exist_are_named() {
+        assert_eq!(
+            scope_skip_reason(CheckName::AllReduce2, 1, 8).as_deref(),
+            Some("needs at least 2 nodes; this group has 1 node")
+        );
+        assert_eq!(
+            scope_skip_reason(CheckName::NetworkConnectivity, 1, 8).as_deref(),
+            Some("needs at least 2 nodes; this group has 1 node")
+        );
+        assert_eq!(
+            scope_skip_reason(CheckName::AllReduce1, 1, 1).as_deref(),
+            Some("needs at least 2 devices on a node; this node has 1 device")
+        );
+        assert_eq!(
+            scope_skip_reason(CheckName::AllReduce, 1, 1).as_deref(),
+            Some("needs at least 2 devices in the group; it has 1 device")
+        );
+        assert_eq!(scope_skip_reason(CheckName::GemmFlops, 1, 0).as_deref(), Some("this node has no devices"));
+    }
+
+    #[test]
+    fn scopes_that_exist_are_not_skipped() {
+        assert_eq!(scope_skip_reason(CheckName::AllReduce2, 2, 1), None);
+        assert_eq!(scope_skip_reason(CheckName::AllReduce1, 1, 2), None);
+        assert_eq!(scope_skip_reason(CheckName::AllReduce, 2, 1), None);
+        assert_eq!(scope_skip_reason(CheckName::GemmFlops, 1, 1), None);
+        assert_eq!(scope_skip_reason(CheckName::CompCommOverlap, 1, 2), None);
+    }
+}

@@ -1,0 +1,802 @@
+//! The store against real SQLite files in a temporary directory (and in memory): attempt
+//! numbering, report and event round trips, filters, concurrency between handles, and
+//! the errors a user can meet.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::thread;
+
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::events::{Attempt, EventKind, NewEvent};
+use gpuvet_core::results::{
+    CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, Lane, Measurement,
+    Outcome, RunReport, Verdict,
+};
+use gpuvet_store::{EventFilter, ResultFilter, SCHEMA_VERSION, Store, StoreError};
+use rusqlite::Connection;
+use serde_json::json;
+use tempfile::TempDir;
+
+fn temp_store() -> (TempDir, PathBuf, Store) {
+    let dir = tempfile::tempdir().unwrap();
+    // A missing parent directory is created.
+    let path = dir.path().join("state").join("gpuvet.db");
+    let store = Store::open(&path).unwrap();
+    (dir, path, store)
+}
+
+/// A report of `attempt` with two checks that did no work and one with a slow device.
+fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
+    let mut gemm = CheckResult::without_work(CheckName::GemmFlops, CheckStatus::Failed, "slow");
+    gemm.reason = None;
+    gemm.duration_secs = 2.5;
+    gemm.params = BTreeMap::from([("dtype".to_owned(), "bf16".to_owned())]);
+    gemm.entities = [
+        (0, 700.0, Verdict::Ok),
+        (1, 710.0, Verdict::Ok),
+        (2, 300.0, Verdict::Slow),
+    ]
+    .into_iter()
+    .map(|(index, value, verdict)| {
+        let entity = Entity::Device {
+            node: attempt.node.clone(),
+            index,
+        };
+        EntityResult {
+            entity: entity.clone(),
+            verdict,
+            lane: Lane::Host,
+            reason: format!("{value} TFLOPS"),
+            evidence: Evidence {
+                value: Some(value),
+                peer_median: Some(705.0),
+                ..Evidence::default()
+            },
+            measurement: Measurement::ok(entity, value, vec![value, value + 1.0])
+                .with_extra("m", 8192.0),
+        }
+    })
+    .collect();
+    let checks = vec![
+        gemm,
+        CheckResult::without_work(CheckName::AllReduce1, CheckStatus::Skipped, "one device"),
+        CheckResult::without_work(CheckName::AllReduce2, CheckStatus::NotRun, "time ran out"),
+    ];
+    RunReport {
+        gpuvet_version: "0.1.0".to_owned(),
+        job_id: attempt.job_id.clone(),
+        attempt: attempt.attempt,
+        node: attempt.node.clone(),
+        instance: attempt.instance.clone(),
+        backend: "sim".to_owned(),
+        devices: vec![DeviceInfo {
+            index: 0,
+            name: "Sim H200".to_owned(),
+            memory_bytes: Some(141 << 30),
+            details: BTreeMap::new(),
+        }],
+        started_at_ms,
+        duration_secs: 2.75,
+        timeout_secs: 300.0,
+        outcome: Outcome::of(&checks),
+        checks,
+    }
+}
+
+fn event(time_ms: u64, kind: EventKind, message: &str) -> NewEvent {
+    NewEvent {
+        time_ms,
+        kind,
+        lane: (kind == EventKind::SanityCheckFailed).then_some(Lane::Network),
+        message: message.to_owned(),
+        details: json!({ "message": message, "n": time_ms }),
+    }
+}
+
+fn messages(events: &[gpuvet_core::events::Event]) -> Vec<&str> {
+    events.iter().map(|e| e.event.message.as_str()).collect()
+}
+
+fn raw(path: &Path) -> Connection {
+    Connection::open(path).unwrap()
+}
+
+#[test]
+fn attempts_start_at_one_and_count_per_job_and_node() {
+    let (_dir, _path, mut store) = temp_store();
+    let numbers: Vec<u32> = (0..3)
+        .map(|i| {
+            store
+                .begin_attempt("job-a", "n0", "pod-0", i)
+                .unwrap()
+                .attempt
+        })
+        .collect();
+    assert_eq!(numbers, [1, 2, 3]);
+    assert_eq!(
+        store
+            .begin_attempt("job-a", "n1", "pod-1", 9)
+            .unwrap()
+            .attempt,
+        1
+    );
+    let other = store.begin_attempt("job-b", "n0", "pod-0", 10).unwrap();
+    assert_eq!(
+        other,
+        Attempt {
+            job_id: "job-b".into(),
+            attempt: 1,
+            node: "n0".into(),
+            instance: "pod-0".into()
+        }
+    );
+    assert_eq!(store.latest_attempt("job-a").unwrap(), Some(3));
+    assert_eq!(store.latest_attempt("job-b").unwrap(), Some(1));
+    assert_eq!(store.latest_attempt("job-c").unwrap(), None);
+}
+
+#[test]
+fn report_round_trips_and_its_check_rows_match() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 1_000).unwrap();
+    let original = report(&attempt, 1_000);
+    let run_id = store.record_report(&attempt, &original).unwrap();
+
+    let reports = store.reports("job", 1).unwrap();
+    assert_eq!(reports.len(), 1);
+    assert_eq!(
+        serde_json::to_value(&reports[0]).unwrap(),
+        serde_json::to_value(&original).unwrap()
+    );
+
+    let results = store.results(&ResultFilter::default()).unwrap();
+    assert_eq!(results.len(), 3);
+    for (stored, check) in results.iter().zip(&original.checks) {
+        assert_eq!(stored.attempt, attempt);
+        assert_eq!(stored.run_id, run_id);
+        assert_eq!(stored.started_at_ms, 1_000);
+        assert_eq!(&stored.result, check);
+    }
+
+    let conn = raw(&path);
+    let mut select = conn
+        .prepare(
+            "SELECT check_name, status, duration_secs, median_value, unit, findings
+             FROM check_results WHERE run_id = ?1 ORDER BY position",
+        )
+        .unwrap();
+    let rows: Vec<(String, String, f64, Option<f64>, String, i64)> = select
+        .query_map([run_id], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    let expected: Vec<_> = original
+        .checks
+        .iter()
+        .map(|c| {
+            (
+                c.name.as_str().to_owned(),
+                c.status.as_str().to_owned(),
+                c.duration_secs,
+                c.median_value(),
+                c.metric.unit.clone(),
+                c.findings().count() as i64,
+            )
+        })
+        .collect();
+    assert_eq!(rows, expected);
+    assert_eq!(rows[0].3, Some(700.0));
+    assert_eq!(rows[0].5, 1);
+
+    let (backend, outcome): (String, String) = conn
+        .query_row(
+            "SELECT backend, outcome FROM runs WHERE id = ?1",
+            [run_id],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((backend.as_str(), outcome.as_str()), ("sim", "failed"));
+}
+
+#[test]
+fn results_of_one_attempt_never_appear_under_another() {
+    let (_dir, _path, mut store) = temp_store();
+    let first = store.begin_attempt("job", "n0", "pod-0", 1_000).unwrap();
+    let first_run = store.record_report(&first, &report(&first, 1_000)).unwrap();
+    let second = store.begin_attempt("job", "n0", "pod-0", 2_000).unwrap();
+    let mut retry = report(&second, 2_000);
+    retry.checks.truncate(1);
+    let second_run = store.record_report(&second, &retry).unwrap();
+    let other_node = store.begin_attempt("job", "n1", "pod-1", 2_100).unwrap();
+    store
+        .record_report(&other_node, &report(&other_node, 2_100))
+        .unwrap();
+
+    let filter = ResultFilter {
+        job_id: Some("job".into()),
+        attempt: Some(2),
+        ..ResultFilter::default()
+    };
+    let results = store.results(&filter).unwrap();
+    assert_eq!(results.len(), 1);
+    assert!(
+        results
+            .iter()
+            .all(|r| r.attempt.attempt == 2 && r.run_id == second_run)
+    );
+
+    let attempt_one = ResultFilter {
+        job_id: Some("job".into()),
+        attempt: Some(1),
+        ..ResultFilter::default()
+    };
+    let results = store.results(&attempt_one).unwrap();
+    assert_eq!(results.len(), 6);
+    assert!(results.iter().all(|r| r.attempt.attempt == 1));
+    let nodes: Vec<&str> = results.iter().map(|r| r.attempt.node.as_str()).collect();
+    assert_eq!(
+        nodes,
+        ["n0", "n0", "n0", "n1", "n1", "n1"],
+        "ordered by run start"
+    );
+
+    let by_node_and_check = ResultFilter {
+        attempt: Some(1),
+        node: Some("n0".into()),
+        check: Some(CheckName::AllReduce2),
+        ..attempt_one
+    };
+    let results = store.results(&by_node_and_check).unwrap();
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0].run_id, first_run);
+    assert_eq!(results[0].result.name, CheckName::AllReduce2);
+
+    assert_eq!(store.reports("job", 2).unwrap(), [retry]);
+    assert_eq!(store.reports("job", 1).unwrap().len(), 2);
+    assert!(store.reports("job", 3).unwrap().is_empty());
+    assert!(
+        store
+            .results(&ResultFilter {
+                job_id: Some("nope".into()),
+                ..ResultFilter::default()
+            })
+            .unwrap()
+            .is_empty()
+    );
+}
+
+#[test]
+fn events_filter_by_job_attempt_kind_and_node_in_time_order() {
+    let mut store = Store::open_in_memory().unwrap();
+    assert_eq!(store.path(), None);
+    let a1 = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    let a2 = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    let b1 = store.begin_attempt("job", "n1", "pod-1", 0).unwrap();
+    let other = store.begin_attempt("other", "n0", "pod-0", 0).unwrap();
+
+    // Recorded out of time order; equal times keep the order recorded.
+    let stored = store
+        .record_event(&a1, &event(300, EventKind::SanityCheckFailed, "a1 failed"))
+        .unwrap();
+    assert_eq!(stored.event.lane, Some(Lane::Network));
+    store
+        .record_event(&a1, &event(100, EventKind::InstanceStarted, "a1 started"))
+        .unwrap();
+    store
+        .record_event(
+            &b1,
+            &event(300, EventKind::SanityCheckSucceeded, "b1 passed"),
+        )
+        .unwrap();
+    store
+        .record_event(&a2, &event(400, EventKind::SanityCheckFailed, "a2 failed"))
+        .unwrap();
+    store
+        .record_event(
+            &other,
+            &event(50, EventKind::InstanceStarted, "other started"),
+        )
+        .unwrap();
+    let last = store
+        .record_event(&a2, &event(500, EventKind::InstanceExited, "a2 exited"))
+        .unwrap();
+
+    let all = store.events(&EventFilter::default()).unwrap();
+    assert_eq!(
+        messages(&all),
+        [
+            "other started",
+            "a1 started",
+            "a1 failed",
+            "b1 passed",
+            "a2 failed",
+            "a2 exited"
+        ]
+    );
+    assert_eq!(all.last().unwrap(), &last);
+    assert_eq!(all[2], stored);
+    assert_eq!(
+        all[2].event.details,
+        json!({ "message": "a1 failed", "n": 300 })
+    );
+
+    let job = EventFilter {
+        job_id: Some("job".into()),
+        ..EventFilter::default()
+    };
+    assert_eq!(
+        messages(&store.events(&job).unwrap()),
+        [
+            "a1 started",
+            "a1 failed",
+            "b1 passed",
+            "a2 failed",
+            "a2 exited"
+        ]
+    );
+    let first_try = EventFilter {
+        attempt: Some(1),
+        ..job.clone()
+    };
+    assert_eq!(
+        messages(&store.events(&first_try).unwrap()),
+        ["a1 started", "a1 failed", "b1 passed"]
+    );
+    let second_try = EventFilter {
+        attempt: Some(2),
+        ..job.clone()
+    };
+    assert_eq!(
+        messages(&store.events(&second_try).unwrap()),
+        ["a2 failed", "a2 exited"]
+    );
+    let failed = EventFilter {
+        kind: Some(EventKind::SanityCheckFailed),
+        ..EventFilter::default()
+    };
+    assert_eq!(
+        messages(&store.events(&failed).unwrap()),
+        ["a1 failed", "a2 failed"]
+    );
+    let n1 = EventFilter {
+        node: Some("n1".into()),
+        ..EventFilter::default()
+    };
+    assert_eq!(messages(&store.events(&n1).unwrap()), ["b1 passed"]);
+    let limited = EventFilter {
+        limit: Some(2),
+        ..job
+    };
+    assert_eq!(
+        messages(&store.events(&limited).unwrap()),
+        ["a1 started", "a1 failed"]
+    );
+    let none = EventFilter {
+        kind: Some(EventKind::InstanceRebuildRequested),
+        ..EventFilter::default()
+    };
+    assert!(store.events(&none).unwrap().is_empty());
+}
+
+#[test]
+fn a_file_store_is_in_wal_mode_at_schema_version() {
+    let (_dir, path, store) = temp_store();
+    assert_eq!(store.path(), Some(path.as_path()));
+    let conn = raw(&path);
+    let mode: String = conn
+        .pragma_query_value(None, "journal_mode", |r| r.get(0))
+        .unwrap();
+    assert_eq!(mode, "wal");
+    let version: u32 = conn
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+}
+
+#[test]
+fn reopening_keeps_the_data_and_the_schema() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
+    store.record_report(&attempt, &report(&attempt, 1)).unwrap();
+    store
+        .record_event(&attempt, &event(1, EventKind::SanityCheckFailed, "failed"))
+        .unwrap();
+    drop(store);
+
+    for round in 0..2 {
+        let mut store = Store::open(&path).unwrap();
+        assert_eq!(store.reports("job", 1).unwrap(), [report(&attempt, 1)]);
+        assert_eq!(store.results(&ResultFilter::default()).unwrap().len(), 3);
+        assert_eq!(
+            messages(&store.events(&EventFilter::default()).unwrap()),
+            ["failed"]
+        );
+        assert_eq!(
+            store
+                .begin_attempt("job", "n0", "pod-0", 2)
+                .unwrap()
+                .attempt,
+            2 + round
+        );
+    }
+    let version: u32 = raw(&path)
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+}
+
+#[test]
+fn two_handles_on_one_file_interleave_their_writes() {
+    let (_dir, path, mut first) = temp_store();
+    let mut second = Store::open(&path).unwrap();
+    let a = first.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    let b = second.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    assert_eq!((a.attempt, b.attempt), (1, 2));
+    for i in 0..10 {
+        first
+            .record_event(
+                &a,
+                &event(i * 2, EventKind::InstanceStarted, &format!("first {i}")),
+            )
+            .unwrap();
+        second
+            .record_event(
+                &b,
+                &event(
+                    i * 2 + 1,
+                    EventKind::RuntimeCheckFailed,
+                    &format!("second {i}"),
+                ),
+            )
+            .unwrap();
+    }
+    let expected: Vec<String> = (0..10)
+        .flat_map(|i| [format!("first {i}"), format!("second {i}")])
+        .collect();
+    for store in [&first, &second, &Store::open(&path).unwrap()] {
+        let events = store.events(&EventFilter::default()).unwrap();
+        assert_eq!(messages(&events), expected);
+        let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
+        assert!(
+            ids.windows(2).all(|w| w[0] < w[1]),
+            "ids follow the order written: {ids:?}"
+        );
+    }
+}
+
+#[test]
+fn concurrent_handles_never_share_an_attempt_number() {
+    let (_dir, path, store) = temp_store();
+    drop(store);
+    let threads: Vec<_> = (0..2)
+        .map(|t| {
+            let path = path.clone();
+            thread::spawn(move || {
+                let mut store = Store::open(&path).unwrap();
+                (0..20)
+                    .map(|i| {
+                        store
+                            .begin_attempt("job", "n0", &format!("pod-{t}"), i)
+                            .unwrap()
+                            .attempt
+                    })
+                    .collect::<Vec<u32>>()
+            })
+        })
+        .collect();
+    let mut numbers: Vec<u32> = threads
+        .into_iter()
+        .flat_map(|t| t.join().unwrap())
+        .collect();
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=40).collect::<Vec<u32>>());
+}
+
+/// Set in the child processes of `processes_never_share_an_attempt_number`.
+const CHILD_STORE: &str = "GPUVET_STORE_TEST_CHILD_STORE";
+
+#[test]
+fn processes_never_share_an_attempt_number() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("shared.db");
+    // The children open the new file at once: they also race to create the schema.
+    let children: Vec<_> = (0..3)
+        .map(|_| {
+            std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "begin_attempts_in_a_child_process",
+                    "--test-threads=1",
+                    "-q",
+                ])
+                .env(CHILD_STORE, &path)
+                .stdout(std::process::Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for mut child in children {
+        assert!(child.wait().unwrap().success());
+    }
+    let conn = raw(&path);
+    let mut select = conn
+        .prepare("SELECT attempt FROM attempts ORDER BY attempt")
+        .unwrap();
+    let numbers: Vec<u32> = select
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .map(Result::unwrap)
+        .collect();
+    assert_eq!(numbers, (1..=45).collect::<Vec<u32>>());
+}
+
+/// A no-op unless run as a child of `processes_never_share_an_attempt_number`.
+#[test]
+fn begin_attempts_in_a_child_process() {
+    let Some(path) = std::env::var_os(CHILD_STORE) else {
+        return;
+    };
+    let mut store = Store::open(Path::new(&path)).unwrap();
+    for i in 0..15 {
+        store
+            .begin_attempt("job", "n0", &format!("pid-{}", std::process::id()), i)
+            .unwrap();
+    }
+}
+
+#[test]
+fn concurrent_first_opens_migrate_a_new_file_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("new.db");
+    let threads: Vec<_> = (0..4)
+        .map(|t| {
+            let path = path.clone();
+            thread::spawn(move || {
+                let mut store = Store::open(&path).unwrap();
+                store
+                    .begin_attempt("job", &format!("n{t}"), "pod", 0)
+                    .unwrap()
+                    .attempt
+            })
+        })
+        .collect();
+    for thread in threads {
+        assert_eq!(thread.join().unwrap(), 1);
+    }
+    let store = Store::open(&path).unwrap();
+    assert_eq!(store.latest_attempt("job").unwrap(), Some(1));
+}
+
+#[test]
+fn a_store_under_a_regular_file_names_the_path() {
+    let file = tempfile::NamedTempFile::new().unwrap();
+    let path = file.path().join("x.db");
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot open the store at `{}`: `{}` is a file, not a directory",
+            path.display(),
+            file.path().display()
+        )
+    );
+    assert!(err.hint().unwrap().contains("--store"));
+}
+
+#[test]
+fn a_file_that_is_not_a_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("notes.db");
+    std::fs::write(
+        &path,
+        "these are not the pages you are looking for, ".repeat(100),
+    )
+    .unwrap();
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
+    assert!(err.to_string().contains(&path.display().to_string()));
+    assert!(
+        err.hint().unwrap().contains("not an SQLite database"),
+        "{:?}",
+        err.hint()
+    );
+}
+
+#[test]
+fn another_programs_database_is_left_alone() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("other.db");
+    raw(&path)
+        .execute_batch("CREATE TABLE notes (body TEXT)")
+        .unwrap();
+    let err = Store::open(&path).unwrap_err();
+    assert!(matches!(err, StoreError::NotAStore { .. }), "{err:?}");
+    assert!(
+        err.to_string().contains(&format!("`{}`", path.display())),
+        "{err}"
+    );
+    let tables: i64 = raw(&path)
+        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(tables, 1);
+}
+
+#[test]
+fn a_store_from_a_newer_gpuvet_is_refused() {
+    let (_dir, path, store) = temp_store();
+    drop(store);
+    raw(&path)
+        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
+        .unwrap();
+    match Store::open(&path).unwrap_err() {
+        StoreError::TooNew {
+            found, supported, ..
+        } => {
+            assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn corrupt_rows_give_decode_errors_naming_table_and_id() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    let run_id = store.record_report(&attempt, &report(&attempt, 0)).unwrap();
+    let event = store
+        .record_event(&attempt, &event(1, EventKind::InstanceStarted, "started"))
+        .unwrap();
+
+    let conn = raw(&path);
+    conn.execute(
+        "UPDATE runs SET report_json = '{\"job_id\": 3' WHERE id = ?1",
+        [run_id],
+    )
+    .unwrap();
+    let err = store.reports("job", 1).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Decode { table: "runs", id, .. } if id == run_id),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains(&format!("row {run_id} of table `runs`")),
+        "{err}"
+    );
+    assert!(err.hint().is_some());
+
+    let check_id: i64 = conn
+        .query_row("SELECT max(id) FROM check_results", [], |r| r.get(0))
+        .unwrap();
+    conn.execute(
+        "UPDATE check_results SET result_json = '{\"name\": \"gemm_flop\"}' WHERE id = ?1",
+        [check_id],
+    )
+    .unwrap();
+    let err = store.results(&ResultFilter::default()).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Decode { table: "check_results", id, .. } if id == check_id),
+        "{err:?}"
+    );
+
+    conn.execute(
+        "UPDATE events SET details = 'not json' WHERE id = ?1",
+        [event.id],
+    )
+    .unwrap();
+    let err = store.events(&EventFilter::default()).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Decode { table: "events", id, .. } if id == event.id),
+        "{err:?}"
+    );
+
+    conn.execute(
+        "UPDATE events SET details = '{}', kind = 'Started' WHERE id = ?1",
+        [event.id],
+    )
+    .unwrap();
+    let err = store.events(&EventFilter::default()).unwrap_err();
+    assert!(
+        err.to_string().contains("unknown event type `Started`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn a_report_is_stored_whole_or_not_at_all() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    // Make the third check row fail to insert.
+    raw(&path)
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE INSERT ON check_results WHEN NEW.position = 2
+             BEGIN SELECT RAISE(ABORT, 'refused by test'); END;",
+        )
+        .unwrap();
+    let err = store
+        .record_report(&attempt, &report(&attempt, 0))
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("cannot record a report in the store: "),
+        "{err}"
+    );
+    assert!(store.reports("job", 1).unwrap().is_empty());
+    assert!(store.results(&ResultFilter::default()).unwrap().is_empty());
+    let runs: i64 = raw(&path)
+        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(runs, 0);
+}
+
+#[test]
+fn a_report_of_another_attempt_or_that_cannot_read_back_is_refused() {
+    let mut store = Store::open_in_memory().unwrap();
+    let first = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    let second = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    let err = store
+        .record_report(&second, &report(&first, 0))
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Mismatch {
+                field: "attempt",
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "the report's attempt is `1` but the attempt's is `2`"
+    );
+
+    let mut bad = report(&first, 0);
+    bad.duration_secs = f64::NAN;
+    let err = store.record_report(&first, &bad).unwrap_err();
+    assert!(
+        matches!(err, StoreError::Encode { what: "report", .. }),
+        "{err:?}"
+    );
+    assert!(store.reports("job", 1).unwrap().is_empty());
+}
+
+#[test]
+fn a_report_of_an_attempt_begun_elsewhere_adds_the_attempt() {
+    let mut store = Store::open_in_memory().unwrap();
+    let attempt = Attempt {
+        job_id: "job".into(),
+        attempt: 4,
+        node: "n7".into(),
+        instance: "pod-7".into(),
+    };
+    store.record_report(&attempt, &report(&attempt, 0)).unwrap();
+    assert_eq!(store.latest_attempt("job").unwrap(), Some(4));
+    assert_eq!(
+        store
+            .begin_attempt("job", "n7", "pod-7", 1)
+            .unwrap()
+            .attempt,
+        5
+    );
+    let results = store
+        .results(&ResultFilter {
+            attempt: Some(4),
+            ..ResultFilter::default()
+        })
+        .unwrap();
+    assert_eq!(results.len(), 3);
+    assert!(results.iter().all(|r| r.attempt == attempt));
+}

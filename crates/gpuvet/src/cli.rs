@@ -1,0 +1,160 @@
+//! The command line: subcommands, flags and the environment variables behind them.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const EXIT_CODES_HELP: &str = "\
+Exit codes:
+  0    every check that ran passed
+  1    a check failed or timed out (`run` with `fail`: the app was not started)
+  2    usage or config error; nothing was started
+  3    `check`: no check failed, but a requested check is not implemented yet
+  69   the requested backend is not available on this machine
+  70   a bug in gpuvet
+  74   the result store could not be opened or written
+  75   `run` with `rebuild`: checks failed and the rebuild hook ran
+  126  `run`: the app's command could not be executed
+  127  `run`: the app's command was not found
+Once `run` has started the app, gpuvet exits with the app's code (128+N if signal N killed it).";
+
+/// Vets the GPUs and links of a GPU service before it starts.
+#[derive(Debug, Parser)]
+#[command(name = "gpuvet", version, about, after_help = EXIT_CODES_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the sanity checks on this node and report what is faulty or slow.
+    Check(CheckArgs),
+    /// Run the sanity checks, then start CMD or not, as `fail_action` says.
+    Run(RunArgs),
+    /// List deployment events from the store.
+    Events(EventsArgs),
+    /// List sanity-check results from the store.
+    Results(ResultsArgs),
+    /// List the check catalog: names, scopes, metrics and PAI's time estimates.
+    Checks(CatalogArgs),
+}
+
+/// Flags shared by `check` and `run`.
+#[derive(Debug, Args)]
+pub struct SanityArgs {
+    /// Config file: PAI's `aimaster` JSON, optionally with a `gpuvet` section.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Backend that runs the checks [default: the config's, else auto].
+    #[arg(long, value_parser = ["auto", "cuda", "cpu", "sim"])]
+    pub backend: Option<String>,
+    /// Number of logical devices for the cpu backend [default: the core count, at most 8].
+    #[arg(long, value_name = "N")]
+    pub cpu_devices: Option<u32>,
+    /// Checks to run, comma-separated; replaces `micro_benchmarks` from the config.
+    #[arg(long, value_name = "LIST")]
+    pub checks: Option<String>,
+    /// Overall timeout for all checks, in minutes; replaces `timeout` from the config.
+    #[arg(long, value_name = "MINUTES")]
+    pub timeout: Option<f64>,
+    /// Also write the report as JUnit XML to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub junit: Option<PathBuf>,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// Who is running: the job, the node and the instance.
+#[derive(Debug, Args)]
+pub struct IdentityArgs {
+    /// Job id that groups attempts [default: $TORCHELASTIC_RUN_ID, else `default`].
+    #[arg(long, env = "GPUVET_JOB_ID", value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Node name [default: $NODE_NAME, else the hostname].
+    #[arg(long, env = "GPUVET_NODE", value_name = "NAME")]
+    pub node: Option<String>,
+    /// Instance name [default: $POD_NAME, else $HOSTNAME, else the hostname].
+    #[arg(long, env = "GPUVET_INSTANCE", value_name = "NAME")]
+    pub instance: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StoreArgs {
+    /// SQLite store [default: the config's `gpuvet.store`, else $XDG_STATE_HOME/gpuvet/gpuvet.db].
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
+    pub store: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    #[command(flatten)]
+    pub sanity: SanityArgs,
+    /// Print the report as JSON on stdout instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Do not record the run in the store.
+    #[arg(long)]
+    pub no_store: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct RunArgs {
+    #[command(flatten)]
+    pub sanity: SanityArgs,
+    /// The app to start, after `--`: e.g. `gpuvet run -- vllm serve ...`.
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub command: Vec<OsString>,
+}
+
+#[derive(Debug, Args)]
+pub struct EventsArgs {
+    /// Only this job's events.
+    #[arg(long, env = "GPUVET_JOB_ID", value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Only this attempt's events.
+    #[arg(long, value_name = "N")]
+    pub attempt: Option<u32>,
+    /// Only events of this type, e.g. `SanityCheckFailed`.
+    #[arg(long = "type", value_name = "TYPE")]
+    pub kind: Option<String>,
+    /// Only this node's events.
+    #[arg(long, value_name = "NAME")]
+    pub node: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct ResultsArgs {
+    /// The job whose results to list [default: `default`].
+    #[arg(long, env = "GPUVET_JOB_ID", value_name = "ID")]
+    pub job_id: Option<String>,
+    /// The attempt to list [default: the latest].
+    #[arg(long, value_name = "N", conflicts_with = "all_attempts")]
+    pub attempt: Option<u32>,
+    /// List every attempt, not only the latest.
+    #[arg(long)]
+    pub all_attempts: bool,
+    /// Only this check's results.
+    #[arg(long, value_name = "NAME")]
+    pub check: Option<String>,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct CatalogArgs {
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}

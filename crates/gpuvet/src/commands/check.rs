@@ -1,0 +1,51 @@
+//! `gpuvet check`: run the sanity checks on this node and report.
+
+use std::io::IsTerminal;
+
+use gpuvet_core::events::Attempt;
+use gpuvet_core::exit_codes;
+use gpuvet_core::render;
+use gpuvet_core::results::Outcome;
+use gpuvet_store::Store;
+
+use super::sanity;
+use crate::cli::CheckArgs;
+use crate::failure::Failure;
+use crate::identity::{Identity, load_config, now_ms, store_path};
+use crate::output;
+
+pub fn check(args: CheckArgs) -> Result<i32, Failure> {
+    let config = load_config(args.sanity.config.as_deref())?;
+    let sanity = sanity::sanity_settings(&args.sanity, &config, true)?.expect("checks run by hand always have a set");
+    let backend = sanity::backend(&args.sanity, &config)?;
+    let identity = Identity::resolve(&args.sanity.identity);
+
+    let mut store = if args.no_store {
+        None
+    } else {
+        Some(Store::open(&store_path(args.sanity.store.store.as_deref(), &config))?)
+    };
+    let attempt = match store.as_mut() {
+        Some(store) => store.begin_attempt(&identity.job_id, &identity.node, &identity.instance, now_ms())?,
+        None => Attempt { job_id: identity.job_id, attempt: 1, node: identity.node, instance: identity.instance },
+    };
+
+    let show_progress = !args.json && std::io::stdout().is_terminal();
+    let report = sanity::execute(backend, &config, &sanity, &attempt, show_progress);
+    if let Some(store) = store.as_mut() {
+        store.record_report(&attempt, &report)?;
+    }
+    if let Some(path) = &args.sanity.junit {
+        output::write_junit(path, &report)?;
+    }
+    if args.json {
+        output::stdout(&output::json(&report))?;
+    } else {
+        output::stdout(&render::table(&report, None))?;
+    }
+    Ok(match report.outcome {
+        Outcome::Passed => exit_codes::SUCCESS,
+        Outcome::Incomplete => exit_codes::INCOMPLETE,
+        Outcome::Failed => exit_codes::CHECK_FAILED,
+    })
+}

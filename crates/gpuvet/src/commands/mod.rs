@@ -1,0 +1,23 @@
+//! One module per subcommand; `dispatch` picks it.
+
+mod catalog;
+mod check;
+mod events;
+mod results;
+mod run;
+mod sanity;
+mod supervise;
+
+use crate::cli::{Cli, Command};
+use crate::failure::Failure;
+
+/// Runs the chosen subcommand; `Ok` carries the exit code.
+pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
+    match cli.command {
+        Command::Check(args) => check::check(args),
+        Command::Run(args) => run::run(args),
+        Command::Events(args) => events::events(args),
+        Command::Results(args) => results::results(args),
+        Command::Checks(args) => catalog::catalog(args),
+    }
+}

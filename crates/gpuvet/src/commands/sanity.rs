@@ -1,0 +1,110 @@
+//! The part `check` and `run` share: apply flags over the config, pick the backend, run
+//! the checks with progress, and summarise the outcome for events.
+
+use std::sync::Arc;
+
+use gpuvet_backend::{Backend, WorkSpec};
+use gpuvet_core::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
+use gpuvet_core::events::Attempt;
+use gpuvet_core::results::{RunReport, Verdict};
+use gpuvet_runner::{HANG_GRACE, RunPlan};
+
+use crate::cli::SanityArgs;
+use crate::failure::Failure;
+use crate::identity::now_ms;
+use crate::output::Progress;
+
+/// The sanity settings after `--checks` and `--timeout`; `None` when the config turns
+/// pre-start checks off and no flag turns them on.
+pub fn sanity_settings(args: &SanityArgs, config: &Config, default_when_absent: bool) -> Result<Option<SanityConfig>, Failure> {
+    let mut sanity = match (&config.sanity, default_when_absent || args.checks.is_some()) {
+        (Some(sanity), _) => sanity.clone(),
+        (None, true) => config.sanity_or_default(),
+        (None, false) => return Ok(None),
+    };
+    if let Some(list) = &args.checks {
+        sanity.checks = CheckList::parse(list, "--checks")?;
+    }
+    if let Some(minutes) = args.timeout {
+        sanity.timeout = Timeout::from_minutes(minutes, "--timeout")?;
+    }
+    Ok(Some(sanity))
+}
+
+/// The backend the flags and config ask for.
+pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, Failure> {
+    let choice = match &args.backend {
+        Some(name) => BackendChoice::parse(name).expect("clap only accepts known backends"),
+        None => config.settings.backend,
+    };
+    let mut settings = config.settings.clone();
+    if let Some(devices) = args.cpu_devices {
+        if devices == 0 || devices > 1024 {
+            return Err(Failure::usage(format!("`--cpu-devices {devices}` is out of range; expected 1 to 1024")));
+        }
+        settings.cpu_devices = Some(devices);
+    }
+    Ok(Arc::from(gpuvet_backend::select(choice, &settings)?))
+}
+
+/// Runs the checks, with a progress line on stderr when `show_progress`.
+pub fn execute(
+    backend: Arc<dyn Backend>,
+    config: &Config,
+    sanity: &SanityConfig,
+    attempt: &Attempt,
+    show_progress: bool,
+) -> RunReport {
+    let plan = RunPlan {
+        attempt: attempt.clone(),
+        nodes: 1,
+        checks: sanity.checks.as_slice().to_vec(),
+        timeout: sanity.timeout.duration(),
+        tolerance: config.settings.tolerance,
+        baselines: config.settings.baselines.clone(),
+        work: WorkSpec::from_settings(&config.settings),
+        started_at_ms: now_ms(),
+        hang_grace: HANG_GRACE,
+    };
+    let mut progress = Progress::new(show_progress);
+    gpuvet_runner::run(backend, &plan, &mut |event| progress.observe(event))
+}
+
+/// The findings of a report as JSON, for event details and the rebuild hook.
+pub fn findings_json(report: &RunReport) -> serde_json::Value {
+    let mut findings: Vec<serde_json::Value> = report
+        .findings()
+        .map(|(check, finding)| {
+            serde_json::json!({
+                "check": check.name,
+                "entity": finding.entity.to_string(),
+                "verdict": finding.verdict,
+                "lane": finding.lane,
+                "reason": finding.reason,
+                "evidence": finding.evidence,
+            })
+        })
+        .collect();
+    // Checks that failed without an entity to blame (a timeout) are findings too.
+    findings.extend(report.checks.iter().filter(|c| c.status.is_failure() && c.findings().next().is_none()).map(|c| {
+        serde_json::json!({
+            "check": c.name,
+            "entity": report.node,
+            "verdict": Verdict::Faulty,
+            "lane": c.name.spec().lane,
+            "reason": format!("{}: {}", c.status, c.reason.as_deref().unwrap_or("")),
+        })
+    }));
+    serde_json::Value::Array(findings)
+}
+
+/// A one-line account of the run, for event messages.
+pub fn summary_line(report: &RunReport) -> String {
+    let mut line = format!("sanity checks {} on `{}`: {}", report.outcome.as_str(), report.node, report.summary());
+    if let Some((check, finding)) = report.findings().next() {
+        line.push_str(&format!("; first finding: {} on {} ({})", check.name, finding.entity, finding.reason));
+    } else if let Some(check) = report.checks.iter().find(|c| c.status.is_failure()) {
+        line.push_str(&format!("; {} {}", check.name, check.status));
+    }
+    line
+}

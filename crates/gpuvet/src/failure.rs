@@ -1,0 +1,73 @@
+//! Errors that end a command, sorted into the user's mistakes and gpuvet's, each with
+//! its exit code and, where we know one, a `hint:` line saying what to do next.
+
+use std::fmt::Display;
+
+use gpuvet_core::exit_codes;
+
+/// An error that ends the command.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub error: anyhow::Error,
+    pub hint: Option<String>,
+}
+
+impl Failure {
+    pub fn new(code: i32, error: impl Into<anyhow::Error>) -> Self {
+        Failure { code, error: error.into(), hint: None }
+    }
+
+    /// A usage or configuration mistake: exit code 2.
+    pub fn usage(message: impl Display) -> Self {
+        Failure::new(exit_codes::USAGE, anyhow::anyhow!("{message}"))
+    }
+
+    pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
+        self.hint = Some(hint.into());
+        self
+    }
+
+    /// Prints the error (and its causes, and the hint) to stderr; returns the exit code.
+    #[allow(clippy::print_stderr)]
+    pub fn report(self) -> i32 {
+        eprintln!("error: {}", self.error);
+        for cause in self.error.chain().skip(1) {
+            eprintln!("  caused by: {cause}");
+        }
+        if let Some(hint) = self.hint {
+            eprintln!("hint: {hint}");
+        }
+        self.code
+    }
+}
+
+impl From<gpuvet_core::config::ConfigError> for Failure {
+    fn from(error: gpuvet_core::config::ConfigError) -> Self {
+        let hint = error.hint().map(str::to_owned);
+        Failure { code: exit_codes::USAGE, error: error.into(), hint }
+    }
+}
+
+impl From<gpuvet_store::StoreError> for Failure {
+    fn from(error: gpuvet_store::StoreError) -> Self {
+        let hint = error.hint().map(str::to_owned);
+        Failure { code: exit_codes::STORE_ERROR, error: error.into(), hint }
+    }
+}
+
+impl From<gpuvet_backend::BackendError> for Failure {
+    fn from(error: gpuvet_backend::BackendError) -> Self {
+        match error {
+            gpuvet_backend::BackendError::Unavailable { .. } => Failure::new(exit_codes::BACKEND_UNAVAILABLE, error)
+                .with_hint("use `--backend auto` to run on what this machine has, or `--backend cpu`"),
+            other => Failure::new(exit_codes::INTERNAL, other),
+        }
+    }
+}
+
+/// Prints a warning to stderr, in the same voice as errors.
+#[allow(clippy::print_stderr)]
+pub fn warn(message: impl Display) {
+    eprintln!("warning: {message}");
+}

@@ -1,0 +1,90 @@
+//! Who is running and where results go: job id, node, instance, config and store path,
+//! from flags, then the environment users already have, then defaults.
+
+use std::path::{Path, PathBuf};
+
+use gpuvet_core::config::Config;
+
+use crate::cli::IdentityArgs;
+use crate::failure::Failure;
+
+/// The job id used when nothing names one.
+pub const DEFAULT_JOB_ID: &str = "default";
+
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub job_id: String,
+    pub node: String,
+    pub instance: String,
+}
+
+impl Identity {
+    pub fn resolve(args: &IdentityArgs) -> Identity {
+        let job_id = args
+            .job_id
+            .clone()
+            .or_else(|| non_empty_env("TORCHELASTIC_RUN_ID"))
+            .unwrap_or_else(|| DEFAULT_JOB_ID.to_owned());
+        let node = args.node.clone().or_else(|| non_empty_env("NODE_NAME")).unwrap_or_else(hostname);
+        let instance = args
+            .instance
+            .clone()
+            .or_else(|| non_empty_env("POD_NAME"))
+            .or_else(|| non_empty_env("HOSTNAME"))
+            .unwrap_or_else(hostname);
+        Identity { job_id, node, instance }
+    }
+}
+
+fn non_empty_env(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|value| !value.trim().is_empty())
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "localhost".to_owned())
+}
+
+/// Reads and validates the config file, or the defaults when none is given.
+pub fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
+    let Some(path) = path else {
+        return Ok(Config::default());
+    };
+    let text = std::fs::read_to_string(path).map_err(|err| {
+        Failure::usage(format!("cannot read the config file `{}`: {err}", path.display()))
+            .with_hint("pass an existing file with `--config`, or leave it out to use the defaults")
+    })?;
+    Config::from_json(&text).map_err(|err| {
+        let failure = Failure::from(err);
+        let message = format!("`{}`: {}", path.display(), failure.error);
+        Failure { error: anyhow::anyhow!(message), ..failure }
+    })
+}
+
+/// The store path: flag or env, then the config, then the user's state directory.
+pub fn store_path(flag: Option<&Path>, config: &Config) -> PathBuf {
+    if let Some(path) = flag {
+        return path.to_owned();
+    }
+    if let Some(path) = &config.settings.store {
+        return PathBuf::from(path);
+    }
+    let state = non_empty_env("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| non_empty_env("HOME").map(|home| Path::new(&home).join(".local/state")));
+    match state {
+        Some(dir) => dir.join("gpuvet").join("gpuvet.db"),
+        None => PathBuf::from("gpuvet.db"),
+    }
+}
+
+/// Unix time in milliseconds.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,89 @@
+//! Where reports go: progress on the terminal while checks run, then the table, JSON or
+//! JUnit XML. Data goes to stdout, progress and diagnostics to stderr.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use gpuvet_core::render;
+use gpuvet_core::results::RunReport;
+use gpuvet_runner::RunnerEvent;
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use crate::failure::Failure;
+
+/// A progress line on stderr while the checks run; invisible when not wanted.
+#[derive(Debug)]
+pub struct Progress {
+    bar: ProgressBar,
+}
+
+impl Progress {
+    pub fn new(visible: bool) -> Self {
+        let bar = ProgressBar::with_draw_target(None, if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() });
+        bar.set_style(
+            ProgressStyle::with_template("{spinner} [{pos}/{len}] {msg} ({elapsed})")
+                .expect("the progress template is valid"),
+        );
+        Progress { bar }
+    }
+
+    pub fn observe(&mut self, event: RunnerEvent<'_>) {
+        match event {
+            RunnerEvent::RunStarted { plan, backend, devices } => {
+                self.bar.set_length(plan.checks.len() as u64);
+                self.bar.set_message(format!("starting on the {backend} backend with {devices} devices"));
+                self.bar.enable_steady_tick(Duration::from_millis(120));
+            }
+            RunnerEvent::CheckStarted { name, .. } => self.bar.set_message(name.to_string()),
+            RunnerEvent::Remeasuring { name, entities } => {
+                let names: Vec<String> = entities.iter().map(ToString::to_string).collect();
+                self.bar.set_message(format!("{name}: re-measuring {}", names.join(", ")));
+            }
+            RunnerEvent::CheckFinished { result, .. } => {
+                self.bar.println(format!("  {:<22} {:<15} {:.1}s", result.name.as_str(), result.status.as_str(), result.duration_secs));
+                self.bar.inc(1);
+            }
+            RunnerEvent::RunFinished { .. } => self.bar.finish_and_clear(),
+        }
+    }
+}
+
+/// Writes text to stdout; a closed pipe (e.g. `| head`) is not an error.
+pub fn stdout(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::new(gpuvet_core::exit_codes::INTERNAL, anyhow::anyhow!("cannot write to stdout: {err}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Writes text to stderr (reports of `gpuvet run`, whose stdout belongs to the app).
+pub fn stderr(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}
+
+pub fn json(report: &RunReport) -> String {
+    let mut text = serde_json::to_string_pretty(report).expect("a report always serializes");
+    text.push('\n');
+    text
+}
+
+/// Writes the JUnit XML next to its final name first, so a reader never sees half a file.
+pub fn write_junit(path: &Path, report: &RunReport) -> Result<(), Failure> {
+    write_atomically(path, render::junit(report).as_bytes()).map_err(|err| {
+        Failure::usage(format!("cannot write the JUnit report to `{}`: {err}", path.display()))
+            .with_hint("check that the directory exists and is writable")
+    })
+}
+
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "report".to_owned());
+    let temp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
+    std::fs::write(&temp, bytes)?;
+    std::fs::rename(&temp, path).inspect_err(|_| {
+        let _ = std::fs::remove_file(&temp);
+    })
+}

@@ -1,0 +1,74 @@
+//! Helpers shared by the integration tests: run the real binary in a scratch
+//! directory with its own store.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+#[derive(Debug)]
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Scratch { dir: tempfile::tempdir().expect("a temp dir") }
+    }
+
+    pub fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    pub fn store(&self) -> PathBuf {
+        self.path("gpuvet.db")
+    }
+
+    /// Writes a config file and returns its path.
+    pub fn config(&self, name: &str, json: &str) -> PathBuf {
+        let path = self.path(name);
+        std::fs::write(&path, json).expect("writing a config");
+        path
+    }
+
+    /// `gpuvet ARGS` with this scratch's store and a fixed identity.
+    pub fn gpuvet(&self) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_gpuvet"));
+        command
+            .current_dir(self.dir.path())
+            .env("GPUVET_STORE", self.store())
+            .env("GPUVET_JOB_ID", "job-test")
+            .env("GPUVET_NODE", "node-test")
+            .env("GPUVET_INSTANCE", "instance-test")
+            .env_remove("GPUVET_CONFIG");
+        command
+    }
+
+    /// The events of this scratch's store, as JSON.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        let output = self.gpuvet().args(["events", "--json"]).output().expect("running gpuvet events");
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        serde_json::from_slice(&output.stdout).expect("events JSON")
+    }
+
+    pub fn event_kinds(&self) -> Vec<String> {
+        self.events().iter().map(|e| e["kind"].as_str().unwrap().to_owned()).collect()
+    }
+}
+
+pub fn stdout(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+pub fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+pub fn json(output: &Output) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout)
+        .unwrap_or_else(|err| panic!("stdout is not JSON ({err}): {}\nstderr: {}", stdout(output), stderr(output)))
+}
+
+pub fn exists(path: &Path) -> bool {
+    path.exists()
+}
