@@ -1,1 +1,990 @@
-//! placeholder
+//! The XID policy: deduplication, escalation and "same XID on many GPUs" detection, as
+//! pure code. Time is always passed in; nothing here reads a clock or does I/O.
+//!
+//! How observations become findings:
+//! - **Cross-source dedup.** NVML's event and the kernel's `NVRM: Xid` line report the
+//!   same XID; an observation from one source that pairs with an unpaired one from
+//!   another source within [`PolicyConfig::cross_source_ms`] is counted once.
+//! - **Records per (GPU, XID, boot).** Every line is counted into its record (first
+//!   time, last time, count), and a record yields one finding, the first time, never one
+//!   per line (NVSentinel#1120: 800k lines, 29 distinct errors).
+//! - **Incidents.** Lines of one XID on one GPU less than [`PolicyConfig::incident_gap_ms`]
+//!   apart are one incident: a flood of identical lines is one event, not a repeat.
+//! - **Hold.** An incident is decided once it has been quiet for
+//!   [`PolicyConfig::settle_ms`], or [`PolicyConfig::max_hold_ms`] after it began, so a
+//!   burst is reported with its count and the other GPUs of a node-wide burst are in.
+//! - **Spread.** If at least half of the node's GPUs (and at least 2) have an incident
+//!   of the same XID within [`PolicyConfig::spread_window_ms`], the incidents are one
+//!   node-wide finding in lane `app`, never escalated (REFERENCE.md: "the same XID on
+//!   different GPUs at once points to the workload").
+//! - **Escalation.** Otherwise the incidents of one GPU within the catalog's window are
+//!   counted, and crossing a step of [`crate::xid::XidInfo::escalations`] emits one
+//!   update with `escalated: true` (e.g. XID 79 twice, a fatal XID 5 times in 24 h;
+//!   XID 45 has no steps and never escalates, NVSentinel#1710).
+//!
+//! Health conditions (ECC, throttling, a hung probe, ...) go through
+//! [`XidPolicy::observe_condition`]: one finding per (check, GPU, boot), updated only
+//! when its severity rises.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+
+use gpuvet_core::results::Lane;
+use serde::{Deserialize, Serialize};
+
+use crate::xid::{self, ActionClass, XidInfo};
+
+/// Which GPU: its NVML index, its PCI bus id, or both. The kernel log names GPUs by
+/// PCI id only, NVML by both; [`XidPolicy::register_gpus`] teaches the policy the
+/// mapping so both sources land on one record.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct GpuId {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub index: Option<u32>,
+    /// Normalized as `dddd:bb:dd` (see [`normalize_pci_bus_id`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bus_id: Option<String>,
+}
+
+impl GpuId {
+    pub fn new(index: Option<u32>, pci_bus_id: Option<&str>) -> Self {
+        GpuId {
+            index,
+            pci_bus_id: pci_bus_id.map(normalize_or_lowercase),
+        }
+    }
+
+    pub fn index(index: u32) -> Self {
+        GpuId {
+            index: Some(index),
+            pci_bus_id: None,
+        }
+    }
+
+    pub fn pci(pci_bus_id: &str) -> Self {
+        GpuId {
+            index: None,
+            pci_bus_id: Some(normalize_or_lowercase(pci_bus_id)),
+        }
+    }
+
+    /// The dedup key: the PCI id when known (stable across sources and driver
+    /// reloads), else the index.
+    pub fn key(&self) -> String {
+        match (&self.pci_bus_id, self.index) {
+            (Some(pci), _) => pci.clone(),
+            (None, Some(i)) => format!("index:{i}"),
+            (None, None) => "unknown".to_owned(),
+        }
+    }
+}
+
+impl fmt::Display for GpuId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match (self.index, &self.pci_bus_id) {
+            (Some(i), Some(p)) => write!(f, "gpu{i} ({p})"),
+            (Some(i), None) => write!(f, "gpu{i}"),
+            (None, Some(p)) => write!(f, "gpu {p}"),
+            (None, None) => f.write_str("unknown gpu"),
+        }
+    }
+}
+
+fn normalize_or_lowercase(s: &str) -> String {
+    normalize_pci_bus_id(s).unwrap_or_else(|| s.trim().to_ascii_lowercase())
+}
+
+/// Normalizes a PCI bus id to the kernel log's `dddd:bb:dd` form: NVML writes
+/// `00000000:3B:00.0` (8-digit domain, upper case, function), the driver's XID lines
+/// `0000:3b:00`. Accepts an optional `PCI:` prefix and a missing domain. Domains wider
+/// than 16 bits keep their low 4 hex digits, as the kernel prints them.
+pub fn normalize_pci_bus_id(s: &str) -> Option<String> {
+    let s = s.trim();
+    let s = s
+        .strip_prefix("PCI:")
+        .or_else(|| s.strip_prefix("pci:"))
+        .unwrap_or(s);
+    let parts: Vec<&str> = s.split(':').collect();
+    let (domain, bus, devfn) = match parts.as_slice() {
+        [bus, devfn] => ("0", *bus, *devfn),
+        [domain, bus, devfn] => (*domain, *bus, *devfn),
+        _ => return None,
+    };
+    let (dev, func) = match devfn.split_once('.') {
+        Some((d, f)) => (d, Some(f)),
+        None => (devfn, None),
+    };
+    let hex = |t: &str, max_len: usize| -> Option<u32> {
+        if t.is_empty() || t.len() > max_len || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        u32::from_str_radix(t, 16).ok()
+    };
+    let domain = hex(domain, 8)? & 0xffff;
+    let bus = hex(bus, 2)?;
+    let dev = hex(dev, 2)?;
+    if dev > 0x1f {
+        return None;
+    }
+    if let Some(f) = func {
+        hex(f, 1)?;
+    }
+    Some(format!("{domain:04x}:{bus:02x}:{dev:02x}"))
+}
+
+/// How bad a finding is. `Fail` mirrors DCGM's `DCGM_HEALTH_RESULT_FAIL`, `Warn` its
+/// `WARN`; `Info` is recorded only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Severity {
+    Info,
+    Warn,
+    Fail,
+}
+
+impl Severity {
+    /// The severity an XID's action implies: anything that needs a reset, a reboot or
+    /// support fails; app errors warn; record-only is informational.
+    pub fn for_action(action: ActionClass) -> Severity {
+        match action {
+            ActionClass::RecordOnly => Severity::Info,
+            ActionClass::AppError | ActionClass::RestartApp | ActionClass::RunDiagnostics => {
+                Severity::Warn
+            }
+            ActionClass::ResetGpu | ActionClass::RebootNode | ActionClass::ContactSupport => {
+                Severity::Fail
+            }
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Severity::Info => "info",
+            Severity::Warn => "warn",
+            Severity::Fail => "fail",
+        }
+    }
+}
+
+impl fmt::Display for Severity {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One XID sighting, from NVML's event set or a kernel-log line.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct XidObservation {
+    pub gpu: GpuId,
+    pub xid: u32,
+    /// Unix time in milliseconds.
+    pub time_ms: u64,
+    /// `/proc/sys/kernel/random/boot_id`; empty when unknown.
+    #[serde(default)]
+    pub boot_id: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    /// The driver's text after the XID number, when there is one.
+    #[serde(default)]
+    pub text: String,
+    /// `"kmsg"`, `"nvml"`, ...: observations from different sources pair up.
+    pub source: String,
+}
+
+/// What the watcher reports: the lead stores each as a `RuntimeCheckFailed` event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RuntimeFinding {
+    /// Where it was seen: `kmsg`, `nvml`, `kmsg+nvml`, `watchdog`, ...
+    pub source: String,
+    /// A stable name of the condition (`xid`, `xid.node_wide`, `ecc.volatile_uncorrected`,
+    /// `throttle.hw_slowdown`, `probe.hung`, ...): the dedup key with the GPU and boot.
+    pub check: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<GpuId>,
+    /// For node-wide findings: every GPU involved.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuId>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub xid: Option<u32>,
+    pub lane: Lane,
+    pub action: ActionClass,
+    pub severity: Severity,
+    /// Unix ms of the first sighting.
+    pub first_ms: u64,
+    /// Unix ms of the last sighting folded in so far.
+    pub last_ms: u64,
+    /// Lines (XIDs) or polls (conditions) folded into this finding so far.
+    pub count: u64,
+    pub message: String,
+    /// Set when repeats raised the action beyond the catalog's.
+    pub escalated: bool,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub boot_id: String,
+    /// The measured value behind a health finding (temperature, rate, count, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    /// The threshold the value was held against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub threshold: Option<f64>,
+}
+
+impl RuntimeFinding {
+    /// A finding about a health condition seen once at `time_ms`; severity follows
+    /// from `action` unless set with [`RuntimeFinding::with_severity`].
+    pub fn condition(
+        source: &str,
+        check: &str,
+        gpu: Option<GpuId>,
+        lane: Lane,
+        action: ActionClass,
+        time_ms: u64,
+        message: String,
+    ) -> Self {
+        RuntimeFinding {
+            source: source.to_owned(),
+            check: check.to_owned(),
+            gpu,
+            gpus: Vec::new(),
+            xid: None,
+            lane,
+            action,
+            severity: Severity::for_action(action),
+            first_ms: time_ms,
+            last_ms: time_ms,
+            count: 1,
+            message,
+            escalated: false,
+            boot_id: String::new(),
+            value: None,
+            threshold: None,
+        }
+    }
+
+    pub fn with_severity(mut self, severity: Severity) -> Self {
+        self.severity = severity;
+        self
+    }
+
+    pub fn with_value(mut self, value: f64, threshold: Option<f64>) -> Self {
+        self.value = Some(value);
+        self.threshold = threshold;
+        self
+    }
+
+    pub fn with_boot_id(mut self, boot_id: &str) -> Self {
+        self.boot_id = boot_id.to_owned();
+        self
+    }
+}
+
+/// The policy's knobs. The defaults are documented with their reasons.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PolicyConfig {
+    /// GPUs on the node; `None`: the GPUs registered or seen so far.
+    pub gpu_count: Option<usize>,
+    /// Lines closer than this are one incident (60 s: a driver repeats a line for the
+    /// same fault within seconds; a fault that comes back after a minute is a repeat).
+    pub incident_gap_ms: u64,
+    /// "At once" for the node-wide rule (60 s: the ranks of one job fail within
+    /// seconds of each other).
+    pub spread_window_ms: u64,
+    /// Share of the node's GPUs that makes an XID node-wide (REFERENCE.md: "the same
+    /// XID on different GPUs at once points to the workload"; half, and at least 2).
+    pub spread_min_fraction: f64,
+    /// An incident is decided once quiet this long (2 s).
+    pub settle_ms: u64,
+    /// ... or at the latest this long after it began (10 s), so a flood is reported.
+    pub max_hold_ms: u64,
+    /// NVML and kernel-log sightings of one XID closer than this are one (10 s: two
+    /// poll periods of the 1 Hz watcher, with slack).
+    pub cross_source_ms: u64,
+}
+
+impl Default for PolicyConfig {
+    fn default() -> Self {
+        PolicyConfig {
+            gpu_count: None,
+            incident_gap_ms: 60_000,
+            spread_window_ms: 60_000,
+            spread_min_fraction: 0.5,
+            settle_ms: 2_000,
+            max_hold_ms: 10_000,
+            cross_source_ms: 10_000,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Decision {
+    Pending,
+    PerGpu,
+    Spread,
+}
+
+#[derive(Debug, Clone)]
+struct Incident {
+    start_ms: u64,
+    last_ms: u64,
+    count: u64,
+    boot: String,
+    decision: Decision,
+}
+
+/// History of one XID on one GPU, across boots.
+#[derive(Debug, Default)]
+struct GpuXid {
+    incidents: VecDeque<Incident>,
+    /// Unpaired sighting times per source, for cross-source dedup (bounded).
+    unpaired: BTreeMap<String, VecDeque<u64>>,
+}
+
+/// One (GPU, XID, boot).
+#[derive(Debug)]
+struct Record {
+    gpu: GpuId,
+    first_ms: u64,
+    last_ms: u64,
+    count: u64,
+    pid: Option<u32>,
+    text: String,
+    sources: BTreeSet<String>,
+    emitted: bool,
+    /// Escalation steps already reported.
+    level: usize,
+    /// The last finding emitted, refreshed by `snapshot`.
+    last_finding: Option<RuntimeFinding>,
+}
+
+impl Record {
+    /// NVML's events carry no pid or text; the kernel's line does.
+    fn fill_in(&mut self, obs: &XidObservation) {
+        if self.pid.is_none() {
+            self.pid = obs.pid;
+        }
+        if self.text.is_empty() {
+            self.text.clone_from(&obs.text);
+        }
+    }
+}
+
+/// One node-wide burst of an XID in one boot.
+#[derive(Debug)]
+struct Episode {
+    gpus: BTreeMap<String, GpuId>,
+    first_ms: u64,
+    last_ms: u64,
+    count: u64,
+    sources: BTreeSet<String>,
+    finding: RuntimeFinding,
+}
+
+#[derive(Debug)]
+struct Condition {
+    finding: RuntimeFinding,
+    reported: Severity,
+}
+
+/// Bound on the unpaired sightings remembered per (GPU, XID, source).
+const MAX_UNPAIRED: usize = 256;
+
+/// The XID and condition policy of one node. Feed it with [`XidPolicy::observe`] and
+/// [`XidPolicy::observe_condition`], and call [`XidPolicy::tick`] (about once a second)
+/// to collect XID findings that are due.
+#[derive(Debug, Default)]
+pub struct XidPolicy {
+    config: PolicyConfig,
+    index_to_pci: BTreeMap<u32, String>,
+    pci_to_index: BTreeMap<String, u32>,
+    known: BTreeSet<String>,
+    history: BTreeMap<(String, u32), GpuXid>,
+    records: BTreeMap<(String, u32, String), Record>,
+    episodes: BTreeMap<(u32, String), Episode>,
+    conditions: BTreeMap<(String, String, String), Condition>,
+    /// (GPU key, XID) with an undecided incident.
+    pending: BTreeSet<(String, u32)>,
+}
+
+impl XidPolicy {
+    pub fn new(config: PolicyConfig) -> Self {
+        XidPolicy {
+            config,
+            ..XidPolicy::default()
+        }
+    }
+
+    pub fn config(&self) -> &PolicyConfig {
+        &self.config
+    }
+
+    /// Tells the policy which GPUs the node has (from NVML), so index-only and
+    /// PCI-only sightings of one GPU meet, and the node-wide rule knows the total.
+    pub fn register_gpus(&mut self, gpus: &[GpuId]) {
+        for g in gpus {
+            if let (Some(i), Some(p)) = (g.index, &g.pci_bus_id) {
+                self.index_to_pci.insert(i, p.clone());
+                self.pci_to_index.insert(p.clone(), i);
+            }
+            let g = self.canonical(g);
+            self.known.insert(g.key());
+        }
+    }
+
+    /// The node's GPU count as the policy sees it.
+    pub fn gpu_count(&self) -> usize {
+        if let Some(n) = self.config.gpu_count {
+            return n;
+        }
+        let seen: BTreeSet<&String> = self.history.keys().map(|(k, _)| k).collect();
+        self.known.len().max(seen.len())
+    }
+
+    fn canonical(&self, gpu: &GpuId) -> GpuId {
+        let mut g = gpu.clone();
+        if g.pci_bus_id.is_none() {
+            if let Some(p) = g.index.and_then(|i| self.index_to_pci.get(&i)) {
+                g.pci_bus_id = Some(p.clone());
+            }
+        }
+        if g.index.is_none() {
+            if let Some(i) = g.pci_bus_id.as_ref().and_then(|p| self.pci_to_index.get(p)) {
+                g.index = Some(*i);
+            }
+        }
+        g
+    }
+
+    /// Counts one XID sighting. Findings come out of [`XidPolicy::tick`].
+    pub fn observe(&mut self, obs: &XidObservation) {
+        let gpu = self.canonical(&obs.gpu);
+        let key = gpu.key();
+        let t = obs.time_ms;
+        let config = &self.config;
+        let gx = self.history.entry((key.clone(), obs.xid)).or_default();
+
+        let record_key = (key.clone(), obs.xid, obs.boot_id.clone());
+        if pair_with_other_source(gx, &obs.source, t, config.cross_source_ms) {
+            // The same event, seen by a second source: note it, don't count it.
+            if let Some(r) = self.records.get_mut(&record_key) {
+                r.sources.insert(obs.source.clone());
+                r.last_ms = r.last_ms.max(t);
+                r.fill_in(obs);
+            }
+            return;
+        }
+
+        // Join the latest incident of this GPU and XID, or start a new one.
+        let gap = config.incident_gap_ms;
+        let joined = match gx.incidents.back_mut() {
+            Some(inc)
+                if inc.boot == obs.boot_id
+                    && t <= inc.last_ms.saturating_add(gap)
+                    && t.saturating_add(gap) >= inc.start_ms =>
+            {
+                inc.count += 1;
+                inc.start_ms = inc.start_ms.min(t);
+                inc.last_ms = inc.last_ms.max(t);
+                Some(inc.decision)
+            }
+            _ => None,
+        };
+        match joined {
+            None => {
+                gx.incidents.push_back(Incident {
+                    start_ms: t,
+                    last_ms: t,
+                    count: 1,
+                    boot: obs.boot_id.clone(),
+                    decision: Decision::Pending,
+                });
+                self.pending.insert((key.clone(), obs.xid));
+            }
+            Some(Decision::Spread) => {
+                if let Some(ep) = self.episodes.get_mut(&(obs.xid, obs.boot_id.clone())) {
+                    ep.count += 1;
+                    ep.last_ms = ep.last_ms.max(t);
+                    ep.sources.insert(obs.source.clone());
+                }
+            }
+            Some(_) => {}
+        }
+        // Keep a day of incidents (the escalation window), always the latest, and
+        // every one not decided yet.
+        let window = longest_window();
+        while gx.incidents.len() > 1
+            && gx.incidents.front().is_some_and(|i| {
+                i.decision != Decision::Pending && i.last_ms.saturating_add(window) < t
+            })
+        {
+            gx.incidents.pop_front();
+        }
+
+        let r = self.records.entry(record_key).or_insert_with(|| Record {
+            gpu: gpu.clone(),
+            first_ms: t,
+            last_ms: t,
+            count: 0,
+            pid: obs.pid,
+            text: obs.text.clone(),
+            sources: BTreeSet::new(),
+            emitted: false,
+            level: 0,
+            last_finding: None,
+        });
+        r.gpu = gpu;
+        r.count += 1;
+        r.first_ms = r.first_ms.min(t);
+        r.last_ms = r.last_ms.max(t);
+        r.sources.insert(obs.source.clone());
+        r.fill_in(obs);
+    }
+
+    /// Decides the incidents that are due at `now_ms` and returns the new findings:
+    /// first sightings, escalations and node-wide bursts, ordered by first time.
+    pub fn tick(&mut self, now_ms: u64) -> Vec<RuntimeFinding> {
+        let mut due: Vec<(u64, String, u32, usize)> = Vec::new();
+        for (key, xid) in &self.pending {
+            let Some(gx) = self.history.get(&(key.clone(), *xid)) else {
+                continue;
+            };
+            for (i, inc) in gx.incidents.iter().enumerate() {
+                let quiet = now_ms >= inc.last_ms.saturating_add(self.config.settle_ms);
+                let held = now_ms >= inc.start_ms.saturating_add(self.config.max_hold_ms);
+                if inc.decision == Decision::Pending && (quiet || held) {
+                    due.push((inc.start_ms, key.clone(), *xid, i));
+                }
+            }
+        }
+        due.sort();
+        let mut out = Vec::new();
+        for (_, key, xid, i) in due {
+            // An earlier decision in this tick may have settled it as part of a burst.
+            let still_pending = self
+                .history
+                .get(&(key.clone(), xid))
+                .and_then(|gx| gx.incidents.get(i))
+                .is_some_and(|inc| inc.decision == Decision::Pending);
+            if still_pending {
+                out.extend(self.decide(&key, xid, i));
+            }
+        }
+        self.pending.retain(|(key, xid)| {
+            self.history.get(&(key.clone(), *xid)).is_some_and(|gx| {
+                gx.incidents
+                    .iter()
+                    .any(|inc| inc.decision == Decision::Pending)
+            })
+        });
+        out.sort_by(|a, b| {
+            (a.first_ms, a.gpu.as_ref().map(GpuId::key), a.xid).cmp(&(
+                b.first_ms,
+                b.gpu.as_ref().map(GpuId::key),
+                b.xid,
+            ))
+        });
+        out
+    }
+
+    /// Decides everything still held (at shutdown, or at the end of a replayed log).
+    pub fn flush(&mut self) -> Vec<RuntimeFinding> {
+        self.tick(u64::MAX)
+    }
+
+    fn decide(&mut self, key: &str, xid: u32, i: usize) -> Option<RuntimeFinding> {
+        let (start, boot) = {
+            let inc = &self.history[&(key.to_owned(), xid)].incidents[i];
+            (inc.start_ms, inc.boot.clone())
+        };
+        let cluster = self.spread_cluster(xid, &boot, start);
+        let needed = spread_needed(self.gpu_count(), self.config.spread_min_fraction);
+        if cluster.len() >= needed {
+            return self.decide_spread(xid, &boot, &cluster);
+        }
+        self.history.get_mut(&(key.to_owned(), xid))?.incidents[i].decision = Decision::PerGpu;
+        self.decide_per_gpu(key, xid, &boot, start)
+    }
+
+    /// The incidents of `xid` in `boot`, on any GPU, that overlap `start ± window`:
+    /// (GPU key, incident index).
+    fn spread_cluster(&self, xid: u32, boot: &str, start: u64) -> Vec<(String, usize)> {
+        let w = self.config.spread_window_ms;
+        let (lo, hi) = (start.saturating_sub(w), start.saturating_add(w));
+        let mut out = Vec::new();
+        for ((key, x), gx) in &self.history {
+            if *x != xid {
+                continue;
+            }
+            let hit = gx
+                .incidents
+                .iter()
+                .enumerate()
+                .rev()
+                .find(|(_, inc)| inc.boot == boot && inc.start_ms <= hi && inc.last_ms >= lo)
+                .map(|(j, _)| j);
+            if let Some(j) = hit {
+                out.push((key.clone(), j));
+            }
+        }
+        out
+    }
+
+    fn decide_spread(
+        &mut self,
+        xid: u32,
+        boot: &str,
+        cluster: &[(String, usize)],
+    ) -> Option<RuntimeFinding> {
+        // The burst is decided as a group: every undecided incident in it joins.
+        let mut joined_count = 0;
+        let mut first = u64::MAX;
+        let mut last = 0;
+        let mut joined_gpus = Vec::new();
+        for (key, j) in cluster {
+            let Some(inc) = self
+                .history
+                .get_mut(&(key.clone(), xid))
+                .and_then(|gx| gx.incidents.get_mut(*j))
+            else {
+                continue;
+            };
+            if inc.decision == Decision::Pending {
+                inc.decision = Decision::Spread;
+                joined_count += inc.count;
+            }
+            first = first.min(inc.start_ms);
+            last = last.max(inc.last_ms);
+            joined_gpus.push(key.clone());
+        }
+        let mut gpus = BTreeMap::new();
+        let mut sources = BTreeSet::new();
+        for key in &joined_gpus {
+            if let Some(r) = self.records.get(&(key.clone(), xid, boot.to_owned())) {
+                gpus.insert(key.clone(), r.gpu.clone());
+                sources.extend(r.sources.iter().cloned());
+            }
+        }
+        let n_gpus = self.gpu_count();
+        let window_s = self.config.spread_window_ms / 1000;
+        let ep_key = (xid, boot.to_owned());
+        if let Some(ep) = self.episodes.get_mut(&ep_key) {
+            // Later bursts of the same XID in the same boot are counted, not re-reported.
+            ep.count += joined_count;
+            ep.first_ms = ep.first_ms.min(first);
+            ep.last_ms = ep.last_ms.max(last);
+            ep.gpus.extend(gpus);
+            ep.sources.extend(sources);
+            return None;
+        }
+        let info = xid::classify(xid);
+        let gpu_list: Vec<GpuId> = gpus.values().cloned().collect();
+        let finding = RuntimeFinding {
+            source: join_sources(&sources),
+            check: "xid.node_wide".to_owned(),
+            gpu: None,
+            gpus: gpu_list.clone(),
+            xid: Some(xid),
+            lane: Lane::App,
+            action: info.action,
+            severity: Severity::for_action(info.action),
+            first_ms: first,
+            last_ms: last,
+            count: joined_count,
+            message: format!(
+                "XID {xid} ({}) on {} of {n_gpus} GPUs within {window_s} s: the same error on \
+                 many GPUs at once points to the workload, not the hardware; not escalated \
+                 ({})",
+                info.meaning,
+                gpu_list.len(),
+                info.action.describe(),
+            ),
+            escalated: false,
+            boot_id: boot.to_owned(),
+            value: None,
+            threshold: None,
+        };
+        self.episodes.insert(
+            ep_key,
+            Episode {
+                gpus,
+                first_ms: first,
+                last_ms: last,
+                count: joined_count,
+                sources,
+                finding: finding.clone(),
+            },
+        );
+        Some(finding)
+    }
+
+    fn decide_per_gpu(
+        &mut self,
+        key: &str,
+        xid: u32,
+        boot: &str,
+        start: u64,
+    ) -> Option<RuntimeFinding> {
+        let info = xid::classify(xid);
+        let gx = self.history.get(&(key.to_owned(), xid))?;
+        // Count this GPU's own incidents (not node-wide ones) in each step's window.
+        let mut level = 0;
+        let mut repeats = 0;
+        for (step_no, step) in info.escalations.iter().enumerate() {
+            let n = gx
+                .incidents
+                .iter()
+                .filter(|inc| {
+                    inc.decision == Decision::PerGpu
+                        && inc.start_ms <= start
+                        && inc.start_ms.saturating_add(step.window_ms) > start
+                })
+                .count();
+            if n >= step.min_incidents as usize {
+                level = step_no + 1;
+                repeats = n;
+            }
+        }
+        let r = self
+            .records
+            .get_mut(&(key.to_owned(), xid, boot.to_owned()))?;
+        if r.emitted && level <= r.level {
+            return None;
+        }
+        r.emitted = true;
+        r.level = level;
+        let f = per_gpu_finding(&info, r, boot, level, repeats);
+        r.last_finding = Some(f.clone());
+        Some(f)
+    }
+
+    /// Dedups a health condition per (check, GPU, boot): the first sighting is returned,
+    /// later ones only add to the count, unless the severity rises (then the updated
+    /// finding is returned again).
+    pub fn observe_condition(&mut self, finding: RuntimeFinding) -> Option<RuntimeFinding> {
+        let mut finding = finding;
+        if let Some(g) = finding.gpu.as_ref() {
+            finding.gpu = Some(self.canonical(g));
+        }
+        let key = (
+            finding.check.clone(),
+            finding.gpu.as_ref().map(GpuId::key).unwrap_or_default(),
+            finding.boot_id.clone(),
+        );
+        match self.conditions.get_mut(&key) {
+            None => {
+                self.conditions.insert(
+                    key,
+                    Condition {
+                        reported: finding.severity,
+                        finding: finding.clone(),
+                    },
+                );
+                Some(finding)
+            }
+            Some(c) => {
+                let f = &mut c.finding;
+                f.count += finding.count;
+                f.first_ms = f.first_ms.min(finding.first_ms);
+                f.last_ms = f.last_ms.max(finding.last_ms);
+                f.value = finding.value.or(f.value);
+                if finding.severity > c.reported {
+                    f.severity = finding.severity;
+                    f.action = f.action.max(finding.action);
+                    f.lane = finding.lane;
+                    f.message = finding.message;
+                    f.threshold = finding.threshold;
+                    c.reported = f.severity;
+                    Some(f.clone())
+                } else {
+                    None
+                }
+            }
+        }
+    }
+
+    /// Every finding reported so far, with its counts brought up to date (for metrics
+    /// and for the final record at the app's exit).
+    pub fn snapshot(&self) -> Vec<RuntimeFinding> {
+        let mut out = Vec::new();
+        for ((_, _, boot), r) in &self.records {
+            if let Some(f) = &r.last_finding {
+                let mut f = f.clone();
+                f.count = r.count;
+                f.first_ms = r.first_ms;
+                f.last_ms = r.last_ms;
+                f.source = join_sources(&r.sources);
+                f.boot_id = boot.clone();
+                out.push(f);
+            }
+        }
+        for ep in self.episodes.values() {
+            let mut f = ep.finding.clone();
+            f.count = ep.count;
+            f.first_ms = ep.first_ms;
+            f.last_ms = ep.last_ms;
+            f.gpus = ep.gpus.values().cloned().collect();
+            f.source = join_sources(&ep.sources);
+            out.push(f);
+        }
+        out.extend(self.conditions.values().map(|c| c.finding.clone()));
+        out.sort_by(|a, b| (a.first_ms, &a.check).cmp(&(b.first_ms, &b.check)));
+        out
+    }
+}
+
+/// The longest escalation window in the catalog: how long incidents are kept.
+fn longest_window() -> u64 {
+    xid::XID_CATALOG
+        .iter()
+        .flat_map(|e| e.escalations.iter().map(|s| s.window_ms))
+        .max()
+        .unwrap_or(xid::ESCALATION_WINDOW_MS)
+}
+
+/// GPUs needed for the node-wide rule: `fraction` of the node, and at least 2 (one GPU
+/// is never "many").
+fn spread_needed(gpu_count: usize, fraction: f64) -> usize {
+    let n = (gpu_count as f64 * fraction).ceil() as usize;
+    n.max(2)
+}
+
+/// Pairs a sighting with an unpaired one from a different source within `window`;
+/// otherwise remembers it as unpaired. Returns whether it paired (a duplicate).
+fn pair_with_other_source(gx: &mut GpuXid, source: &str, t: u64, window: u64) -> bool {
+    for times in gx.unpaired.values_mut() {
+        while times.front().is_some_and(|&f| f.saturating_add(window) < t) {
+            times.pop_front();
+        }
+    }
+    let other = gx
+        .unpaired
+        .iter_mut()
+        .find(|(s, times)| s.as_str() != source && times.iter().any(|&f| f.abs_diff(t) <= window));
+    if let Some((_, times)) = other {
+        if let Some(pos) = times.iter().position(|&f| f.abs_diff(t) <= window) {
+            times.remove(pos);
+        }
+        return true;
+    }
+    let own = gx.unpaired.entry(source.to_owned()).or_default();
+    if own.len() == MAX_UNPAIRED {
+        own.pop_front();
+    }
+    own.push_back(t);
+    false
+}
+
+fn join_sources(sources: &BTreeSet<String>) -> String {
+    sources
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+fn per_gpu_finding(
+    info: &XidInfo,
+    r: &Record,
+    boot: &str,
+    level: usize,
+    repeats: usize,
+) -> RuntimeFinding {
+    let xid = info.xid;
+    let (action, lane) = match level.checked_sub(1).and_then(|l| info.escalations.get(l)) {
+        Some(step) => (step.action, step.lane),
+        None => (info.action, info.lane),
+    };
+    let what = if info.is_known() {
+        format!("XID {xid} on {}: {}", r.gpu, info.meaning)
+    } else {
+        format!("unknown XID {xid} on {}", r.gpu)
+    };
+    let pid = r.pid.map(|p| format!(", pid {p}")).unwrap_or_default();
+    let driver_text = if r.text.is_empty() {
+        String::new()
+    } else {
+        format!(" (driver: \"{}\")", r.text)
+    };
+    let message = match level.checked_sub(1).and_then(|l| info.escalations.get(l)) {
+        Some(step) => format!(
+            "{what}{pid}; {repeats} incidents on this GPU within {} h (threshold {}): \
+             escalated from \"{}\" to \"{}\"{driver_text}",
+            step.window_ms / 3_600_000,
+            step.min_incidents,
+            info.action.describe(),
+            step.action.describe(),
+        ),
+        None => format!("{what}{pid}; {}{driver_text}", info.action.describe()),
+    };
+    RuntimeFinding {
+        source: join_sources(&r.sources),
+        check: "xid".to_owned(),
+        gpu: Some(r.gpu.clone()),
+        gpus: Vec::new(),
+        xid: Some(xid),
+        lane,
+        action,
+        severity: Severity::for_action(action),
+        first_ms: r.first_ms,
+        last_ms: r.last_ms,
+        count: r.count,
+        message,
+        escalated: level > 0,
+        boot_id: boot.to_owned(),
+        value: None,
+        threshold: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pci_ids_normalize_to_the_kernel_form() {
+        assert_eq!(
+            normalize_pci_bus_id("00000000:3B:00.0").as_deref(),
+            Some("0000:3b:00")
+        );
+        assert_eq!(
+            normalize_pci_bus_id("0000:3b:00").as_deref(),
+            Some("0000:3b:00")
+        );
+        assert_eq!(
+            normalize_pci_bus_id("PCI:0000:CB:00").as_deref(),
+            Some("0000:cb:00")
+        );
+        assert_eq!(
+            normalize_pci_bus_id("3b:00.0").as_deref(),
+            Some("0000:3b:00")
+        );
+        assert_eq!(
+            normalize_pci_bus_id("00000001:00:00.0").as_deref(),
+            Some("0001:00:00")
+        );
+        for bad in [
+            "",
+            "xyz",
+            "0000:3g:00",
+            "0000:3b:40",
+            "1:2:3:4",
+            "0000:3b:00.zz",
+        ] {
+            assert_eq!(normalize_pci_bus_id(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn spread_needs_half_and_at_least_two() {
+        assert_eq!(spread_needed(8, 0.5), 4);
+        assert_eq!(spread_needed(1, 0.5), 2);
+        assert_eq!(spread_needed(3, 0.5), 2);
+    }
+
+    #[test]
+    fn gpu_ids_meet_after_registration() {
+        let mut p = XidPolicy::default();
+        p.register_gpus(&[GpuId::new(Some(3), Some("00000000:3B:00.0"))]);
+        assert_eq!(p.canonical(&GpuId::index(3)).key(), "0000:3b:00");
+        assert_eq!(p.canonical(&GpuId::pci("0000:3b:00")).index, Some(3));
+    }
+}

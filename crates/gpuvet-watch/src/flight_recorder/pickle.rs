@@ -1,0 +1,594 @@
+//! A small unpickler for flight-recorder dumps, straight to JSON values.
+//!
+//! Why not serde-pickle: version 1.2 fails with `Recursive` on any container that the
+//! stream references twice when it holds memoized children (`{"a": s, "b": s}` with
+//! `s = [[1]]`), and both Python's pickler and torch's share objects that way (torch
+//! memoizes repeated IValues such as stack frames, and strings). Here the memo holds
+//! indices into an arena, so a shared object is simply read twice.
+//!
+//! Covered: protocols 0 to 5 for None, bools, ints (any size), floats, str, bytes,
+//! lists, tuples, dicts and sets, with the memo, MARK, POP and DUP. Objects (GLOBAL,
+//! REDUCE, NEWOBJ, BUILD) become `null`, except torch's `torch.jit._pickle` helpers
+//! (`build_intlist`, `restore_type_tag`, ...), which return their first argument.
+//! Cycles become `null`.
+
+use std::collections::HashMap;
+
+use serde_json::{Map, Number, Value};
+
+/// Why a pickle could not be read.
+#[derive(Debug, thiserror::Error)]
+#[error("{reason} at byte {offset}")]
+pub struct PickleError {
+    pub offset: usize,
+    pub reason: String,
+}
+
+/// Decode one pickle into a JSON value (see the module docs for the mapping).
+pub fn pickle_to_json(data: &[u8]) -> Result<Value, PickleError> {
+    let mut unpickler = Unpickler {
+        data,
+        pos: 0,
+        nodes: Vec::new(),
+        stack: Vec::new(),
+        marks: Vec::new(),
+        memo: HashMap::new(),
+    };
+    let root = unpickler.run()?;
+    let mut visiting = vec![false; unpickler.nodes.len()];
+    Ok(to_json(&unpickler.nodes, root, &mut visiting, 0))
+}
+
+/// The deepest nesting converted; deeper values become `null` (dumps nest 4 deep).
+const MAX_DEPTH: usize = 128;
+
+#[derive(Debug)]
+enum Node {
+    Null,
+    Bool(bool),
+    Int(i64),
+    Big(i128),
+    Float(f64),
+    Str(String),
+    List(Vec<usize>),
+    Tuple(Vec<usize>),
+    Dict(Vec<(usize, usize)>),
+    /// A global reference, by its module (the name does not matter here).
+    Global(String),
+    /// An object this reader does not build.
+    Opaque,
+}
+
+struct Unpickler<'a> {
+    data: &'a [u8],
+    pos: usize,
+    /// Every value read; the stack, the memo and containers refer to it by index.
+    nodes: Vec<Node>,
+    stack: Vec<usize>,
+    /// Stack lengths at each MARK.
+    marks: Vec<usize>,
+    memo: HashMap<u64, usize>,
+}
+
+impl Unpickler<'_> {
+    fn fail<T>(&self, reason: impl Into<String>) -> Result<T, PickleError> {
+        Err(PickleError {
+            offset: self.pos,
+            reason: reason.into(),
+        })
+    }
+
+    fn take(&mut self, count: usize) -> Result<&[u8], PickleError> {
+        let end = self
+            .pos
+            .checked_add(count)
+            .filter(|end| *end <= self.data.len());
+        let Some(end) = end else {
+            return self.fail(format!("truncated: {count} more bytes expected"));
+        };
+        let bytes = &self.data[self.pos..end];
+        self.pos = end;
+        Ok(bytes)
+    }
+
+    fn byte(&mut self) -> Result<u8, PickleError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn uint(&mut self, width: usize) -> Result<u64, PickleError> {
+        let bytes = self.take(width)?;
+        Ok(bytes
+            .iter()
+            .rev()
+            .fold(0u64, |value, byte| (value << 8) | u64::from(*byte)))
+    }
+
+    fn length(&mut self, width: usize) -> Result<usize, PickleError> {
+        let length = self.uint(width)?;
+        usize::try_from(length).or_else(|_| self.fail("length too large"))
+    }
+
+    fn line(&mut self) -> Result<String, PickleError> {
+        let rest = &self.data[self.pos..];
+        let Some(end) = rest.iter().position(|b| *b == b'\n') else {
+            return self.fail("truncated: newline expected");
+        };
+        let line = String::from_utf8_lossy(&rest[..end]).into_owned();
+        self.pos += end + 1;
+        Ok(line)
+    }
+
+    fn push(&mut self, node: Node) {
+        self.nodes.push(node);
+        self.stack.push(self.nodes.len() - 1);
+    }
+
+    fn pop(&mut self) -> Result<usize, PickleError> {
+        match self.stack.pop() {
+            Some(index) => Ok(index),
+            None => self.fail("stack underflow"),
+        }
+    }
+
+    fn top(&self) -> Result<usize, PickleError> {
+        match self.stack.last() {
+            Some(index) => Ok(*index),
+            None => self.fail("stack underflow"),
+        }
+    }
+
+    fn pop_mark(&mut self) -> Result<Vec<usize>, PickleError> {
+        let Some(mark) = self.marks.pop() else {
+            return self.fail("mark expected");
+        };
+        if mark > self.stack.len() {
+            return self.fail("mark beyond the stack");
+        }
+        Ok(self.stack.split_off(mark))
+    }
+
+    fn memo_get(&mut self, key: u64) -> Result<(), PickleError> {
+        match self.memo.get(&key) {
+            Some(index) => {
+                self.stack.push(*index);
+                Ok(())
+            }
+            None => self.fail(format!("memo key {key} not found")),
+        }
+    }
+
+    fn memo_put(&mut self, key: u64) -> Result<(), PickleError> {
+        let top = self.top()?;
+        self.memo.insert(key, top);
+        Ok(())
+    }
+
+    fn extend_list(&mut self, target: usize, items: Vec<usize>) -> Result<(), PickleError> {
+        match &mut self.nodes[target] {
+            Node::List(list) => {
+                list.extend(items);
+                Ok(())
+            }
+            // Appending to an object we do not build: ignore, as its value is null.
+            Node::Opaque => Ok(()),
+            _ => self.fail("append to a non-list"),
+        }
+    }
+
+    fn extend_dict(&mut self, target: usize, items: Vec<usize>) -> Result<(), PickleError> {
+        if items.len() % 2 != 0 {
+            return self.fail("odd number of dictionary items");
+        }
+        let pairs = items.chunks(2).map(|pair| (pair[0], pair[1]));
+        match &mut self.nodes[target] {
+            Node::Dict(dict) => {
+                dict.extend(pairs);
+                Ok(())
+            }
+            Node::Opaque => Ok(()),
+            _ => self.fail("set item on a non-dictionary"),
+        }
+    }
+
+    fn int_from_le(&self, bytes: &[u8]) -> Result<Node, PickleError> {
+        if bytes.is_empty() {
+            return Ok(Node::Int(0));
+        }
+        if bytes.len() > 16 {
+            return self.fail("integer wider than 128 bits");
+        }
+        let negative = bytes[bytes.len() - 1] & 0x80 != 0;
+        let mut buffer = [if negative { 0xff } else { 0 }; 16];
+        buffer[..bytes.len()].copy_from_slice(bytes);
+        let value = i128::from_le_bytes(buffer);
+        Ok(match i64::try_from(value) {
+            Ok(small) => Node::Int(small),
+            Err(_) => Node::Big(value),
+        })
+    }
+
+    fn text_int(&self, line: &str) -> Result<Node, PickleError> {
+        let digits = line.trim().trim_end_matches('L');
+        match digits {
+            // Protocol 0 writes bools as INT 01 / 00.
+            "01" => Ok(Node::Bool(true)),
+            "00" => Ok(Node::Bool(false)),
+            _ => match digits.parse::<i128>() {
+                Ok(value) => Ok(i64::try_from(value).map_or(Node::Big(value), Node::Int)),
+                Err(_) => self.fail(format!("invalid integer `{digits}`")),
+            },
+        }
+    }
+
+    fn string(&mut self, width: usize) -> Result<Node, PickleError> {
+        let length = self.length(width)?;
+        let bytes = self.take(length)?;
+        Ok(Node::Str(String::from_utf8_lossy(bytes).into_owned()))
+    }
+
+    /// Run until STOP; returns the root node.
+    fn run(&mut self) -> Result<usize, PickleError> {
+        loop {
+            let opcode = self.byte()?;
+            match opcode {
+                0x80 => {
+                    self.byte()?; // PROTO
+                }
+                0x95 => {
+                    self.take(8)?; // FRAME
+                }
+                b'.' => return self.pop(), // STOP
+                b'(' => self.marks.push(self.stack.len()),
+                b'0' => {
+                    self.pop()?;
+                }
+                b'1' => {
+                    self.pop_mark()?;
+                }
+                b'2' => {
+                    let top = self.top()?;
+                    self.stack.push(top);
+                }
+
+                // Constants and numbers.
+                b'N' => self.push(Node::Null),
+                0x88 => self.push(Node::Bool(true)),
+                0x89 => self.push(Node::Bool(false)),
+                b'J' => {
+                    let bytes = self.take(4)?;
+                    let value = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                    self.push(Node::Int(i64::from(value)));
+                }
+                b'K' => {
+                    let value = self.uint(1)?;
+                    self.push(Node::Int(value as i64));
+                }
+                b'M' => {
+                    let value = self.uint(2)?;
+                    self.push(Node::Int(value as i64));
+                }
+                0x8a | 0x8b => {
+                    let width = if opcode == 0x8a { 1 } else { 4 };
+                    let length = self.length(width)?;
+                    let bytes = self.take(length)?.to_vec();
+                    let node = self.int_from_le(&bytes)?;
+                    self.push(node);
+                }
+                b'I' | b'L' => {
+                    let line = self.line()?;
+                    let node = self.text_int(&line)?;
+                    self.push(node);
+                }
+                b'G' => {
+                    let bytes = self.take(8)?;
+                    let mut raw = [0u8; 8];
+                    raw.copy_from_slice(bytes);
+                    self.push(Node::Float(f64::from_be_bytes(raw)));
+                }
+                b'F' => {
+                    let line = self.line()?;
+                    let value = line.trim().parse().unwrap_or(f64::NAN);
+                    self.push(Node::Float(value));
+                }
+
+                // Strings and bytes (bytes are read as text, lossily).
+                0x8c | b'U' | b'C' => {
+                    let node = self.string(1)?;
+                    self.push(node);
+                }
+                b'X' | b'T' | b'B' => {
+                    let node = self.string(4)?;
+                    self.push(node);
+                }
+                0x8d | 0x8e | 0x96 => {
+                    let node = self.string(8)?;
+                    self.push(node);
+                }
+                b'V' => {
+                    let line = self.line()?;
+                    self.push(Node::Str(line));
+                }
+                b'S' => {
+                    let line = self.line()?;
+                    let quoted = line.trim();
+                    let unquoted = quoted
+                        .strip_prefix(['\'', '"'])
+                        .and_then(|s| s.strip_suffix(['\'', '"']))
+                        .unwrap_or(quoted);
+                    self.push(Node::Str(unquoted.to_string()));
+                }
+
+                // Containers.
+                b']' | 0x8f => self.push(Node::List(Vec::new())),
+                b')' => self.push(Node::Tuple(Vec::new())),
+                b'}' => self.push(Node::Dict(Vec::new())),
+                b'l' | 0x91 => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::List(items));
+                }
+                b't' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::Tuple(items));
+                }
+                0x85..=0x87 => {
+                    let count = usize::from(opcode - 0x84);
+                    if self.stack.len() < count {
+                        return self.fail("stack underflow");
+                    }
+                    let items = self.stack.split_off(self.stack.len() - count);
+                    self.push(Node::Tuple(items));
+                }
+                b'd' => {
+                    let items = self.pop_mark()?;
+                    self.push(Node::Dict(Vec::new()));
+                    let dict = self.top()?;
+                    self.extend_dict(dict, items)?;
+                }
+                b'a' => {
+                    let item = self.pop()?;
+                    let list = self.top()?;
+                    self.extend_list(list, vec![item])?;
+                }
+                b'e' | 0x90 => {
+                    let items = self.pop_mark()?;
+                    let list = self.top()?;
+                    self.extend_list(list, items)?;
+                }
+                b's' => {
+                    let value = self.pop()?;
+                    let key = self.pop()?;
+                    let dict = self.top()?;
+                    self.extend_dict(dict, vec![key, value])?;
+                }
+                b'u' => {
+                    let items = self.pop_mark()?;
+                    let dict = self.top()?;
+                    self.extend_dict(dict, items)?;
+                }
+
+                // Memo.
+                b'q' => {
+                    let key = self.uint(1)?;
+                    self.memo_put(key)?;
+                }
+                b'r' => {
+                    let key = self.uint(4)?;
+                    self.memo_put(key)?;
+                }
+                b'p' => {
+                    let line = self.line()?;
+                    let Ok(key) = line.trim().parse() else {
+                        return self.fail(format!("invalid memo key `{line}`"));
+                    };
+                    self.memo_put(key)?;
+                }
+                0x94 => {
+                    let key = self.memo.len() as u64;
+                    self.memo_put(key)?;
+                }
+                b'h' => {
+                    let key = self.uint(1)?;
+                    self.memo_get(key)?;
+                }
+                b'j' => {
+                    let key = self.uint(4)?;
+                    self.memo_get(key)?;
+                }
+                b'g' => {
+                    let line = self.line()?;
+                    let Ok(key) = line.trim().parse() else {
+                        return self.fail(format!("invalid memo key `{line}`"));
+                    };
+                    self.memo_get(key)?;
+                }
+
+                // Objects: kept opaque, but torch's own list and type-tag helpers
+                // return their first argument.
+                b'c' => {
+                    let module = self.line()?;
+                    self.line()?; // the name
+                    self.push(Node::Global(module));
+                }
+                0x93 => {
+                    self.pop()?; // the name
+                    let module = self.pop()?;
+                    let module = match &self.nodes[module] {
+                        Node::Str(text) => text.clone(),
+                        _ => String::new(),
+                    };
+                    self.push(Node::Global(module));
+                }
+                b'R' => {
+                    let arguments = self.pop()?;
+                    let callable = self.pop()?;
+                    let passthrough = matches!(
+                        &self.nodes[callable],
+                        Node::Global(module) if module == "torch.jit._pickle"
+                    );
+                    match (&self.nodes[arguments], passthrough) {
+                        (Node::Tuple(items), true) if !items.is_empty() => {
+                            let first = items[0];
+                            self.stack.push(first);
+                        }
+                        _ => self.push(Node::Opaque),
+                    }
+                }
+                0x81 => {
+                    self.pop()?;
+                    self.pop()?;
+                    self.push(Node::Opaque);
+                }
+                0x92 => {
+                    self.pop()?;
+                    self.pop()?;
+                    self.pop()?;
+                    self.push(Node::Opaque);
+                }
+                b'b' => {
+                    self.pop()?; // BUILD: the state; the object stays.
+                }
+                b'i' => {
+                    self.line()?;
+                    self.line()?;
+                    self.pop_mark()?;
+                    self.push(Node::Opaque);
+                }
+                b'o' => {
+                    self.pop_mark()?;
+                    self.push(Node::Opaque);
+                }
+                b'P' => {
+                    self.line()?;
+                    self.push(Node::Opaque);
+                }
+                b'Q' => {
+                    self.pop()?;
+                    self.push(Node::Opaque);
+                }
+                0x82 => {
+                    self.take(1)?;
+                    self.push(Node::Opaque);
+                }
+                0x83 => {
+                    self.take(2)?;
+                    self.push(Node::Opaque);
+                }
+                0x84 => {
+                    self.take(4)?;
+                    self.push(Node::Opaque);
+                }
+                other => return self.fail(format!("unsupported opcode 0x{other:02x}")),
+            }
+        }
+    }
+}
+
+fn to_json(nodes: &[Node], index: usize, visiting: &mut [bool], depth: usize) -> Value {
+    if visiting[index] || depth > MAX_DEPTH {
+        return Value::Null;
+    }
+    visiting[index] = true;
+    let value = match &nodes[index] {
+        Node::Null | Node::Global(_) | Node::Opaque => Value::Null,
+        Node::Bool(flag) => Value::Bool(*flag),
+        Node::Int(number) => Value::from(*number),
+        Node::Big(number) => match u64::try_from(*number) {
+            Ok(unsigned) => Value::from(unsigned),
+            Err(_) => Value::String(number.to_string()),
+        },
+        Node::Float(number) => Number::from_f64(*number).map_or(Value::Null, Value::Number),
+        Node::Str(text) => Value::String(text.clone()),
+        Node::List(items) | Node::Tuple(items) => Value::Array(
+            items
+                .iter()
+                .map(|item| to_json(nodes, *item, visiting, depth + 1))
+                .collect(),
+        ),
+        Node::Dict(pairs) => {
+            let mut map = Map::new();
+            for (key, item) in pairs {
+                let key = match to_json(nodes, *key, visiting, depth + 1) {
+                    Value::String(text) => text,
+                    other => other.to_string(),
+                };
+                map.insert(key, to_json(nodes, *item, visiting, depth + 1));
+            }
+            Value::Object(map)
+        }
+    };
+    visiting[index] = false;
+    value
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    /// `pickle.dumps({'a': s, 'b': s}, protocol=2)` with `s = [[1]]`: serde-pickle 1.2
+    /// fails on this.
+    const SHARED: &[u8] =
+        b"\x80\x02}q\x00(X\x01\x00\x00\x00aq\x01]q\x02]q\x03K\x01aaX\x01\x00\x00\x00bq\x04h\x02u.";
+
+    #[test]
+    fn shared_objects_are_read_twice() {
+        assert_eq!(
+            pickle_to_json(SHARED).unwrap(),
+            json!({"a": [[1]], "b": [[1]]})
+        );
+    }
+
+    #[test]
+    fn reads_what_serde_pickle_writes() {
+        let value = json!({
+            "version": "2.10",
+            "n": -5,
+            "big": 1_760_000_000_000_000_000_i64,
+            "f": 0.25,
+            "none": null,
+            "flags": [true, false],
+            "nested": {"k": [[1, 2], []]},
+        });
+        let bytes = serde_pickle::to_vec(&value, serde_pickle::SerOptions::new()).unwrap();
+        assert_eq!(pickle_to_json(&bytes).unwrap(), value);
+    }
+
+    #[test]
+    fn protocol_0_text_opcodes() {
+        // pickle.dumps({'x': (1, 2.5, 'hi'), 'y': True}, protocol=0)
+        let bytes = b"(dp0\nVx\np1\n(I1\nF2.5\nVhi\np2\ntp3\nsVy\np4\nI01\ns.";
+        assert_eq!(
+            pickle_to_json(bytes).unwrap(),
+            json!({"x": [1, 2.5, "hi"], "y": true})
+        );
+    }
+
+    #[test]
+    fn large_and_negative_longs() {
+        // LONG1 with 9 bytes: 2**64 + 1; LONG1 with 1 byte: -1.
+        let bytes = b"\x80\x02]q\x00(\x8a\x09\x01\x00\x00\x00\x00\x00\x00\x00\x01\x8a\x01\xffe.";
+        assert_eq!(
+            pickle_to_json(bytes).unwrap(),
+            json!(["18446744073709551617", -1])
+        );
+    }
+
+    #[test]
+    fn torch_list_helpers_pass_their_argument_through() {
+        // GLOBAL torch.jit._pickle build_intlist, ([1, 2],), REDUCE
+        let bytes =
+            b"\x80\x02ctorch.jit._pickle\nbuild_intlist\nq\x00]q\x01(K\x01K\x02e\x85q\x02Rq\x03.";
+        assert_eq!(pickle_to_json(bytes).unwrap(), json!([1, 2]));
+        let other = b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00lsq\x01\x85q\x02Rq\x03.";
+        assert_eq!(pickle_to_json(other).unwrap(), Value::Null);
+    }
+
+    #[test]
+    fn truncated_and_garbage_input_fail_with_an_offset() {
+        let error = pickle_to_json(&SHARED[..20]).unwrap_err();
+        assert!(error.to_string().contains("at byte"), "{error}");
+        let error = pickle_to_json(b"\x80\x02\xff").unwrap_err();
+        assert_eq!(error.to_string(), "unsupported opcode 0xff at byte 3");
+        assert!(pickle_to_json(b"").is_err());
+    }
+}

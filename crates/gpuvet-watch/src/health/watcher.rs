@@ -1,0 +1,200 @@
+//! The watcher: polls every health source (about once a second), routes XID sightings
+//! through the policy and samples through the health rules, and yields only new
+//! findings. [`Watcher::step`] is synchronous and takes the time, for tests;
+//! [`Watcher::spawn`] runs it on a thread until stopped.
+
+use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use gpuvet_core::results::Lane;
+
+use super::{
+    HealthError, HealthEvaluator, HealthReading, HealthSource, HealthThresholds, evaluate_reading,
+    unix_ms,
+};
+use crate::policy::{PolicyConfig, RuntimeFinding, Severity, XidPolicy};
+use crate::xid::ActionClass;
+
+/// The watcher's settings.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WatcherConfig {
+    pub policy: PolicyConfig,
+    pub thresholds: HealthThresholds,
+    /// Boot id for findings and for sightings that carry none.
+    pub boot_id: String,
+    /// Time between steps in [`Watcher::spawn`] (1 s).
+    pub interval: Duration,
+}
+
+impl Default for WatcherConfig {
+    fn default() -> Self {
+        WatcherConfig {
+            policy: PolicyConfig::default(),
+            thresholds: HealthThresholds::default(),
+            boot_id: crate::kmsg::read_boot_id().unwrap_or_default(),
+            interval: Duration::from_secs(1),
+        }
+    }
+}
+
+/// Polls health sources and turns what they see into deduplicated findings.
+pub struct Watcher {
+    sources: Vec<Box<dyn HealthSource>>,
+    policy: XidPolicy,
+    evaluator: HealthEvaluator,
+    boot_id: String,
+    interval: Duration,
+    steps: u64,
+}
+
+impl std::fmt::Debug for Watcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<&str> = self.sources.iter().map(|s| s.name()).collect();
+        f.debug_struct("Watcher")
+            .field("sources", &names)
+            .field("steps", &self.steps)
+            .finish()
+    }
+}
+
+impl Watcher {
+    pub fn new(config: WatcherConfig) -> Self {
+        Watcher {
+            sources: Vec::new(),
+            policy: XidPolicy::new(config.policy),
+            evaluator: HealthEvaluator::new(config.thresholds),
+            boot_id: config.boot_id,
+            interval: config.interval,
+            steps: 0,
+        }
+    }
+
+    pub fn add_source(&mut self, source: impl HealthSource + 'static) {
+        self.sources.push(Box::new(source));
+    }
+
+    pub fn with_source(mut self, source: impl HealthSource + 'static) -> Self {
+        self.add_source(source);
+        self
+    }
+
+    /// The policy, for its snapshot (metrics, the final record).
+    pub fn policy(&self) -> &XidPolicy {
+        &self.policy
+    }
+
+    /// Steps taken so far.
+    pub fn steps(&self) -> u64 {
+        self.steps
+    }
+
+    /// Polls every source once at `now_ms` and returns the findings that are new.
+    /// A source that fails is a finding too; the watcher carries on.
+    pub fn step(&mut self, now_ms: u64) -> Vec<RuntimeFinding> {
+        self.steps += 1;
+        let mut out = Vec::new();
+        for i in 0..self.sources.len() {
+            match self.sources[i].poll(now_ms) {
+                Ok(readings) => {
+                    for r in readings {
+                        self.ingest(r, &mut out);
+                    }
+                }
+                Err(e) => {
+                    let name = self.sources[i].name().to_owned();
+                    let f = RuntimeFinding::condition(
+                        &name,
+                        &format!("source.error.{name}"),
+                        None,
+                        Lane::Host,
+                        ActionClass::RecordOnly,
+                        now_ms,
+                        e.to_string(),
+                    )
+                    .with_severity(Severity::Warn)
+                    .with_boot_id(&self.boot_id);
+                    out.extend(self.policy.observe_condition(f));
+                }
+            }
+        }
+        out.extend(self.policy.tick(now_ms));
+        out
+    }
+
+    /// Decides every XID incident still held (call at shutdown).
+    pub fn flush(&mut self) -> Vec<RuntimeFinding> {
+        self.policy.flush()
+    }
+
+    fn ingest(&mut self, reading: HealthReading, out: &mut Vec<RuntimeFinding>) {
+        match reading {
+            HealthReading::Inventory { gpus } => self.policy.register_gpus(&gpus),
+            HealthReading::Xid(mut obs) => {
+                if obs.boot_id.is_empty() {
+                    obs.boot_id = self.boot_id.clone();
+                }
+                self.policy.observe(&obs);
+            }
+            HealthReading::Gpu(sample) => {
+                for f in self.evaluator.evaluate(&sample) {
+                    out.extend(self.policy.observe_condition(f.with_boot_id(&self.boot_id)));
+                }
+            }
+            other => {
+                if let Some(f) = evaluate_reading(&other, self.evaluator.thresholds()) {
+                    out.extend(self.policy.observe_condition(f.with_boot_id(&self.boot_id)));
+                }
+            }
+        }
+    }
+
+    /// Runs the watcher on its own thread, one step per interval, handing each new
+    /// finding to `on_finding`. Stop it with [`WatcherHandle::stop`].
+    pub fn spawn<F>(self, mut on_finding: F) -> Result<WatcherHandle, HealthError>
+    where
+        F: FnMut(RuntimeFinding) + Send + 'static,
+    {
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let mut watcher = self;
+        let thread = thread::Builder::new()
+            .name("gpuvet-watch".to_owned())
+            .spawn(move || {
+                loop {
+                    for f in watcher.step(unix_ms()) {
+                        on_finding(f);
+                    }
+                    match stop_rx.recv_timeout(watcher.interval) {
+                        Err(RecvTimeoutError::Timeout) => continue,
+                        Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
+                    }
+                }
+                for f in watcher.flush() {
+                    on_finding(f);
+                }
+                watcher
+            })
+            .map_err(HealthError::Spawn)?;
+        Ok(WatcherHandle {
+            stop: stop_tx,
+            thread,
+        })
+    }
+}
+
+/// A running watcher.
+#[derive(Debug)]
+pub struct WatcherHandle {
+    stop: Sender<()>,
+    thread: JoinHandle<Watcher>,
+}
+
+impl WatcherHandle {
+    /// Stops after the current step, flushes held incidents, and returns the watcher
+    /// (for its snapshot). Blocks for at most one step: sources that can hang must be
+    /// behind a [`super::Watchdog`]. `None` if the watcher thread panicked.
+    pub fn stop(self) -> Option<Watcher> {
+        let _ = self.stop.send(());
+        self.thread.join().ok()
+    }
+}
