@@ -26,7 +26,10 @@ use gpuvet_core::results::DeviceInfo;
 pub enum BackendError {
     /// The requested backend cannot run on this machine.
     #[error("the `{backend}` backend is not available: {reason}")]
-    Unavailable { backend: &'static str, reason: String },
+    Unavailable {
+        backend: &'static str,
+        reason: String,
+    },
     /// The work was cancelled because the overall timeout expired.
     #[error("cancelled")]
     Cancelled,
@@ -59,7 +62,11 @@ impl CancelToken {
 
     /// `Err(Cancelled)` once cancelled, for use with `?` inside work loops.
     pub fn check(&self) -> Result<(), BackendError> {
-        if self.is_cancelled() { Err(BackendError::Cancelled) } else { Ok(()) }
+        if self.is_cancelled() {
+            Err(BackendError::Cancelled)
+        } else {
+            Ok(())
+        }
     }
 }
 
@@ -83,7 +90,11 @@ impl WorkSpec {
 
 impl Default for WorkSpec {
     fn default() -> Self {
-        WorkSpec { gemm_dtype: Dtype::Auto, gemm_size: None, collective_bytes: None }
+        WorkSpec {
+            gemm_dtype: Dtype::Auto,
+            gemm_size: None,
+            collective_bytes: None,
+        }
     }
 }
 
@@ -124,30 +135,68 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     fn supports(&self, check: CheckName) -> Support;
 
     /// Dense GEMM on one device: TFLOPS, with a correctness sample.
-    fn gemm(&self, device: u32, work: &WorkSpec, cancel: &CancelToken) -> Result<Sample, BackendError>;
+    fn gemm(
+        &self,
+        device: u32,
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError>;
 
     /// Launch latency of an empty unit of work on one device, in µs per launch.
-    fn kernel_launch(&self, device: u32, work: &WorkSpec, cancel: &CancelToken) -> Result<Sample, BackendError>;
+    fn kernel_launch(
+        &self,
+        device: u32,
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError>;
 
     /// All-reduce across the given devices of this node: busbw in GB/s, as nccl-tests
     /// defines it, with the result checked.
-    fn all_reduce_local(&self, devices: &[u32], work: &WorkSpec, cancel: &CancelToken) -> Result<Sample, BackendError>;
+    fn all_reduce_local(
+        &self,
+        devices: &[u32],
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError>;
 }
 
-/// Picks the backend: flags and config say which, `auto` takes the best one present.
-pub fn select(choice: BackendChoice, settings: &Settings) -> Result<Box<dyn Backend>, BackendError> {
+/// The backend `select` picked, and why `auto` fell back from a better one.
+#[derive(Debug)]
+pub struct Selected {
+    pub backend: Box<dyn Backend>,
+    /// Set when `auto` could not use the cuda backend: the reason, for the user.
+    pub fallback_reason: Option<String>,
+}
+
+/// Picks the backend: flags and config say which, `auto` takes the best one present
+/// (cuda when libcuda loads and a device answers, else the host's cores).
+pub fn select(choice: BackendChoice, settings: &Settings) -> Result<Selected, BackendError> {
+    let cpu = || {
+        let devices = settings
+            .cpu_devices
+            .unwrap_or_else(cpu::default_device_count);
+        Box::new(cpu::CpuBackend::new(devices)) as Box<dyn Backend>
+    };
+    let plain = |backend| {
+        Ok(Selected {
+            backend,
+            fallback_reason: None,
+        })
+    };
     match choice {
-        // The cuda backend (issue 4) will be tried first here; until then the host's
-        // cores are the best backend present.
-        BackendChoice::Auto | BackendChoice::Cpu => {
-            let devices = settings.cpu_devices.unwrap_or_else(cpu::default_device_count);
-            Ok(Box::new(cpu::CpuBackend::new(devices)))
-        }
-        BackendChoice::Cuda => Err(BackendError::Unavailable {
-            backend: "cuda",
-            reason: "the cuda backend is not built yet".to_owned(),
-        }),
-        BackendChoice::Sim => Ok(Box::new(sim::SimBackend::new(settings.sim.clone().unwrap_or_default()))),
+        BackendChoice::Cpu => plain(cpu()),
+        BackendChoice::Cuda => plain(Box::new(cuda::probe()?)),
+        BackendChoice::Sim => plain(Box::new(sim::SimBackend::new(
+            settings.sim.clone().unwrap_or_default(),
+        ))),
+        BackendChoice::Auto => match cuda::probe() {
+            Ok(gpu) => plain(Box::new(gpu)),
+            Err(BackendError::Unavailable { reason, .. }) => Ok(Selected {
+                backend: cpu(),
+                fallback_reason: Some(reason),
+            }),
+            Err(other) => Err(other),
+        },
     }
 }
 

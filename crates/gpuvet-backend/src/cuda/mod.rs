@@ -1,1 +1,588 @@
-//! The cuda backend (placeholder until issue 4 lands).
+//! The cuda backend: real GPUs through cudarc (driver, cuBLAS, cuBLASLt, NVRTC), NCCL
+//! and NVML, all loaded at run time.
+//!
+//! The crate always builds this backend; whether it can run is decided by [`probe`]:
+//! libcuda must load, `cuInit` must succeed, the driver must support the CUDA API this
+//! build uses, and at least one device must answer. cudarc panics on the first driver
+//! call when libcuda is missing, so `probe` checks for the library before anything
+//! else, and every entry point runs under a panic guard that turns a panic from cudarc
+//! (a missing symbol, a failed `unwrap` in a destructor) into an error.
+//!
+//! Libraries outside the loader's path (pip's CUDA wheels) are found as described in
+//! [`libs`]; NCCL is loaded by gpuvet itself ([`nccl`]). A missing cuBLAS or NCCL does
+//! not make the backend unavailable: the checks that need them report
+//! `not_implemented` with the reason, while the others still run.
+//!
+//! Inter-node checks need NCCL's unique id passed between nodes by the coordinator,
+//! which does not exist yet; they are `not_implemented` here until it does.
+
+pub mod collective;
+pub mod gemm;
+pub mod launch;
+pub mod libs;
+pub mod nccl;
+pub mod nvml;
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::panic::AssertUnwindSafe;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use cudarc::driver::sys::CUdevice_attribute;
+use cudarc::driver::{CudaContext, CudaEvent, DriverError};
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::inventory::keys;
+use gpuvet_core::results::DeviceInfo;
+
+use crate::{Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
+
+/// The oldest driver this build can drive, as `cuDriverGetVersion` reports it: the
+/// workspace builds cudarc with `cuda-13000`, whose bindings call CUDA 13 entry points
+/// (e.g. `cuEventElapsedTime_v2`) that older drivers lack.
+pub const MIN_DRIVER_CUDA_VERSION: i32 = 13000;
+
+const NAME: &str = "cuda";
+
+/// One GPU as the probe found it.
+#[derive(Debug, Clone)]
+struct Gpu {
+    ordinal: usize,
+    compute_capability: (i32, i32),
+    /// NVML's index for the same GPU (matched by UUID).
+    nvml_index: Option<u32>,
+}
+
+/// Whether each run-time library could be loaded.
+#[derive(Debug)]
+struct Libraries {
+    cublas: Result<libs::Located, String>,
+    cublaslt: Result<libs::Located, String>,
+    nvrtc: Result<libs::Located, String>,
+    nccl: Result<&'static nccl::Nccl, String>,
+}
+
+/// GPUs driven through CUDA. Create it with [`probe`].
+pub struct CudaBackend {
+    devices: Vec<DeviceInfo>,
+    gpus: Vec<Gpu>,
+    contexts: Vec<OnceLock<Result<Arc<CudaContext>, String>>>,
+    nvml: Option<nvml_wrapper::Nvml>,
+    libraries: Libraries,
+    /// GEMM inputs, reused across devices (generating 2×8192² values takes a while).
+    gemm_inputs: Mutex<Option<Arc<gemm::HostInputs>>>,
+}
+
+impl fmt::Debug for CudaBackend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CudaBackend")
+            .field("devices", &self.devices.len())
+            .field("gpus", &self.gpus)
+            .field("nvml", &self.nvml.is_some())
+            .field("libraries", &self.libraries)
+            .finish()
+    }
+}
+
+fn unavailable(reason: impl Into<String>) -> BackendError {
+    BackendError::Unavailable {
+        backend: NAME,
+        reason: reason.into(),
+    }
+}
+
+/// A driver error as `` `CUDA_ERROR_NAME` (what it means) `` while doing `what`.
+pub fn driver_error(what: &str, error: DriverError) -> String {
+    let code = format!("{:?}", error.0);
+    match error.error_string() {
+        Ok(text) => format!("{what} failed: `{code}` ({})", text.to_string_lossy()),
+        Err(_) => format!("{what} failed: `{code}`"),
+    }
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_owned())
+}
+
+/// Runs `work`, turning a panic inside it (cudarc's, typically) into an error.
+fn guarded<T>(
+    what: &str,
+    work: impl FnOnce() -> Result<T, BackendError>,
+) -> Result<T, BackendError> {
+    match std::panic::catch_unwind(AssertUnwindSafe(work)) {
+        Ok(result) => result,
+        Err(payload) => Err(BackendError::Failed(format!(
+            "the cuda backend failed inside `{what}`: {}",
+            panic_message(payload.as_ref())
+        ))),
+    }
+}
+
+/// Waits for `event`, calling `tick` between polls and stopping when `cancel` fires.
+pub(crate) fn poll_event(
+    event: &CudaEvent,
+    cancel: &CancelToken,
+    mut tick: impl FnMut(),
+) -> Result<(), BackendError> {
+    // NCCL and cuBLAS may leave another device's context current on this thread.
+    event
+        .context()
+        .bind_to_thread()
+        .map_err(|e| BackendError::Failed(driver_error("binding the context", e)))?;
+    loop {
+        match event.try_is_complete() {
+            Ok(true) => return Ok(()),
+            Ok(false) => {}
+            Err(e) => return Err(BackendError::Failed(driver_error("waiting for the GPU", e))),
+        }
+        cancel.check()?;
+        tick();
+        std::thread::sleep(Duration::from_micros(100));
+    }
+}
+
+/// Finds the GPUs and loads what the checks need. `Unavailable`, with a reason, when
+/// libcuda is missing, the driver does not initialise or is too old, or no device
+/// answers. Never panics.
+pub fn probe() -> Result<CudaBackend, BackendError> {
+    // SAFETY: only tries to open the library by its usual names.
+    if !unsafe { cudarc::driver::sys::is_culib_present() } {
+        return Err(unavailable(
+            "libcuda was not found (`libcuda.so.1` comes with the NVIDIA driver); this machine has no usable NVIDIA driver",
+        ));
+    }
+    match std::panic::catch_unwind(probe_devices) {
+        Ok(result) => result,
+        Err(payload) => Err(unavailable(format!(
+            "probing the GPUs failed: {}",
+            panic_message(payload.as_ref())
+        ))),
+    }
+}
+
+fn probe_devices() -> Result<CudaBackend, BackendError> {
+    use cudarc::driver::result::device;
+
+    cudarc::driver::result::init()
+        .map_err(|e| unavailable(driver_error("initialising the CUDA driver (`cuInit`)", e)))?;
+    let mut driver_cuda: i32 = 0;
+    // SAFETY: writes one int.
+    unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_cuda) }
+        .result()
+        .map_err(|e| unavailable(driver_error("reading the driver version", e)))?;
+    if driver_cuda < MIN_DRIVER_CUDA_VERSION {
+        return Err(unavailable(format!(
+            "the NVIDIA driver supports CUDA `{}` but this build of gpuvet uses the CUDA `{}` API; \
+             update the driver (R580 or newer) or rebuild gpuvet with a matching cudarc `cuda-*` feature",
+            nvml::cuda_version_string(driver_cuda),
+            nvml::cuda_version_string(MIN_DRIVER_CUDA_VERSION)
+        )));
+    }
+    let count =
+        device::get_count().map_err(|e| unavailable(driver_error("counting devices", e)))?;
+    if count <= 0 {
+        return Err(unavailable(
+            "the driver loaded but no CUDA device answered; check `CUDA_VISIBLE_DEVICES`",
+        ));
+    }
+
+    let nvml_lib = nvml::init();
+    let dirs = libs::search_dirs(&libs::SearchEnv::from_process());
+    let libraries = load_libraries(&dirs);
+    let cuda_version = nvml::cuda_version_string(driver_cuda);
+    let system = nvml_lib
+        .as_ref()
+        .map(nvml::system_details)
+        .unwrap_or_default();
+
+    let mut devices = Vec::new();
+    let mut gpus = Vec::new();
+    for ordinal in 0..count {
+        let dev = device::get(ordinal)
+            .map_err(|e| unavailable(driver_error(&format!("opening device `{ordinal}`"), e)))?;
+        let attribute = |a: CUdevice_attribute| {
+            // SAFETY: a valid device and attribute.
+            unsafe { device::get_attribute(dev, a) }.unwrap_or(-1)
+        };
+        let cc = (
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR),
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR),
+        );
+        let name = device::get_name(dev).unwrap_or_else(|_| "unknown NVIDIA GPU".to_owned());
+        // SAFETY: a valid device.
+        let memory = unsafe { device::total_mem(dev) }.ok().map(|m| m as u64);
+        let uuid = device::get_uuid(dev)
+            .ok()
+            .map(|u| nvml::uuid_string(&u.bytes));
+        let pci = nvml::pci_bus_id(
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID),
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID),
+            attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
+        );
+
+        let mut details = BTreeMap::new();
+        details.insert(keys::PCI_BUS_ID.to_owned(), pci);
+        details.insert(
+            keys::COMPUTE_CAPABILITY.to_owned(),
+            format!("{}.{}", cc.0, cc.1),
+        );
+        details.insert(keys::CUDA_VERSION.to_owned(), cuda_version.clone());
+        details.extend(system.clone());
+        let nvml_index = match (&nvml_lib, &uuid) {
+            (Ok(lib), Some(uuid)) => nvml::index_of(lib, uuid),
+            _ => None,
+        };
+        match (&nvml_lib, nvml_index) {
+            (Ok(lib), Some(index)) => details.extend(nvml::health(lib, index).to_details()),
+            (Ok(_), None) => {
+                details.insert(
+                    "nvml".to_owned(),
+                    "NVML does not list this GPU's UUID".to_owned(),
+                );
+            }
+            (Err(err), _) => {
+                details.insert("nvml".to_owned(), err.clone());
+            }
+        }
+        if let Some(uuid) = uuid {
+            details.insert(keys::UUID.to_owned(), uuid);
+        }
+        if let Ok(nccl) = &libraries.nccl {
+            details.insert(keys::NCCL_VERSION.to_owned(), nccl.version_string());
+        }
+        for (key, located) in [
+            (
+                "cublas_library",
+                libraries.cublas.as_ref().map(libs::Located::describe),
+            ),
+            (
+                "nvrtc_library",
+                libraries.nvrtc.as_ref().map(libs::Located::describe),
+            ),
+            (
+                "nccl_library",
+                libraries
+                    .nccl
+                    .as_ref()
+                    .map(|n| n.path.display().to_string()),
+            ),
+        ] {
+            details.insert(
+                key.to_owned(),
+                located.unwrap_or_else(|e| format!("unavailable: {e}")),
+            );
+        }
+        devices.push(DeviceInfo {
+            index: ordinal as u32,
+            name,
+            memory_bytes: memory,
+            details,
+        });
+        gpus.push(Gpu {
+            ordinal: ordinal as usize,
+            compute_capability: cc,
+            nvml_index,
+        });
+    }
+
+    Ok(CudaBackend {
+        contexts: gpus.iter().map(|_| OnceLock::new()).collect(),
+        devices,
+        gpus,
+        nvml: nvml_lib.ok(),
+        libraries,
+        gemm_inputs: Mutex::new(None),
+    })
+}
+
+fn load_libraries(dirs: &[PathBuf]) -> Libraries {
+    // SAFETY (all three): cudarc's checks only try to open the library by name.
+    let cublaslt = libs::ensure_loadable("cuBLASLt", libs::CUBLASLT_NAMES, dirs, || unsafe {
+        cudarc::cublaslt::sys::is_culib_present()
+    });
+    let cublas = libs::ensure_loadable("cuBLAS", libs::CUBLAS_NAMES, dirs, || unsafe {
+        cudarc::cublas::sys::is_culib_present()
+    });
+    let nvrtc = libs::ensure_loadable("NVRTC", libs::NVRTC_NAMES, dirs, || unsafe {
+        cudarc::nvrtc::sys::is_culib_present()
+    });
+    // NVRTC opens its builtins library by name when it compiles; load the one next to a
+    // preloaded NVRTC so that lookup succeeds too. Failing that, the launch check falls
+    // back to its built-in PTX.
+    if let Ok(libs::Located::Preloaded(path)) = &nvrtc
+        && let Some(dir) = path.parent()
+        && let Ok(entries) = std::fs::read_dir(dir)
+    {
+        for entry in entries.flatten() {
+            if entry
+                .file_name()
+                .to_string_lossy()
+                .starts_with("libnvrtc-builtins.so.")
+            {
+                let _ = libs::dlopen_global(&entry.path());
+            }
+        }
+    }
+    Libraries {
+        cublas,
+        cublaslt,
+        nvrtc,
+        nccl: nccl::load(dirs),
+    }
+}
+
+/// Why a check does not run on this backend yet.
+fn not_yet(check: CheckName) -> Support {
+    use CheckName::*;
+    let reason = match check {
+        AllReduce2 | AllReduce | AllToAll2 | AllGather2 | AllGather | MultiAllReduce2
+        | MultiAllReduce => format!(
+            "`{check}` spans nodes: the cuda backend needs the multi-node coordinator to hand NCCL's unique id to \
+             every node, and it is not built yet"
+        ),
+        PytorchGloo2 | NetworkConnectivity => {
+            format!(
+                "`{check}` tests the host network between nodes and needs the multi-node coordinator, not built yet"
+            )
+        }
+        CompCommOverlap => format!("`{check}` is not built for the cuda backend yet"),
+        // Runnable here; `supports` answers for them before asking this.
+        GemmFlops | KernelLaunch | AllReduce1 => return Support::Supported,
+    };
+    Support::NotImplemented(reason)
+}
+
+impl CudaBackend {
+    fn gpu(&self, device: u32) -> Result<&Gpu, BackendError> {
+        self.gpus.get(device as usize).ok_or_else(|| {
+            BackendError::Failed(format!(
+                "there is no device `{device}` (this node has {})",
+                self.gpus.len()
+            ))
+        })
+    }
+
+    /// The device's primary context, retained once and kept for the backend's life
+    /// (releasing the last reference would tear the context down between checks).
+    fn context(&self, device: u32) -> Result<Arc<CudaContext>, BackendError> {
+        let gpu = self.gpu(device)?;
+        self.contexts[device as usize]
+            .get_or_init(|| {
+                CudaContext::new(gpu.ordinal).map_err(|e| {
+                    driver_error(&format!("creating a context on device `{device}`"), e)
+                })
+            })
+            .clone()
+            .map_err(BackendError::Failed)
+    }
+
+    fn gemm_inputs(&self, ty: gemm::GemmType, size: usize) -> Arc<gemm::HostInputs> {
+        let mut cached = self
+            .gemm_inputs
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match cached.as_ref() {
+            Some(inputs) if inputs.ty == ty && inputs.size == size => inputs.clone(),
+            _ => {
+                let inputs = Arc::new(gemm::HostInputs::generate(ty, size));
+                *cached = Some(inputs.clone());
+                inputs
+            }
+        }
+    }
+
+    fn readings(&self, device: u32) -> Option<gemm::Readings<'_>> {
+        let index = self.gpus.get(device as usize)?.nvml_index?;
+        Some(gemm::Readings {
+            nvml: self.nvml.as_ref()?,
+            index,
+        })
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn devices(&self) -> &[DeviceInfo] {
+        &self.devices
+    }
+
+    fn supports(&self, check: CheckName) -> Support {
+        match check {
+            CheckName::GemmFlops => match &self.libraries.cublas {
+                Ok(_) => Support::Supported,
+                Err(e) => Support::NotImplemented(format!("`gemm_flops` needs cuBLAS: {e}")),
+            },
+            CheckName::KernelLaunch => Support::Supported,
+            CheckName::AllReduce1 => match &self.libraries.nccl {
+                Ok(_) => Support::Supported,
+                Err(e) => Support::NotImplemented(format!("`all_reduce_1` needs NCCL: {e}")),
+            },
+            other => not_yet(other),
+        }
+    }
+
+    fn gemm(
+        &self,
+        device: u32,
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        guarded("gemm", || {
+            let gpu = self.gpu(device)?;
+            let ty = gemm::resolve(work.gemm_dtype, gpu.compute_capability)
+                .map_err(BackendError::Unsupported)?;
+            let needs = if ty == gemm::GemmType::Fp8 {
+                &self.libraries.cublaslt
+            } else {
+                &self.libraries.cublas
+            };
+            if let Err(e) = needs {
+                return Err(BackendError::Unsupported(format!(
+                    "{} GEMM cannot run: {e}",
+                    ty.as_str()
+                )));
+            }
+            let size = work
+                .gemm_size
+                .map(|s| s as usize)
+                .unwrap_or(gemm::DEFAULT_SIZE);
+            if ty == gemm::GemmType::Fp8 && size % 16 != 0 {
+                return Err(BackendError::Unsupported(format!(
+                    "fp8 GEMM needs a size that is a multiple of 16; `{size}` is not"
+                )));
+            }
+            let ctx = self.context(device)?;
+            let inputs = self.gemm_inputs(ty, size);
+            cancel.check()?;
+            gemm::run(&ctx, &inputs, self.readings(device), cancel)
+        })
+    }
+
+    fn kernel_launch(
+        &self,
+        device: u32,
+        _work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        guarded("kernel_launch", || {
+            let gpu = self.gpu(device)?;
+            let ctx = self.context(device)?;
+            let nvrtc = self
+                .libraries
+                .nvrtc
+                .as_ref()
+                .map(|_| ())
+                .map_err(Clone::clone);
+            let kernel = launch::load(&ctx, nvrtc, gpu.compute_capability)?;
+            launch::run(&ctx, &kernel, cancel)
+        })
+    }
+
+    fn all_reduce_local(
+        &self,
+        devices: &[u32],
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        guarded("all_reduce_local", || {
+            if devices.len() < 2 {
+                return Err(BackendError::Unsupported(
+                    "an all-reduce needs at least two GPUs".to_owned(),
+                ));
+            }
+            let mut sorted = devices.to_vec();
+            sorted.sort_unstable();
+            sorted.dedup();
+            if sorted.len() != devices.len() {
+                return Err(BackendError::Failed(format!(
+                    "device list `{devices:?}` names a device twice"
+                )));
+            }
+            let nccl = self
+                .libraries
+                .nccl
+                .as_ref()
+                .map_err(|e| BackendError::Unsupported(format!("NCCL: {e}")))?;
+            let contexts = devices
+                .iter()
+                .map(|d| self.context(*d))
+                .collect::<Result<Vec<_>, _>>()?;
+            collective::run(nccl, &contexts, work.collective_bytes, cancel)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn probe_without_a_gpu_is_unavailable_and_does_not_panic() {
+        match probe() {
+            Err(BackendError::Unavailable { backend, reason }) => {
+                assert_eq!(backend, "cuda");
+                // SAFETY: only tries to open the library.
+                if !unsafe { cudarc::driver::sys::is_culib_present() } {
+                    assert!(reason.starts_with("libcuda was not found"), "{reason}");
+                }
+                assert!(reason.chars().next().unwrap().is_lowercase(), "{reason}");
+                // The error as the binary prints it.
+                let message = BackendError::Unavailable { backend, reason }.to_string();
+                assert!(
+                    message.starts_with("the `cuda` backend is not available: "),
+                    "{message}"
+                );
+            }
+            Err(other) => panic!("expected Unavailable, got {other:?}"),
+            // A machine with a GPU: the probe must have found at least one device.
+            Ok(backend) => assert!(!backend.devices().is_empty()),
+        }
+    }
+
+    #[test]
+    fn probing_twice_gives_the_same_answer() {
+        let first = probe().map(|b| b.devices().len());
+        let second = probe().map(|b| b.devices().len());
+        assert_eq!(first, second);
+    }
+
+    #[test]
+    fn panics_become_errors() {
+        let result: Result<(), BackendError> = guarded("test", || panic!("Missing symbol cuFoo"));
+        assert_eq!(
+            result,
+            Err(BackendError::Failed(
+                "the cuda backend failed inside `test`: Missing symbol cuFoo".to_owned()
+            ))
+        );
+        let owned: Result<(), BackendError> = guarded("test", || panic!("{}", String::from("x")));
+        assert!(matches!(owned, Err(BackendError::Failed(m)) if m.ends_with(": x")));
+        assert_eq!(guarded("test", || Ok(5)), Ok(5));
+    }
+
+    #[test]
+    fn inter_node_checks_say_why_they_do_not_run() {
+        for check in CheckName::ALL {
+            if matches!(
+                check,
+                CheckName::GemmFlops | CheckName::KernelLaunch | CheckName::AllReduce1
+            ) {
+                continue;
+            }
+            match not_yet(check) {
+                Support::NotImplemented(reason) => {
+                    assert!(reason.contains(&format!("`{check}`")), "{reason}")
+                }
+                Support::Supported => panic!("{check} should not be supported yet"),
+            }
+        }
+    }
+}

@@ -1,0 +1,347 @@
+//! All-reduce across the GPUs of this node over NCCL, measured as nccl-tests does.
+//!
+//! One process drives every GPU (`ncclCommInitAll`, then one grouped call per
+//! iteration), as `all_reduce_perf -g <n>` does. The message is fp32 sum, out of place,
+//! 4 GiB by default (smaller on GPUs with little memory): large enough for the bus
+//! bandwidth plateau the baselines were measured at. Timing uses events on the first
+//! GPU's stream between consecutive iterations, enqueued back to back like nccl-tests'
+//! timed loop, so there is no host round trip in the measurement.
+//!
+//! The check of the result is exact: rank r sends the value r+1 everywhere, so every
+//! element of every output must be n(n+1)/2, which fp32 holds exactly whatever the
+//! reduction order. Outputs start as NaN so an operation that never ran is caught.
+//!
+//! A hung peer or link never returns from NCCL on its own. Waiting therefore polls
+//! events, the cancel token and NCCL's asynchronous error; on either of the latter it
+//! aborts the communicators, which ends the kernels, and returns.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
+
+use super::driver_error;
+use super::nccl::{Comms, Nccl, RawStream, datatype};
+use crate::{BackendError, CancelToken, Sample, all_reduce_busbw};
+
+/// Default message size, as nccl-tests' large-message sweeps reach (`-e 8G` sends 8 GB).
+pub const DEFAULT_BYTES: u64 = 4 << 30;
+const WARMUP_ITERATIONS: usize = 5;
+/// nccl-tests' default `-n 20`.
+const MAX_ITERATIONS: usize = 20;
+const MIN_ITERATIONS: usize = 5;
+/// Longest the timed loop is planned to take.
+const TIMED_BUDGET_SECS: f64 = 2.0;
+/// Elements read back per probe, and probes per rank.
+const PROBE_ELEMENTS: usize = 16 * 1024;
+const PROBES: usize = 16;
+
+/// The message size: the configured one, else [`DEFAULT_BYTES`] capped at an eighth of
+/// the smallest GPU's memory (send and receive buffers both live on each GPU), rounded
+/// down to whole 4-byte elements.
+pub fn message_bytes(configured: Option<u64>, smallest_memory: u64) -> u64 {
+    let bytes = configured.unwrap_or_else(|| DEFAULT_BYTES.min(smallest_memory / 8).max(1 << 20));
+    (bytes / 4).max(1) * 4
+}
+
+/// The sum every output element must hold: 1 + 2 + … + n.
+pub fn expected_sum(ranks: usize) -> f32 {
+    (ranks * (ranks + 1) / 2) as f32
+}
+
+/// Offsets of the probes read back: the start, the end, and evenly spaced ones between.
+pub fn probe_offsets(count: usize, probe: usize, probes: usize) -> Vec<(usize, usize)> {
+    if count <= probe * probes {
+        return vec![(0, count)];
+    }
+    let last = count - probe;
+    let mut out: Vec<(usize, usize)> = (0..probes)
+        .map(|p| (last * p / (probes - 1).max(1), probe))
+        .collect();
+    out.dedup();
+    out
+}
+
+/// The first wrong element, as a message.
+pub fn first_wrong(rank: usize, offset: usize, values: &[f32], expected: f32) -> Option<String> {
+    let (at, got) = values.iter().enumerate().find(|(_, v)| **v != expected)?;
+    Some(format!(
+        "rank `{rank}` element `{}` is `{got}` but the sum must be `{expected}`",
+        offset + at
+    ))
+}
+
+/// Runs the all-reduce over `contexts` (one per GPU, in rank order).
+pub fn run(
+    nccl: &'static Nccl,
+    contexts: &[Arc<CudaContext>],
+    configured_bytes: Option<u64>,
+    cancel: &CancelToken,
+) -> Result<Sample, BackendError> {
+    let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
+    let ranks = contexts.len();
+    let smallest = contexts
+        .iter()
+        .map(|c| c.total_mem().map(|m| m as u64))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err("reading GPU memory"))?
+        .into_iter()
+        .min()
+        .unwrap_or(0);
+    let bytes = message_bytes(configured_bytes, smallest);
+    let count = (bytes / 4) as usize;
+
+    let mut streams: Vec<Arc<CudaStream>> = Vec::with_capacity(ranks);
+    let mut send: Vec<CudaSlice<f32>> = Vec::with_capacity(ranks);
+    let mut recv: Vec<CudaSlice<f32>> = Vec::with_capacity(ranks);
+    for (rank, ctx) in contexts.iter().enumerate() {
+        let stream = ctx.new_stream().map_err(err("creating a stream"))?;
+        // SAFETY: both buffers are filled right below, before any read.
+        let (s, r) = unsafe { (stream.alloc::<f32>(count), stream.alloc::<f32>(count)) };
+        let (s, r) = (
+            s.map_err(err("allocating the send buffer"))?,
+            r.map_err(err("allocating the receive buffer"))?,
+        );
+        let fill = (rank as f32 + 1.0).to_bits();
+        // SAFETY: each buffer holds `count` u32-sized elements on this stream's context.
+        unsafe {
+            ctx.bind_to_thread().map_err(err("binding the context"))?;
+            cudarc::driver::sys::cuMemsetD32Async(
+                s.device_ptr(&stream).0,
+                fill,
+                count,
+                stream.cu_stream(),
+            )
+            .result()
+            .map_err(err("filling the send buffer"))?;
+            cudarc::driver::sys::cuMemsetD32Async(
+                r.device_ptr(&stream).0,
+                u32::MAX,
+                count,
+                stream.cu_stream(),
+            )
+            .result()
+            .map_err(err("filling the receive buffer"))?;
+        }
+        streams.push(stream);
+        send.push(s);
+        recv.push(r);
+    }
+    for stream in &streams {
+        stream.synchronize().map_err(err("synchronising"))?;
+    }
+
+    let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
+    let init_started = Instant::now();
+    let mut comms = Comms::init_all(nccl, &ordinals).map_err(BackendError::Failed)?;
+    let init_secs = init_started.elapsed().as_secs_f64();
+    let pointers: Vec<(u64, u64)> = (0..ranks)
+        .map(|r| {
+            (
+                send[r].device_ptr(&streams[r]).0,
+                recv[r].device_ptr(&streams[r]).0,
+            )
+        })
+        .collect();
+
+    let enqueue = |comms: &Comms| -> Result<(), String> {
+        nccl.group_start()?;
+        let mut result = Ok(());
+        for (rank, (s, r)) in pointers.iter().enumerate() {
+            // SAFETY: live buffers of `count` f32 on rank `rank`'s GPU and stream.
+            result = unsafe {
+                comms.all_reduce(
+                    rank,
+                    *s,
+                    *r,
+                    count,
+                    datatype::FLOAT32,
+                    streams[rank].cu_stream() as RawStream,
+                )
+            };
+            if result.is_err() {
+                break;
+            }
+        }
+        // The group must be closed even after an error, or NCCL stays inside it.
+        let end = nccl.group_end();
+        result.and(end)
+    };
+
+    let outcome = (|| -> Result<Sample, BackendError> {
+        let warm_started = Instant::now();
+        for _ in 0..WARMUP_ITERATIONS {
+            enqueue(&comms).map_err(BackendError::Failed)?;
+        }
+        wait_all(&streams, &comms, cancel)?;
+        let per_iteration = warm_started.elapsed().as_secs_f64() / WARMUP_ITERATIONS as f64;
+        let iterations = ((TIMED_BUDGET_SECS / per_iteration.max(1e-9)) as usize)
+            .clamp(MIN_ITERATIONS, MAX_ITERATIONS);
+
+        let first = &streams[0];
+        let events = (0..=iterations)
+            .map(|_| contexts[0].new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(err("creating events"))?;
+        events[0].record(first).map_err(err("recording an event"))?;
+        for event in &events[1..] {
+            enqueue(&comms).map_err(BackendError::Failed)?;
+            event.record(first).map_err(err("recording an event"))?;
+        }
+        wait_all(&streams, &comms, cancel)?;
+
+        let mut samples = Vec::with_capacity(iterations);
+        let mut total_secs = 0.0;
+        for pair in events.windows(2) {
+            let secs = f64::from(
+                pair[0]
+                    .elapsed_ms(&pair[1])
+                    .map_err(err("reading event times"))?,
+            ) / 1000.0;
+            total_secs += secs;
+            samples.push(all_reduce_busbw(
+                bytes as f64 / secs.max(1e-12) / 1e9,
+                ranks,
+            ));
+        }
+        let algbw = bytes as f64 * iterations as f64 / total_secs.max(1e-12) / 1e9;
+        let busbw = all_reduce_busbw(algbw, ranks);
+
+        let expected = expected_sum(ranks);
+        let mut wrong_result = None;
+        'ranks: for (rank, buffer) in recv.iter().enumerate() {
+            for (offset, len) in probe_offsets(count, PROBE_ELEMENTS, PROBES) {
+                let values = streams[rank]
+                    .clone_dtoh(&buffer.slice(offset..offset + len))
+                    .map_err(err("reading the result"))?;
+                if let Some(message) = first_wrong(rank, offset, &values, expected) {
+                    wrong_result = Some(message);
+                    break 'ranks;
+                }
+            }
+        }
+
+        let mut extra = BTreeMap::new();
+        extra.insert("algbw".to_owned(), algbw);
+        extra.insert("bytes".to_owned(), bytes as f64);
+        extra.insert(
+            "time_us_mean".to_owned(),
+            total_secs / iterations as f64 * 1e6,
+        );
+        extra.insert("init_secs".to_owned(), init_secs);
+        let mut params = BTreeMap::new();
+        params.insert("bytes".to_owned(), bytes.to_string());
+        params.insert("count".to_owned(), count.to_string());
+        params.insert("dtype".to_owned(), "fp32".to_owned());
+        params.insert("op".to_owned(), "sum".to_owned());
+        params.insert("ranks".to_owned(), ranks.to_string());
+        params.insert("iterations".to_owned(), iterations.to_string());
+        params.insert(
+            "warmup_iterations".to_owned(),
+            WARMUP_ITERATIONS.to_string(),
+        );
+        params.insert("nccl_version".to_owned(), nccl.version_string());
+        params.insert("nccl_library".to_owned(), nccl.path.display().to_string());
+        Ok(Sample {
+            value: busbw,
+            samples,
+            wrong_result,
+            extra,
+            params,
+        })
+    })();
+
+    // Stuck or failed communicators are aborted so their kernels end before the
+    // buffers are freed; healthy ones are destroyed by `Drop`.
+    if outcome.is_err() {
+        comms.abort();
+    }
+    drop(comms);
+    outcome
+}
+
+/// Waits until every stream has run what was enqueued, watching for cancellation and
+/// NCCL's asynchronous errors; aborting is left to the caller.
+fn wait_all(
+    streams: &[Arc<CudaStream>],
+    comms: &Comms,
+    cancel: &CancelToken,
+) -> Result<(), BackendError> {
+    let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
+    let events = streams
+        .iter()
+        .map(|s| s.record_event(None))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(err("recording an event"))?;
+    let mut polls: u64 = 0;
+    for event in &events {
+        // NCCL switches the current device as it works; query each event in its own context.
+        event
+            .context()
+            .bind_to_thread()
+            .map_err(err("binding the context"))?;
+        loop {
+            if event
+                .try_is_complete()
+                .map_err(err("waiting for the all-reduce"))?
+            {
+                break;
+            }
+            cancel.check()?;
+            polls += 1;
+            if polls % 64 == 0
+                && let Some(error) = comms.async_error()
+            {
+                return Err(BackendError::Failed(format!(
+                    "NCCL reported an error while the all-reduce ran: {error}"
+                )));
+            }
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_size_follows_config_and_memory() {
+        assert_eq!(message_bytes(Some(1 << 20), 80 << 30), 1 << 20);
+        assert_eq!(message_bytes(Some(1023), 80 << 30), 1020);
+        assert_eq!(message_bytes(Some(1), 80 << 30), 4);
+        assert_eq!(message_bytes(None, 141 << 30), DEFAULT_BYTES);
+        assert_eq!(message_bytes(None, 16 << 30), 2 << 30);
+        assert_eq!(message_bytes(None, 0), 1 << 20);
+    }
+
+    #[test]
+    fn the_expected_sum_is_exact_in_fp32() {
+        assert_eq!(expected_sum(8), 36.0);
+        assert_eq!(expected_sum(2), 3.0);
+        assert_eq!(first_wrong(1, 100, &[36.0, 36.0], 36.0), None);
+        assert_eq!(
+            first_wrong(3, 100, &[36.0, 35.0], 36.0).unwrap(),
+            "rank `3` element `101` is `35` but the sum must be `36`"
+        );
+        assert!(
+            first_wrong(0, 0, &[f32::NAN], 36.0)
+                .unwrap()
+                .contains("`NaN`")
+        );
+    }
+
+    #[test]
+    fn probes_cover_both_ends_and_stay_in_bounds() {
+        let count = 1 << 28;
+        let probes = probe_offsets(count, PROBE_ELEMENTS, PROBES);
+        assert_eq!(probes.len(), PROBES);
+        assert_eq!(probes[0], (0, PROBE_ELEMENTS));
+        assert_eq!(probes.last().unwrap().0 + PROBE_ELEMENTS, count);
+        assert!(probes.iter().all(|(o, l)| o + l <= count));
+        assert_eq!(probe_offsets(1000, PROBE_ELEMENTS, PROBES), [(0, 1000)]);
+    }
+}

@@ -1,0 +1,213 @@
+#!/usr/bin/env bash
+# gpu-smoke.sh — run gpuvet's cuda backend on this GPU machine and compare its GEMM
+# with torch.matmul on the same GPU, in the same run.
+#
+# Usage: scripts/gpu-smoke.sh            (from the repository root)
+#   OUT=<dir>          where the report, logs and summary go (default ./gpu-smoke-out)
+#   GPUVET_BIN=<path>  use this binary instead of building one
+#   CARGO_OFFLINE=1    build with --offline (no network on the machine)
+#
+# Steps, each under a timeout:
+#   1. build the release binary (cargo build --release -p gpuvet);
+#   2. gpuvet check --backend cuda --json with gemm_flops,kernel_launch,all_reduce_1
+#      (all_reduce_1 is skipped when there is one GPU);
+#   3. torch.matmul bf16 8192^3 on GPU 0, if torch imports;
+#   4. print gpuvet's GEMM TFLOPS on GPU 0, torch's, and the ratio (goal >= 0.97),
+#      the launch latency and all_reduce_1's busbw; write summary.json.
+# Exit status: 0 when gpuvet ran on the cuda backend and the ratio (if measured) is
+# >= 0.97, 1 otherwise.
+
+set -euo pipefail
+
+OUT="${OUT:-./gpu-smoke-out}"
+mkdir -p "$OUT"
+OUT="$(cd "$OUT" && pwd)"
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+
+log() { printf '[gpu-smoke] %s\n' "$*" | tee -a "$OUT/smoke.log" >&2; }
+
+log "output: $OUT"
+if command -v nvidia-smi >/dev/null 2>&1; then
+    timeout 30 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || log "nvidia-smi failed (rc $?)"
+    timeout 30 nvidia-smi topo -m >"$OUT/nvidia-smi-topo.txt" 2>&1 || true
+else
+    log "nvidia-smi not found"
+fi
+
+PYTHON="$(command -v python3 || command -v python || true)"
+
+# pip's NVIDIA wheels (cuBLAS, NVRTC, NCCL) live outside the loader's path; gpuvet
+# searches the usual Python prefixes itself, and this adds the active interpreter's.
+if [[ -n "$PYTHON" ]]; then
+    dirs="$(timeout 60 "$PYTHON" - <<'EOF' 2>/dev/null || true
+import glob, os
+try:
+    import nvidia
+    roots = list(nvidia.__path__)
+except Exception:
+    roots = []
+print(":".join(sorted({d for r in roots for d in glob.glob(os.path.join(r, "*", "lib")) if os.path.isdir(d)})))
+EOF
+)"
+    if [[ -n "$dirs" ]]; then
+        export GPUVET_CUDA_LIBRARY_PATH="${dirs}${GPUVET_CUDA_LIBRARY_PATH:+:$GPUVET_CUDA_LIBRARY_PATH}"
+        log "GPUVET_CUDA_LIBRARY_PATH=$GPUVET_CUDA_LIBRARY_PATH"
+    fi
+fi
+
+# 1. Build.
+if [[ -n "${GPUVET_BIN:-}" ]]; then
+    BIN="$GPUVET_BIN"
+    log "using prebuilt $BIN"
+else
+    log "building the release binary"
+    build_flags=(--release -p gpuvet)
+    if [[ -n "${CARGO_OFFLINE:-}" ]]; then build_flags+=(--offline); fi
+    if ! timeout 900 cargo build "${build_flags[@]}" >"$OUT/build.log" 2>&1; then
+        log "cargo build failed; see $OUT/build.log"
+        tail -n 30 "$OUT/build.log" >&2
+        exit 1
+    fi
+    BIN="$ROOT/target/release/gpuvet"
+fi
+[[ -x "$BIN" ]] || { log "no gpuvet binary at $BIN"; exit 1; }
+
+# 2. gpuvet on the cuda backend.
+cat >"$OUT/config.json" <<'EOF'
+{
+  "aimaster": {
+    "sanity_check": {
+      "fail_action": "retain",
+      "micro_benchmarks": "gemm_flops,kernel_launch,all_reduce_1",
+      "timeout": 5
+    }
+  },
+  "gpuvet": { "backend": "cuda" }
+}
+EOF
+log "running gpuvet check --backend cuda"
+gpuvet_rc=0
+started=$(date +%s.%N)
+timeout 420 "$BIN" check --config "$OUT/config.json" --backend cuda --json \
+    >"$OUT/report.json" 2>"$OUT/gpuvet.log" || gpuvet_rc=$?
+ended=$(date +%s.%N)
+log "gpuvet exited with $gpuvet_rc after $(awk -v a="$started" -v b="$ended" 'BEGIN{printf "%.1f", b-a}') s"
+if [[ $gpuvet_rc -eq 124 ]]; then log "gpuvet timed out"; fi
+
+# 3. torch.matmul on the same GPU (device 0, which gpuvet also measured).
+cat >"$OUT/torch_matmul.py" <<'EOF'
+import json, sys, time
+result = {"available": False}
+try:
+    import torch
+except Exception as e:  # not installed, or broken
+    result["reason"] = f"torch is not importable: {e}"
+    print(json.dumps(result)); sys.exit(0)
+if not torch.cuda.is_available():
+    result["reason"] = "torch imports but sees no CUDA device"
+    print(json.dumps(result)); sys.exit(0)
+n = 8192
+dev = torch.device("cuda:0")
+a = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+b = torch.randn(n, n, device=dev, dtype=torch.bfloat16)
+
+def measure(fn):
+    # Same shape as gpuvet: ~0.5 s warm-up, ~1 s timed, back-to-back, event-timed.
+    t0 = time.time()
+    while time.time() - t0 < 0.5:
+        for _ in range(4):
+            fn()
+        torch.cuda.synchronize()
+    t = time.time(); fn(); torch.cuda.synchronize(); per = max(time.time() - t, 1e-4)
+    iters = max(10, min(5000, int(1.0 / per)))
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(iters):
+        fn()
+    stop.record(); torch.cuda.synchronize()
+    secs = start.elapsed_time(stop) / 1000.0 / iters
+    return 2.0 * n ** 3 / secs / 1e12, iters
+
+nn, iters_nn = measure(lambda: torch.matmul(a, b))
+bt = b.t()
+tn, iters_tn = measure(lambda: torch.matmul(a, bt))
+result.update({
+    "available": True,
+    "device": torch.cuda.get_device_name(0),
+    "torch": torch.__version__,
+    "cuda": torch.version.cuda,
+    "tflops_matmul": nn, "iterations_matmul": iters_nn,
+    "tflops_matmul_bt": tn, "iterations_matmul_bt": iters_tn,
+})
+print(json.dumps(result))
+EOF
+if [[ -n "$PYTHON" ]]; then
+    log "measuring torch.matmul bf16 8192^3 on cuda:0"
+    timeout 240 "$PYTHON" "$OUT/torch_matmul.py" >"$OUT/torch.json" 2>"$OUT/torch.log" \
+        || echo "{\"available\": false, \"reason\": \"the torch measurement failed (rc $?), see torch.log\"}" >"$OUT/torch.json"
+else
+    echo '{"available": false, "reason": "no python interpreter on this machine"}' >"$OUT/torch.json"
+fi
+
+# 4. Summary.
+if [[ -z "$PYTHON" ]]; then
+    log "no python to summarise with; raw report in $OUT/report.json"
+    cat "$OUT/report.json"
+    exit 1
+fi
+timeout 60 "$PYTHON" - "$OUT" "$gpuvet_rc" <<'EOF'
+import json, os, statistics, sys
+out, rc = sys.argv[1], int(sys.argv[2])
+def load(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return json.load(f)
+    except Exception as e:
+        return {"error": f"{name}: {e}"}
+report, torch = load("report.json"), load("torch.json")
+summary = {"gpuvet_exit_code": rc, "backend": report.get("backend"), "torch": torch}
+print(f"gpuvet exit code: {rc}")
+print(f"backend: {report.get('backend')}")
+for d in report.get("devices", []):
+    det = d.get("details", {})
+    print(f"  device {d.get('index')}: {d.get('name')} cuda={det.get('cuda_version')} "
+          f"driver={det.get('driver_version')} nccl={det.get('nccl_version', 'unavailable')}")
+checks = {c.get("name"): c for c in report.get("checks", [])}
+def values(name):
+    c = checks.get(name, {})
+    return [(e.get("entity", {}).get("index"), e.get("measurement", {})) for e in c.get("entities", [])]
+for name, c in checks.items():
+    vals = [m.get("value") for _, m in values(name) if m.get("value") is not None]
+    shown = ", ".join(f"{v:.4g}" for v in vals)
+    print(f"  {name}: {c.get('status')} [{c.get('metric', {}).get('unit', '')}] {shown} {c.get('reason') or ''}")
+    summary[name] = {"status": c.get("status"), "values": vals, "reason": c.get("reason"),
+                     "params": c.get("params"),
+                     "extra": [m.get("extra") for _, m in values(name)]}
+gemm0 = next((m.get("value") for i, m in values("gemm_flops") if i == 0), None)
+ok = report.get("backend") == "cuda"
+if gemm0 is not None and torch.get("available"):
+    ref = torch["tflops_matmul"]
+    ratio = gemm0 / ref
+    summary["gemm_ratio_to_torch_matmul"] = ratio
+    print(f"GEMM bf16 8192^3 on GPU 0: gpuvet {gemm0:.1f} TFLOPS, torch.matmul {ref:.1f} TFLOPS "
+          f"(a @ b.T {torch['tflops_matmul_bt']:.1f}); ratio {ratio:.3f} (goal >= 0.97)")
+    ok = ok and ratio >= 0.97
+else:
+    print(f"GEMM ratio not measured: gpuvet={gemm0}, torch={torch.get('reason', torch.get('error'))}")
+launch = values("kernel_launch")
+if launch:
+    walls = [m.get("value") for _, m in launch if m.get("value") is not None]
+    events = [m.get("extra", {}).get("event_us") for _, m in launch if m.get("extra", {}).get("event_us")]
+    if walls:
+        print(f"kernel launch: wall {statistics.median(walls):.2f} us/launch"
+              + (f", event {statistics.median(events):.2f} us" if events else "") + " (median over GPUs)")
+ar = values("all_reduce_1")
+if ar and ar[0][1].get("value") is not None:
+    print(f"all_reduce_1: busbw {ar[0][1]['value']:.1f} GB/s")
+elif "all_reduce_1" in checks:
+    print(f"all_reduce_1: {checks['all_reduce_1'].get('status')} ({checks['all_reduce_1'].get('reason')})")
+with open(os.path.join(out, "summary.json"), "w") as f:
+    json.dump(summary, f, indent=2)
+sys.exit(0 if ok else 1)
+EOF
