@@ -62,14 +62,22 @@ pub fn deficit(direction: Direction, value: f64, reference: f64) -> f64 {
 }
 
 /// Judges every measurement of one check against its peers and its limit.
-pub fn judge(spec: &CheckSpec, measurements: &[Measurement], policy: &JudgePolicy) -> Vec<EntityResult> {
+pub fn judge(
+    spec: &CheckSpec,
+    measurements: &[Measurement],
+    policy: &JudgePolicy,
+) -> Vec<EntityResult> {
     let usable: Vec<Option<f64>> = measurements.iter().map(usable_value).collect();
     measurements
         .iter()
         .enumerate()
         .map(|(i, measurement)| {
-            let peers: Vec<f64> =
-                usable.iter().enumerate().filter(|(j, _)| *j != i).filter_map(|(_, v)| *v).collect();
+            let peers: Vec<f64> = usable
+                .iter()
+                .enumerate()
+                .filter(|(j, _)| *j != i)
+                .filter_map(|(_, v)| *v)
+                .collect();
             judge_one(spec, measurement, median(&peers), policy)
         })
         .collect()
@@ -77,7 +85,12 @@ pub fn judge(spec: &CheckSpec, measurements: &[Measurement], policy: &JudgePolic
 
 fn usable_value(measurement: &Measurement) -> Option<f64> {
     match measurement.value {
-        Some(v) if measurement.error.is_none() && measurement.wrong_result.is_none() && v.is_finite() && v > 0.0 => {
+        Some(v)
+            if measurement.error.is_none()
+                && measurement.wrong_result.is_none()
+                && v.is_finite()
+                && v > 0.0 =>
+        {
             Some(v)
         }
         _ => None,
@@ -114,8 +127,20 @@ fn judge_one(
     }
     let value = match measurement.value {
         Some(v) if v.is_finite() && v > 0.0 => v,
-        Some(v) => return verdict_with(Verdict::Faulty, format!("no work done: measured {v} {unit}"), evidence),
-        None => return verdict_with(Verdict::Faulty, "no measurement was returned".to_owned(), evidence),
+        Some(v) => {
+            return verdict_with(
+                Verdict::Faulty,
+                format!("no work done: measured {v} {unit}"),
+                evidence,
+            );
+        }
+        None => {
+            return verdict_with(
+                Verdict::Faulty,
+                "no measurement was returned".to_owned(),
+                evidence,
+            );
+        }
     };
 
     if let Some(limit) = policy.limit
@@ -125,12 +150,20 @@ fn judge_one(
             Limit::Floor(_) => "below the baseline floor",
             Limit::Ceiling(_) => "above the baseline ceiling",
         };
-        let reason = format!("{} {unit} is {side} of {} {unit}", fmt_value(value), fmt_value(limit.value()));
+        let reason = format!(
+            "{} {unit} is {side} of {} {unit}",
+            fmt_value(value),
+            fmt_value(limit.value())
+        );
         return verdict_with(Verdict::Slow, reason, evidence);
     }
 
     let Some(reference) = peer_median else {
-        return verdict_with(Verdict::Ok, "no peers to compare with; within the baseline".to_owned(), evidence);
+        return verdict_with(
+            Verdict::Ok,
+            "no peers to compare with; within the baseline".to_owned(),
+            evidence,
+        );
     };
     let noise = noise(measurement);
     let threshold = policy.tolerance + noise;
@@ -152,19 +185,31 @@ fn judge_one(
         );
         verdict_with(Verdict::Slow, reason, evidence)
     } else {
-        let reason = format!("within {:.1}% of the peer median (threshold {:.1}%)", deficit.max(0.0) * 100.0, threshold * 100.0);
+        let reason = format!(
+            "within {:.1}% of the peer median (threshold {:.1}%)",
+            deficit.max(0.0) * 100.0,
+            threshold * 100.0
+        );
         verdict_with(Verdict::Ok, reason, evidence)
     }
 }
 
 /// Indices of the entities to re-measure before their verdict stands.
 pub fn suspects(results: &[EntityResult]) -> Vec<usize> {
-    results.iter().enumerate().filter(|(_, r)| r.verdict == Verdict::Slow).map(|(i, _)| i).collect()
+    results
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.verdict == Verdict::Slow)
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The status of a check that ran, from its entities' verdicts.
 pub fn check_status(results: &[EntityResult]) -> CheckStatus {
-    if results.iter().any(|r| matches!(r.verdict, Verdict::Slow | Verdict::Faulty)) {
+    if results
+        .iter()
+        .any(|r| matches!(r.verdict, Verdict::Slow | Verdict::Faulty))
+    {
         CheckStatus::Failed
     } else {
         CheckStatus::Passed
@@ -191,14 +236,20 @@ mod tests {
     use crate::results::Entity;
 
     fn device(index: u32) -> Entity {
-        Entity::Device { node: "n0".into(), index }
+        Entity::Device {
+            node: "n0".into(),
+            index,
+        }
     }
 
     fn steady(index: u32, value: f64) -> Measurement {
         Measurement::ok(device(index), value, vec![value; 8])
     }
 
-    const LOOSE: JudgePolicy = JudgePolicy { tolerance: 0.05, limit: None };
+    const LOOSE: JudgePolicy = JudgePolicy {
+        tolerance: 0.05,
+        limit: None,
+    };
 
     fn verdicts(results: &[EntityResult]) -> Vec<Verdict> {
         results.iter().map(|r| r.verdict).collect()
@@ -207,14 +258,27 @@ mod tests {
     #[test]
     fn a_device_ten_percent_slow_is_flagged_with_evidence() {
         let spec = CheckName::GemmFlops.spec();
-        let ms = [steady(0, 100.0), steady(1, 100.0), steady(2, 90.0), steady(3, 101.0)];
+        let ms = [
+            steady(0, 100.0),
+            steady(1, 100.0),
+            steady(2, 90.0),
+            steady(3, 101.0),
+        ];
         let results = judge(spec, &ms, &LOOSE);
-        assert_eq!(verdicts(&results), [Verdict::Ok, Verdict::Ok, Verdict::Slow, Verdict::Ok]);
+        assert_eq!(
+            verdicts(&results),
+            [Verdict::Ok, Verdict::Ok, Verdict::Slow, Verdict::Ok]
+        );
         let slow = &results[2];
         assert_eq!(slow.evidence.peer_median, Some(100.0));
         assert_eq!(slow.evidence.deficit_pct, Some(10.0));
         assert_eq!(slow.lane, crate::results::Lane::Host);
-        assert!(slow.reason.contains("10.0% below the peer median 100 TFLOPS"), "{}", slow.reason);
+        assert!(
+            slow.reason
+                .contains("10.0% below the peer median 100 TFLOPS"),
+            "{}",
+            slow.reason
+        );
         assert_eq!(suspects(&results), [2]);
         assert_eq!(check_status(&results), CheckStatus::Failed);
     }
@@ -224,8 +288,15 @@ mod tests {
         let spec = CheckName::KernelLaunch.spec();
         let ms = [steady(0, 5.0), steady(1, 5.1), steady(2, 7.0)];
         let results = judge(spec, &ms, &LOOSE);
-        assert_eq!(verdicts(&results), [Verdict::Ok, Verdict::Ok, Verdict::Slow]);
-        assert!(results[2].reason.contains("above the peer median"), "{}", results[2].reason);
+        assert_eq!(
+            verdicts(&results),
+            [Verdict::Ok, Verdict::Ok, Verdict::Slow]
+        );
+        assert!(
+            results[2].reason.contains("above the peer median"),
+            "{}",
+            results[2].reason
+        );
     }
 
     #[test]
@@ -253,13 +324,22 @@ mod tests {
             Measurement::failed(device(0), "device lost"),
             wrong,
             steady(2, 0.0),
-            Measurement { value: None, ..steady(3, 1.0) },
+            Measurement {
+                value: None,
+                ..steady(3, 1.0)
+            },
             steady(4, 100.0),
         ];
         let results = judge(spec, &ms, &LOOSE);
         assert_eq!(
             verdicts(&results),
-            [Verdict::Faulty, Verdict::Faulty, Verdict::Faulty, Verdict::Faulty, Verdict::Ok]
+            [
+                Verdict::Faulty,
+                Verdict::Faulty,
+                Verdict::Faulty,
+                Verdict::Faulty,
+                Verdict::Ok
+            ]
         );
         assert_eq!(results[0].reason, "error: device lost");
         assert!(results[1].reason.starts_with("wrong result"));
@@ -271,16 +351,31 @@ mod tests {
     #[test]
     fn a_baseline_floor_or_ceiling_fails_even_a_lone_device() {
         let gemm = CheckName::GemmFlops.spec();
-        let floor = JudgePolicy { tolerance: 0.05, limit: Some(Limit::Floor(200.0)) };
+        let floor = JudgePolicy {
+            tolerance: 0.05,
+            limit: Some(Limit::Floor(200.0)),
+        };
         let results = judge(gemm, &[steady(0, 100.0)], &floor);
         assert_eq!(results[0].verdict, Verdict::Slow);
-        assert_eq!(results[0].reason, "100 TFLOPS is below the baseline floor of 200 TFLOPS");
+        assert_eq!(
+            results[0].reason,
+            "100 TFLOPS is below the baseline floor of 200 TFLOPS"
+        );
         assert_eq!(results[0].evidence.baseline, Some(200.0));
 
         let launch = CheckName::KernelLaunch.spec();
-        let ceiling = JudgePolicy { tolerance: 0.05, limit: Some(Limit::Ceiling(10.0)) };
-        assert_eq!(judge(launch, &[steady(0, 12.0)], &ceiling)[0].verdict, Verdict::Slow);
-        assert_eq!(judge(launch, &[steady(0, 8.0)], &ceiling)[0].verdict, Verdict::Ok);
+        let ceiling = JudgePolicy {
+            tolerance: 0.05,
+            limit: Some(Limit::Ceiling(10.0)),
+        };
+        assert_eq!(
+            judge(launch, &[steady(0, 12.0)], &ceiling)[0].verdict,
+            Verdict::Slow
+        );
+        assert_eq!(
+            judge(launch, &[steady(0, 8.0)], &ceiling)[0].verdict,
+            Verdict::Ok
+        );
     }
 
     #[test]
@@ -293,7 +388,11 @@ mod tests {
     #[test]
     fn faulty_peers_do_not_drag_the_median() {
         let spec = CheckName::GemmFlops.spec();
-        let ms = [Measurement::failed(device(0), "x"), steady(1, 100.0), steady(2, 100.0)];
+        let ms = [
+            Measurement::failed(device(0), "x"),
+            steady(1, 100.0),
+            steady(2, 100.0),
+        ];
         let results = judge(spec, &ms, &LOOSE);
         assert_eq!(results[1].evidence.peer_median, Some(100.0));
         assert_eq!(results[1].verdict, Verdict::Ok);

@@ -111,19 +111,110 @@ const SLOWDOWN: MetricSpec = MetricSpec {
 
 /// The whole catalog, in the order of PAI's sample config.
 pub const CATALOG: [CheckSpec; 13] = [
-    spec(CheckName::GemmFlops, Scope::EachDevice, "dense GEMM throughput with a correctness sample", TFLOPS, 60, Lane::Host),
-    spec(CheckName::AllReduce1, Scope::EachNode, "all-reduce across the GPUs of each node", BUSBW, 300, Lane::Host),
-    spec(CheckName::AllReduce2, Scope::NodePairs, "all-reduce across the GPUs of two nodes", BUSBW, 300, Lane::Network),
-    spec(CheckName::KernelLaunch, Scope::EachDevice, "empty-kernel launch latency", LAUNCH_US, 60, Lane::Host),
-    spec(CheckName::AllReduce, Scope::WholeGroup, "all-reduce across every GPU of the group", BUSBW, 300, Lane::Network),
-    spec(CheckName::AllToAll2, Scope::NodePairs, "all-to-all across two nodes", BUSBW, 300, Lane::Network),
-    spec(CheckName::AllGather2, Scope::NodePairs, "all-gather across two nodes", BUSBW, 300, Lane::Network),
-    spec(CheckName::AllGather, Scope::WholeGroup, "all-gather across every GPU of the group", BUSBW, 300, Lane::Network),
-    spec(CheckName::MultiAllReduce2, Scope::NodePairs, "concurrent all-reduces, one per rail, across two nodes", RAIL_BUSBW, 300, Lane::Network),
-    spec(CheckName::MultiAllReduce, Scope::WholeGroup, "concurrent all-reduces, one per rail, across the group", RAIL_BUSBW, 300, Lane::Network),
-    spec(CheckName::PytorchGloo2, Scope::NodePairs, "host-network collective through PyTorch Gloo (or the built-in TCP collective)", GLOO_BW, 60, Lane::Network),
-    spec(CheckName::NetworkConnectivity, Scope::AllNodePairs, "TCP reachability and round-trip time between every pair of nodes", SUCCESS_RATE, 120, Lane::Network),
-    spec(CheckName::CompCommOverlap, Scope::EachNode, "GEMM and all-reduce alone, then overlapped; the slowdown of each", SLOWDOWN, 60, Lane::Host),
+    spec(
+        CheckName::GemmFlops,
+        Scope::EachDevice,
+        "dense GEMM throughput with a correctness sample",
+        TFLOPS,
+        60,
+        Lane::Host,
+    ),
+    spec(
+        CheckName::AllReduce1,
+        Scope::EachNode,
+        "all-reduce across the GPUs of each node",
+        BUSBW,
+        300,
+        Lane::Host,
+    ),
+    spec(
+        CheckName::AllReduce2,
+        Scope::NodePairs,
+        "all-reduce across the GPUs of two nodes",
+        BUSBW,
+        300,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::KernelLaunch,
+        Scope::EachDevice,
+        "empty-kernel launch latency",
+        LAUNCH_US,
+        60,
+        Lane::Host,
+    ),
+    spec(
+        CheckName::AllReduce,
+        Scope::WholeGroup,
+        "all-reduce across every GPU of the group",
+        BUSBW,
+        300,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::AllToAll2,
+        Scope::NodePairs,
+        "all-to-all across two nodes",
+        BUSBW,
+        300,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::AllGather2,
+        Scope::NodePairs,
+        "all-gather across two nodes",
+        BUSBW,
+        300,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::AllGather,
+        Scope::WholeGroup,
+        "all-gather across every GPU of the group",
+        BUSBW,
+        300,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::MultiAllReduce2,
+        Scope::NodePairs,
+        "concurrent all-reduces, one per rail, across two nodes",
+        RAIL_BUSBW,
+        300,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::MultiAllReduce,
+        Scope::WholeGroup,
+        "concurrent all-reduces, one per rail, across the group",
+        RAIL_BUSBW,
+        300,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::PytorchGloo2,
+        Scope::NodePairs,
+        "host-network collective through PyTorch Gloo (or the built-in TCP collective)",
+        GLOO_BW,
+        60,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::NetworkConnectivity,
+        Scope::AllNodePairs,
+        "TCP reachability and round-trip time between every pair of nodes",
+        SUCCESS_RATE,
+        120,
+        Lane::Network,
+    ),
+    spec(
+        CheckName::CompCommOverlap,
+        Scope::EachNode,
+        "GEMM and all-reduce alone, then overlapped; the slowdown of each",
+        SLOWDOWN,
+        60,
+        Lane::Host,
+    ),
 ];
 
 const fn spec(
@@ -134,12 +225,22 @@ const fn spec(
     pai_estimate_secs: u32,
     lane: Lane,
 ) -> CheckSpec {
-    CheckSpec { name, scope, description, metric, pai_estimate_secs, lane }
+    CheckSpec {
+        name,
+        scope,
+        description,
+        metric,
+        pai_estimate_secs,
+        lane,
+    }
 }
 
 /// PAI's default set, used when `micro_benchmarks` is absent.
-pub const DEFAULT_CHECKS: [CheckName; 3] =
-    [CheckName::GemmFlops, CheckName::AllReduce1, CheckName::AllReduce2];
+pub const DEFAULT_CHECKS: [CheckName; 3] = [
+    CheckName::GemmFlops,
+    CheckName::AllReduce1,
+    CheckName::AllReduce2,
+];
 
 /// The only runtime check PAI offers.
 pub const RUNTIME_CHECK_C4D: &str = "c4d";
@@ -190,7 +291,8 @@ impl Serialize for CheckName {
 impl<'de> Deserialize<'de> for CheckName {
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
         let name = String::deserialize(deserializer)?;
-        name.parse().map_err(|_| serde::de::Error::custom(format!("unknown check `{name}`")))
+        name.parse()
+            .map_err(|_| serde::de::Error::custom(format!("unknown check `{name}`")))
     }
 }
 
@@ -212,15 +314,21 @@ impl FromStr for CheckName {
     type Err = UnknownCheck;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        CheckName::ALL.into_iter().find(|name| name.as_str() == s).ok_or_else(|| UnknownCheck {
-            name: s.to_owned(),
-            suggestion: closest(s, CheckName::ALL.into_iter().map(|n| (n.as_str(), n))),
-        })
+        CheckName::ALL
+            .into_iter()
+            .find(|name| name.as_str() == s)
+            .ok_or_else(|| UnknownCheck {
+                name: s.to_owned(),
+                suggestion: closest(s, CheckName::ALL.into_iter().map(|n| (n.as_str(), n))),
+            })
     }
 }
 
 /// The candidate nearest to `input` by edit distance, if it is plausibly a typo of it.
-pub fn closest<T>(input: &str, candidates: impl IntoIterator<Item = (&'static str, T)>) -> Option<T> {
+pub fn closest<T>(
+    input: &str,
+    candidates: impl IntoIterator<Item = (&'static str, T)>,
+) -> Option<T> {
     let input = input.to_ascii_lowercase();
     let allowed = (input.chars().count() / 3).max(2);
     candidates
@@ -240,7 +348,9 @@ pub fn edit_distance(a: &str, b: &str) -> usize {
         row[0] = i + 1;
         for (j, cb) in b.iter().enumerate() {
             let above = row[j + 1];
-            row[j + 1] = (above + 1).min(row[j] + 1).min(diagonal + usize::from(ca != *cb));
+            row[j + 1] = (above + 1)
+                .min(row[j] + 1)
+                .min(diagonal + usize::from(ca != *cb));
             diagonal = above;
         }
     }
@@ -267,7 +377,10 @@ mod tests {
 
     #[test]
     fn pai_estimates_add_up_to_the_documented_totals() {
-        let default: u32 = DEFAULT_CHECKS.iter().map(|n| n.spec().pai_estimate_secs).sum();
+        let default: u32 = DEFAULT_CHECKS
+            .iter()
+            .map(|n| n.spec().pai_estimate_secs)
+            .sum();
         assert_eq!(default, 11 * 60);
         let all: u32 = CATALOG.iter().map(|s| s.pai_estimate_secs).sum();
         // 8 collectives at 5 min, 3 checks at 1 min, connectivity at 2 min.

@@ -39,21 +39,35 @@ pub const DEFAULT_TOLERANCE_PCT: f64 = 5.0;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
     #[error("the config is not valid JSON: {message} (line {line}, column {column})")]
-    Syntax { message: String, line: usize, column: usize },
+    Syntax {
+        message: String,
+        line: usize,
+        column: usize,
+    },
     #[error("invalid config at `{path}`: {message}")]
-    Invalid { path: String, message: String, hint: Option<String> },
+    Invalid {
+        path: String,
+        message: String,
+        hint: Option<String>,
+    },
 }
 
 impl ConfigError {
     fn invalid(path: impl Into<String>, message: impl Into<String>) -> Self {
-        ConfigError::Invalid { path: path.into(), message: message.into(), hint: None }
+        ConfigError::Invalid {
+            path: path.into(),
+            message: message.into(),
+            hint: None,
+        }
     }
 
     fn with_hint(self, hint: impl Into<String>) -> Self {
         match self {
-            ConfigError::Invalid { path, message, .. } => {
-                ConfigError::Invalid { path, message, hint: Some(hint.into()) }
-            }
+            ConfigError::Invalid { path, message, .. } => ConfigError::Invalid {
+                path,
+                message,
+                hint: Some(hint.into()),
+            },
             other => other,
         }
     }
@@ -231,7 +245,13 @@ pub struct SimScript {
 
 impl Default for SimScript {
     fn default() -> Self {
-        SimScript { seed: 0, devices: 8, noise: 0.0, speed: BTreeMap::new(), faults: Vec::new() }
+        SimScript {
+            seed: 0,
+            devices: 8,
+            noise: 0.0,
+            speed: BTreeMap::new(),
+            faults: Vec::new(),
+        }
     }
 }
 
@@ -250,6 +270,28 @@ pub struct Settings {
     pub gemm_size: Option<u32>,
     pub collective_bytes: Option<u64>,
     pub sim: Option<SimScript>,
+    pub watch: WatchSettings,
+}
+
+/// Where the runtime check `c4d` looks (`gpuvet.watch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchSettings {
+    /// The kernel log to read `NVRM: Xid` lines from; `None` when turned off (`"off"`).
+    pub kmsg: Option<String>,
+    /// Whether to poll NVML (used only where the driver's library loads).
+    pub nvml: bool,
+    /// Time between polls.
+    pub interval: Duration,
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        WatchSettings {
+            kmsg: Some("/dev/kmsg".to_owned()),
+            nvml: true,
+            interval: Duration::from_secs(1),
+        }
+    }
 }
 
 /// The whole validated configuration.
@@ -277,11 +319,23 @@ impl Config {
             let inner = err.into_inner();
             if inner.is_syntax() || inner.is_eof() || path == "." {
                 let message = inner.to_string();
-                let message = message.split(" at line ").next().unwrap_or(&message).to_owned();
-                ConfigError::Syntax { message, line: inner.line(), column: inner.column() }
+                let message = message
+                    .split(" at line ")
+                    .next()
+                    .unwrap_or(&message)
+                    .to_owned();
+                ConfigError::Syntax {
+                    message,
+                    line: inner.line(),
+                    column: inner.column(),
+                }
             } else {
                 let message = inner.to_string();
-                let message = message.split(" at line ").next().unwrap_or(&message).to_owned();
+                let message = message
+                    .split(" at line ")
+                    .next()
+                    .unwrap_or(&message)
+                    .to_owned();
                 ConfigError::invalid(path, message)
             }
         })?;
@@ -354,6 +408,15 @@ struct RawSettings {
     gemm: Option<RawGemm>,
     collective_bytes: Option<u64>,
     sim: Option<RawSim>,
+    watch: Option<RawWatch>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawWatch {
+    kmsg: Option<String>,
+    nvml: Option<bool>,
+    interval_ms: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -407,7 +470,11 @@ fn validate(raw: RawFile) -> Result<Config, ConfigError> {
         }
     };
     let settings = validate_settings(raw.gpuvet)?;
-    Ok(Config { sanity, runtime, settings })
+    Ok(Config {
+        sanity,
+        runtime,
+        settings,
+    })
 }
 
 fn validate_sanity(raw: RawSanity) -> Result<SanityConfig, ConfigError> {
@@ -420,8 +487,15 @@ fn validate_sanity(raw: RawSanity) -> Result<SanityConfig, ConfigError> {
         None => CheckList(DEFAULT_CHECKS.to_vec()),
         Some(list) => parse_checks(list, &format!("{PATH}.micro_benchmarks"))?,
     };
-    let timeout = Timeout::from_minutes(raw.timeout.unwrap_or(DEFAULT_TIMEOUT_MINUTES), &format!("{PATH}.timeout"))?;
-    Ok(SanityConfig { checks, fail_action, timeout })
+    let timeout = Timeout::from_minutes(
+        raw.timeout.unwrap_or(DEFAULT_TIMEOUT_MINUTES),
+        &format!("{PATH}.timeout"),
+    )?;
+    Ok(SanityConfig {
+        checks,
+        fail_action,
+        timeout,
+    })
 }
 
 fn parse_fail_action(text: &str, path: &str) -> Result<FailAction, ConfigError> {
@@ -434,12 +508,23 @@ fn parse_fail_action(text: &str, path: &str) -> Result<FailAction, ConfigError> 
     if let Some((_, action)) = ACCEPTED.iter().find(|(name, _)| *name == text) {
         return Ok(*action);
     }
-    Err(unknown_value(path, text, &["fail", "retain", "ignore", "rebuild"]))
+    Err(unknown_value(
+        path,
+        text,
+        &["fail", "retain", "ignore", "rebuild"],
+    ))
 }
 
 fn unknown_value(path: &str, value: &str, accepted: &[&'static str]) -> ConfigError {
-    let list = accepted.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ");
-    let error = ConfigError::invalid(path, format!("unknown value `{value}`; expected one of {list}"));
+    let list = accepted
+        .iter()
+        .map(|a| format!("`{a}`"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let error = ConfigError::invalid(
+        path,
+        format!("unknown value `{value}`; expected one of {list}"),
+    );
     match closest(value, accepted.iter().map(|a| (*a, *a))) {
         Some(suggestion) => error.with_hint(format!("did you mean `{suggestion}`?")),
         None => error,
@@ -449,7 +534,10 @@ fn unknown_value(path: &str, value: &str, accepted: &[&'static str]) -> ConfigEr
 fn list_items(list: RawList) -> Vec<String> {
     match list {
         RawList::Text(text) => text.split(',').map(|item| item.trim().to_owned()).collect(),
-        RawList::Items(items) => items.into_iter().map(|item| item.trim().to_owned()).collect(),
+        RawList::Items(items) => items
+            .into_iter()
+            .map(|item| item.trim().to_owned())
+            .collect(),
     }
 }
 
@@ -464,7 +552,10 @@ fn parse_checks(list: RawList, path: &str) -> Result<CheckList, ConfigError> {
     for (position, item) in items.iter().enumerate() {
         let item_path = format!("{path}[{position}]");
         if item.is_empty() {
-            return Err(ConfigError::invalid(item_path, "empty check name (a stray comma?)"));
+            return Err(ConfigError::invalid(
+                item_path,
+                "empty check name (a stray comma?)",
+            ));
         }
         let name: CheckName = item.parse().map_err(|err: crate::catalog::UnknownCheck| {
             let error = ConfigError::invalid(&item_path, format!("unknown check `{}`", err.name));
@@ -472,13 +563,19 @@ fn parse_checks(list: RawList, path: &str) -> Result<CheckList, ConfigError> {
                 Some(suggestion) => error.with_hint(format!("did you mean `{suggestion}`?")),
                 None => error.with_hint(format!(
                     "the checks are: {}",
-                    CheckName::ALL.iter().map(|n| n.as_str()).collect::<Vec<_>>().join(", ")
+                    CheckName::ALL
+                        .iter()
+                        .map(|n| n.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
                 )),
             }
         })?;
         if !seen.insert(name) {
-            return Err(ConfigError::invalid(item_path, format!("check `{name}` is listed twice"))
-                .with_hint("each check runs once; remove the repeat"));
+            return Err(
+                ConfigError::invalid(item_path, format!("check `{name}` is listed twice"))
+                    .with_hint("each check runs once; remove the repeat"),
+            );
         }
         checks.push(name);
     }
@@ -491,23 +588,45 @@ fn validate_runtime(raw: RawRuntime) -> Result<RuntimeConfig, ConfigError> {
         && text != "retain"
         && text != "ignore"
     {
-        return Err(unknown_value(&format!("{PATH}.fail_action"), text, &["retain", "ignore"])
-            .with_hint("the runtime check only records events (`retain`), as in PAI"));
+        return Err(
+            unknown_value(&format!("{PATH}.fail_action"), text, &["retain", "ignore"])
+                .with_hint("the runtime check only records events (`retain`), as in PAI"),
+        );
     }
     let path = format!("{PATH}.micro_benchmarks");
-    let items = raw.micro_benchmarks.map(list_items).unwrap_or_else(|| vec![RUNTIME_CHECK_C4D.to_owned()]);
+    let items = raw
+        .micro_benchmarks
+        .map(list_items)
+        .unwrap_or_else(|| vec![RUNTIME_CHECK_C4D.to_owned()]);
     match items.as_slice() {
-        [only] if only.eq_ignore_ascii_case(RUNTIME_CHECK_C4D) => Ok(RuntimeConfig { check: RUNTIME_CHECK_C4D }),
-        [] => Err(ConfigError::invalid(path, "the list of runtime checks is empty").with_hint("use `c4d`")),
+        [only] if only.eq_ignore_ascii_case(RUNTIME_CHECK_C4D) => Ok(RuntimeConfig {
+            check: RUNTIME_CHECK_C4D,
+        }),
+        [] => Err(
+            ConfigError::invalid(path, "the list of runtime checks is empty")
+                .with_hint("use `c4d`"),
+        ),
         [only] => {
             let hint = if CheckName::ALL.iter().any(|n| n.as_str() == only) {
-                format!("`{only}` is a sanity check; put it in `aimaster.sanity_check.micro_benchmarks`")
+                format!(
+                    "`{only}` is a sanity check; put it in `aimaster.sanity_check.micro_benchmarks`"
+                )
             } else {
                 "the only runtime check is `c4d`".to_owned()
             };
-            Err(ConfigError::invalid(path, format!("unknown runtime check `{only}`; expected `c4d`")).with_hint(hint))
+            Err(ConfigError::invalid(
+                path,
+                format!("unknown runtime check `{only}`; expected `c4d`"),
+            )
+            .with_hint(hint))
         }
-        _ => Err(ConfigError::invalid(path, format!("expected the single runtime check `c4d`, got `{}`", items.join(",")))),
+        _ => Err(ConfigError::invalid(
+            path,
+            format!(
+                "expected the single runtime check `c4d`, got `{}`",
+                items.join(",")
+            ),
+        )),
     }
 }
 
@@ -522,16 +641,20 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         gemm: None,
         collective_bytes: None,
         sim: None,
+        watch: None,
     });
     let backend = match raw.backend.as_deref() {
         None => BackendChoice::Auto,
-        Some(text) => BackendChoice::parse(text).ok_or_else(|| unknown_value("gpuvet.backend", text, &BackendChoice::NAMES))?,
+        Some(text) => BackendChoice::parse(text)
+            .ok_or_else(|| unknown_value("gpuvet.backend", text, &BackendChoice::NAMES))?,
     };
     let tolerance_pct = raw.tolerance_pct.unwrap_or(DEFAULT_TOLERANCE_PCT);
     if !(tolerance_pct.is_finite() && tolerance_pct > 0.0 && tolerance_pct < 100.0) {
         return Err(ConfigError::invalid(
             "gpuvet.tolerance_pct",
-            format!("`{tolerance_pct}` is out of range; expected a percentage greater than 0 and below 100"),
+            format!(
+                "`{tolerance_pct}` is out of range; expected a percentage greater than 0 and below 100"
+            ),
         ));
     }
     let mut baselines = BTreeMap::new();
@@ -548,31 +671,46 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
     }
     let store = match raw.store {
         Some(path) if path.trim().is_empty() => {
-            return Err(ConfigError::invalid("gpuvet.store", "the store path is empty"));
+            return Err(ConfigError::invalid(
+                "gpuvet.store",
+                "the store path is empty",
+            ));
         }
         other => other,
     };
     let rebuild_hook = match raw.rebuild_hook {
         None => None,
         Some(RawCommand::Shell(line)) if line.trim().is_empty() => {
-            return Err(ConfigError::invalid("gpuvet.rebuild_hook", "the rebuild hook command is empty"));
+            return Err(ConfigError::invalid(
+                "gpuvet.rebuild_hook",
+                "the rebuild hook command is empty",
+            ));
         }
         Some(RawCommand::Shell(line)) => Some(vec!["/bin/sh".to_owned(), "-c".to_owned(), line]),
-        Some(RawCommand::Argv(argv)) if argv.first().is_none_or(|program| program.trim().is_empty()) => {
+        Some(RawCommand::Argv(argv))
+            if argv.first().is_none_or(|program| program.trim().is_empty()) =>
+        {
             return Err(ConfigError::invalid("gpuvet.rebuild_hook", "the rebuild hook needs a program as its first element")
                 .with_hint("give a shell command line as a string, or an argument list like [\"kubectl\", \"delete\", \"pod\", \"...\"]"));
         }
         Some(RawCommand::Argv(argv)) => Some(argv),
     };
-    let cpu_devices = raw.cpu_devices.map(|n| in_range("gpuvet.cpu_devices", n, 1, 1024)).transpose()?;
+    let cpu_devices = raw
+        .cpu_devices
+        .map(|n| in_range("gpuvet.cpu_devices", n, 1, 1024))
+        .transpose()?;
     let (gemm_dtype, gemm_size) = match raw.gemm {
         None => (Dtype::Auto, None),
         Some(gemm) => {
             let dtype = match gemm.dtype.as_deref() {
                 None => Dtype::Auto,
-                Some(text) => Dtype::parse(text).ok_or_else(|| unknown_value("gpuvet.gemm.dtype", text, &Dtype::NAMES))?,
+                Some(text) => Dtype::parse(text)
+                    .ok_or_else(|| unknown_value("gpuvet.gemm.dtype", text, &Dtype::NAMES))?,
             };
-            let size = gemm.size.map(|n| in_range("gpuvet.gemm.size", n, 16, 65536)).transpose()?;
+            let size = gemm
+                .size
+                .map(|n| in_range("gpuvet.gemm.size", n, 16, 65536))
+                .transpose()?;
             (dtype, size)
         }
     };
@@ -581,6 +719,11 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .map(|n| in_range("gpuvet.collective_bytes", n, 1024, 16 << 30))
         .transpose()?;
     let sim = raw.sim.map(validate_sim).transpose()?;
+    let watch = raw
+        .watch
+        .map(validate_watch)
+        .transpose()?
+        .unwrap_or_default();
     Ok(Settings {
         backend,
         tolerance: tolerance_pct / 100.0,
@@ -592,12 +735,47 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         gemm_size,
         collective_bytes,
         sim,
+        watch,
     })
 }
 
-fn in_range<T: PartialOrd + std::fmt::Display + Copy>(path: &str, value: T, min: T, max: T) -> Result<T, ConfigError> {
+fn validate_watch(raw: RawWatch) -> Result<WatchSettings, ConfigError> {
+    let defaults = WatchSettings::default();
+    let kmsg = match raw.kmsg {
+        None => defaults.kmsg,
+        Some(path) if path == "off" => None,
+        Some(path) if path.trim().is_empty() => {
+            return Err(
+                ConfigError::invalid("gpuvet.watch.kmsg", "the kernel log path is empty")
+                    .with_hint("give a path such as `/dev/kmsg`, or `off` to read no kernel log"),
+            );
+        }
+        Some(path) => Some(path),
+    };
+    let interval_ms = in_range(
+        "gpuvet.watch.interval_ms",
+        raw.interval_ms.unwrap_or(1000),
+        100,
+        60_000,
+    )?;
+    Ok(WatchSettings {
+        kmsg,
+        nvml: raw.nvml.unwrap_or(defaults.nvml),
+        interval: Duration::from_millis(interval_ms),
+    })
+}
+
+fn in_range<T: PartialOrd + std::fmt::Display + Copy>(
+    path: &str,
+    value: T,
+    min: T,
+    max: T,
+) -> Result<T, ConfigError> {
     if value < min || value > max {
-        return Err(ConfigError::invalid(path, format!("`{value}` is out of range; expected {min} to {max}")));
+        return Err(ConfigError::invalid(
+            path,
+            format!("`{value}` is out of range; expected {min} to {max}"),
+        ));
     }
     Ok(value)
 }
@@ -605,8 +783,16 @@ fn in_range<T: PartialOrd + std::fmt::Display + Copy>(path: &str, value: T, min:
 fn validate_limit(check: CheckName, raw: RawLimit, path: &str) -> Result<Limit, ConfigError> {
     let metric = check.spec().metric;
     let (key, wrong_key, limit) = match metric.direction {
-        Direction::HigherIsBetter => ("floor", ("ceiling", raw.ceiling), raw.floor.map(Limit::Floor)),
-        Direction::LowerIsBetter => ("ceiling", ("floor", raw.floor), raw.ceiling.map(Limit::Ceiling)),
+        Direction::HigherIsBetter => (
+            "floor",
+            ("ceiling", raw.ceiling),
+            raw.floor.map(Limit::Floor),
+        ),
+        Direction::LowerIsBetter => (
+            "ceiling",
+            ("floor", raw.floor),
+            raw.ceiling.map(Limit::Ceiling),
+        ),
     };
     if wrong_key.1.is_some() {
         let better = match metric.direction {
@@ -615,15 +801,27 @@ fn validate_limit(check: CheckName, raw: RawLimit, path: &str) -> Result<Limit, 
         };
         return Err(ConfigError::invalid(
             format!("{path}.{}", wrong_key.0),
-            format!("`{check}` measures {} in {}, where {better} is better, so it takes a `{key}`, not a `{}`", metric.name, metric.unit, wrong_key.0),
+            format!(
+                "`{check}` measures {} in {}, where {better} is better, so it takes a `{key}`, not a `{}`",
+                metric.name, metric.unit, wrong_key.0
+            ),
         ));
     }
     let Some(limit) = limit else {
-        return Err(ConfigError::invalid(path, format!("expected `{{\"{key}\": <{}>}}`", metric.unit)));
+        return Err(ConfigError::invalid(
+            path,
+            format!("expected `{{\"{key}\": <{}>}}`", metric.unit),
+        ));
     };
     let value = limit.value();
     if !(value.is_finite() && value > 0.0) {
-        return Err(ConfigError::invalid(format!("{path}.{key}"), format!("`{value}` is not a usable limit; expected a positive number of {}", metric.unit)));
+        return Err(ConfigError::invalid(
+            format!("{path}.{key}"),
+            format!(
+                "`{value}` is not a usable limit; expected a positive number of {}",
+                metric.unit
+            ),
+        ));
     }
     Ok(limit)
 }
@@ -632,7 +830,10 @@ fn validate_sim(raw: RawSim) -> Result<SimScript, ConfigError> {
     let devices = in_range("gpuvet.sim.devices", raw.devices.unwrap_or(8), 1, 1024)?;
     let noise_pct = raw.noise_pct.unwrap_or(0.0);
     if !(noise_pct.is_finite() && (0.0..50.0).contains(&noise_pct)) {
-        return Err(ConfigError::invalid("gpuvet.sim.noise_pct", format!("`{noise_pct}` is out of range; expected 0 to below 50")));
+        return Err(ConfigError::invalid(
+            "gpuvet.sim.noise_pct",
+            format!("`{noise_pct}` is out of range; expected 0 to below 50"),
+        ));
     }
     let mut speed = BTreeMap::new();
     for (key, factor) in raw.speed.unwrap_or_default() {
@@ -641,32 +842,66 @@ fn validate_sim(raw: RawSim) -> Result<SimScript, ConfigError> {
             .parse()
             .ok()
             .filter(|index| *index < devices)
-            .ok_or_else(|| ConfigError::invalid(&path, format!("`{key}` is not a device index; expected 0 to {}", devices - 1)))?;
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    &path,
+                    format!(
+                        "`{key}` is not a device index; expected 0 to {}",
+                        devices - 1
+                    ),
+                )
+            })?;
         if !(factor.is_finite() && factor > 0.0 && factor <= 10.0) {
-            return Err(ConfigError::invalid(path, format!("`{factor}` is out of range; expected a speed factor above 0 and at most 10")));
+            return Err(ConfigError::invalid(
+                path,
+                format!(
+                    "`{factor}` is out of range; expected a speed factor above 0 and at most 10"
+                ),
+            ));
         }
         speed.insert(index, factor);
     }
     let mut faults = Vec::new();
     for (i, fault) in raw.faults.unwrap_or_default().into_iter().enumerate() {
         let path = format!("gpuvet.sim.faults[{i}]");
-        let check: CheckName = fault
-            .check
-            .parse()
-            .map_err(|_| ConfigError::invalid(format!("{path}.check"), format!("unknown check `{}`", fault.check)))?;
+        let check: CheckName = fault.check.parse().map_err(|_| {
+            ConfigError::invalid(
+                format!("{path}.check"),
+                format!("unknown check `{}`", fault.check),
+            )
+        })?;
         if fault.device >= devices {
-            return Err(ConfigError::invalid(format!("{path}.device"), format!("`{}` is not a device index; expected 0 to {}", fault.device, devices - 1)));
+            return Err(ConfigError::invalid(
+                format!("{path}.device"),
+                format!(
+                    "`{}` is not a device index; expected 0 to {}",
+                    fault.device,
+                    devices - 1
+                ),
+            ));
         }
         let kind = match fault.fault.as_str() {
             "hang" => SimFault::Hang,
             "error" => SimFault::Error,
             "wrong_result" => SimFault::WrongResult,
             "zero" => SimFault::Zero,
-            other => return Err(unknown_value(&format!("{path}.fault"), other, &SimFault::NAMES)),
+            other => {
+                return Err(unknown_value(
+                    &format!("{path}.fault"),
+                    other,
+                    &SimFault::NAMES,
+                ));
+            }
         };
         faults.push((check, fault.device, kind));
     }
-    Ok(SimScript { seed: raw.seed.unwrap_or(0), devices, noise: noise_pct / 100.0, speed, faults })
+    Ok(SimScript {
+        seed: raw.seed.unwrap_or(0),
+        devices,
+        noise: noise_pct / 100.0,
+        speed,
+        faults,
+    })
 }
 
 #[cfg(test)]

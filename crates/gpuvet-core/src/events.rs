@@ -56,10 +56,16 @@ impl FromStr for EventKind {
     type Err = String;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        EventKind::ALL.into_iter().find(|k| k.as_str() == s).ok_or_else(|| {
-            let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
-            format!("unknown event type `{s}`; expected one of {}", names.join(", "))
-        })
+        EventKind::ALL
+            .into_iter()
+            .find(|k| k.as_str() == s)
+            .ok_or_else(|| {
+                let names: Vec<&str> = EventKind::ALL.iter().map(|k| k.as_str()).collect();
+                format!(
+                    "unknown event type `{s}`; expected one of {}",
+                    names.join(", ")
+                )
+            })
     }
 }
 
@@ -105,6 +111,11 @@ mod tests {
             assert_eq!(kind.as_str().parse::<EventKind>(), Ok(kind));
             assert_eq!(serde_json::to_string(&kind).unwrap(), format!("\"{kind}\""));
         }
-        assert!("Started".parse::<EventKind>().unwrap_err().contains("SanityCheckFailed"));
+        assert!(
+            "Started"
+                .parse::<EventKind>()
+                .unwrap_err()
+                .contains("SanityCheckFailed")
+        );
     }
 }

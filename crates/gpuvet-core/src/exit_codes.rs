@@ -34,15 +34,43 @@ pub const APP_NOT_FOUND: i32 = 127;
 /// Every code with its name and meaning, for `--help` and the README.
 pub const ALL: [(i32, &str, &str); 10] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
-    (CHECK_FAILED, "CHECK_FAILED", "a check failed or timed out; `run` with `fail` did not start the app"),
+    (
+        CHECK_FAILED,
+        "CHECK_FAILED",
+        "a check failed or timed out; `run` with `fail` did not start the app",
+    ),
     (USAGE, "USAGE", "usage or config error; nothing was started"),
-    (INCOMPLETE, "INCOMPLETE", "no check failed, but a requested check is not implemented yet"),
-    (BACKEND_UNAVAILABLE, "BACKEND_UNAVAILABLE", "the requested backend is not available here"),
+    (
+        INCOMPLETE,
+        "INCOMPLETE",
+        "no check failed, but a requested check is not implemented yet",
+    ),
+    (
+        BACKEND_UNAVAILABLE,
+        "BACKEND_UNAVAILABLE",
+        "the requested backend is not available here",
+    ),
     (INTERNAL, "INTERNAL", "a bug in gpuvet"),
-    (STORE_ERROR, "STORE_ERROR", "the result store could not be opened or written"),
-    (REBUILD_REQUESTED, "REBUILD_REQUESTED", "`run` with `rebuild`: checks failed and the rebuild hook ran"),
-    (APP_NOT_EXECUTABLE, "APP_NOT_EXECUTABLE", "`run`: the app's command could not be executed"),
-    (APP_NOT_FOUND, "APP_NOT_FOUND", "`run`: the app's command was not found"),
+    (
+        STORE_ERROR,
+        "STORE_ERROR",
+        "the result store could not be opened or written",
+    ),
+    (
+        REBUILD_REQUESTED,
+        "REBUILD_REQUESTED",
+        "`run` with `rebuild`: checks failed and the rebuild hook ran",
+    ),
+    (
+        APP_NOT_EXECUTABLE,
+        "APP_NOT_EXECUTABLE",
+        "`run`: the app's command could not be executed",
+    ),
+    (
+        APP_NOT_FOUND,
+        "APP_NOT_FOUND",
+        "`run`: the app's command was not found",
+    ),
 ];
 
 #[cfg(test)]

@@ -22,7 +22,9 @@ pub fn table(report: &RunReport, width: Option<u16>) -> String {
         report.devices.len()
     ));
     let mut table = Table::new();
-    table.load_preset(UTF8_FULL_CONDENSED).set_content_arrangement(ContentArrangement::Dynamic);
+    table
+        .load_preset(UTF8_FULL_CONDENSED)
+        .set_content_arrangement(ContentArrangement::Dynamic);
     if let Some(width) = width {
         table.set_width(width);
     }
@@ -62,7 +64,11 @@ pub fn table(report: &RunReport, width: Option<u16>) -> String {
 }
 
 fn value_cell(check: &CheckResult) -> String {
-    let values: Vec<f64> = check.entities.iter().filter_map(|e| e.measurement.value).collect();
+    let values: Vec<f64> = check
+        .entities
+        .iter()
+        .filter_map(|e| e.measurement.value)
+        .collect();
     let (Some(min), Some(median)) = (
         values.iter().copied().reduce(f64::min),
         check.median_value(),
@@ -74,7 +80,12 @@ fn value_cell(check: &CheckResult) -> String {
     if values.len() == 1 {
         format!("{} {unit}", fmt_value(median))
     } else {
-        format!("median {} {unit} (min {}, max {})", fmt_value(median), fmt_value(min), fmt_value(max))
+        format!(
+            "median {} {unit} (min {}, max {})",
+            fmt_value(median),
+            fmt_value(min),
+            fmt_value(max)
+        )
     }
 }
 
@@ -83,9 +94,21 @@ fn details_cell(check: &CheckResult) -> String {
         return reason.clone();
     }
     let bad = check.findings().count();
-    let counted = format!("{} of {} ok", check.entities.len() - bad, check.entities.len());
-    let params: Vec<String> = check.params.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    if params.is_empty() { counted } else { format!("{counted}; {}", params.join(" ")) }
+    let counted = format!(
+        "{} of {} ok",
+        check.entities.len() - bad,
+        check.entities.len()
+    );
+    let params: Vec<String> = check
+        .params
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if params.is_empty() {
+        counted
+    } else {
+        format!("{counted}; {}", params.join(" "))
+    }
 }
 
 /// JUnit XML: one test suite per run, one test case per check. Skipped and
@@ -101,11 +124,17 @@ pub fn junit(report: &RunReport) -> String {
             CheckStatus::Passed => TestCaseStatus::success(),
             CheckStatus::Skipped | CheckStatus::NotImplemented => {
                 let mut status = TestCaseStatus::skipped();
-                status.set_message(format!("{}: {}", check.status, check.reason.as_deref().unwrap_or("")));
+                status.set_message(format!(
+                    "{}: {}",
+                    check.status,
+                    check.reason.as_deref().unwrap_or("")
+                ));
                 status
             }
             CheckStatus::Failed => TestCaseStatus::non_success(NonSuccessKind::Failure),
-            CheckStatus::TimedOut | CheckStatus::NotRun => TestCaseStatus::non_success(NonSuccessKind::Error),
+            CheckStatus::TimedOut | CheckStatus::NotRun => {
+                TestCaseStatus::non_success(NonSuccessKind::Error)
+            }
         };
         if check.status.is_failure() {
             let findings: Vec<String> = check
@@ -126,7 +155,9 @@ pub fn junit(report: &RunReport) -> String {
         suite.add_test_case(case);
     }
     junit.add_test_suite(suite);
-    junit.to_string().expect("JUnit XML rendering does not fail on valid strings")
+    junit
+        .to_string()
+        .expect("JUnit XML rendering does not fail on valid strings")
 }
 
 #[cfg(test)]

@@ -60,12 +60,16 @@ pub enum Verdict {
 pub enum Entity {
     Device { node: String, index: u32 },
     Node { node: String },
+    /// Two nodes measured together (a `_2` check), or the link or path between them.
+    NodePair { a: String, b: String },
 }
 
 impl Entity {
+    /// The node the entity belongs to; for a pair, its first node.
     pub fn node(&self) -> &str {
         match self {
             Entity::Device { node, .. } | Entity::Node { node } => node,
+            Entity::NodePair { a, .. } => a,
         }
     }
 }
@@ -75,6 +79,7 @@ impl fmt::Display for Entity {
         match self {
             Entity::Device { node, index } => write!(f, "{node}/dev{index}"),
             Entity::Node { node } => f.write_str(node),
+            Entity::NodePair { a, b } => write!(f, "{a}<->{b}"),
         }
     }
 }
@@ -101,7 +106,14 @@ pub struct Measurement {
 
 impl Measurement {
     pub fn ok(entity: Entity, value: f64, samples: Vec<f64>) -> Self {
-        Measurement { entity, value: Some(value), samples, error: None, wrong_result: None, extra: BTreeMap::new() }
+        Measurement {
+            entity,
+            value: Some(value),
+            samples,
+            error: None,
+            wrong_result: None,
+            extra: BTreeMap::new(),
+        }
     }
 
     pub fn failed(entity: Entity, error: impl Into<String>) -> Self {
@@ -189,7 +201,10 @@ impl CheckStatus {
 
     /// Whether this status makes the run fail.
     pub fn is_failure(self) -> bool {
-        matches!(self, CheckStatus::Failed | CheckStatus::TimedOut | CheckStatus::NotRun)
+        matches!(
+            self,
+            CheckStatus::Failed | CheckStatus::TimedOut | CheckStatus::NotRun
+        )
     }
 }
 
@@ -245,12 +260,18 @@ impl CheckResult {
 
     /// Entities whose verdict is slow or faulty.
     pub fn findings(&self) -> impl Iterator<Item = &EntityResult> {
-        self.entities.iter().filter(|e| matches!(e.verdict, Verdict::Slow | Verdict::Faulty))
+        self.entities
+            .iter()
+            .filter(|e| matches!(e.verdict, Verdict::Slow | Verdict::Faulty))
     }
 
     /// The median of the headline values that were measured.
     pub fn median_value(&self) -> Option<f64> {
-        let values: Vec<f64> = self.entities.iter().filter_map(|e| e.measurement.value).collect();
+        let values: Vec<f64> = self
+            .entities
+            .iter()
+            .filter_map(|e| e.measurement.value)
+            .collect();
         crate::stats::median(&values)
     }
 }
@@ -280,7 +301,10 @@ impl Outcome {
     pub fn of(checks: &[CheckResult]) -> Self {
         if checks.iter().any(|c| c.status.is_failure()) {
             Outcome::Failed
-        } else if checks.iter().any(|c| c.status == CheckStatus::NotImplemented) {
+        } else if checks
+            .iter()
+            .any(|c| c.status == CheckStatus::NotImplemented)
+        {
             Outcome::Incomplete
         } else {
             Outcome::Passed
@@ -321,7 +345,9 @@ pub struct RunReport {
 impl RunReport {
     /// Every slow or faulty entity across checks, in check order.
     pub fn findings(&self) -> impl Iterator<Item = (&CheckResult, &EntityResult)> {
-        self.checks.iter().flat_map(|check| check.findings().map(move |f| (check, f)))
+        self.checks
+            .iter()
+            .flat_map(|check| check.findings().map(move |f| (check, f)))
     }
 
     /// The lane of the first problem: the first finding, else the first check that
@@ -330,7 +356,10 @@ impl RunReport {
         if let Some((_, finding)) = self.findings().next() {
             return Some(finding.lane);
         }
-        self.checks.iter().find(|c| c.status.is_failure()).map(|c| c.name.spec().lane)
+        self.checks
+            .iter()
+            .find(|c| c.status.is_failure())
+            .map(|c| c.name.spec().lane)
     }
 
     /// A one-line summary, e.g. "2 passed, 1 failed, 1 skipped".
@@ -350,7 +379,11 @@ impl RunReport {
                 (n > 0).then(|| format!("{n} {}", status.as_str().replace('_', " ")))
             })
             .collect();
-        if parts.is_empty() { "no checks".to_owned() } else { parts.join(", ") }
+        if parts.is_empty() {
+            "no checks".to_owned()
+        } else {
+            parts.join(", ")
+        }
     }
 }
 
@@ -373,16 +406,32 @@ mod tests {
             (vec![], Outcome::Passed),
         ];
         for (statuses, expected) in cases {
-            let checks: Vec<_> = statuses.iter().map(|s| check(CheckName::GemmFlops, *s)).collect();
+            let checks: Vec<_> = statuses
+                .iter()
+                .map(|s| check(CheckName::GemmFlops, *s))
+                .collect();
             assert_eq!(Outcome::of(&checks), expected, "{statuses:?}");
         }
     }
 
     #[test]
     fn entity_display_names_node_and_device() {
-        let device = Entity::Device { node: "n0".into(), index: 3 };
+        let device = Entity::Device {
+            node: "n0".into(),
+            index: 3,
+        };
         assert_eq!(device.to_string(), "n0/dev3");
         assert_eq!(device.node(), "n0");
         assert_eq!(Entity::Node { node: "n1".into() }.to_string(), "n1");
+        let pair = Entity::NodePair {
+            a: "n1".into(),
+            b: "n2".into(),
+        };
+        assert_eq!(pair.to_string(), "n1<->n2");
+        assert_eq!(pair.node(), "n1");
+        assert_eq!(
+            serde_json::to_string(&pair).unwrap(),
+            r#"{"kind":"node_pair","a":"n1","b":"n2"}"#
+        );
     }
 }

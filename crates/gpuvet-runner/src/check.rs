@@ -51,10 +51,19 @@ fn units(backend: &dyn Backend, plan: &RunPlan, name: CheckName) -> Vec<Unit> {
     let node = &plan.attempt.node;
     let indices: Vec<u32> = backend.devices().iter().map(|d| d.index).collect();
     match name {
-        CheckName::AllReduce1 => vec![Unit { entity: Entity::Node { node: node.clone() }, devices: indices }],
+        CheckName::AllReduce1 => vec![Unit {
+            entity: Entity::Node { node: node.clone() },
+            devices: indices,
+        }],
         _ => indices
             .into_iter()
-            .map(|index| Unit { entity: Entity::Device { node: node.clone(), index }, devices: vec![index] })
+            .map(|index| Unit {
+                entity: Entity::Device {
+                    node: node.clone(),
+                    index,
+                },
+                devices: vec![index],
+            })
             .collect(),
     }
 }
@@ -73,19 +82,35 @@ fn measure_and_judge(
         Err(BackendError::Unsupported(reason)) => Some(reason.clone()),
         _ => None,
     }) {
-        return Some(CheckResult::without_work(name, CheckStatus::Skipped, reason));
+        return Some(CheckResult::without_work(
+            name,
+            CheckStatus::Skipped,
+            reason,
+        ));
     }
-    let mut params = samples.iter().find_map(|s| s.as_ref().ok()).map(|s| s.params.clone()).unwrap_or_default();
-    let mut measurements: Vec<Measurement> =
-        units.iter().zip(samples).map(|(unit, sample)| to_measurement(unit.entity.clone(), sample)).collect();
+    let mut params = samples
+        .iter()
+        .find_map(|s| s.as_ref().ok())
+        .map(|s| s.params.clone())
+        .unwrap_or_default();
+    let mut measurements: Vec<Measurement> = units
+        .iter()
+        .zip(samples)
+        .map(|(unit, sample)| to_measurement(unit.entity.clone(), sample))
+        .collect();
 
-    let policy = JudgePolicy { tolerance: plan.tolerance, limit: plan.baselines.get(&name).copied() };
+    let policy = JudgePolicy {
+        tolerance: plan.tolerance,
+        limit: plan.baselines.get(&name).copied(),
+    };
     let spec = name.spec();
     let mut entities = judge(spec, &measurements, &policy);
     let suspect_indices = suspects(&entities);
     if !suspect_indices.is_empty() && !cancel.is_cancelled() {
         let suspect_units: Vec<Unit> = suspect_indices.iter().map(|&i| units[i].clone()).collect();
-        let _ = progress.send(Progress::Remeasuring(suspect_units.iter().map(|u| u.entity.clone()).collect()));
+        let _ = progress.send(Progress::Remeasuring(
+            suspect_units.iter().map(|u| u.entity.clone()).collect(),
+        ));
         let again = measure(backend, plan, name, &suspect_units, deadline, cancel)?;
         for (&i, sample) in suspect_indices.iter().zip(again) {
             measurements[i] = to_measurement(units[i].entity.clone(), sample);
@@ -104,7 +129,11 @@ fn measure_and_judge(
         status: check_status(&entities),
         reason: None,
         duration_secs: 0.0,
-        metric: MetricInfo { name: metric.name.to_owned(), unit: metric.unit.to_owned(), direction: metric.direction },
+        metric: MetricInfo {
+            name: metric.name.to_owned(),
+            unit: metric.unit.to_owned(),
+            direction: metric.direction,
+        },
         params,
         entities,
     })
@@ -151,28 +180,35 @@ fn measure(
                     CheckName::GemmFlops => backend.gemm(devices[0], &work, &cancel),
                     CheckName::KernelLaunch => backend.kernel_launch(devices[0], &work, &cancel),
                     CheckName::AllReduce1 => backend.all_reduce_local(&devices, &work, &cancel),
-                    other => Err(BackendError::Failed(format!("the runner has no work for `{other}` (a bug in gpuvet)"))),
+                    other => Err(BackendError::Failed(format!(
+                        "the runner has no work for `{other}` (a bug in gpuvet)"
+                    ))),
                 };
                 // A panicking backend is a faulty measurement, not a lost one.
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or_else(|panic| {
-                    let message = panic
-                        .downcast_ref::<&str>()
-                        .map(|s| (*s).to_owned())
-                        .or_else(|| panic.downcast_ref::<String>().cloned())
-                        .unwrap_or_else(|| "unknown panic".to_owned());
-                    Err(BackendError::Failed(format!("the backend panicked: {message}")))
-                });
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
+                    .unwrap_or_else(|panic| {
+                        let message = panic
+                            .downcast_ref::<&str>()
+                            .map(|s| (*s).to_owned())
+                            .or_else(|| panic.downcast_ref::<String>().cloned())
+                            .unwrap_or_else(|| "unknown panic".to_owned());
+                        Err(BackendError::Failed(format!(
+                            "the backend panicked: {message}"
+                        )))
+                    });
                 let _ = tx.send((slot, result, started.elapsed()));
             })
             .expect("spawning a work thread");
     }
     drop(tx);
 
-    let mut results: Vec<Option<Result<Sample, BackendError>>> = (0..units.len()).map(|_| None).collect();
+    let mut results: Vec<Option<Result<Sample, BackendError>>> =
+        (0..units.len()).map(|_| None).collect();
     let mut slowest_finished: Option<Duration> = None;
     let mut pending = units.len();
     while pending > 0 {
-        let hang_at = slowest_finished.map(|slowest| started + (slowest * HANG_FACTOR).max(plan.hang_grace));
+        let hang_at =
+            slowest_finished.map(|slowest| started + (slowest * HANG_FACTOR).max(plan.hang_grace));
         let wait_until = hang_at.map_or(deadline, |at| at.min(deadline));
         match rx.recv_timeout(wait_until.saturating_duration_since(Instant::now())) {
             Ok((slot, result, took)) => {
@@ -180,7 +216,11 @@ fn measure(
                 slowest_finished = Some(slowest_finished.map_or(took, |s| s.max(took)));
                 pending -= 1;
             }
-            Err(mpsc::RecvTimeoutError::Timeout) if hang_at.is_some_and(|at| Instant::now() < deadline && Instant::now() >= at) => break,
+            Err(mpsc::RecvTimeoutError::Timeout)
+                if hang_at.is_some_and(|at| Instant::now() < deadline && Instant::now() >= at) =>
+            {
+                break;
+            }
             // Every sender is gone only if every unit answered, so this is the deadline.
             Err(_) => return None,
         }

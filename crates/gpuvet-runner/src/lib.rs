@@ -27,20 +27,45 @@ use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Outcome, RunReport}
 /// What the runner tells its observers, in order.
 #[derive(Debug)]
 pub enum RunnerEvent<'a> {
-    RunStarted { plan: &'a RunPlan, backend: &'a str, devices: usize },
-    CheckStarted { index: usize, total: usize, name: CheckName },
+    RunStarted {
+        plan: &'a RunPlan,
+        backend: &'a str,
+        devices: usize,
+    },
+    CheckStarted {
+        index: usize,
+        total: usize,
+        name: CheckName,
+    },
     /// These entities looked slow and are being measured a second time.
-    Remeasuring { name: CheckName, entities: &'a [Entity] },
-    CheckFinished { index: usize, total: usize, result: &'a CheckResult },
-    RunFinished { report: &'a RunReport },
+    Remeasuring {
+        name: CheckName,
+        entities: &'a [Entity],
+    },
+    CheckFinished {
+        index: usize,
+        total: usize,
+        result: &'a CheckResult,
+    },
+    RunFinished {
+        report: &'a RunReport,
+    },
 }
 
 /// Runs every check of the plan and returns the report. Never blocks past the plan's
 /// deadline by more than the time it takes to build the report.
-pub fn run(backend: Arc<dyn Backend>, plan: &RunPlan, observe: &mut dyn FnMut(RunnerEvent<'_>)) -> RunReport {
+pub fn run(
+    backend: Arc<dyn Backend>,
+    plan: &RunPlan,
+    observe: &mut dyn FnMut(RunnerEvent<'_>),
+) -> RunReport {
     let started = Instant::now();
     let deadline = started + plan.timeout;
-    observe(RunnerEvent::RunStarted { plan, backend: backend.name(), devices: backend.devices().len() });
+    observe(RunnerEvent::RunStarted {
+        plan,
+        backend: backend.name(),
+        devices: backend.devices().len(),
+    });
 
     let total = plan.checks.len();
     let mut results: Vec<CheckResult> = Vec::with_capacity(total);
@@ -48,7 +73,11 @@ pub fn run(backend: Arc<dyn Backend>, plan: &RunPlan, observe: &mut dyn FnMut(Ru
     for (index, &name) in plan.checks.iter().enumerate() {
         observe(RunnerEvent::CheckStarted { index, total, name });
         let result = if out_of_time {
-            CheckResult::without_work(name, CheckStatus::NotRun, "the overall timeout expired before this check started")
+            CheckResult::without_work(
+                name,
+                CheckStatus::NotRun,
+                "the overall timeout expired before this check started",
+            )
         } else if let Some(reason) = scope_skip_reason(name, plan.nodes, backend.devices().len()) {
             CheckResult::without_work(name, CheckStatus::Skipped, reason)
         } else if let Support::NotImplemented(reason) = backend.supports(name) {
@@ -58,7 +87,11 @@ pub fn run(backend: Arc<dyn Backend>, plan: &RunPlan, observe: &mut dyn FnMut(Ru
             out_of_time = result.status == CheckStatus::TimedOut;
             result
         };
-        observe(RunnerEvent::CheckFinished { index, total, result: &result });
+        observe(RunnerEvent::CheckFinished {
+            index,
+            total,
+            result: &result,
+        });
         results.push(result);
     }
 
@@ -105,7 +138,10 @@ fn run_one(
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());
         match progress_rx.recv_timeout(remaining) {
-            Ok(check::Progress::Remeasuring(entities)) => observe(RunnerEvent::Remeasuring { name, entities: &entities }),
+            Ok(check::Progress::Remeasuring(entities)) => observe(RunnerEvent::Remeasuring {
+                name,
+                entities: &entities,
+            }),
             Ok(check::Progress::Done(mut result)) => {
                 result.duration_secs = started.elapsed().as_secs_f64();
                 return result;
@@ -143,7 +179,11 @@ fn run_one(
 pub fn human_duration(duration: Duration) -> String {
     let secs = duration.as_secs_f64();
     if secs < 60.0 {
-        return if secs < 10.0 { format!("{secs:.1}s") } else { format!("{secs:.0}s") };
+        return if secs < 10.0 {
+            format!("{secs:.1}s")
+        } else {
+            format!("{secs:.0}s")
+        };
     }
     let whole = duration.as_secs();
     match (whole / 60, whole % 60) {

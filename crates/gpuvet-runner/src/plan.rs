@@ -29,19 +29,31 @@ pub struct RunPlan {
 }
 
 /// Why a check cannot exist in a group of this shape, or `None` when it can.
-pub fn scope_skip_reason(check: CheckName, nodes: usize, devices_per_node: usize) -> Option<String> {
-    let plural = |n: usize, word: &str| if n == 1 { format!("{n} {word}") } else { format!("{n} {word}s") };
-    match check.spec().scope {
-        Scope::NodePairs | Scope::AllNodePairs if nodes < 2 => {
-            Some(format!("needs at least 2 nodes; this group has {}", plural(nodes, "node")))
+pub fn scope_skip_reason(
+    check: CheckName,
+    nodes: usize,
+    devices_per_node: usize,
+) -> Option<String> {
+    let plural = |n: usize, word: &str| {
+        if n == 1 {
+            format!("{n} {word}")
+        } else {
+            format!("{n} {word}s")
         }
+    };
+    match check.spec().scope {
+        Scope::NodePairs | Scope::AllNodePairs if nodes < 2 => Some(format!(
+            "needs at least 2 nodes; this group has {}",
+            plural(nodes, "node")
+        )),
         Scope::EachNode if devices_per_node < 2 => Some(format!(
             "needs at least 2 devices on a node; this node has {}",
             plural(devices_per_node, "device")
         )),
-        Scope::WholeGroup if nodes * devices_per_node < 2 => {
-            Some(format!("needs at least 2 devices in the group; it has {}", plural(nodes * devices_per_node, "device")))
-        }
+        Scope::WholeGroup if nodes * devices_per_node < 2 => Some(format!(
+            "needs at least 2 devices in the group; it has {}",
+            plural(nodes * devices_per_node, "device")
+        )),
         Scope::EachDevice if devices_per_node == 0 => Some("this node has no devices".to_owned()),
         _ => None,
     }
@@ -69,7 +81,10 @@ mod tests {
             scope_skip_reason(CheckName::AllReduce, 1, 1).as_deref(),
             Some("needs at least 2 devices in the group; it has 1 device")
         );
-        assert_eq!(scope_skip_reason(CheckName::GemmFlops, 1, 0).as_deref(), Some("this node has no devices"));
+        assert_eq!(
+            scope_skip_reason(CheckName::GemmFlops, 1, 0).as_deref(),
+            Some("this node has no devices")
+        );
     }
 
     #[test]

@@ -36,7 +36,12 @@ impl ScriptedBackend {
     fn new(devices: u32) -> Self {
         ScriptedBackend {
             devices: (0..devices)
-                .map(|index| DeviceInfo { index, name: "scripted".into(), memory_bytes: None, details: BTreeMap::new() })
+                .map(|index| DeviceInfo {
+                    index,
+                    name: "scripted".into(),
+                    memory_bytes: None,
+                    details: BTreeMap::new(),
+                })
                 .collect(),
             gemm: HashMap::new(),
             all_reduce: Behaviour::Value(100.0),
@@ -53,15 +58,28 @@ impl ScriptedBackend {
     fn play(&self, behaviour: Behaviour, call: u32) -> Result<Sample, BackendError> {
         let value = match behaviour {
             Behaviour::Value(v) => v,
-            Behaviour::ThenValue(first, later) => if call == 0 { first } else { later },
+            Behaviour::ThenValue(first, later) => {
+                if call == 0 {
+                    first
+                } else {
+                    later
+                }
+            }
             Behaviour::Hang => loop {
                 std::thread::park();
             },
             Behaviour::Panic => panic!("scripted panic"),
             Behaviour::Error => return Err(BackendError::Failed("scripted device error".into())),
-            Behaviour::Unsupported => return Err(BackendError::Unsupported("no such dtype here".into())),
+            Behaviour::Unsupported => {
+                return Err(BackendError::Unsupported("no such dtype here".into()));
+            }
         };
-        Ok(Sample { value, samples: vec![value; 8], params: BTreeMap::from([("dtype".into(), "fp32".into())]), ..Sample::default() })
+        Ok(Sample {
+            value,
+            samples: vec![value; 8],
+            params: BTreeMap::from([("dtype".into(), "fp32".into())]),
+            ..Sample::default()
+        })
     }
 }
 
@@ -76,7 +94,9 @@ impl Backend for ScriptedBackend {
 
     fn supports(&self, check: CheckName) -> Support {
         match check {
-            CheckName::GemmFlops | CheckName::KernelLaunch | CheckName::AllReduce1 => Support::Supported,
+            CheckName::GemmFlops | CheckName::KernelLaunch | CheckName::AllReduce1 => {
+                Support::Supported
+            }
             _ => Support::NotImplemented("not scripted".into()),
         }
     }
@@ -88,7 +108,13 @@ impl Backend for ScriptedBackend {
             *count += 1;
             *count - 1
         };
-        self.play(self.gemm.get(&device).copied().unwrap_or(Behaviour::Value(100.0)), call)
+        self.play(
+            self.gemm
+                .get(&device)
+                .copied()
+                .unwrap_or(Behaviour::Value(100.0)),
+            call,
+        )
     }
 
     fn kernel_launch(&self, _: u32, _: &WorkSpec, _: &CancelToken) -> Result<Sample, BackendError> {
@@ -96,14 +122,24 @@ impl Backend for ScriptedBackend {
         self.play(Behaviour::Value(5.0), 0)
     }
 
-    fn all_reduce_local(&self, _: &[u32], _: &WorkSpec, _: &CancelToken) -> Result<Sample, BackendError> {
+    fn all_reduce_local(
+        &self,
+        _: &[u32],
+        _: &WorkSpec,
+        _: &CancelToken,
+    ) -> Result<Sample, BackendError> {
         self.play(self.all_reduce, 0)
     }
 }
 
 fn plan(checks: &[CheckName], timeout: Duration) -> RunPlan {
     RunPlan {
-        attempt: Attempt { job_id: "job".into(), attempt: 1, node: "n0".into(), instance: "i0".into() },
+        attempt: Attempt {
+            job_id: "job".into(),
+            attempt: 1,
+            node: "n0".into(),
+            instance: "i0".into(),
+        },
         nodes: 1,
         checks: checks.to_vec(),
         timeout,
@@ -115,8 +151,12 @@ fn plan(checks: &[CheckName], timeout: Duration) -> RunPlan {
     }
 }
 
-const DEFAULT_SET: [CheckName; 4] =
-    [CheckName::GemmFlops, CheckName::KernelLaunch, CheckName::AllReduce1, CheckName::AllReduce2];
+const DEFAULT_SET: [CheckName; 4] = [
+    CheckName::GemmFlops,
+    CheckName::KernelLaunch,
+    CheckName::AllReduce1,
+    CheckName::AllReduce2,
+];
 
 fn run_quietly(backend: ScriptedBackend, plan: &RunPlan) -> RunReport {
     run(Arc::new(backend), plan, &mut |_| {})
@@ -129,22 +169,37 @@ fn statuses(report: &RunReport) -> Vec<CheckStatus> {
 #[test]
 fn a_healthy_node_passes_and_impossible_scopes_are_skipped() {
     let mut events = Vec::new();
-    let report = run(Arc::new(ScriptedBackend::new(4)), &plan(&DEFAULT_SET, Duration::from_secs(60)), &mut |event| {
-        events.push(match event {
-            RunnerEvent::RunStarted { .. } => "run".to_owned(),
-            RunnerEvent::CheckStarted { name, .. } => format!("start {name}"),
-            RunnerEvent::Remeasuring { .. } => "remeasure".to_owned(),
-            RunnerEvent::CheckFinished { result, .. } => format!("done {} {}", result.name, result.status),
-            RunnerEvent::RunFinished { .. } => "finished".to_owned(),
-        })
-    });
+    let report = run(
+        Arc::new(ScriptedBackend::new(4)),
+        &plan(&DEFAULT_SET, Duration::from_secs(60)),
+        &mut |event| {
+            events.push(match event {
+                RunnerEvent::RunStarted { .. } => "run".to_owned(),
+                RunnerEvent::CheckStarted { name, .. } => format!("start {name}"),
+                RunnerEvent::Remeasuring { .. } => "remeasure".to_owned(),
+                RunnerEvent::CheckFinished { result, .. } => {
+                    format!("done {} {}", result.name, result.status)
+                }
+                RunnerEvent::RunFinished { .. } => "finished".to_owned(),
+            })
+        },
+    );
     assert_eq!(
         statuses(&report),
-        [CheckStatus::Passed, CheckStatus::Passed, CheckStatus::Passed, CheckStatus::Skipped]
+        [
+            CheckStatus::Passed,
+            CheckStatus::Passed,
+            CheckStatus::Passed,
+            CheckStatus::Skipped
+        ]
     );
     assert_eq!(report.outcome, Outcome::Passed);
     assert_eq!(report.checks[0].entities.len(), 4);
-    assert_eq!(report.checks[2].entities.len(), 1, "all_reduce_1 judges the node");
+    assert_eq!(
+        report.checks[2].entities.len(),
+        1,
+        "all_reduce_1 judges the node"
+    );
     assert_eq!(report.checks[0].params["dtype"], "fp32");
     assert_eq!(report.backend, "scripted");
     assert_eq!(events.first().map(String::as_str), Some("run"));
@@ -154,8 +209,17 @@ fn a_healthy_node_passes_and_impossible_scopes_are_skipped() {
 
 #[test]
 fn unsupported_checks_are_not_implemented_never_passed() {
-    let report = run_quietly(ScriptedBackend::new(2), &plan(&[CheckName::AllGather, CheckName::GemmFlops], Duration::from_secs(60)));
-    assert_eq!(statuses(&report), [CheckStatus::NotImplemented, CheckStatus::Passed]);
+    let report = run_quietly(
+        ScriptedBackend::new(2),
+        &plan(
+            &[CheckName::AllGather, CheckName::GemmFlops],
+            Duration::from_secs(60),
+        ),
+    );
+    assert_eq!(
+        statuses(&report),
+        [CheckStatus::NotImplemented, CheckStatus::Passed]
+    );
     assert_eq!(report.outcome, Outcome::Incomplete);
 }
 
@@ -163,11 +227,15 @@ fn unsupported_checks_are_not_implemented_never_passed() {
 fn a_slow_device_is_remeasured_then_flagged() {
     let backend = ScriptedBackend::new(4).gemm_on(2, Behaviour::Value(80.0));
     let mut remeasured = Vec::new();
-    let report = run(Arc::new(backend), &plan(&[CheckName::GemmFlops], Duration::from_secs(60)), &mut |event| {
-        if let RunnerEvent::Remeasuring { entities, .. } = event {
-            remeasured.extend(entities.iter().map(ToString::to_string));
-        }
-    });
+    let report = run(
+        Arc::new(backend),
+        &plan(&[CheckName::GemmFlops], Duration::from_secs(60)),
+        &mut |event| {
+            if let RunnerEvent::Remeasuring { entities, .. } = event {
+                remeasured.extend(entities.iter().map(ToString::to_string));
+            }
+        },
+    );
     assert_eq!(remeasured, ["n0/dev2"]);
     let gemm = &report.checks[0];
     assert_eq!(gemm.status, CheckStatus::Failed);
@@ -182,7 +250,10 @@ fn a_slow_device_is_remeasured_then_flagged() {
 #[test]
 fn a_suspect_that_recovers_on_remeasure_is_ok() {
     let backend = ScriptedBackend::new(3).gemm_on(1, Behaviour::ThenValue(50.0, 100.0));
-    let report = run_quietly(backend, &plan(&[CheckName::GemmFlops], Duration::from_secs(60)));
+    let report = run_quietly(
+        backend,
+        &plan(&[CheckName::GemmFlops], Duration::from_secs(60)),
+    );
     assert_eq!(report.checks[0].status, CheckStatus::Passed);
     assert!(report.checks[0].entities[1].evidence.remeasured);
     assert_eq!(report.checks[0].params["remeasured"], "1");
@@ -190,54 +261,113 @@ fn a_suspect_that_recovers_on_remeasure_is_ok() {
 
 #[test]
 fn a_check_that_hangs_on_every_device_times_out_and_the_rest_do_not_run() {
-    let backend = ScriptedBackend::new(2).gemm_on(0, Behaviour::Hang).gemm_on(1, Behaviour::Hang);
+    let backend = ScriptedBackend::new(2)
+        .gemm_on(0, Behaviour::Hang)
+        .gemm_on(1, Behaviour::Hang);
     let timeout = Duration::from_secs(2);
-    let report = run_quietly(backend, &plan(&[CheckName::GemmFlops, CheckName::KernelLaunch], timeout));
-    assert_eq!(statuses(&report), [CheckStatus::TimedOut, CheckStatus::NotRun]);
-    assert!(report.checks[0].reason.as_deref().unwrap().starts_with("the overall timeout of 2.0s expired"));
+    let report = run_quietly(
+        backend,
+        &plan(&[CheckName::GemmFlops, CheckName::KernelLaunch], timeout),
+    );
+    assert_eq!(
+        statuses(&report),
+        [CheckStatus::TimedOut, CheckStatus::NotRun]
+    );
+    assert!(
+        report.checks[0]
+            .reason
+            .as_deref()
+            .unwrap()
+            .starts_with("the overall timeout of 2.0s expired")
+    );
     assert_eq!(report.outcome, Outcome::Failed);
     // Generous bound: this guards against hanging, it is not a speed test.
-    assert!(report.duration_secs < timeout.as_secs_f64() + 10.0, "{}", report.duration_secs);
+    assert!(
+        report.duration_secs < timeout.as_secs_f64() + 10.0,
+        "{}",
+        report.duration_secs
+    );
 }
 
 #[test]
 fn one_hung_device_among_finished_peers_is_named_and_the_run_goes_on() {
     let backend = ScriptedBackend::new(4).gemm_on(3, Behaviour::Hang);
-    let report = run_quietly(backend, &plan(&[CheckName::GemmFlops, CheckName::KernelLaunch], Duration::from_secs(60)));
-    assert_eq!(statuses(&report), [CheckStatus::Failed, CheckStatus::Passed]);
+    let report = run_quietly(
+        backend,
+        &plan(
+            &[CheckName::GemmFlops, CheckName::KernelLaunch],
+            Duration::from_secs(60),
+        ),
+    );
+    assert_eq!(
+        statuses(&report),
+        [CheckStatus::Failed, CheckStatus::Passed]
+    );
     let findings: Vec<_> = report.checks[0].findings().collect();
     assert_eq!(findings.len(), 1);
     assert_eq!(findings[0].entity.to_string(), "n0/dev3");
     assert_eq!(findings[0].verdict, Verdict::Faulty);
-    assert!(findings[0].reason.starts_with("error: hung: no result after"), "{}", findings[0].reason);
+    assert!(
+        findings[0]
+            .reason
+            .starts_with("error: hung: no result after"),
+        "{}",
+        findings[0].reason
+    );
 }
 
 #[test]
 fn device_errors_are_faulty_and_panics_fail_the_check() {
     let backend = ScriptedBackend::new(2).gemm_on(0, Behaviour::Error);
-    let report = run_quietly(backend, &plan(&[CheckName::GemmFlops], Duration::from_secs(60)));
+    let report = run_quietly(
+        backend,
+        &plan(&[CheckName::GemmFlops], Duration::from_secs(60)),
+    );
     let finding = report.checks[0].findings().next().unwrap();
-    assert_eq!((finding.verdict, finding.reason.as_str()), (Verdict::Faulty, "error: scripted device error"));
+    assert_eq!(
+        (finding.verdict, finding.reason.as_str()),
+        (Verdict::Faulty, "error: scripted device error")
+    );
 
-    let backend = ScriptedBackend { all_reduce: Behaviour::Panic, ..ScriptedBackend::new(2) };
-    let report = run_quietly(backend, &plan(&[CheckName::AllReduce1], Duration::from_secs(60)));
+    let backend = ScriptedBackend {
+        all_reduce: Behaviour::Panic,
+        ..ScriptedBackend::new(2)
+    };
+    let report = run_quietly(
+        backend,
+        &plan(&[CheckName::AllReduce1], Duration::from_secs(60)),
+    );
     assert_eq!(report.checks[0].status, CheckStatus::Failed);
     let finding = report.checks[0].findings().next().unwrap();
-    assert_eq!(finding.reason, "error: the backend panicked: scripted panic");
+    assert_eq!(
+        finding.reason,
+        "error: the backend panicked: scripted panic"
+    );
 }
 
 #[test]
 fn unsupported_work_skips_the_check_with_the_backend_reason() {
-    let backend = ScriptedBackend::new(2).gemm_on(0, Behaviour::Unsupported).gemm_on(1, Behaviour::Unsupported);
-    let report = run_quietly(backend, &plan(&[CheckName::GemmFlops], Duration::from_secs(60)));
+    let backend = ScriptedBackend::new(2)
+        .gemm_on(0, Behaviour::Unsupported)
+        .gemm_on(1, Behaviour::Unsupported);
+    let report = run_quietly(
+        backend,
+        &plan(&[CheckName::GemmFlops], Duration::from_secs(60)),
+    );
     assert_eq!(report.checks[0].status, CheckStatus::Skipped);
-    assert_eq!(report.checks[0].reason.as_deref(), Some("no such dtype here"));
+    assert_eq!(
+        report.checks[0].reason.as_deref(),
+        Some("no such dtype here")
+    );
 }
 
 #[test]
 fn a_baseline_floor_fails_the_check() {
     let mut plan = plan(&[CheckName::GemmFlops], Duration::from_secs(60));
-    plan.baselines.insert(CheckName::GemmFlops, gpuvet_core::analysis::Limit::Floor(1e9));
+    plan.baselines.insert(
+        CheckName::GemmFlops,
+        gpuvet_core::analysis::Limit::Floor(1e9),
+    );
     let report = run_quietly(ScriptedBackend::new(2), &plan);
     assert_eq!(report.checks[0].status, CheckStatus::Failed);
     assert_eq!(report.checks[0].findings().count(), 2);

@@ -39,6 +39,12 @@ pub enum Command {
     Results(ResultsArgs),
     /// List the check catalog: names, scopes, metrics and PAI's time estimates.
     Checks(CatalogArgs),
+    /// Run the runtime check `c4d` in the foreground (e.g. as a per-node daemon) until
+    /// SIGTERM or SIGINT.
+    Watch(WatchArgs),
+    /// Analyze PyTorch flight-recorder dumps: which rank did not join or finish a
+    /// collective (the first error), and which ranks only waited on it.
+    Fr(FrArgs),
 }
 
 /// Flags shared by `check` and `run`.
@@ -155,6 +161,33 @@ pub struct ResultsArgs {
 #[derive(Debug, Args)]
 pub struct CatalogArgs {
     /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Config file; its `gpuvet.watch` section says which sources to read.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Stop after this many seconds instead of waiting for a signal.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Print each finding as one JSON object per line.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub identity: IdentityArgs,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct FrArgs {
+    /// Directory with one dump per rank (pickle or JSON).
+    #[arg(value_name = "DUMP_DIR")]
+    pub dump_dir: PathBuf,
+    /// Print the analysis as JSON.
     #[arg(long)]
     pub json: bool,
 }

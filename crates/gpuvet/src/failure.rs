@@ -15,7 +15,11 @@ pub struct Failure {
 
 impl Failure {
     pub fn new(code: i32, error: impl Into<anyhow::Error>) -> Self {
-        Failure { code, error: error.into(), hint: None }
+        Failure {
+            code,
+            error: error.into(),
+            hint: None,
+        }
     }
 
     /// A usage or configuration mistake: exit code 2.
@@ -45,22 +49,33 @@ impl Failure {
 impl From<gpuvet_core::config::ConfigError> for Failure {
     fn from(error: gpuvet_core::config::ConfigError) -> Self {
         let hint = error.hint().map(str::to_owned);
-        Failure { code: exit_codes::USAGE, error: error.into(), hint }
+        Failure {
+            code: exit_codes::USAGE,
+            error: error.into(),
+            hint,
+        }
     }
 }
 
 impl From<gpuvet_store::StoreError> for Failure {
     fn from(error: gpuvet_store::StoreError) -> Self {
         let hint = error.hint().map(str::to_owned);
-        Failure { code: exit_codes::STORE_ERROR, error: error.into(), hint }
+        Failure {
+            code: exit_codes::STORE_ERROR,
+            error: error.into(),
+            hint,
+        }
     }
 }
 
 impl From<gpuvet_backend::BackendError> for Failure {
     fn from(error: gpuvet_backend::BackendError) -> Self {
         match error {
-            gpuvet_backend::BackendError::Unavailable { .. } => Failure::new(exit_codes::BACKEND_UNAVAILABLE, error)
-                .with_hint("use `--backend auto` to run on what this machine has, or `--backend cpu`"),
+            gpuvet_backend::BackendError::Unavailable { .. } => {
+                Failure::new(exit_codes::BACKEND_UNAVAILABLE, error).with_hint(
+                    "use `--backend auto` to run on what this machine has, or `--backend cpu`",
+                )
+            }
             other => Failure::new(exit_codes::INTERNAL, other),
         }
     }
@@ -70,4 +85,10 @@ impl From<gpuvet_backend::BackendError> for Failure {
 #[allow(clippy::print_stderr)]
 pub fn warn(message: impl Display) {
     eprintln!("warning: {message}");
+}
+
+/// Prints a note to stderr: something the user may want to know, not a problem.
+#[allow(clippy::print_stderr)]
+pub fn note(message: impl Display) {
+    eprintln!("note: {message}");
 }

@@ -25,19 +25,29 @@ impl Identity {
             .clone()
             .or_else(|| non_empty_env("TORCHELASTIC_RUN_ID"))
             .unwrap_or_else(|| DEFAULT_JOB_ID.to_owned());
-        let node = args.node.clone().or_else(|| non_empty_env("NODE_NAME")).unwrap_or_else(hostname);
+        let node = args
+            .node
+            .clone()
+            .or_else(|| non_empty_env("NODE_NAME"))
+            .unwrap_or_else(hostname);
         let instance = args
             .instance
             .clone()
             .or_else(|| non_empty_env("POD_NAME"))
             .or_else(|| non_empty_env("HOSTNAME"))
             .unwrap_or_else(hostname);
-        Identity { job_id, node, instance }
+        Identity {
+            job_id,
+            node,
+            instance,
+        }
     }
 }
 
 fn non_empty_env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|value| !value.trim().is_empty())
+    std::env::var(name)
+        .ok()
+        .filter(|value| !value.trim().is_empty())
 }
 
 fn hostname() -> String {
@@ -54,13 +64,19 @@ pub fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
         return Ok(Config::default());
     };
     let text = std::fs::read_to_string(path).map_err(|err| {
-        Failure::usage(format!("cannot read the config file `{}`: {err}", path.display()))
-            .with_hint("pass an existing file with `--config`, or leave it out to use the defaults")
+        Failure::usage(format!(
+            "cannot read the config file `{}`: {err}",
+            path.display()
+        ))
+        .with_hint("pass an existing file with `--config`, or leave it out to use the defaults")
     })?;
     Config::from_json(&text).map_err(|err| {
         let failure = Failure::from(err);
         let message = format!("`{}`: {}", path.display(), failure.error);
-        Failure { error: anyhow::anyhow!(message), ..failure }
+        Failure {
+            error: anyhow::anyhow!(message),
+            ..failure
+        }
     })
 }
 

@@ -8,6 +8,7 @@ mod commands;
 mod failure;
 mod identity;
 mod output;
+mod runtime;
 
 use std::process::ExitCode;
 

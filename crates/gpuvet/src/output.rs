@@ -20,7 +20,14 @@ pub struct Progress {
 
 impl Progress {
     pub fn new(visible: bool) -> Self {
-        let bar = ProgressBar::with_draw_target(None, if visible { ProgressDrawTarget::stderr() } else { ProgressDrawTarget::hidden() });
+        let bar = ProgressBar::with_draw_target(
+            None,
+            if visible {
+                ProgressDrawTarget::stderr()
+            } else {
+                ProgressDrawTarget::hidden()
+            },
+        );
         bar.set_style(
             ProgressStyle::with_template("{spinner} [{pos}/{len}] {msg} ({elapsed})")
                 .expect("the progress template is valid"),
@@ -30,18 +37,30 @@ impl Progress {
 
     pub fn observe(&mut self, event: RunnerEvent<'_>) {
         match event {
-            RunnerEvent::RunStarted { plan, backend, devices } => {
+            RunnerEvent::RunStarted {
+                plan,
+                backend,
+                devices,
+            } => {
                 self.bar.set_length(plan.checks.len() as u64);
-                self.bar.set_message(format!("starting on the {backend} backend with {devices} devices"));
+                self.bar.set_message(format!(
+                    "starting on the {backend} backend with {devices} devices"
+                ));
                 self.bar.enable_steady_tick(Duration::from_millis(120));
             }
             RunnerEvent::CheckStarted { name, .. } => self.bar.set_message(name.to_string()),
             RunnerEvent::Remeasuring { name, entities } => {
                 let names: Vec<String> = entities.iter().map(ToString::to_string).collect();
-                self.bar.set_message(format!("{name}: re-measuring {}", names.join(", ")));
+                self.bar
+                    .set_message(format!("{name}: re-measuring {}", names.join(", ")));
             }
             RunnerEvent::CheckFinished { result, .. } => {
-                self.bar.println(format!("  {:<22} {:<15} {:.1}s", result.name.as_str(), result.status.as_str(), result.duration_secs));
+                self.bar.println(format!(
+                    "  {:<22} {:<15} {:.1}s",
+                    result.name.as_str(),
+                    result.status.as_str(),
+                    result.duration_secs
+                ));
                 self.bar.inc(1);
             }
             RunnerEvent::RunFinished { .. } => self.bar.finish_and_clear(),
@@ -53,9 +72,10 @@ impl Progress {
 pub fn stdout(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Failure::new(gpuvet_core::exit_codes::INTERNAL, anyhow::anyhow!("cannot write to stdout: {err}")))
-        }
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::new(
+            gpuvet_core::exit_codes::INTERNAL,
+            anyhow::anyhow!("cannot write to stdout: {err}"),
+        )),
         _ => Ok(()),
     }
 }
@@ -74,13 +94,19 @@ pub fn json(report: &RunReport) -> String {
 /// Writes the JUnit XML next to its final name first, so a reader never sees half a file.
 pub fn write_junit(path: &Path, report: &RunReport) -> Result<(), Failure> {
     write_atomically(path, render::junit(report).as_bytes()).map_err(|err| {
-        Failure::usage(format!("cannot write the JUnit report to `{}`: {err}", path.display()))
-            .with_hint("check that the directory exists and is writable")
+        Failure::usage(format!(
+            "cannot write the JUnit report to `{}`: {err}",
+            path.display()
+        ))
+        .with_hint("check that the directory exists and is writable")
     })
 }
 
 pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    let file_name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "report".to_owned());
+    let file_name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "report".to_owned());
     let temp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
     std::fs::write(&temp, bytes)?;
     std::fs::rename(&temp, path).inspect_err(|_| {

@@ -7,11 +7,14 @@ use common::{Scratch, json, stderr, stdout};
 
 #[test]
 fn cpu_backend_measures_real_numbers_and_names_what_it_cannot_run() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     let output = scratch
         .gpuvet()
         .args(["check", "--backend", "cpu", "--cpu-devices", "2", "--json"])
-        .args(["--checks", "gemm_flops,kernel_launch,all_reduce_1,all_reduce_2,all_gather"])
+        .args([
+            "--checks",
+            "gemm_flops,kernel_launch,all_reduce_1,all_reduce_2,all_gather",
+        ])
         .output()
         .unwrap();
     let report = json(&output);
@@ -19,33 +22,65 @@ fn cpu_backend_measures_real_numbers_and_names_what_it_cannot_run() {
     assert_eq!(report["node"], "node-test");
     assert_eq!(report["devices"].as_array().unwrap().len(), 2);
     let checks = report["checks"].as_array().unwrap();
-    let status: Vec<&str> = checks.iter().map(|c| c["status"].as_str().unwrap()).collect();
+    let status: Vec<&str> = checks
+        .iter()
+        .map(|c| c["status"].as_str().unwrap())
+        .collect();
     // The three local checks ran; a slow core on a busy machine may fail one, but each
     // measured a positive number.
-    for (i, name) in ["gemm_flops", "kernel_launch", "all_reduce_1"].iter().enumerate() {
+    for (i, name) in ["gemm_flops", "kernel_launch", "all_reduce_1"]
+        .iter()
+        .enumerate()
+    {
         assert_eq!(checks[i]["name"], *name);
-        assert!(status[i] == "passed" || status[i] == "failed", "{name}: {}", status[i]);
+        assert!(
+            status[i] == "passed" || status[i] == "failed",
+            "{name}: {}",
+            status[i]
+        );
         for entity in checks[i]["entities"].as_array().unwrap() {
             let value = entity["measurement"]["value"].as_f64().unwrap();
             assert!(value > 0.0, "{name}: {value}");
         }
     }
-    assert_eq!(checks[0]["entities"].as_array().unwrap().len(), 2, "one GEMM per device");
+    assert_eq!(
+        checks[0]["entities"].as_array().unwrap().len(),
+        2,
+        "one GEMM per device"
+    );
     assert_eq!(checks[2]["entities"][0]["entity"]["kind"], "node");
     assert_eq!(status[3], "skipped");
-    assert_eq!(checks[3]["reason"], "needs at least 2 nodes; this group has 1 node");
+    assert_eq!(
+        checks[3]["reason"],
+        "needs at least 2 nodes; this group has 1 node"
+    );
     assert_eq!(status[4], "not_implemented");
-    let expected_code = if status[..3].iter().all(|s| *s == "passed") { 3 } else { 1 };
-    assert_eq!(output.status.code(), Some(expected_code), "incomplete (3) unless a check failed (1)");
+    let expected_code = if status[..3].iter().all(|s| *s == "passed") {
+        3
+    } else {
+        1
+    };
+    assert_eq!(
+        output.status.code(),
+        Some(expected_code),
+        "incomplete (3) unless a check failed (1)"
+    );
 }
 
 #[test]
 fn table_output_and_junit_file() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     let junit = scratch.path("report.xml");
     let output = scratch
         .gpuvet()
-        .args(["check", "--backend", "sim", "--checks", "gemm_flops,all_reduce_2", "--junit"])
+        .args([
+            "check",
+            "--backend",
+            "sim",
+            "--checks",
+            "gemm_flops,all_reduce_2",
+            "--junit",
+        ])
         .arg(&junit)
         .output()
         .unwrap();
@@ -53,15 +88,21 @@ fn table_output_and_junit_file() {
     let table = stdout(&output);
     assert!(table.contains("backend sim"), "{table}");
     assert!(table.contains("gemm_flops"), "{table}");
-    assert!(table.contains("outcome: passed (1 passed, 1 skipped)"), "{table}");
+    assert!(
+        table.contains("outcome: passed (1 passed, 1 skipped)"),
+        "{table}"
+    );
     let xml = std::fs::read_to_string(&junit).unwrap();
     assert!(xml.contains(r#"<testcase name="gemm_flops""#), "{xml}");
-    assert!(xml.contains(r#"<skipped message="skipped: needs at least 2 nodes"#), "{xml}");
+    assert!(
+        xml.contains(r#"<skipped message="skipped: needs at least 2 nodes"#),
+        "{xml}"
+    );
 }
 
 #[test]
 fn a_hanging_check_times_out_within_the_timeout_and_the_rest_do_not_run() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     let config = scratch.config(
         "hang.json",
         r#"{"aimaster": {"sanity_check": {"micro_benchmarks": "gemm_flops,kernel_launch", "timeout": 0.05}},
@@ -69,7 +110,12 @@ fn a_hanging_check_times_out_within_the_timeout_and_the_rest_do_not_run() {
                 {"check": "gemm_flops", "device": 0, "fault": "hang"},
                 {"check": "gemm_flops", "device": 1, "fault": "hang"}]}}}"#,
     );
-    let output = scratch.gpuvet().args(["check", "--json", "--config"]).arg(&config).output().unwrap();
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--json", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let report = json(&output);
     assert_eq!(report["outcome"], "failed");
@@ -81,7 +127,7 @@ fn a_hanging_check_times_out_within_the_timeout_and_the_rest_do_not_run() {
 
 #[test]
 fn a_slow_and_a_faulty_device_are_named_with_their_lane() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     let config = scratch.config(
         "sim.json",
         r#"{"gpuvet": {"backend": "sim", "sim": {"devices": 8, "seed": 7, "noise_pct": 1,
@@ -96,72 +142,171 @@ fn a_slow_and_a_faulty_device_are_named_with_their_lane() {
         .unwrap();
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let table = stdout(&output);
-    assert!(table.contains("gemm_flops faulty on node-test/dev2 [lane: host]: wrong result"), "{table}");
-    assert!(table.contains("gemm_flops slow on node-test/dev5 [lane: host]"), "{table}");
-    assert_eq!(table.matches(" on node-test/dev").count(), 2, "no other device is named: {table}");
+    assert!(
+        table.contains("gemm_flops faulty on node-test/dev2 [lane: host]: wrong result"),
+        "{table}"
+    );
+    assert!(
+        table.contains("gemm_flops slow on node-test/dev5 [lane: host]"),
+        "{table}"
+    );
+    assert_eq!(
+        table.matches(" on node-test/dev").count(),
+        2,
+        "no other device is named: {table}"
+    );
 }
 
 #[test]
 fn results_are_stored_per_attempt_and_never_mixed() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     for _ in 0..2 {
-        let output = scratch.gpuvet().args(["check", "--backend", "sim", "--checks", "gemm_flops"]).output().unwrap();
+        let output = scratch
+            .gpuvet()
+            .args(["check", "--backend", "sim", "--checks", "gemm_flops"])
+            .output()
+            .unwrap();
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     }
-    let output = scratch.gpuvet().args(["results", "--json"]).output().unwrap();
+    let output = scratch
+        .gpuvet()
+        .args(["results", "--json"])
+        .output()
+        .unwrap();
     let latest = json(&output);
-    assert_eq!(latest.as_array().unwrap().len(), 1, "only the latest attempt by default");
+    assert_eq!(
+        latest.as_array().unwrap().len(),
+        1,
+        "only the latest attempt by default"
+    );
     assert_eq!(latest[0]["attempt"], 2);
     assert_eq!(latest[0]["result"]["name"], "gemm_flops");
-    let output = scratch.gpuvet().args(["results", "--json", "--attempt", "1"]).output().unwrap();
+    let output = scratch
+        .gpuvet()
+        .args(["results", "--json", "--attempt", "1"])
+        .output()
+        .unwrap();
     assert_eq!(json(&output)[0]["attempt"], 1);
-    let output = scratch.gpuvet().args(["results", "--json", "--all-attempts"]).output().unwrap();
+    let output = scratch
+        .gpuvet()
+        .args(["results", "--json", "--all-attempts"])
+        .output()
+        .unwrap();
     assert_eq!(json(&output).as_array().unwrap().len(), 2);
     let output = scratch.gpuvet().args(["results"]).output().unwrap();
-    assert!(stdout(&output).contains("gemm_flops"), "{}", stdout(&output));
-    let output = scratch.gpuvet().args(["results", "--check", "gemm_flop"]).output().unwrap();
+    assert!(
+        stdout(&output).contains("gemm_flops"),
+        "{}",
+        stdout(&output)
+    );
+    let output = scratch
+        .gpuvet()
+        .args(["results", "--check", "gemm_flop"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("hint: did you mean `gemm_flops`?"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("hint: did you mean `gemm_flops`?"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn reading_a_store_that_does_not_exist_is_a_usage_error() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     let output = scratch.gpuvet().args(["events"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("there is no store at"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("there is no store at"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn an_unwritable_store_is_exit_74() {
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     std::fs::write(scratch.path("file"), "x").unwrap();
     let output = scratch
         .gpuvet()
-        .args(["check", "--backend", "sim", "--checks", "gemm_flops", "--store"])
+        .args([
+            "check",
+            "--backend",
+            "sim",
+            "--checks",
+            "gemm_flops",
+            "--store",
+        ])
         .arg(scratch.path("file/gpuvet.db"))
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(74), "{}", stderr(&output));
-    assert!(stderr(&output).contains("cannot open the store at"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot open the store at"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn the_cuda_backend_without_a_gpu_is_a_clear_error() {
-    let scratch = Scratch::new();
-    let output = scratch.gpuvet().args(["check", "--backend", "cuda", "--no-store"]).output().unwrap();
+    let scratch = Scratch::temp();
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--backend", "cuda", "--no-store"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
     let err = stderr(&output);
-    assert!(err.contains("error: the `cuda` backend is not available"), "{err}");
+    assert!(
+        err.contains("error: the `cuda` backend is not available"),
+        "{err}"
+    );
     assert!(err.contains("hint:"), "{err}");
 }
 
 #[test]
 fn the_catalog_lists_fourteen_names() {
-    let scratch = Scratch::new();
-    let output = scratch.gpuvet().args(["checks", "--json"]).output().unwrap();
+    let scratch = Scratch::temp();
+    let output = scratch
+        .gpuvet()
+        .args(["checks", "--json"])
+        .output()
+        .unwrap();
     assert_eq!(json(&output).as_array().unwrap().len(), 13);
     let output = scratch.gpuvet().args(["checks"]).output().unwrap();
     let text = stdout(&output);
-    assert!(text.contains("gemm_flops (default)") && text.contains("runtime check: c4d"), "{text}");
+    assert!(
+        text.contains("gemm_flops (default)") && text.contains("runtime check: c4d"),
+        "{text}"
+    );
+}
+
+#[test]
+fn auto_without_a_gpu_runs_on_the_cpu_backend_and_says_why() {
+    let scratch = Scratch::temp();
+    let output = scratch
+        .gpuvet()
+        .args([
+            "check",
+            "--backend",
+            "auto",
+            "--checks",
+            "kernel_launch",
+            "--cpu-devices",
+            "1",
+            "--json",
+            "--no-store",
+        ])
+        .output()
+        .unwrap();
+    let report = json(&output);
+    assert_eq!(report["backend"], "cpu");
+    assert!(
+        stderr(&output)
+            .contains("note: no usable GPU, so the checks run on the cpu backend: libcuda"),
+        "{}",
+        stderr(&output)
+    );
 }

@@ -6,12 +6,21 @@ mod common;
 use common::{Scratch, stderr};
 
 fn refused(json: &str) -> String {
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     let config = scratch.config("bad.json", json);
-    let output = scratch.gpuvet().arg("check").arg("--config").arg(&config).output().unwrap();
+    let output = scratch
+        .gpuvet()
+        .arg("check")
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2), "stderr: {}", stderr(&output));
     assert!(output.stdout.is_empty(), "nothing on stdout");
-    assert!(!scratch.store().exists(), "nothing was started, so no store was written");
+    assert!(
+        !scratch.store().exists(),
+        "nothing was started, so no store was written"
+    );
     stderr(&output)
 }
 
@@ -21,7 +30,9 @@ fn sanity(body: &str) -> String {
 
 #[test]
 fn misspelled_check_names_the_path_and_suggests() {
-    let err = refused(&sanity(r#"{"micro_benchmarks": "gemm_flops,kernel_lanch"}"#));
+    let err = refused(&sanity(
+        r#"{"micro_benchmarks": "gemm_flops,kernel_lanch"}"#,
+    ));
     assert!(err.contains("invalid config at `aimaster.sanity_check.micro_benchmarks[1]`: unknown check `kernel_lanch`"), "{err}");
     assert!(err.contains("hint: did you mean `kernel_launch`?"), "{err}");
 }
@@ -36,7 +47,12 @@ fn unknown_fail_action() {
 fn zero_negative_and_absurd_timeouts() {
     for bad in ["0", "-1", "99999"] {
         let err = refused(&sanity(&format!(r#"{{"timeout": {bad}}}"#)));
-        assert!(err.contains(&format!("`aimaster.sanity_check.timeout`: `{bad}` is not a usable timeout")), "{err}");
+        assert!(
+            err.contains(&format!(
+                "`aimaster.sanity_check.timeout`: `{bad}` is not a usable timeout"
+            )),
+            "{err}"
+        );
     }
 }
 
@@ -56,7 +72,10 @@ fn malformed_json_with_line_and_column() {
 #[test]
 fn empty_check_list() {
     let err = refused(&sanity(r#"{"micro_benchmarks": ""}"#));
-    assert!(err.contains("`aimaster.sanity_check.micro_benchmarks`: the list of checks is empty"), "{err}");
+    assert!(
+        err.contains("`aimaster.sanity_check.micro_benchmarks`: the list of checks is empty"),
+        "{err}"
+    );
 }
 
 #[test]
@@ -68,33 +87,67 @@ fn runtime_check_other_than_c4d() {
 #[test]
 fn wrong_type() {
     let err = refused(&sanity(r#"{"timeout": "5"}"#));
-    assert!(err.contains("`aimaster.sanity_check.timeout`: invalid type: string \"5\", expected f64"), "{err}");
+    assert!(
+        err.contains("`aimaster.sanity_check.timeout`: invalid type: string \"5\", expected f64"),
+        "{err}"
+    );
 }
 
 #[test]
 fn unknown_key() {
     let err = refused(r#"{"aimaster": {"sanity_check": {}}, "gpuvett": {}}"#);
-    assert!(err.contains("invalid config at `gpuvett`: unknown field `gpuvett`"), "{err}");
+    assert!(
+        err.contains("invalid config at `gpuvett`: unknown field `gpuvett`"),
+        "{err}"
+    );
 }
 
 #[test]
 fn missing_config_file() {
-    let scratch = Scratch::new();
-    let output = scratch.gpuvet().args(["check", "--config", "nope.json"]).output().unwrap();
+    let scratch = Scratch::temp();
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--config", "nope.json"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("cannot read the config file `nope.json`"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot read the config file `nope.json`"),
+        "{}",
+        stderr(&output)
+    );
 }
 
 #[test]
 fn bad_flags_are_usage_errors_too() {
-    let scratch = Scratch::new();
-    let output = scratch.gpuvet().args(["check", "--checks", "gemm_flops,bogus", "--no-store"]).output().unwrap();
+    let scratch = Scratch::temp();
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--checks", "gemm_flops,bogus", "--no-store"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    assert!(stderr(&output).contains("invalid config at `--checks[1]`: unknown check `bogus`"), "{}", stderr(&output));
-    let output = scratch.gpuvet().args(["check", "--timeout", "0", "--no-store"]).output().unwrap();
+    assert!(
+        stderr(&output).contains("invalid config at `--checks[1]`: unknown check `bogus`"),
+        "{}",
+        stderr(&output)
+    );
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--timeout", "0", "--no-store"])
+        .output()
+        .unwrap();
     assert_eq!(output.status.code(), Some(2));
-    let output = scratch.gpuvet().args(["check", "--backend", "tpu"]).output().unwrap();
-    assert_eq!(output.status.code(), Some(2), "clap refuses unknown backends");
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--backend", "tpu"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "clap refuses unknown backends"
+    );
     let output = scratch.gpuvet().args(["run"]).output().unwrap();
     assert_eq!(output.status.code(), Some(2), "run needs a command");
 }
@@ -102,7 +155,7 @@ fn bad_flags_are_usage_errors_too() {
 #[test]
 fn pai_sample_is_accepted_by_the_binary() {
     // The sample from the PAI documents, verbatim; all_reduce runs on 2 cpu devices.
-    let scratch = Scratch::new();
+    let scratch = Scratch::temp();
     let config = scratch.config(
         "pai.json",
         r#"{
@@ -121,7 +174,14 @@ fn pai_sample_is_accepted_by_the_binary() {
     );
     let output = scratch
         .gpuvet()
-        .args(["check", "--backend", "sim", "--no-store", "--json", "--config"])
+        .args([
+            "check",
+            "--backend",
+            "sim",
+            "--no-store",
+            "--json",
+            "--config",
+        ])
         .arg(&config)
         .output()
         .unwrap();

@@ -21,7 +21,11 @@ fn error(text: &str) -> ConfigError {
 
 fn invalid(text: &str) -> (String, String, Option<String>) {
     match error(text) {
-        ConfigError::Invalid { path, message, hint } => (path, message, hint),
+        ConfigError::Invalid {
+            path,
+            message,
+            hint,
+        } => (path, message, hint),
         other => panic!("expected an invalid-value error, got {other:?}"),
     }
 }
@@ -57,7 +61,9 @@ fn defaults_are_written_down_once_and_parse() {
 
 #[test]
 fn an_aimaster_block_without_sanity_check_runs_none() {
-    let config = Config::from_json(r#"{"aimaster": {"runtime_check": {"micro_benchmarks": "C4D"}}}"#).unwrap();
+    let config =
+        Config::from_json(r#"{"aimaster": {"runtime_check": {"micro_benchmarks": "C4D"}}}"#)
+            .unwrap();
     assert_eq!(config.sanity, None);
     assert_eq!(config.runtime, Some(RuntimeConfig { check: "c4d" }));
 }
@@ -69,14 +75,23 @@ fn malformed_json_names_line_and_column() {
         ConfigError::Syntax { line, column, .. } => assert_eq!((*line, *column), (3, 22)),
         other => panic!("{other:?}"),
     }
-    assert!(err.to_string().starts_with("the config is not valid JSON: "), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("the config is not valid JSON: "),
+        "{err}"
+    );
     assert!(matches!(error(""), ConfigError::Syntax { .. }));
-    assert!(matches!(error("{\"aimaster\": "), ConfigError::Syntax { .. }));
+    assert!(matches!(
+        error("{\"aimaster\": "),
+        ConfigError::Syntax { .. }
+    ));
 }
 
 #[test]
 fn misspelled_check_gets_did_you_mean() {
-    let (path, message, hint) = invalid(&sanity(r#"{"micro_benchmarks": "gemm_flops,all_redcue_1"}"#));
+    let (path, message, hint) = invalid(&sanity(
+        r#"{"micro_benchmarks": "gemm_flops,all_redcue_1"}"#,
+    ));
     assert_eq!(path, "aimaster.sanity_check.micro_benchmarks[1]");
     assert_eq!(message, "unknown check `all_redcue_1`");
     assert_eq!(hint.as_deref(), Some("did you mean `all_reduce_1`?"));
@@ -86,14 +101,20 @@ fn misspelled_check_gets_did_you_mean() {
 fn unknown_check_lists_the_catalog() {
     let (_, message, hint) = invalid(&sanity(r#"{"micro_benchmarks": "stream_triad"}"#));
     assert_eq!(message, "unknown check `stream_triad`");
-    assert!(hint.unwrap().starts_with("the checks are: gemm_flops, all_reduce_1"));
+    assert!(
+        hint.unwrap()
+            .starts_with("the checks are: gemm_flops, all_reduce_1")
+    );
 }
 
 #[test]
 fn unknown_fail_action_lists_what_is_accepted() {
     let (path, message, hint) = invalid(&sanity(r#"{"fail_action": "retian"}"#));
     assert_eq!(path, "aimaster.sanity_check.fail_action");
-    assert_eq!(message, "unknown value `retian`; expected one of `fail`, `retain`, `ignore`, `rebuild`");
+    assert_eq!(
+        message,
+        "unknown value `retian`; expected one of `fail`, `retain`, `ignore`, `rebuild`"
+    );
     assert_eq!(hint.as_deref(), Some("did you mean `retain`?"));
 }
 
@@ -108,7 +129,12 @@ fn zero_negative_absurd_and_non_numeric_timeouts_are_refused() {
     for bad in ["0", "-5", "100000"] {
         let (path, message, _) = invalid(&sanity(&format!(r#"{{"timeout": {bad}}}"#)));
         assert_eq!(path, "aimaster.sanity_check.timeout");
-        assert!(message.contains("is not a usable timeout; expected minutes greater than 0 and at most 1440"), "{message}");
+        assert!(
+            message.contains(
+                "is not a usable timeout; expected minutes greater than 0 and at most 1440"
+            ),
+            "{message}"
+        );
     }
     let (path, message, _) = invalid(&sanity(r#"{"timeout": "100"}"#));
     assert_eq!(path, "aimaster.sanity_check.timeout");
@@ -118,12 +144,17 @@ fn zero_negative_absurd_and_non_numeric_timeouts_are_refused() {
 #[test]
 fn fractional_minutes_are_accepted() {
     let config = Config::from_json(&sanity(r#"{"timeout": 0.5}"#)).unwrap();
-    assert_eq!(config.sanity.unwrap().timeout.duration(), Duration::from_secs(30));
+    assert_eq!(
+        config.sanity.unwrap().timeout.duration(),
+        Duration::from_secs(30)
+    );
 }
 
 #[test]
 fn duplicate_checks_are_refused() {
-    let (path, message, _) = invalid(&sanity(r#"{"micro_benchmarks": "gemm_flops, kernel_launch,gemm_flops"}"#));
+    let (path, message, _) = invalid(&sanity(
+        r#"{"micro_benchmarks": "gemm_flops, kernel_launch,gemm_flops"}"#,
+    ));
     assert_eq!(path, "aimaster.sanity_check.micro_benchmarks[2]");
     assert_eq!(message, "check `gemm_flops` is listed twice");
 }
@@ -135,15 +166,23 @@ fn empty_lists_and_stray_commas_are_refused() {
         assert_eq!(path, "aimaster.sanity_check.micro_benchmarks");
         assert_eq!(message, "the list of checks is empty");
     }
-    let (path, message, _) = invalid(&sanity(r#"{"micro_benchmarks": "gemm_flops,,kernel_launch"}"#));
+    let (path, message, _) = invalid(&sanity(
+        r#"{"micro_benchmarks": "gemm_flops,,kernel_launch"}"#,
+    ));
     assert_eq!(path, "aimaster.sanity_check.micro_benchmarks[1]");
     assert_eq!(message, "empty check name (a stray comma?)");
 }
 
 #[test]
 fn an_array_of_checks_is_accepted_too() {
-    let config = Config::from_json(&sanity(r#"{"micro_benchmarks": ["kernel_launch", "gemm_flops"]}"#)).unwrap();
-    assert_eq!(config.sanity.unwrap().checks.as_slice(), [CheckName::KernelLaunch, CheckName::GemmFlops]);
+    let config = Config::from_json(&sanity(
+        r#"{"micro_benchmarks": ["kernel_launch", "gemm_flops"]}"#,
+    ))
+    .unwrap();
+    assert_eq!(
+        config.sanity.unwrap().checks.as_slice(),
+        [CheckName::KernelLaunch, CheckName::GemmFlops]
+    );
 }
 
 #[test]
@@ -151,13 +190,23 @@ fn runtime_checks_other_than_c4d_are_refused() {
     let (path, message, hint) =
         invalid(r#"{"aimaster": {"runtime_check": {"micro_benchmarks": "gemm_flops"}}}"#);
     assert_eq!(path, "aimaster.runtime_check.micro_benchmarks");
-    assert_eq!(message, "unknown runtime check `gemm_flops`; expected `c4d`");
+    assert_eq!(
+        message,
+        "unknown runtime check `gemm_flops`; expected `c4d`"
+    );
     assert!(hint.unwrap().contains("is a sanity check"));
-    let (_, message, _) = invalid(r#"{"aimaster": {"runtime_check": {"micro_benchmarks": "c4d,xid"}}}"#);
-    assert_eq!(message, "expected the single runtime check `c4d`, got `c4d,xid`");
+    let (_, message, _) =
+        invalid(r#"{"aimaster": {"runtime_check": {"micro_benchmarks": "c4d,xid"}}}"#);
+    assert_eq!(
+        message,
+        "expected the single runtime check `c4d`, got `c4d,xid`"
+    );
     let (path, message, _) = invalid(r#"{"aimaster": {"runtime_check": {"fail_action": "fail"}}}"#);
     assert_eq!(path, "aimaster.runtime_check.fail_action");
-    assert_eq!(message, "unknown value `fail`; expected one of `retain`, `ignore`");
+    assert_eq!(
+        message,
+        "unknown value `fail`; expected one of `retain`, `ignore`"
+    );
 }
 
 #[test]
@@ -176,7 +225,10 @@ fn wrong_types_name_the_path() {
 fn unknown_keys_are_refused_with_what_is_known() {
     let (path, message, _) = invalid(&sanity(r#"{"timeuot": 5}"#));
     assert_eq!(path, "aimaster.sanity_check.timeuot");
-    assert_eq!(message, "unknown field `timeuot`, expected one of `fail_action`, `micro_benchmarks`, `timeout`");
+    assert_eq!(
+        message,
+        "unknown field `timeuot`, expected one of `fail_action`, `micro_benchmarks`, `timeout`"
+    );
     let (path, _, _) = invalid(r#"{"aimastr": {}}"#);
     assert_eq!(path, "aimastr");
 }
@@ -204,7 +256,10 @@ fn gpuvet_settings_parse() {
     assert_eq!(s.baselines[&CheckName::GemmFlops], Limit::Floor(1000.0));
     assert_eq!(s.baselines[&CheckName::KernelLaunch], Limit::Ceiling(20.0));
     assert_eq!(s.rebuild_hook.unwrap(), ["/bin/sh", "-c", "echo rebuild"]);
-    assert_eq!((s.cpu_devices, s.gemm_dtype, s.gemm_size), (Some(4), Dtype::Fp32, Some(512)));
+    assert_eq!(
+        (s.cpu_devices, s.gemm_dtype, s.gemm_size),
+        (Some(4), Dtype::Fp32, Some(512))
+    );
     let sim = s.sim.unwrap();
     assert_eq!((sim.seed, sim.devices, sim.noise), (3, 4, 0.02));
     assert_eq!(sim.speed[&2], 0.9);
@@ -214,24 +269,102 @@ fn gpuvet_settings_parse() {
 #[test]
 fn bad_gpuvet_settings_name_their_path() {
     let cases = [
-        (r#"{"backend": "cuda9"}"#, "gpuvet.backend", "unknown value `cuda9`; expected one of `auto`, `cuda`, `cpu`, `sim`"),
-        (r#"{"tolerance_pct": 0}"#, "gpuvet.tolerance_pct", "`0` is out of range; expected a percentage greater than 0 and below 100"),
-        (r#"{"baselines": {"gemm_flop": {"floor": 1}}}"#, "gpuvet.baselines.gemm_flop", "unknown check `gemm_flop`"),
-        (r#"{"baselines": {"kernel_launch": {"floor": 1}}}"#, "gpuvet.baselines.kernel_launch.floor", "`kernel_launch` measures launch_latency in us, where lower is better, so it takes a `ceiling`, not a `floor`"),
-        (r#"{"baselines": {"gemm_flops": {}}}"#, "gpuvet.baselines.gemm_flops", "expected `{\"floor\": <TFLOPS>}`"),
-        (r#"{"baselines": {"gemm_flops": {"floor": -1}}}"#, "gpuvet.baselines.gemm_flops.floor", "`-1` is not a usable limit; expected a positive number of TFLOPS"),
-        (r#"{"store": " "}"#, "gpuvet.store", "the store path is empty"),
-        (r#"{"rebuild_hook": []}"#, "gpuvet.rebuild_hook", "the rebuild hook needs a program as its first element"),
-        (r#"{"rebuild_hook": ""}"#, "gpuvet.rebuild_hook", "the rebuild hook command is empty"),
-        (r#"{"cpu_devices": 0}"#, "gpuvet.cpu_devices", "`0` is out of range; expected 1 to 1024"),
-        (r#"{"gemm": {"dtype": "fp64"}}"#, "gpuvet.gemm.dtype", "unknown value `fp64`; expected one of `auto`, `bf16`, `fp16`, `tf32`, `fp32`, `fp8`"),
-        (r#"{"gemm": {"size": 4}}"#, "gpuvet.gemm.size", "`4` is out of range; expected 16 to 65536"),
-        (r#"{"sim": {"devices": 2, "speed": {"5": 0.5}}}"#, "gpuvet.sim.speed.5", "`5` is not a device index; expected 0 to 1"),
-        (r#"{"sim": {"speed": {"0": 0}}}"#, "gpuvet.sim.speed.0", "`0` is out of range; expected a speed factor above 0 and at most 10"),
-        (r#"{"sim": {"faults": [{"check": "gemm_flops", "device": 0, "fault": "melt"}]}}"#, "gpuvet.sim.faults[0].fault", "unknown value `melt`; expected one of `hang`, `error`, `wrong_result`, `zero`"),
+        (
+            r#"{"backend": "cuda9"}"#,
+            "gpuvet.backend",
+            "unknown value `cuda9`; expected one of `auto`, `cuda`, `cpu`, `sim`",
+        ),
+        (
+            r#"{"tolerance_pct": 0}"#,
+            "gpuvet.tolerance_pct",
+            "`0` is out of range; expected a percentage greater than 0 and below 100",
+        ),
+        (
+            r#"{"baselines": {"gemm_flop": {"floor": 1}}}"#,
+            "gpuvet.baselines.gemm_flop",
+            "unknown check `gemm_flop`",
+        ),
+        (
+            r#"{"baselines": {"kernel_launch": {"floor": 1}}}"#,
+            "gpuvet.baselines.kernel_launch.floor",
+            "`kernel_launch` measures launch_latency in us, where lower is better, so it takes a `ceiling`, not a `floor`",
+        ),
+        (
+            r#"{"baselines": {"gemm_flops": {}}}"#,
+            "gpuvet.baselines.gemm_flops",
+            "expected `{\"floor\": <TFLOPS>}`",
+        ),
+        (
+            r#"{"baselines": {"gemm_flops": {"floor": -1}}}"#,
+            "gpuvet.baselines.gemm_flops.floor",
+            "`-1` is not a usable limit; expected a positive number of TFLOPS",
+        ),
+        (
+            r#"{"store": " "}"#,
+            "gpuvet.store",
+            "the store path is empty",
+        ),
+        (
+            r#"{"rebuild_hook": []}"#,
+            "gpuvet.rebuild_hook",
+            "the rebuild hook needs a program as its first element",
+        ),
+        (
+            r#"{"rebuild_hook": ""}"#,
+            "gpuvet.rebuild_hook",
+            "the rebuild hook command is empty",
+        ),
+        (
+            r#"{"cpu_devices": 0}"#,
+            "gpuvet.cpu_devices",
+            "`0` is out of range; expected 1 to 1024",
+        ),
+        (
+            r#"{"gemm": {"dtype": "fp64"}}"#,
+            "gpuvet.gemm.dtype",
+            "unknown value `fp64`; expected one of `auto`, `bf16`, `fp16`, `tf32`, `fp32`, `fp8`",
+        ),
+        (
+            r#"{"gemm": {"size": 4}}"#,
+            "gpuvet.gemm.size",
+            "`4` is out of range; expected 16 to 65536",
+        ),
+        (
+            r#"{"sim": {"devices": 2, "speed": {"5": 0.5}}}"#,
+            "gpuvet.sim.speed.5",
+            "`5` is not a device index; expected 0 to 1",
+        ),
+        (
+            r#"{"sim": {"speed": {"0": 0}}}"#,
+            "gpuvet.sim.speed.0",
+            "`0` is out of range; expected a speed factor above 0 and at most 10",
+        ),
+        (
+            r#"{"sim": {"faults": [{"check": "gemm_flops", "device": 0, "fault": "melt"}]}}"#,
+            "gpuvet.sim.faults[0].fault",
+            "unknown value `melt`; expected one of `hang`, `error`, `wrong_result`, `zero`",
+        ),
     ];
     for (body, expected_path, expected_message) in cases {
         let (path, message, _) = invalid(&format!(r#"{{"gpuvet": {body}}}"#));
-        assert_eq!((path.as_str(), message.as_str()), (expected_path, expected_message), "{body}");
+        assert_eq!(
+            (path.as_str(), message.as_str()),
+            (expected_path, expected_message),
+            "{body}"
+        );
     }
+}
+
+#[test]
+fn watch_settings_parse_and_default() {
+    assert_eq!(Config::default().settings.watch, WatchSettings::default());
+    let config = Config::from_json(
+        r#"{"gpuvet": {"watch": {"kmsg": "off", "nvml": false, "interval_ms": 250}}}"#,
+    )
+    .unwrap();
+    let watch = config.settings.watch;
+    assert_eq!(
+        (watch.kmsg, watch.nvml, watch.interval),
+        (None, false, Duration::from_millis(250))
+    );
 }

@@ -7,12 +7,22 @@ use crate::results::{CheckResult, DeviceInfo, Entity, Measurement, MetricInfo, O
 
 fn sample_report() -> RunReport {
     let gemm = CheckName::GemmFlops;
-    let device = |index| Entity::Device { node: "node-a".into(), index };
+    let device = |index| Entity::Device {
+        node: "node-a".into(),
+        index,
+    };
     let measurements = [
         Measurement::ok(device(0), 0.1, vec![0.1; 4]),
         Measurement::ok(device(1), 0.05, vec![0.05; 4]),
     ];
-    let entities = judge(gemm.spec(), &measurements, &JudgePolicy { tolerance: 0.05, limit: None });
+    let entities = judge(
+        gemm.spec(),
+        &measurements,
+        &JudgePolicy {
+            tolerance: 0.05,
+            limit: None,
+        },
+    );
     let metric = gemm.spec().metric;
     let checks = vec![
         CheckResult {
@@ -20,12 +30,24 @@ fn sample_report() -> RunReport {
             status: CheckStatus::Failed,
             reason: None,
             duration_secs: 1.25,
-            metric: MetricInfo { name: metric.name.into(), unit: metric.unit.into(), direction: metric.direction },
+            metric: MetricInfo {
+                name: metric.name.into(),
+                unit: metric.unit.into(),
+                direction: metric.direction,
+            },
             params: BTreeMap::from([("dtype".to_owned(), "fp32".to_owned())]),
             entities,
         },
-        CheckResult::without_work(CheckName::AllReduce2, CheckStatus::Skipped, "needs 2 nodes; the group has 1"),
-        CheckResult::without_work(CheckName::AllGather, CheckStatus::NotImplemented, "not implemented on the cpu backend yet"),
+        CheckResult::without_work(
+            CheckName::AllReduce2,
+            CheckStatus::Skipped,
+            "needs 2 nodes; the group has 1",
+        ),
+        CheckResult::without_work(
+            CheckName::AllGather,
+            CheckStatus::NotImplemented,
+            "not implemented on the cpu backend yet",
+        ),
     ];
     RunReport {
         gpuvet_version: "0.0.0-test".into(),
@@ -35,8 +57,18 @@ fn sample_report() -> RunReport {
         instance: "inst-a".into(),
         backend: "cpu".into(),
         devices: vec![
-            DeviceInfo { index: 0, name: "cpu".into(), memory_bytes: None, details: BTreeMap::new() },
-            DeviceInfo { index: 1, name: "cpu".into(), memory_bytes: None, details: BTreeMap::new() },
+            DeviceInfo {
+                index: 0,
+                name: "cpu".into(),
+                memory_bytes: None,
+                details: BTreeMap::new(),
+            },
+            DeviceInfo {
+                index: 1,
+                name: "cpu".into(),
+                memory_bytes: None,
+                details: BTreeMap::new(),
+            },
         ],
         started_at_ms: 0,
         duration_secs: 1.5,
@@ -66,7 +98,10 @@ fn json_names_backend_node_devices_and_statuses() {
     assert_eq!(json["checks"][0]["status"], "failed");
     assert_eq!(json["checks"][0]["entities"][1]["verdict"], "slow");
     assert_eq!(json["checks"][0]["entities"][1]["lane"], "host");
-    assert_eq!(json["checks"][0]["entities"][1]["evidence"]["peer_median"], 0.1);
+    assert_eq!(
+        json["checks"][0]["entities"][1]["evidence"]["peer_median"],
+        0.1
+    );
     assert_eq!(json["checks"][1]["status"], "skipped");
     assert_eq!(json["checks"][2]["status"], "not_implemented");
     let back: RunReport = serde_json::from_value(json).unwrap();

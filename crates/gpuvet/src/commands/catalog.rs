@@ -32,9 +32,20 @@ pub fn catalog(args: CatalogArgs) -> Result<i32, Failure> {
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header(["check", "scope", "metric", "lane", "PAI estimate", "what it measures"]);
+    table.set_header([
+        "check",
+        "scope",
+        "metric",
+        "lane",
+        "PAI estimate",
+        "what it measures",
+    ]);
     for spec in &CATALOG {
-        let default = if DEFAULT_CHECKS.contains(&spec.name) { " (default)" } else { "" };
+        let default = if DEFAULT_CHECKS.contains(&spec.name) {
+            " (default)"
+        } else {
+            ""
+        };
         table.add_row([
             format!("{}{default}", spec.name),
             format!("{:?}", spec.scope),

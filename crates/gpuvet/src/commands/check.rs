@@ -16,18 +16,32 @@ use crate::output;
 
 pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     let config = load_config(args.sanity.config.as_deref())?;
-    let sanity = sanity::sanity_settings(&args.sanity, &config, true)?.expect("checks run by hand always have a set");
+    let sanity = sanity::sanity_settings(&args.sanity, &config, true)?
+        .expect("checks run by hand always have a set");
     let backend = sanity::backend(&args.sanity, &config)?;
     let identity = Identity::resolve(&args.sanity.identity);
 
     let mut store = if args.no_store {
         None
     } else {
-        Some(Store::open(&store_path(args.sanity.store.store.as_deref(), &config))?)
+        Some(Store::open(&store_path(
+            args.sanity.store.store.as_deref(),
+            &config,
+        ))?)
     };
     let attempt = match store.as_mut() {
-        Some(store) => store.begin_attempt(&identity.job_id, &identity.node, &identity.instance, now_ms())?,
-        None => Attempt { job_id: identity.job_id, attempt: 1, node: identity.node, instance: identity.instance },
+        Some(store) => store.begin_attempt(
+            &identity.job_id,
+            &identity.node,
+            &identity.instance,
+            now_ms(),
+        )?,
+        None => Attempt {
+            job_id: identity.job_id,
+            attempt: 1,
+            node: identity.node,
+            instance: identity.instance,
+        },
     };
 
     let show_progress = !args.json && std::io::stdout().is_terminal();

@@ -16,10 +16,19 @@ pub fn events(args: EventsArgs) -> Result<i32, Failure> {
     let kind = args
         .kind
         .as_deref()
-        .map(|name| name.parse::<EventKind>().map_err(|message| Failure::usage(format!("`--type`: {message}"))))
+        .map(|name| {
+            name.parse::<EventKind>()
+                .map_err(|message| Failure::usage(format!("`--type`: {message}")))
+        })
         .transpose()?;
     let store = open_existing(args.store.store.as_deref())?;
-    let filter = EventFilter { job_id: args.job_id, attempt: args.attempt, kind, node: args.node, limit: None };
+    let filter = EventFilter {
+        job_id: args.job_id,
+        attempt: args.attempt,
+        kind,
+        node: args.node,
+        limit: None,
+    };
     let events = store.events(&filter)?;
     if args.json {
         let mut text = serde_json::to_string_pretty(&events).expect("events serialize");
@@ -32,7 +41,15 @@ pub fn events(args: EventsArgs) -> Result<i32, Failure> {
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header(["time (UTC)", "job", "attempt", "node", "type", "lane", "message"]);
+    table.set_header([
+        "time (UTC)",
+        "job",
+        "attempt",
+        "node",
+        "type",
+        "lane",
+        "message",
+    ]);
     for event in &events {
         table.add_row([
             format_utc_ms(event.event.time_ms),
@@ -40,7 +57,11 @@ pub fn events(args: EventsArgs) -> Result<i32, Failure> {
             event.attempt.attempt.to_string(),
             event.attempt.node.clone(),
             event.event.kind.to_string(),
-            event.event.lane.map(|l| l.to_string()).unwrap_or_else(|| "-".into()),
+            event
+                .event
+                .lane
+                .map(|l| l.to_string())
+                .unwrap_or_else(|| "-".into()),
             event.event.message.clone(),
         ]);
     }

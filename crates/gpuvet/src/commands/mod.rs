@@ -3,10 +3,12 @@
 mod catalog;
 mod check;
 mod events;
+mod fr;
 mod results;
 mod run;
 mod sanity;
 mod supervise;
+mod watch;
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
@@ -19,5 +21,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Events(args) => events::events(args),
         Command::Results(args) => results::results(args),
         Command::Checks(args) => catalog::catalog(args),
+        Command::Watch(args) => watch::watch(args),
+        Command::Fr(args) => fr::fr(args),
     }
 }

@@ -36,7 +36,12 @@ pub fn results(args: ResultsArgs) -> Result<i32, Failure> {
         (None, true) => None,
         (None, false) => store.latest_attempt(&job_id)?,
     };
-    let filter = ResultFilter { job_id: Some(job_id.clone()), attempt, check, node: None };
+    let filter = ResultFilter {
+        job_id: Some(job_id.clone()),
+        attempt,
+        check,
+        node: None,
+    };
     let results = store.results(&filter)?;
     if args.json {
         let mut text = serde_json::to_string_pretty(&results).expect("results serialize");
@@ -49,14 +54,26 @@ pub fn results(args: ResultsArgs) -> Result<i32, Failure> {
     }
     let mut table = Table::new();
     table.load_preset(UTF8_FULL_CONDENSED);
-    table.set_header(["started (UTC)", "job", "attempt", "node", "check", "status", "median", "findings"]);
+    table.set_header([
+        "started (UTC)",
+        "job",
+        "attempt",
+        "node",
+        "check",
+        "status",
+        "median",
+        "findings",
+    ]);
     for stored in &results {
         let result = &stored.result;
         let median = result
             .median_value()
             .map(|v| format!("{} {}", fmt_value(v), result.metric.unit))
             .unwrap_or_else(|| "-".into());
-        let findings: Vec<String> = result.findings().map(|f| format!("{}: {}", f.entity, f.reason)).collect();
+        let findings: Vec<String> = result
+            .findings()
+            .map(|f| format!("{}: {}", f.entity, f.reason))
+            .collect();
         table.add_row([
             format_utc_ms(stored.started_at_ms),
             stored.attempt.job_id.clone(),
@@ -65,7 +82,11 @@ pub fn results(args: ResultsArgs) -> Result<i32, Failure> {
             result.name.to_string(),
             result.status.to_string(),
             median,
-            if findings.is_empty() { result.reason.clone().unwrap_or_else(|| "-".into()) } else { findings.join("\n") },
+            if findings.is_empty() {
+                result.reason.clone().unwrap_or_else(|| "-".into())
+            } else {
+                findings.join("\n")
+            },
         ]);
     }
     output::stdout(&format!("{table}\n")).map(|()| exit_codes::SUCCESS)

@@ -17,6 +17,7 @@ use crate::cli::RunArgs;
 use crate::failure::{Failure, warn};
 use crate::identity::{Identity, load_config, now_ms, store_path};
 use crate::output;
+use crate::runtime::{Echo, RuntimeWatch};
 
 pub fn run(args: RunArgs) -> Result<i32, Failure> {
     let config = load_config(args.sanity.config.as_deref())?;
@@ -24,14 +25,32 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     let sanity = sanity::sanity_settings(&args.sanity, &config, false)?;
     // Pick the backend before anything is recorded: an unavailable backend is a usage
     // error that must not leave a half-started attempt behind.
-    let backend = sanity.as_ref().map(|_| sanity::backend(&args.sanity, &config)).transpose()?;
+    let backend = sanity
+        .as_ref()
+        .map(|_| sanity::backend(&args.sanity, &config))
+        .transpose()?;
     let identity = Identity::resolve(&args.sanity.identity);
-    let mut store = Store::open(&store_path(args.sanity.store.store.as_deref(), &config))?;
-    let attempt = store.begin_attempt(&identity.job_id, &identity.node, &identity.instance, now_ms())?;
-    let mut recorder = Recorder { store: &mut store, attempt: &attempt };
+    let store_file = store_path(args.sanity.store.store.as_deref(), &config);
+    let mut store = Store::open(&store_file)?;
+    let attempt = store.begin_attempt(
+        &identity.job_id,
+        &identity.node,
+        &identity.instance,
+        now_ms(),
+    )?;
+    let mut recorder = Recorder {
+        store: &mut store,
+        attempt: &attempt,
+    };
 
     if let (Some(sanity), Some(backend)) = (sanity, backend) {
-        let report = sanity::execute(backend, &config, &sanity, &attempt, std::io::stderr().is_terminal());
+        let report = sanity::execute(
+            backend,
+            &config,
+            &sanity,
+            &attempt,
+            std::io::stderr().is_terminal(),
+        );
         // The app owns stdout; gpuvet's report goes to stderr.
         output::stderr(&render::table(&report, None));
         if let Some(path) = &args.sanity.junit {
@@ -39,31 +58,48 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         }
         recorder.store.record_report(&attempt, &report)?;
         let failed = report.outcome == Outcome::Failed;
-        let kind = if failed { EventKind::SanityCheckFailed } else { EventKind::SanityCheckSucceeded };
-        recorder.record(kind, report.first_lane(), sanity::summary_line(&report), sanity_details(&report))?;
+        let kind = if failed {
+            EventKind::SanityCheckFailed
+        } else {
+            EventKind::SanityCheckSucceeded
+        };
+        recorder.record(
+            kind,
+            report.first_lane(),
+            sanity::summary_line(&report),
+            sanity_details(&report),
+        )?;
         if failed {
             match sanity.fail_action {
                 FailAction::Fail => {
                     recorder.record(
                         EventKind::InstanceStartupFailed,
                         report.first_lane(),
-                        "the app was not started: sanity checks failed and fail_action is `fail`".to_owned(),
+                        "the app was not started: sanity checks failed and fail_action is `fail`"
+                            .to_owned(),
                         json!({ "fail_action": "fail" }),
                     )?;
                     return Ok(exit_codes::CHECK_FAILED);
                 }
                 FailAction::Retain => {
-                    warn("sanity checks failed; starting the app anyway because fail_action is `retain`");
+                    warn(
+                        "sanity checks failed; starting the app anyway because fail_action is `retain`",
+                    );
                 }
                 FailAction::Rebuild => return request_rebuild(&config, &report, &mut recorder),
             }
         }
     }
 
-    if config.runtime.is_some() {
-        warn("runtime check `c4d` is configured but not implemented yet; the app runs unwatched");
+    // The runtime check only records (`retain`, as in PAI); it never stops the app.
+    let watch = config.runtime.as_ref().and_then(|_| {
+        RuntimeWatch::start(&config.settings.watch, &store_file, &attempt, Echo::Stderr)
+    });
+    let code = start_app(&args.command, &mut recorder);
+    if let Some(watch) = watch {
+        watch.stop();
     }
-    start_app(&args.command, &mut recorder)
+    code
 }
 
 /// Records events for one attempt.
@@ -73,8 +109,20 @@ struct Recorder<'a> {
 }
 
 impl Recorder<'_> {
-    fn record(&mut self, kind: EventKind, lane: Option<Lane>, message: String, details: serde_json::Value) -> Result<(), Failure> {
-        let event = NewEvent { time_ms: now_ms(), kind, lane, message, details };
+    fn record(
+        &mut self,
+        kind: EventKind,
+        lane: Option<Lane>,
+        message: String,
+        details: serde_json::Value,
+    ) -> Result<(), Failure> {
+        let event = NewEvent {
+            time_ms: now_ms(),
+            kind,
+            lane,
+            message,
+            details,
+        };
         self.store.record_event(self.attempt, &event)?;
         Ok(())
     }
@@ -90,22 +138,48 @@ fn sanity_details(report: &RunReport) -> serde_json::Value {
     })
 }
 
-fn request_rebuild(config: &Config, report: &RunReport, recorder: &mut Recorder<'_>) -> Result<i32, Failure> {
+fn request_rebuild(
+    config: &Config,
+    report: &RunReport,
+    recorder: &mut Recorder<'_>,
+) -> Result<i32, Failure> {
     let hook = config.settings.rebuild_hook.as_deref();
     let outcome = match hook {
         Some(argv) => {
             let report_file = write_report_for_hook(report);
             let mut env = vec![
                 ("GPUVET_JOB_ID".to_owned(), recorder.attempt.job_id.clone()),
-                ("GPUVET_ATTEMPT".to_owned(), recorder.attempt.attempt.to_string()),
+                (
+                    "GPUVET_ATTEMPT".to_owned(),
+                    recorder.attempt.attempt.to_string(),
+                ),
                 ("GPUVET_NODE".to_owned(), recorder.attempt.node.clone()),
-                ("GPUVET_INSTANCE".to_owned(), recorder.attempt.instance.clone()),
-                ("GPUVET_OUTCOME".to_owned(), report.outcome.as_str().to_owned()),
-                ("GPUVET_LANE".to_owned(), report.first_lane().map(|l| l.as_str()).unwrap_or("").to_owned()),
-                ("GPUVET_FINDINGS".to_owned(), sanity::findings_json(report).to_string()),
+                (
+                    "GPUVET_INSTANCE".to_owned(),
+                    recorder.attempt.instance.clone(),
+                ),
+                (
+                    "GPUVET_OUTCOME".to_owned(),
+                    report.outcome.as_str().to_owned(),
+                ),
+                (
+                    "GPUVET_LANE".to_owned(),
+                    report
+                        .first_lane()
+                        .map(|l| l.as_str())
+                        .unwrap_or("")
+                        .to_owned(),
+                ),
+                (
+                    "GPUVET_FINDINGS".to_owned(),
+                    sanity::findings_json(report).to_string(),
+                ),
             ];
             if let Some(file) = &report_file {
-                env.push(("GPUVET_REPORT_FILE".to_owned(), file.path().display().to_string()));
+                env.push((
+                    "GPUVET_REPORT_FILE".to_owned(),
+                    file.path().display().to_string(),
+                ));
             }
             let outcome = run_hook(argv, &env, HOOK_TIMEOUT);
             drop(report_file);
@@ -115,7 +189,9 @@ fn request_rebuild(config: &Config, report: &RunReport, recorder: &mut Recorder<
     };
     let hook_details = match &outcome {
         None => {
-            warn("fail_action is `rebuild` but no `gpuvet.rebuild_hook` is configured; only the exit code asks for the rebuild");
+            warn(
+                "fail_action is `rebuild` but no `gpuvet.rebuild_hook` is configured; only the exit code asks for the rebuild",
+            );
             json!({ "ran": false })
         }
         Some(HookOutcome::Exited(0)) => json!({ "ran": true, "exit_code": 0 }),
@@ -124,7 +200,10 @@ fn request_rebuild(config: &Config, report: &RunReport, recorder: &mut Recorder<
             json!({ "ran": true, "exit_code": code })
         }
         Some(HookOutcome::TimedOut) => {
-            warn(format!("the rebuild hook did not finish within {}s and was killed", HOOK_TIMEOUT.as_secs()));
+            warn(format!(
+                "the rebuild hook did not finish within {}s and was killed",
+                HOOK_TIMEOUT.as_secs()
+            ));
             json!({ "ran": true, "timed_out": true })
         }
         Some(HookOutcome::NotStarted(reason)) => {
@@ -143,13 +222,20 @@ fn request_rebuild(config: &Config, report: &RunReport, recorder: &mut Recorder<
 
 /// The full report as a temporary JSON file the hook can read; removed when dropped.
 fn write_report_for_hook(report: &RunReport) -> Option<tempfile::NamedTempFile> {
-    let mut file = tempfile::Builder::new().prefix("gpuvet-report-").suffix(".json").tempfile().ok()?;
+    let mut file = tempfile::Builder::new()
+        .prefix("gpuvet-report-")
+        .suffix(".json")
+        .tempfile()
+        .ok()?;
     serde_json::to_writer_pretty(&mut file, report).ok()?;
     Some(file)
 }
 
 fn start_app(command: &[std::ffi::OsString], recorder: &mut Recorder<'_>) -> Result<i32, Failure> {
-    let printable: Vec<String> = command.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+    let printable: Vec<String> = command
+        .iter()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let app = match Supervised::start(command) {
         Ok(app) => app,
         Err(err) => {
@@ -159,8 +245,11 @@ fn start_app(command: &[std::ffi::OsString], recorder: &mut Recorder<'_>) -> Res
                 err.message.clone(),
                 json!({ "command": printable, "exit_code": err.code }),
             )?;
-            return Err(Failure::new(err.code, anyhow::anyhow!(err.message))
-                .with_hint("check the command after `--`: it must be a program on PATH or a path to one"));
+            return Err(
+                Failure::new(err.code, anyhow::anyhow!(err.message)).with_hint(
+                    "check the command after `--`: it must be a program on PATH or a path to one",
+                ),
+            );
         }
     };
     let pid = app.pid();
@@ -170,9 +259,12 @@ fn start_app(command: &[std::ffi::OsString], recorder: &mut Recorder<'_>) -> Res
         format!("started `{}` (pid {pid})", printable.join(" ")),
         json!({ "command": printable, "pid": pid }),
     )?;
-    let status = app
-        .wait()
-        .map_err(|err| Failure::new(exit_codes::INTERNAL, anyhow::anyhow!("cannot wait for the app: {err}")))?;
+    let status = app.wait().map_err(|err| {
+        Failure::new(
+            exit_codes::INTERNAL,
+            anyhow::anyhow!("cannot wait for the app: {err}"),
+        )
+    })?;
     let code = shell_code(status);
     let lane = (code != 0).then_some(Lane::App);
     recorder.record(

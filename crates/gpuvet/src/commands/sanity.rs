@@ -1,22 +1,30 @@
 //! The part `check` and `run` share: apply flags over the config, pick the backend, run
 //! the checks with progress, and summarise the outcome for events.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpuvet_backend::{Backend, WorkSpec};
+use gpuvet_core::analysis::Limit;
+use gpuvet_core::baselines::{self, DEFAULT_FRACTION, Workload};
+use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{RunReport, Verdict};
 use gpuvet_runner::{HANG_GRACE, RunPlan};
 
 use crate::cli::SanityArgs;
-use crate::failure::Failure;
+use crate::failure::{Failure, note};
 use crate::identity::now_ms;
 use crate::output::Progress;
 
 /// The sanity settings after `--checks` and `--timeout`; `None` when the config turns
 /// pre-start checks off and no flag turns them on.
-pub fn sanity_settings(args: &SanityArgs, config: &Config, default_when_absent: bool) -> Result<Option<SanityConfig>, Failure> {
+pub fn sanity_settings(
+    args: &SanityArgs,
+    config: &Config,
+    default_when_absent: bool,
+) -> Result<Option<SanityConfig>, Failure> {
     let mut sanity = match (&config.sanity, default_when_absent || args.checks.is_some()) {
         (Some(sanity), _) => sanity.clone(),
         (None, true) => config.sanity_or_default(),
@@ -40,11 +48,19 @@ pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, F
     let mut settings = config.settings.clone();
     if let Some(devices) = args.cpu_devices {
         if devices == 0 || devices > 1024 {
-            return Err(Failure::usage(format!("`--cpu-devices {devices}` is out of range; expected 1 to 1024")));
+            return Err(Failure::usage(format!(
+                "`--cpu-devices {devices}` is out of range; expected 1 to 1024"
+            )));
         }
         settings.cpu_devices = Some(devices);
     }
-    Ok(Arc::from(gpuvet_backend::select(choice, &settings)?))
+    let selected = gpuvet_backend::select(choice, &settings)?;
+    if let Some(reason) = selected.fallback_reason {
+        note(format!(
+            "no usable GPU, so the checks run on the cpu backend: {reason}"
+        ));
+    }
+    Ok(Arc::from(selected.backend))
 }
 
 /// Runs the checks, with a progress line on stderr when `show_progress`.
@@ -61,13 +77,43 @@ pub fn execute(
         checks: sanity.checks.as_slice().to_vec(),
         timeout: sanity.timeout.duration(),
         tolerance: config.settings.tolerance,
-        baselines: config.settings.baselines.clone(),
+        baselines: limits(&*backend, config, sanity),
         work: WorkSpec::from_settings(&config.settings),
         started_at_ms: now_ms(),
         hang_grace: HANG_GRACE,
     };
     let mut progress = Progress::new(show_progress);
     gpuvet_runner::run(backend, &plan, &mut |event| progress.observe(event))
+}
+
+/// The limit each check is judged by: the configured one, else the GPU model's
+/// published baseline at `DEFAULT_FRACTION` of it, else none.
+fn limits(
+    backend: &dyn Backend,
+    config: &Config,
+    sanity: &SanityConfig,
+) -> BTreeMap<CheckName, Limit> {
+    let model = baselines::model_of(backend.devices().iter().map(|d| d.name.as_str()));
+    let workload = Workload {
+        gemm_dtype: config.settings.gemm_dtype,
+        gemm_size: config.settings.gemm_size,
+        gpus_per_node: backend.devices().len(),
+    };
+    sanity
+        .checks
+        .as_slice()
+        .iter()
+        .filter_map(|&check| {
+            let limit = baselines::effective_limit(
+                check,
+                &config.settings.baselines,
+                model,
+                &workload,
+                DEFAULT_FRACTION,
+            );
+            limit.map(|limit| (check, limit))
+        })
+        .collect()
 }
 
 /// The findings of a report as JSON, for event details and the rebuild hook.
@@ -86,23 +132,37 @@ pub fn findings_json(report: &RunReport) -> serde_json::Value {
         })
         .collect();
     // Checks that failed without an entity to blame (a timeout) are findings too.
-    findings.extend(report.checks.iter().filter(|c| c.status.is_failure() && c.findings().next().is_none()).map(|c| {
-        serde_json::json!({
-            "check": c.name,
-            "entity": report.node,
-            "verdict": Verdict::Faulty,
-            "lane": c.name.spec().lane,
-            "reason": format!("{}: {}", c.status, c.reason.as_deref().unwrap_or("")),
-        })
-    }));
+    findings.extend(
+        report
+            .checks
+            .iter()
+            .filter(|c| c.status.is_failure() && c.findings().next().is_none())
+            .map(|c| {
+                serde_json::json!({
+                    "check": c.name,
+                    "entity": report.node,
+                    "verdict": Verdict::Faulty,
+                    "lane": c.name.spec().lane,
+                    "reason": format!("{}: {}", c.status, c.reason.as_deref().unwrap_or("")),
+                })
+            }),
+    );
     serde_json::Value::Array(findings)
 }
 
 /// A one-line account of the run, for event messages.
 pub fn summary_line(report: &RunReport) -> String {
-    let mut line = format!("sanity checks {} on `{}`: {}", report.outcome.as_str(), report.node, report.summary());
+    let mut line = format!(
+        "sanity checks {} on `{}`: {}",
+        report.outcome.as_str(),
+        report.node,
+        report.summary()
+    );
     if let Some((check, finding)) = report.findings().next() {
-        line.push_str(&format!("; first finding: {} on {} ({})", check.name, finding.entity, finding.reason));
+        line.push_str(&format!(
+            "; first finding: {} on {} ({})",
+            check.name, finding.entity, finding.reason
+        ));
     } else if let Some(check) = report.checks.iter().find(|c| c.status.is_failure()) {
         line.push_str(&format!("; {} {}", check.name, check.status));
     }

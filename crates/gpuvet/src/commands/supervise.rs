@@ -50,7 +50,10 @@ impl Supervised {
                 ErrorKind::NotFound => exit_codes::APP_NOT_FOUND,
                 _ => exit_codes::APP_NOT_EXECUTABLE,
             };
-            SpawnError { code, message: format!("cannot start `{program}`: {err}") }
+            SpawnError {
+                code,
+                message: format!("cannot start `{program}`: {err}"),
+            }
         })?;
         let pid = child.id() as libc::pid_t;
         let handle = signals.handle();
@@ -70,7 +73,11 @@ impl Supervised {
                 }
             })
             .expect("spawning the signal forwarder");
-        Ok(Supervised { child, signals: handle, forwarder })
+        Ok(Supervised {
+            child,
+            signals: handle,
+            forwarder,
+        })
     }
 
     pub fn pid(&self) -> u32 {
@@ -88,7 +95,10 @@ impl Supervised {
 
 /// The exit code a shell would report: the code, or 128 + the signal that killed it.
 pub fn shell_code(status: ExitStatus) -> i32 {
-    status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(exit_codes::INTERNAL)
+    status
+        .code()
+        .or_else(|| status.signal().map(|signal| 128 + signal))
+        .unwrap_or(exit_codes::INTERNAL)
 }
 
 /// How the rebuild hook ended.
@@ -104,7 +114,11 @@ pub fn run_hook(argv: &[String], env: &[(String, String)], timeout: Duration) ->
     let Some((program, args)) = argv.split_first() else {
         return HookOutcome::NotStarted("the hook command is empty".into());
     };
-    let mut child = match Command::new(program).args(args).envs(env.iter().map(|(k, v)| (k, v))).spawn() {
+    let mut child = match Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (k, v)))
+        .spawn()
+    {
         Ok(child) => child,
         Err(err) => return HookOutcome::NotStarted(format!("cannot start `{program}`: {err}")),
     };
@@ -118,7 +132,9 @@ pub fn run_hook(argv: &[String], env: &[(String, String)], timeout: Duration) ->
                 return HookOutcome::TimedOut;
             }
             Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-            Err(err) => return HookOutcome::NotStarted(format!("cannot wait for `{program}`: {err}")),
+            Err(err) => {
+                return HookOutcome::NotStarted(format!("cannot wait for `{program}`: {err}"));
+            }
         }
     }
 }
@@ -134,17 +150,36 @@ mod tests {
     #[test]
     fn hook_exit_codes_env_and_timeouts() {
         let env = vec![("GPUVET_TEST_VALUE".to_owned(), "7".to_owned())];
-        assert_eq!(run_hook(&argv(&["sh", "-c", "exit $GPUVET_TEST_VALUE"]), &env, HOOK_TIMEOUT), HookOutcome::Exited(7));
-        assert_eq!(run_hook(&argv(&["sleep", "30"]), &[], Duration::from_millis(200)), HookOutcome::TimedOut);
-        assert!(matches!(run_hook(&argv(&["/nonexistent/hook"]), &[], HOOK_TIMEOUT), HookOutcome::NotStarted(_)));
-        assert!(matches!(run_hook(&[], &[], HOOK_TIMEOUT), HookOutcome::NotStarted(_)));
+        assert_eq!(
+            run_hook(
+                &argv(&["sh", "-c", "exit $GPUVET_TEST_VALUE"]),
+                &env,
+                HOOK_TIMEOUT
+            ),
+            HookOutcome::Exited(7)
+        );
+        assert_eq!(
+            run_hook(&argv(&["sleep", "30"]), &[], Duration::from_millis(200)),
+            HookOutcome::TimedOut
+        );
+        assert!(matches!(
+            run_hook(&argv(&["/nonexistent/hook"]), &[], HOOK_TIMEOUT),
+            HookOutcome::NotStarted(_)
+        ));
+        assert!(matches!(
+            run_hook(&[], &[], HOOK_TIMEOUT),
+            HookOutcome::NotStarted(_)
+        ));
     }
 
     #[test]
     fn shell_codes_follow_the_shell() {
         let status = Command::new("sh").args(["-c", "exit 3"]).status().unwrap();
         assert_eq!(shell_code(status), 3);
-        let status = Command::new("sh").args(["-c", "kill -TERM $$"]).status().unwrap();
+        let status = Command::new("sh")
+            .args(["-c", "kill -TERM $$"])
+            .status()
+            .unwrap();
         assert_eq!(shell_code(status), 128 + SIGTERM);
     }
 

@@ -12,8 +12,10 @@ pub struct Scratch {
 }
 
 impl Scratch {
-    pub fn new() -> Self {
-        Scratch { dir: tempfile::tempdir().expect("a temp dir") }
+    pub fn temp() -> Self {
+        Scratch {
+            dir: tempfile::tempdir().expect("a temp dir"),
+        }
     }
 
     pub fn path(&self, name: &str) -> PathBuf {
@@ -46,13 +48,20 @@ impl Scratch {
 
     /// The events of this scratch's store, as JSON.
     pub fn events(&self) -> Vec<serde_json::Value> {
-        let output = self.gpuvet().args(["events", "--json"]).output().expect("running gpuvet events");
+        let output = self
+            .gpuvet()
+            .args(["events", "--json"])
+            .output()
+            .expect("running gpuvet events");
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
         serde_json::from_slice(&output.stdout).expect("events JSON")
     }
 
     pub fn event_kinds(&self) -> Vec<String> {
-        self.events().iter().map(|e| e["kind"].as_str().unwrap().to_owned()).collect()
+        self.events()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap().to_owned())
+            .collect()
     }
 }
 
@@ -65,8 +74,13 @@ pub fn stderr(output: &Output) -> String {
 }
 
 pub fn json(output: &Output) -> serde_json::Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|err| panic!("stdout is not JSON ({err}): {}\nstderr: {}", stdout(output), stderr(output)))
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|err| {
+        panic!(
+            "stdout is not JSON ({err}): {}\nstderr: {}",
+            stdout(output),
+            stderr(output)
+        )
+    })
 }
 
 pub fn exists(path: &Path) -> bool {

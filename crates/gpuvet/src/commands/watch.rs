@@ -1,0 +1,71 @@
+//! `gpuvet watch`: the runtime check `c4d` in the foreground, as a per-node daemon
+//! (DaemonSet-style). Findings go to stdout and to the store as `RuntimeCheckFailed`.
+
+use std::time::Duration;
+
+use gpuvet_core::exit_codes;
+use gpuvet_store::Store;
+use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::iterator::Signals;
+
+use crate::cli::WatchArgs;
+use crate::failure::Failure;
+use crate::identity::{Identity, load_config, now_ms, store_path};
+use crate::output;
+use crate::runtime::{Echo, RuntimeWatch};
+
+pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
+    let config = load_config(args.config.as_deref())?;
+    let duration = match args.duration {
+        Some(secs) if !(secs.is_finite() && secs > 0.0) => {
+            return Err(Failure::usage(format!(
+                "`--duration {secs}` is not usable; expected seconds greater than 0"
+            )));
+        }
+        other => other.map(Duration::from_secs_f64),
+    };
+    let identity = Identity::resolve(&args.identity);
+    let store_file = store_path(args.store.store.as_deref(), &config);
+    let attempt = Store::open(&store_file)?.begin_attempt(
+        &identity.job_id,
+        &identity.node,
+        &identity.instance,
+        now_ms(),
+    )?;
+    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(|err| {
+        Failure::new(
+            exit_codes::INTERNAL,
+            anyhow::anyhow!("cannot install signal handlers: {err}"),
+        )
+    })?;
+    let echo = if args.json {
+        Echo::JsonLines
+    } else {
+        Echo::Stdout
+    };
+    let Some(watch) = RuntimeWatch::start(&config.settings.watch, &store_file, &attempt, echo)
+    else {
+        return Err(Failure::usage("the runtime check has no source to watch on this machine")
+            .with_hint("point `gpuvet.watch.kmsg` at a readable kernel log, or run where NVML is available"));
+    };
+    match duration {
+        Some(duration) => {
+            // Either the time runs out or a signal ends the watch early.
+            let (tx, rx) = std::sync::mpsc::channel();
+            let handle = signals.handle();
+            std::thread::spawn(move || {
+                if signals.forever().next().is_some() {
+                    let _ = tx.send(());
+                }
+            });
+            let _ = rx.recv_timeout(duration);
+            handle.close();
+        }
+        None => {
+            signals.forever().next();
+        }
+    }
+    let recorded = watch.stop();
+    output::stderr(&format!("c4d: stopped; {recorded} findings recorded\n"));
+    Ok(exit_codes::SUCCESS)
+}

@@ -1,0 +1,183 @@
+//! The runtime check `c4d` as the binary runs it: build the watcher from the config's
+//! sources, record each finding as a `RuntimeCheckFailed` event, and stop cleanly.
+//! `gpuvet watch` runs it in the foreground; `gpuvet run` in the background of the app.
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use gpuvet_core::config::WatchSettings;
+use gpuvet_core::events::{Attempt, EventKind, NewEvent};
+use gpuvet_store::Store;
+use gpuvet_watch::health::{
+    NvmlOptions, NvmlSource, Watchdog, Watcher, WatcherConfig, WatcherHandle,
+};
+use gpuvet_watch::kmsg::{KmsgOptions, KmsgSource};
+use gpuvet_watch::policy::RuntimeFinding;
+
+use crate::failure::{note, warn};
+use crate::identity::now_ms;
+use crate::output;
+
+/// How long one NVML poll may take before the probe counts as hung.
+const NVML_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Where each finding is shown besides the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Echo {
+    /// One line of text on stderr (the app owns stdout).
+    Stderr,
+    /// One JSON object per line on stdout (`gpuvet watch --json`).
+    JsonLines,
+    /// One line of text on stdout (`gpuvet watch`).
+    Stdout,
+}
+
+/// A running watcher and the thread that records what it finds.
+#[derive(Debug)]
+pub struct RuntimeWatch {
+    watcher: WatcherHandle,
+    recorder: JoinHandle<u64>,
+}
+
+impl RuntimeWatch {
+    /// Starts watching with every source the config names and this machine has.
+    /// `None` when there is nothing to watch (said on stderr).
+    pub fn start(
+        settings: &WatchSettings,
+        store: &Path,
+        attempt: &Attempt,
+        echo: Echo,
+    ) -> Option<RuntimeWatch> {
+        let mut watcher = Watcher::new(WatcherConfig {
+            interval: settings.interval,
+            ..WatcherConfig::default()
+        });
+        let mut sources = 0;
+        if settings.nvml {
+            match NvmlSource::new(NvmlOptions::default())
+                .and_then(|nvml| Watchdog::new(nvml, NVML_PROBE_TIMEOUT))
+            {
+                Ok(source) => {
+                    watcher.add_source(source);
+                    sources += 1;
+                }
+                Err(err) => note(format!(
+                    "c4d: NVML is not available ({err}); watching without it"
+                )),
+            }
+        }
+        if let Some(path) = &settings.kmsg {
+            match KmsgSource::open(Path::new(path), KmsgOptions::default()) {
+                Ok(source) => {
+                    watcher.add_source(source);
+                    sources += 1;
+                }
+                Err(err) => warn(format!("c4d: cannot read the kernel log: {err}")),
+            }
+        }
+        if sources == 0 {
+            warn("c4d: no health source is available, so nothing is watched");
+            return None;
+        }
+        let (tx, rx) = mpsc::channel::<RuntimeFinding>();
+        let recorder = spawn_recorder(store.to_owned(), attempt.clone(), rx, echo);
+        let watcher = match watcher.spawn(move |finding| {
+            let _ = tx.send(finding);
+        }) {
+            Ok(handle) => handle,
+            Err(err) => {
+                warn(format!("c4d: cannot start the watcher: {err}"));
+                return None;
+            }
+        };
+        Some(RuntimeWatch { watcher, recorder })
+    }
+
+    /// Stops the watcher, records what it still held, and returns how many findings
+    /// were recorded in all.
+    pub fn stop(self) -> u64 {
+        // Stopping drops the watcher's sender, which ends the recorder.
+        drop(self.watcher.stop());
+        self.recorder.join().unwrap_or(0)
+    }
+}
+
+/// Records findings as events. A store that refuses a write keeps the event pending
+/// and retries with the next one; whatever is still pending at the end goes to stderr
+/// as JSON, so nothing is lost silently.
+fn spawn_recorder(
+    store_path: PathBuf,
+    attempt: Attempt,
+    findings: mpsc::Receiver<RuntimeFinding>,
+    echo: Echo,
+) -> JoinHandle<u64> {
+    std::thread::Builder::new()
+        .name("gpuvet-c4d-recorder".into())
+        .spawn(move || {
+            let mut store = Store::open(&store_path);
+            let mut pending: Vec<NewEvent> = Vec::new();
+            let mut recorded = 0;
+            for finding in findings {
+                show(&finding, echo);
+                pending.push(event_of(&finding));
+                if let Ok(store) = store.as_mut() {
+                    while let Some(event) = pending.first() {
+                        match store.record_event(&attempt, event) {
+                            Ok(_) => {
+                                pending.remove(0);
+                                recorded += 1;
+                            }
+                            Err(err) => {
+                                warn(format!(
+                                    "c4d: cannot record an event yet ({err}); will retry"
+                                ));
+                                break;
+                            }
+                        }
+                    }
+                } else if let Err(err) = &store {
+                    warn(format!("c4d: the store is not available ({err}); retrying"));
+                    store = Store::open(&store_path);
+                }
+            }
+            for event in pending {
+                warn(format!(
+                    "c4d: event not recorded: {}",
+                    serde_json::to_string(&event).unwrap_or_else(|_| event.message.clone())
+                ));
+            }
+            recorded
+        })
+        .expect("spawning the c4d recorder")
+}
+
+fn event_of(finding: &RuntimeFinding) -> NewEvent {
+    NewEvent {
+        time_ms: now_ms(),
+        kind: EventKind::RuntimeCheckFailed,
+        lane: Some(finding.lane),
+        message: finding.message.clone(),
+        details: serde_json::to_value(finding).unwrap_or(serde_json::Value::Null),
+    }
+}
+
+fn show(finding: &RuntimeFinding, echo: Echo) {
+    let text = || {
+        format!(
+            "c4d: {:?} [{} lane, action {:?}, seen {}x]: {}\n",
+            finding.severity, finding.lane, finding.action, finding.count, finding.message
+        )
+    };
+    match echo {
+        Echo::Stderr => output::stderr(&text()),
+        Echo::Stdout => {
+            let _ = output::stdout(&text());
+        }
+        Echo::JsonLines => {
+            let line = serde_json::to_string(finding).unwrap_or_default();
+            let _ = output::stdout(&format!("{line}\n"));
+        }
+    }
+}
