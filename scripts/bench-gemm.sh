@@ -22,14 +22,11 @@ gpuvet_tflops() {
     | python3 -c 'import json,sys; r=json.load(sys.stdin); print(r["checks"][0]["entities"][0]["measurement"]["value"])'
 }
 
-crate_reference="$(target/release/examples/gemm_reference "$size")"
-ours="$(gpuvet_tflops)"
-printf 'gemm_flops (gpuvet, cpu backend, fp32 %s^3, 1 thread): %.4f TFLOPS\n' "$size" "$ours"
-printf 'reference: gemm crate called directly:             %.4f TFLOPS  ratio %.3f\n' \
-  "$crate_reference" "$(python3 -c "print($ours / $crate_reference)")"
-
-if python3 -c 'import numpy' 2>/dev/null; then
-  numpy_reference="$(OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 MKL_NUM_THREADS=1 python3 - "$size" <<'PY'
+numpy_tflops() {
+  # OPENBLAS_CORETYPE and OPENBLAS_L2_SIZE, set on some machines here for old OpenBLAS
+  # builds, slow a current numpy down: unset them for the reference alone.
+  env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE OPENBLAS_NUM_THREADS=1 OMP_NUM_THREADS=1 \
+    MKL_NUM_THREADS=1 python3 - "$size" <<'PY'
 import sys, time
 import numpy as np
 n = int(sys.argv[1])
@@ -42,9 +39,29 @@ for _ in range(20):
 times.sort()
 print(2 * n**3 / times[len(times) // 2] / 1e12)
 PY
-)"
-  printf 'reference: numpy matmul (1 thread):                %.4f TFLOPS  ratio %.3f\n' \
-    "$numpy_reference" "$(python3 -c "print($ours / $numpy_reference)")"
+}
+
+have_numpy=0
+python3 -c 'import numpy' 2>/dev/null && have_numpy=1
+
+# Three interleaved rounds, so a noisy neighbour hits every contender alike; the
+# median of each is reported.
+ours=() crate=() numpy=()
+for _ in 1 2 3; do
+  crate+=("$(target/release/examples/gemm_reference "$size")")
+  ours+=("$(gpuvet_tflops)")
+  [ "$have_numpy" = 1 ] && numpy+=("$(numpy_tflops)")
+done
+median() { printf '%s\n' "$@" | sort -g | sed -n 2p; }
+ours_m="$(median "${ours[@]}")"
+crate_m="$(median "${crate[@]}")"
+printf 'gemm_flops (gpuvet, cpu backend, fp32 %s^3, 1 thread): %.4f TFLOPS  (runs: %s)\n' "$size" "$ours_m" "${ours[*]}"
+printf 'reference: gemm crate called directly:             %.4f TFLOPS  ratio %.3f\n' \
+  "$crate_m" "$(python3 -c "print($ours_m / $crate_m)")"
+if [ "$have_numpy" = 1 ]; then
+  numpy_m="$(median "${numpy[@]}")"
+  printf 'reference: numpy matmul (OpenBLAS, 1 thread):      %.4f TFLOPS  ratio %.3f\n' \
+    "$numpy_m" "$(python3 -c "print($ours_m / $numpy_m)")"
 else
   echo "numpy is not importable here; only the gemm crate reference ran"
 fi

@@ -23,8 +23,7 @@ pub const DEFAULT_CONFIG_JSON: &str = r#"{
     }
   },
   "gpuvet": {
-    "backend": "auto",
-    "tolerance_pct": 5
+    "backend": "auto"
   }
 }"#;
 
@@ -32,7 +31,9 @@ pub const DEFAULT_CONFIG_JSON: &str = r#"{
 pub const DEFAULT_TIMEOUT_MINUTES: f64 = 5.0;
 /// Longest accepted overall timeout, in minutes: one day.
 pub const MAX_TIMEOUT_MINUTES: f64 = 24.0 * 60.0;
-/// Default allowed deficit against the peer median, in percent (SuperBench's rule).
+/// Allowed deficit against the peer median, in percent, for GPUs (SuperBench's rule).
+/// Backends whose devices are noisier by nature (shared host cores) propose their own;
+/// `gpuvet.tolerance_pct` overrides both.
 pub const DEFAULT_TOLERANCE_PCT: f64 = 5.0;
 
 /// A configuration error, with where it is and what would be accepted.
@@ -259,8 +260,9 @@ impl Default for SimScript {
 #[derive(Debug, Clone, PartialEq)]
 pub struct Settings {
     pub backend: BackendChoice,
-    /// Allowed deficit against the peer median, as a fraction.
-    pub tolerance: f64,
+    /// Allowed deficit against the peer median, as a fraction; `None`: the backend's
+    /// default.
+    pub tolerance: Option<f64>,
     pub baselines: BTreeMap<CheckName, Limit>,
     pub store: Option<String>,
     /// The command run when `fail_action` is `rebuild`; never empty.
@@ -648,8 +650,9 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         Some(text) => BackendChoice::parse(text)
             .ok_or_else(|| unknown_value("gpuvet.backend", text, &BackendChoice::NAMES))?,
     };
-    let tolerance_pct = raw.tolerance_pct.unwrap_or(DEFAULT_TOLERANCE_PCT);
-    if !(tolerance_pct.is_finite() && tolerance_pct > 0.0 && tolerance_pct < 100.0) {
+    if let Some(tolerance_pct) = raw.tolerance_pct
+        && !(tolerance_pct.is_finite() && tolerance_pct > 0.0 && tolerance_pct < 100.0)
+    {
         return Err(ConfigError::invalid(
             "gpuvet.tolerance_pct",
             format!(
@@ -726,7 +729,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .unwrap_or_default();
     Ok(Settings {
         backend,
-        tolerance: tolerance_pct / 100.0,
+        tolerance: raw.tolerance_pct.map(|pct| pct / 100.0),
         baselines,
         store,
         rebuild_hook,

@@ -21,6 +21,10 @@ use crate::{Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
 /// More logical devices than a GPU node has would only add threads, not insight.
 const MAX_DEFAULT_DEVICES: usize = 8;
 
+/// The cpu backend's default tolerance against the peer median (see
+/// `Backend::default_tolerance`).
+pub const CPU_TOLERANCE: f64 = 0.25;
+
 /// One logical device per available core, at most 8 and at least 1.
 pub fn default_device_count() -> u32 {
     let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
@@ -70,6 +74,13 @@ impl Backend for CpuBackend {
 
     fn devices(&self) -> &[DeviceInfo] {
         &self.devices
+    }
+
+    /// Logical devices share host cores, caches and memory bandwidth with everything
+    /// else on the machine, and the OS schedules them: a 5 % rule flags noise. A core
+    /// that is 25 % worse than its peers after a second measurement is worth naming.
+    fn default_tolerance(&self) -> f64 {
+        CPU_TOLERANCE
     }
 
     fn supports(&self, check: CheckName) -> Support {

@@ -51,7 +51,10 @@ fn defaults_are_written_down_once_and_parse() {
     assert_eq!(sanity.checks.as_slice(), DEFAULT_CHECKS);
     assert_eq!(sanity.fail_action, FailAction::Fail);
     assert_eq!(sanity.timeout.duration(), Duration::from_secs(300));
-    assert_eq!(config.settings.tolerance, DEFAULT_TOLERANCE_PCT / 100.0);
+    assert_eq!(
+        config.settings.tolerance, None,
+        "the backend's default applies"
+    );
     assert_eq!(config.settings.backend, BackendChoice::Auto);
     // An empty file means every default too.
     let empty = Config::from_json("{}").unwrap();
@@ -252,7 +255,7 @@ fn gpuvet_settings_parse() {
     .unwrap();
     let s = config.settings;
     assert_eq!(s.backend, BackendChoice::Sim);
-    assert_eq!(s.tolerance, 0.08);
+    assert_eq!(s.tolerance, Some(0.08));
     assert_eq!(s.baselines[&CheckName::GemmFlops], Limit::Floor(1000.0));
     assert_eq!(s.baselines[&CheckName::KernelLaunch], Limit::Ceiling(20.0));
     assert_eq!(s.rebuild_hook.unwrap(), ["/bin/sh", "-c", "echo rebuild"]);

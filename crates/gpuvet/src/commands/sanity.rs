@@ -76,7 +76,10 @@ pub fn execute(
         nodes: 1,
         checks: sanity.checks.as_slice().to_vec(),
         timeout: sanity.timeout.duration(),
-        tolerance: config.settings.tolerance,
+        tolerance: config
+            .settings
+            .tolerance
+            .unwrap_or_else(|| backend.default_tolerance()),
         baselines: limits(&*backend, config, sanity),
         work: WorkSpec::from_settings(&config.settings),
         started_at_ms: now_ms(),
