@@ -212,6 +212,18 @@ pub struct SanityConfig {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RuntimeConfig {
     pub check: &'static str,
+    pub fail_action: RuntimeFailAction,
+}
+
+/// What happens when the runtime check finds a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeFailAction {
+    /// Record the event only (PAI's only choice; `ignore` is an alias).
+    Retain,
+    /// Beyond PAI, opt-in: on a fatal finding (one that needs a GPU reset, a reboot or
+    /// support), stop the app with SIGTERM so the orchestrator restarts it elsewhere.
+    Kill,
 }
 
 /// A scripted fault for the sim backend.
@@ -284,6 +296,8 @@ pub struct WatchSettings {
     pub nvml: bool,
     /// Time between polls.
     pub interval: Duration,
+    /// Where to serve Prometheus `/metrics`; `None`: not served.
+    pub metrics_addr: Option<std::net::SocketAddr>,
 }
 
 impl Default for WatchSettings {
@@ -292,6 +306,7 @@ impl Default for WatchSettings {
             kmsg: Some("/dev/kmsg".to_owned()),
             nvml: true,
             interval: Duration::from_secs(1),
+            metrics_addr: None,
         }
     }
 }
@@ -419,6 +434,7 @@ struct RawWatch {
     kmsg: Option<String>,
     nvml: Option<bool>,
     interval_ms: Option<u64>,
+    metrics_addr: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -586,15 +602,14 @@ fn parse_checks(list: RawList, path: &str) -> Result<CheckList, ConfigError> {
 
 fn validate_runtime(raw: RawRuntime) -> Result<RuntimeConfig, ConfigError> {
     const PATH: &str = "aimaster.runtime_check";
-    if let Some(text) = raw.fail_action.as_deref()
-        && text != "retain"
-        && text != "ignore"
-    {
-        return Err(
-            unknown_value(&format!("{PATH}.fail_action"), text, &["retain", "ignore"])
-                .with_hint("the runtime check only records events (`retain`), as in PAI"),
-        );
-    }
+    let fail_action = match raw.fail_action.as_deref() {
+        None | Some("retain") | Some("ignore") => RuntimeFailAction::Retain,
+        Some("kill") => RuntimeFailAction::Kill,
+        Some(text) => {
+            return Err(unknown_value(&format!("{PATH}.fail_action"), text, &["retain", "ignore", "kill"])
+                .with_hint("PAI's runtime check only records events (`retain`); `kill` also stops the app on a fatal finding"));
+        }
+    };
     let path = format!("{PATH}.micro_benchmarks");
     let items = raw
         .micro_benchmarks
@@ -603,6 +618,7 @@ fn validate_runtime(raw: RawRuntime) -> Result<RuntimeConfig, ConfigError> {
     match items.as_slice() {
         [only] if only.eq_ignore_ascii_case(RUNTIME_CHECK_C4D) => Ok(RuntimeConfig {
             check: RUNTIME_CHECK_C4D,
+            fail_action,
         }),
         [] => Err(
             ConfigError::invalid(path, "the list of runtime checks is empty")
@@ -761,10 +777,23 @@ fn validate_watch(raw: RawWatch) -> Result<WatchSettings, ConfigError> {
         100,
         60_000,
     )?;
+    let metrics_addr = raw
+        .metrics_addr
+        .map(|addr| {
+            addr.parse::<std::net::SocketAddr>().map_err(|_| {
+                ConfigError::invalid(
+                    "gpuvet.watch.metrics_addr",
+                    format!("`{addr}` is not an address; expected IP:PORT"),
+                )
+                .with_hint("e.g. `127.0.0.1:9401`; `0.0.0.0:9401` serves other hosts too")
+            })
+        })
+        .transpose()?;
     Ok(WatchSettings {
         kmsg,
         nvml: raw.nvml.unwrap_or(defaults.nvml),
         interval: Duration::from_millis(interval_ms),
+        metrics_addr,
     })
 }
 

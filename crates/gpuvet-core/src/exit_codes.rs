@@ -26,13 +26,17 @@ pub const STORE_ERROR: i32 = 74;
 /// `gpuvet run` with `fail_action: rebuild`: checks failed, the rebuild hook ran, and
 /// the instance should be rebuilt elsewhere. `EX_TEMPFAIL`: retrying elsewhere helps.
 pub const REBUILD_REQUESTED: i32 = 75;
+/// `gpuvet run` with runtime `fail_action: kill`: a fatal runtime finding (a GPU that
+/// needs a reset, a reboot or support) made gpuvet stop the app. Just past
+/// `sysexits.h`'s range (64–78), so it means nothing else.
+pub const RUNTIME_FAULT: i32 = 79;
 /// `gpuvet run`: the app's command exists but could not be executed (as in a shell).
 pub const APP_NOT_EXECUTABLE: i32 = 126;
 /// `gpuvet run`: the app's command was not found (as in a shell).
 pub const APP_NOT_FOUND: i32 = 127;
 
 /// Every code with its name and meaning, for `--help` and the README.
-pub const ALL: [(i32, &str, &str); 10] = [
+pub const ALL: [(i32, &str, &str); 11] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
     (
         CHECK_FAILED,
@@ -60,6 +64,11 @@ pub const ALL: [(i32, &str, &str); 10] = [
         REBUILD_REQUESTED,
         "REBUILD_REQUESTED",
         "`run` with `rebuild`: checks failed and the rebuild hook ran",
+    ),
+    (
+        RUNTIME_FAULT,
+        "RUNTIME_FAULT",
+        "`run` with runtime `kill`: a fatal runtime finding stopped the app",
     ),
     (
         APP_NOT_EXECUTABLE,

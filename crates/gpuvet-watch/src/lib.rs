@@ -8,6 +8,7 @@
 pub mod flight_recorder;
 pub mod health;
 pub mod kmsg;
+pub mod metrics;
 pub mod policy;
 pub mod ras;
 pub mod xid;

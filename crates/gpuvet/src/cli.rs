@@ -15,6 +15,7 @@ Exit codes:
   70   a bug in gpuvet
   74   the result store could not be opened or written
   75   `run` with `rebuild`: checks failed and the rebuild hook ran
+  79   `run` with runtime `kill`: a fatal runtime finding stopped the app
   126  `run`: the app's command could not be executed
   127  `run`: the app's command was not found
 Once `run` has started the app, gpuvet exits with the app's code (128+N if signal N killed it).";
@@ -176,6 +177,10 @@ pub struct WatchArgs {
     /// Print each finding as one JSON object per line.
     #[arg(long)]
     pub json: bool,
+    /// Serve Prometheus `/metrics` at this address (e.g. `127.0.0.1:9401`); replaces
+    /// `gpuvet.watch.metrics_addr`.
+    #[arg(long, value_name = "IP:PORT")]
+    pub metrics_addr: Option<std::net::SocketAddr>,
     #[command(flatten)]
     pub identity: IdentityArgs,
     #[command(flatten)]

@@ -3,7 +3,8 @@
 //! `gpuvet watch` runs it in the foreground; `gpuvet run` in the background of the app.
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -14,7 +15,8 @@ use gpuvet_watch::health::{
     NvmlOptions, NvmlSource, Watchdog, Watcher, WatcherConfig, WatcherHandle,
 };
 use gpuvet_watch::kmsg::{KmsgOptions, KmsgSource};
-use gpuvet_watch::policy::RuntimeFinding;
+use gpuvet_watch::metrics::{Metrics, MetricsServer};
+use gpuvet_watch::policy::{RuntimeFinding, Severity};
 
 use crate::failure::{note, warn};
 use crate::identity::now_ms;
@@ -34,11 +36,62 @@ pub enum Echo {
     Stdout,
 }
 
+/// The opt-in runtime `kill` action: the first fatal finding stops the app with
+/// SIGTERM, so the orchestrator restarts it elsewhere.
+#[derive(Debug, Clone, Default)]
+pub struct KillSwitch {
+    /// The app's pid; 0 until it has started.
+    pid: Arc<AtomicU32>,
+    fired: Arc<Mutex<Option<RuntimeFinding>>>,
+}
+
+impl KillSwitch {
+    /// Names the app to stop; stops it at once if a fatal finding came first.
+    pub fn arm(&self, pid: u32) {
+        self.pid.store(pid, Ordering::SeqCst);
+        if self.fired().is_some() {
+            terminate(pid);
+        }
+    }
+
+    /// The finding that stopped the app, if one did.
+    pub fn fired(&self) -> Option<RuntimeFinding> {
+        self.fired.lock().map(|f| f.clone()).unwrap_or(None)
+    }
+
+    fn fire(&self, finding: &RuntimeFinding) {
+        let Ok(mut fired) = self.fired.lock() else {
+            return;
+        };
+        if fired.is_some() {
+            return;
+        }
+        *fired = Some(finding.clone());
+        drop(fired);
+        warn(format!(
+            "c4d: stopping the app (runtime fail_action `kill`): {}",
+            finding.message
+        ));
+        match self.pid.load(Ordering::SeqCst) {
+            0 => {}
+            pid => terminate(pid),
+        }
+    }
+}
+
+fn terminate(pid: u32) {
+    // SAFETY: kill(2) on the app we spawned, with a valid signal.
+    unsafe {
+        libc::kill(pid as libc::pid_t, libc::SIGTERM);
+    }
+}
+
 /// A running watcher and the thread that records what it finds.
 #[derive(Debug)]
 pub struct RuntimeWatch {
     watcher: WatcherHandle,
     recorder: JoinHandle<u64>,
+    metrics: Option<MetricsServer>,
 }
 
 impl RuntimeWatch {
@@ -49,10 +102,29 @@ impl RuntimeWatch {
         store: &Path,
         attempt: &Attempt,
         echo: Echo,
+        kill: Option<KillSwitch>,
     ) -> Option<RuntimeWatch> {
         let mut watcher = Watcher::new(WatcherConfig {
             interval: settings.interval,
             ..WatcherConfig::default()
+        });
+        // Served before the sources start, so a scrape sees `gpuvet_watch_up` go to 1.
+        let metrics = settings.metrics_addr.and_then(|addr| {
+            let state = Arc::new(Metrics::new().with_hostname(&attempt.node));
+            watcher.set_metrics(Arc::clone(&state));
+            match MetricsServer::bind(addr, state) {
+                Ok(server) => {
+                    note(format!(
+                        "c4d: serving Prometheus metrics at http://{}/metrics",
+                        server.local_addr()
+                    ));
+                    Some(server)
+                }
+                Err(err) => {
+                    warn(format!("c4d: cannot serve metrics at `{addr}`: {err}"));
+                    None
+                }
+            }
         });
         let mut sources = 0;
         if settings.nvml {
@@ -82,7 +154,7 @@ impl RuntimeWatch {
             return None;
         }
         let (tx, rx) = mpsc::channel::<RuntimeFinding>();
-        let recorder = spawn_recorder(store.to_owned(), attempt.clone(), rx, echo);
+        let recorder = spawn_recorder(store.to_owned(), attempt.clone(), rx, echo, kill);
         let watcher = match watcher.spawn(move |finding| {
             let _ = tx.send(finding);
         }) {
@@ -92,7 +164,11 @@ impl RuntimeWatch {
                 return None;
             }
         };
-        Some(RuntimeWatch { watcher, recorder })
+        Some(RuntimeWatch {
+            watcher,
+            recorder,
+            metrics,
+        })
     }
 
     /// Stops the watcher, records what it still held, and returns how many findings
@@ -100,6 +176,9 @@ impl RuntimeWatch {
     pub fn stop(self) -> u64 {
         // Stopping drops the watcher's sender, which ends the recorder.
         drop(self.watcher.stop());
+        if let Some(server) = self.metrics {
+            server.stop();
+        }
         self.recorder.join().unwrap_or(0)
     }
 }
@@ -112,6 +191,7 @@ fn spawn_recorder(
     attempt: Attempt,
     findings: mpsc::Receiver<RuntimeFinding>,
     echo: Echo,
+    kill: Option<KillSwitch>,
 ) -> JoinHandle<u64> {
     std::thread::Builder::new()
         .name("gpuvet-c4d-recorder".into())
@@ -140,6 +220,12 @@ fn spawn_recorder(
                 } else if let Err(err) = &store {
                     warn(format!("c4d: the store is not available ({err}); retrying"));
                     store = Store::open(&store_path);
+                }
+                // After recording, so the event that explains the stop comes first.
+                if let Some(kill) = &kill
+                    && finding.severity == Severity::Fail
+                {
+                    kill.fire(&finding);
                 }
             }
             for event in pending {

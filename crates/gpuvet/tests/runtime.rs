@@ -119,3 +119,100 @@ fn watch_without_any_source_is_a_clear_error() {
         stderr(&output)
     );
 }
+
+#[test]
+fn runtime_kill_stops_the_app_on_a_fatal_finding_with_its_own_code() {
+    let scratch = Scratch::temp();
+    let kmsg = scratch.path("kmsg.log");
+    std::fs::write(&kmsg, "").unwrap();
+    let config = scratch.config(
+        "kill.json",
+        &format!(
+            r#"{{"aimaster": {{"runtime_check": {{"fail_action": "kill", "micro_benchmarks": "c4d"}}}},
+                 "gpuvet": {{"watch": {{"kmsg": "{}", "nvml": false, "interval_ms": 200}}}}}}"#,
+            kmsg.display()
+        ),
+    );
+    // Without the kill, this app would run for a minute.
+    // (The long sleep runs in the background with its own stdio, so it cannot hold the
+    // test's pipes open once the app is gone.)
+    let script = format!(
+        "trap 'exit 143' TERM; sleep 0.5; echo '{XID_79}' >> '{}'; sleep 60 >/dev/null 2>&1 & wait $!; exit 0",
+        kmsg.display()
+    );
+    let output = scratch
+        .gpuvet()
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(79), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("stopping the app (runtime fail_action `kill`)"),
+        "{}",
+        stderr(&output)
+    );
+    let events = scratch.events();
+    let last = events.last().unwrap();
+    assert_eq!(last["kind"], "InstanceExited");
+    assert_eq!(last["details"]["killed_by"]["xid"], 79);
+}
+
+#[test]
+fn watch_serves_prometheus_metrics() {
+    use std::io::{BufRead, BufReader, Read, Write};
+
+    let scratch = Scratch::temp();
+    let kmsg = scratch.path("kmsg.log");
+    std::fs::write(&kmsg, format!("{XID_79}\n")).unwrap();
+    let config = watch_config(&scratch, &kmsg);
+    let mut child = scratch
+        .gpuvet()
+        .args([
+            "watch",
+            "--duration",
+            "30",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--config",
+        ])
+        .arg(&config)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr_lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let url = stderr_lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            line.split("http://")
+                .nth(1)
+                .map(|rest| rest.trim_end_matches("/metrics").to_owned())
+        })
+        .expect("gpuvet watch names the metrics address");
+    // The XID is reported after its hold time; scrape until it shows (anti-hang bound).
+    let mut body = String::new();
+    for _ in 0..100 {
+        let mut stream = std::net::TcpStream::connect(&url).unwrap();
+        stream
+            .write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        body.clear();
+        stream.read_to_string(&mut body).unwrap();
+        if body.contains("gpuvet_xid_events_total{") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    // SAFETY: signalling our own child.
+    unsafe {
+        libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
+    }
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    assert!(body.starts_with("HTTP/1.1 200"), "{body}");
+    assert!(body.contains("gpuvet_watch_up"), "{body}");
+    assert!(body.contains("xid=\"79\""), "{body}");
+}

@@ -41,7 +41,13 @@ fn pai_sample_is_accepted_unchanged() {
     assert_eq!(sanity.checks.as_slice(), CheckName::ALL);
     assert_eq!(sanity.fail_action, FailAction::Retain);
     assert_eq!(sanity.timeout.duration(), Duration::from_secs(6000));
-    assert_eq!(config.runtime, Some(RuntimeConfig { check: "c4d" }));
+    assert_eq!(
+        config.runtime,
+        Some(RuntimeConfig {
+            check: "c4d",
+            fail_action: RuntimeFailAction::Retain
+        })
+    );
 }
 
 #[test]
@@ -68,7 +74,13 @@ fn an_aimaster_block_without_sanity_check_runs_none() {
         Config::from_json(r#"{"aimaster": {"runtime_check": {"micro_benchmarks": "C4D"}}}"#)
             .unwrap();
     assert_eq!(config.sanity, None);
-    assert_eq!(config.runtime, Some(RuntimeConfig { check: "c4d" }));
+    assert_eq!(
+        config.runtime,
+        Some(RuntimeConfig {
+            check: "c4d",
+            fail_action: RuntimeFailAction::Retain
+        })
+    );
 }
 
 #[test]
@@ -208,8 +220,11 @@ fn runtime_checks_other_than_c4d_are_refused() {
     assert_eq!(path, "aimaster.runtime_check.fail_action");
     assert_eq!(
         message,
-        "unknown value `fail`; expected one of `retain`, `ignore`"
+        "unknown value `fail`; expected one of `retain`, `ignore`, `kill`"
     );
+    let config =
+        Config::from_json(r#"{"aimaster": {"runtime_check": {"fail_action": "kill"}}}"#).unwrap();
+    assert_eq!(config.runtime.unwrap().fail_action, RuntimeFailAction::Kill);
 }
 
 #[test]
@@ -369,5 +384,40 @@ fn watch_settings_parse_and_default() {
     assert_eq!(
         (watch.kmsg, watch.nvml, watch.interval),
         (None, false, Duration::from_millis(250))
+    );
+}
+
+#[test]
+fn bad_watch_settings_name_their_path() {
+    let cases = [
+        (
+            r#"{"kmsg": ""}"#,
+            "gpuvet.watch.kmsg",
+            "the kernel log path is empty",
+        ),
+        (
+            r#"{"interval_ms": 5}"#,
+            "gpuvet.watch.interval_ms",
+            "`5` is out of range; expected 100 to 60000",
+        ),
+        (
+            r#"{"metrics_addr": "localhost"}"#,
+            "gpuvet.watch.metrics_addr",
+            "`localhost` is not an address; expected IP:PORT",
+        ),
+    ];
+    for (body, expected_path, expected_message) in cases {
+        let (path, message, _) = invalid(&format!(r#"{{"gpuvet": {{"watch": {body}}}}}"#));
+        assert_eq!(
+            (path.as_str(), message.as_str()),
+            (expected_path, expected_message),
+            "{body}"
+        );
+    }
+    let config =
+        Config::from_json(r#"{"gpuvet": {"watch": {"metrics_addr": "127.0.0.1:9401"}}}"#).unwrap();
+    assert_eq!(
+        config.settings.watch.metrics_addr,
+        Some("127.0.0.1:9401".parse().unwrap())
     );
 }

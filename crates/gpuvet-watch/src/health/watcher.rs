@@ -3,6 +3,7 @@
 //! findings. [`Watcher::step`] is synchronous and takes the time, for tests;
 //! [`Watcher::spawn`] runs it on a thread until stopped.
 
+use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
@@ -13,6 +14,7 @@ use super::{
     HealthError, HealthEvaluator, HealthReading, HealthSource, HealthThresholds, evaluate_reading,
     unix_ms,
 };
+use crate::metrics::Metrics;
 use crate::policy::{PolicyConfig, RuntimeFinding, Severity, XidPolicy};
 use crate::xid::ActionClass;
 
@@ -46,6 +48,8 @@ pub struct Watcher {
     boot_id: String,
     interval: Duration,
     steps: u64,
+    /// Updated on every step, reading and finding when set.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -54,6 +58,7 @@ impl std::fmt::Debug for Watcher {
         f.debug_struct("Watcher")
             .field("sources", &names)
             .field("steps", &self.steps)
+            .field("metrics", &self.metrics.is_some())
             .finish()
     }
 }
@@ -67,7 +72,19 @@ impl Watcher {
             boot_id: config.boot_id,
             interval: config.interval,
             steps: 0,
+            metrics: None,
         }
+    }
+
+    /// Feeds `metrics` (the `/metrics` endpoint's state) from now on: every sample
+    /// and error the sources report, every finding, and each step.
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.set_metrics(metrics);
+        self
+    }
+
+    pub fn set_metrics(&mut self, metrics: Arc<Metrics>) {
+        self.metrics = Some(metrics);
     }
 
     pub fn add_source(&mut self, source: impl HealthSource + 'static) {
@@ -94,15 +111,23 @@ impl Watcher {
     pub fn step(&mut self, now_ms: u64) -> Vec<RuntimeFinding> {
         self.steps += 1;
         let mut out = Vec::new();
+        let mut saw_xid = false;
         for i in 0..self.sources.len() {
             match self.sources[i].poll(now_ms) {
                 Ok(readings) => {
                     for r in readings {
+                        saw_xid |= matches!(r, HealthReading::Xid(_));
+                        if let Some(m) = &self.metrics {
+                            m.observe_reading(&r);
+                        }
                         self.ingest(r, &mut out);
                     }
                 }
                 Err(e) => {
                     let name = self.sources[i].name().to_owned();
+                    if let Some(m) = &self.metrics {
+                        m.observe_source_error(&name);
+                    }
                     let f = RuntimeFinding::condition(
                         &name,
                         &format!("source.error.{name}"),
@@ -119,12 +144,29 @@ impl Watcher {
             }
         }
         out.extend(self.policy.tick(now_ms));
+        if let Some(m) = &self.metrics {
+            m.observe_poll(now_ms);
+            self.update_metrics(m, &out, saw_xid);
+        }
         out
     }
 
     /// Decides every XID incident still held (call at shutdown).
     pub fn flush(&mut self) -> Vec<RuntimeFinding> {
-        self.policy.flush()
+        let out = self.policy.flush();
+        if let Some(m) = &self.metrics {
+            self.update_metrics(m, &out, false);
+        }
+        out
+    }
+
+    /// Counts the findings; the XID line counters come from the policy's snapshot,
+    /// taken only when they can have changed (a sighting, or an XID finding).
+    fn update_metrics(&self, m: &Metrics, findings: &[RuntimeFinding], saw_xid: bool) {
+        m.observe_findings(findings);
+        if saw_xid || findings.iter().any(|f| f.xid.is_some()) {
+            m.observe_snapshot(&self.policy.snapshot());
+        }
     }
 
     fn ingest(&mut self, reading: HealthReading, out: &mut Vec<RuntimeFinding>) {
@@ -160,6 +202,9 @@ impl Watcher {
         let thread = thread::Builder::new()
             .name("gpuvet-watch".to_owned())
             .spawn(move || {
+                if let Some(m) = &watcher.metrics {
+                    m.set_up(true);
+                }
                 loop {
                     for f in watcher.step(unix_ms()) {
                         on_finding(f);
@@ -171,6 +216,9 @@ impl Watcher {
                 }
                 for f in watcher.flush() {
                     on_finding(f);
+                }
+                if let Some(m) = &watcher.metrics {
+                    m.set_up(false);
                 }
                 watcher
             })

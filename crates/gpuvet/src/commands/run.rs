@@ -3,7 +3,7 @@
 
 use std::io::IsTerminal;
 
-use gpuvet_core::config::{Config, FailAction};
+use gpuvet_core::config::{Config, FailAction, RuntimeFailAction};
 use gpuvet_core::events::{Attempt, EventKind, NewEvent};
 use gpuvet_core::exit_codes;
 use gpuvet_core::render;
@@ -17,7 +17,7 @@ use crate::cli::RunArgs;
 use crate::failure::{Failure, warn};
 use crate::identity::{Identity, load_config, now_ms, store_path};
 use crate::output;
-use crate::runtime::{Echo, RuntimeWatch};
+use crate::runtime::{Echo, KillSwitch, RuntimeWatch};
 
 pub fn run(args: RunArgs) -> Result<i32, Failure> {
     let config = load_config(args.sanity.config.as_deref())?;
@@ -91,11 +91,23 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         }
     }
 
-    // The runtime check only records (`retain`, as in PAI); it never stops the app.
+    // The runtime check records (`retain`, as in PAI); with the opt-in `kill` it also
+    // stops the app on a fatal finding.
+    let kill = config
+        .runtime
+        .as_ref()
+        .filter(|runtime| runtime.fail_action == RuntimeFailAction::Kill)
+        .map(|_| KillSwitch::default());
     let watch = config.runtime.as_ref().and_then(|_| {
-        RuntimeWatch::start(&config.settings.watch, &store_file, &attempt, Echo::Stderr)
+        RuntimeWatch::start(
+            &config.settings.watch,
+            &store_file,
+            &attempt,
+            Echo::Stderr,
+            kill.clone(),
+        )
     });
-    let code = start_app(&args.command, &mut recorder);
+    let code = start_app(&args.command, &mut recorder, kill.as_ref());
     if let Some(watch) = watch {
         watch.stop();
     }
@@ -231,7 +243,11 @@ fn write_report_for_hook(report: &RunReport) -> Option<tempfile::NamedTempFile> 
     Some(file)
 }
 
-fn start_app(command: &[std::ffi::OsString], recorder: &mut Recorder<'_>) -> Result<i32, Failure> {
+fn start_app(
+    command: &[std::ffi::OsString],
+    recorder: &mut Recorder<'_>,
+    kill: Option<&KillSwitch>,
+) -> Result<i32, Failure> {
     let printable: Vec<String> = command
         .iter()
         .map(|a| a.to_string_lossy().into_owned())
@@ -253,6 +269,9 @@ fn start_app(command: &[std::ffi::OsString], recorder: &mut Recorder<'_>) -> Res
         }
     };
     let pid = app.pid();
+    if let Some(kill) = kill {
+        kill.arm(pid);
+    }
     recorder.record(
         EventKind::InstanceStarted,
         None,
@@ -266,6 +285,18 @@ fn start_app(command: &[std::ffi::OsString], recorder: &mut Recorder<'_>) -> Res
         )
     })?;
     let code = shell_code(status);
+    if let Some(finding) = kill.and_then(KillSwitch::fired) {
+        recorder.record(
+            EventKind::InstanceExited,
+            Some(finding.lane),
+            format!(
+                "gpuvet stopped the app after a fatal runtime finding: {}",
+                finding.message
+            ),
+            json!({ "exit_code": code, "pid": pid, "killed_by": finding }),
+        )?;
+        return Ok(exit_codes::RUNTIME_FAULT);
+    }
     let lane = (code != 0).then_some(Lane::App);
     recorder.record(
         EventKind::InstanceExited,

@@ -15,7 +15,10 @@ use crate::output;
 use crate::runtime::{Echo, RuntimeWatch};
 
 pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
-    let config = load_config(args.config.as_deref())?;
+    let mut config = load_config(args.config.as_deref())?;
+    if args.metrics_addr.is_some() {
+        config.settings.watch.metrics_addr = args.metrics_addr;
+    }
     let duration = match args.duration {
         Some(secs) if !(secs.is_finite() && secs > 0.0) => {
             return Err(Failure::usage(format!(
@@ -43,7 +46,8 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
     } else {
         Echo::Stdout
     };
-    let Some(watch) = RuntimeWatch::start(&config.settings.watch, &store_file, &attempt, echo)
+    let Some(watch) =
+        RuntimeWatch::start(&config.settings.watch, &store_file, &attempt, echo, None)
     else {
         return Err(Failure::usage("the runtime check has no source to watch on this machine")
             .with_hint("point `gpuvet.watch.kmsg` at a readable kernel log, or run where NVML is available"));

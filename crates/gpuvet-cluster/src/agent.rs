@@ -1,0 +1,740 @@
+//! The agent: one per node. It joins the coordinator (retrying until a deadline, since
+//! agents may start before it), proves it holds the token, sends heartbeats with its
+//! phase, and carries commands in and reports out.
+//!
+//! Two threads, owned here: one reads the coordinator's frames, one sends heartbeats
+//! and judges the coordinator's liveness. If the coordinator dies or stops answering,
+//! every call returns an error within the agent's deadline; nothing waits forever.
+
+use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::auth::{Token, agent_proof, from_hex, random_nonce, to_hex, verify_coordinator_proof};
+use crate::clock::{ClockOffset, unix_now_ns};
+use crate::coordinator::lock;
+use crate::error::ClusterError;
+use crate::protocol::{
+    FrameError, Heartbeat, Hello, MAX_FRAME_BYTES, MAX_HANDSHAKE_FRAME_BYTES, Message,
+    PROTOCOL_VERSION, RosterEntry, Welcome, decode_message, read_frame, write_message,
+};
+use crate::rendezvous::Endpoint;
+
+/// Who this agent is, as it introduces itself.
+#[derive(Debug, Clone)]
+pub struct AgentIdentity {
+    pub job_id: String,
+    pub rank: u32,
+    /// The group size this node was told; the coordinator refuses a mismatch.
+    pub nnodes: u32,
+    pub node: String,
+    /// Where this node's data plane listens; `0.0.0.0:PORT` lets the coordinator fill in
+    /// the IP its connection comes from.
+    pub data_addr: Option<SocketAddr>,
+    /// Anything else for the coordinator (backend, devices, versions).
+    pub info: Value,
+}
+
+/// How the agent judges time.
+#[derive(Debug, Clone)]
+pub struct AgentOptions {
+    /// One connection attempt's handshake, clock pings included.
+    pub handshake_timeout: Duration,
+    /// Silence from the coordinator after which it is declared gone. Longer than the
+    /// coordinator's own deadline, so the coordinator names a hung node before that
+    /// node's peers give up on the coordinator.
+    pub coordinator_deadline: Duration,
+    /// The first pause between connection attempts; it doubles up to `max_retry_delay`.
+    pub retry_delay: Duration,
+    pub max_retry_delay: Duration,
+    /// How long one send may block.
+    pub write_timeout: Duration,
+}
+
+impl Default for AgentOptions {
+    fn default() -> Self {
+        AgentOptions {
+            handshake_timeout: Duration::from_secs(10),
+            coordinator_deadline: Duration::from_secs(5),
+            retry_delay: Duration::from_millis(100),
+            max_retry_delay: Duration::from_secs(1),
+            write_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// A message from the coordinator.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Received {
+    Command(Command),
+    /// The group's members and their data-plane addresses.
+    Roster(Vec<RosterEntry>),
+    /// The coordinator said goodbye; the session is over and later calls fail.
+    Closed {
+        reason: String,
+    },
+}
+
+/// A command, in the binary's own vocabulary.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Command {
+    /// Name it in the report that answers it.
+    pub seq: u64,
+    pub body: Value,
+}
+
+impl Command {
+    /// The body as the binary's command type.
+    pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ClusterError> {
+        Ok(serde_json::from_value(self.body.clone())?)
+    }
+}
+
+/// What ended the link; kept so every later call reports the same cause.
+#[derive(Debug, Clone)]
+enum LinkFailure {
+    Lost(String),
+    Unresponsive {
+        silent_for: Duration,
+        deadline: Duration,
+    },
+    Aborted(String),
+    Closed(String),
+}
+
+impl LinkFailure {
+    fn to_error(&self) -> ClusterError {
+        match self {
+            LinkFailure::Lost(detail) => ClusterError::CoordinatorLost {
+                detail: detail.clone(),
+            },
+            LinkFailure::Unresponsive {
+                silent_for,
+                deadline,
+            } => ClusterError::CoordinatorUnresponsive {
+                silent_for: *silent_for,
+                deadline: *deadline,
+            },
+            LinkFailure::Aborted(reason) => ClusterError::Aborted {
+                reason: reason.clone(),
+            },
+            LinkFailure::Closed(reason) => ClusterError::SessionClosed {
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+enum Inbound {
+    Received(Received),
+    Failed,
+}
+
+/// The phase this agent reports; cheap to clone into any thread that does the work.
+#[derive(Debug, Clone)]
+pub struct PhaseHandle(Arc<Mutex<(String, i64)>>);
+
+impl PhaseHandle {
+    /// Enters a new phase, e.g. "all_reduce_2 round 1 step 3"; the next heartbeat
+    /// carries it with the time it was entered.
+    pub fn set(&self, phase: impl Into<String>) {
+        *lock(&self.0) = (phase.into(), unix_now_ns());
+    }
+
+    pub fn get(&self) -> String {
+        lock(&self.0).0.clone()
+    }
+}
+
+struct AgentShared {
+    rank: u32,
+    writer: Mutex<TcpStream>,
+    /// Another handle on the socket, to shut it down without the writer lock.
+    control: TcpStream,
+    phase: PhaseHandle,
+    /// When the oldest heartbeat still unanswered was sent; `None` when all are answered.
+    awaiting_since: Mutex<Option<Instant>>,
+    failure: Mutex<Option<LinkFailure>>,
+    /// Signalled when `failure` is set.
+    ended: Condvar,
+    heartbeats_suspended: AtomicBool,
+    closing: AtomicBool,
+    inbound: mpsc::Sender<Inbound>,
+}
+
+impl AgentShared {
+    /// Records the first failure, wakes `recv`, and closes the socket so the other
+    /// thread stops too.
+    fn fail(&self, failure: LinkFailure) {
+        {
+            let mut slot = lock(&self.failure);
+            if slot.is_some() || self.closing.load(Ordering::SeqCst) {
+                return;
+            }
+            *slot = Some(failure);
+        }
+        self.ended.notify_all();
+        let _ = self.inbound.send(Inbound::Failed);
+        let _ = self.control.shutdown(Shutdown::Both);
+    }
+
+    fn failure(&self) -> Option<LinkFailure> {
+        lock(&self.failure).clone()
+    }
+
+    fn send(&self, message: &Message) -> Result<(), ClusterError> {
+        if let Some(failure) = self.failure() {
+            return Err(failure.to_error());
+        }
+        let sent = write_message(&mut *lock(&self.writer), message);
+        if let Err(err) = &sent {
+            self.fail(LinkFailure::Lost(err.to_string()));
+        }
+        sent
+    }
+}
+
+/// A joined agent. Dropping it says goodbye.
+pub struct Agent {
+    shared: Arc<AgentShared>,
+    inbound: Mutex<InboundState>,
+    nnodes: u32,
+    clock: ClockOffset,
+    heartbeat_interval: Duration,
+    coordinator_addr: SocketAddr,
+    stop_heartbeats: Option<mpsc::Sender<()>>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+struct InboundState {
+    rx: mpsc::Receiver<Inbound>,
+    /// Set once `recv` has reported the end of the link.
+    ended: Option<LinkFailure>,
+}
+
+impl std::fmt::Debug for Agent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Agent")
+            .field("rank", &self.shared.rank)
+            .field("coordinator", &self.coordinator_addr)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How one connection attempt ended.
+enum Attempt {
+    Joined(TcpStream, Welcome),
+    /// Worth another try: nobody listening yet, a reset, a timeout.
+    Retry(String),
+    /// Trying again cannot help: refused, wrong version, a coordinator without the token.
+    GiveUp(ClusterError),
+}
+
+impl Agent {
+    /// Joins the coordinator at `endpoint`, trying until `deadline`.
+    pub fn connect(
+        endpoint: &Endpoint,
+        identity: AgentIdentity,
+        token: &Token,
+        options: AgentOptions,
+        deadline: Instant,
+    ) -> Result<Agent, ClusterError> {
+        let started = Instant::now();
+        let mut delay = options.retry_delay;
+        let mut attempts = 0u32;
+        let mut last_error = "no attempt was made before the deadline".to_owned();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            attempts += 1;
+            let attempt_deadline = deadline.min(Instant::now() + options.handshake_timeout);
+            match attempt(endpoint, &identity, token, attempt_deadline) {
+                Attempt::Joined(stream, welcome) => {
+                    return Agent::start(stream, identity, welcome, &options);
+                }
+                Attempt::GiveUp(err) => return Err(err),
+                Attempt::Retry(reason) => last_error = reason,
+            }
+            let pause = delay.min(deadline.saturating_duration_since(Instant::now()));
+            std::thread::sleep(pause);
+            delay = (delay * 2).min(options.max_retry_delay);
+        }
+        Err(ClusterError::Unreachable {
+            endpoint: endpoint.to_string(),
+            waited: started.elapsed(),
+            attempts,
+            last_error,
+        })
+    }
+
+    fn start(
+        stream: TcpStream,
+        identity: AgentIdentity,
+        welcome: Welcome,
+        options: &AgentOptions,
+    ) -> Result<Agent, ClusterError> {
+        let io = |err| ClusterError::io("cannot set up the connection to the coordinator", err);
+        let coordinator_addr = stream.peer_addr().map_err(io)?;
+        let writer = stream.try_clone().map_err(io)?;
+        writer
+            .set_write_timeout(Some(options.write_timeout))
+            .map_err(io)?;
+        let control = stream.try_clone().map_err(io)?;
+        let (inbound_tx, inbound_rx) = mpsc::channel();
+        let shared = Arc::new(AgentShared {
+            rank: identity.rank,
+            writer: Mutex::new(writer),
+            control,
+            phase: PhaseHandle(Arc::new(Mutex::new(("joined".to_owned(), unix_now_ns())))),
+            awaiting_since: Mutex::new(None),
+            failure: Mutex::new(None),
+            ended: Condvar::new(),
+            heartbeats_suspended: AtomicBool::new(false),
+            closing: AtomicBool::new(false),
+            inbound: inbound_tx,
+        });
+        let heartbeat_interval =
+            Duration::from_millis(welcome.heartbeat_interval_ms.clamp(10, 1000));
+        let (stop_tx, stop_rx) = mpsc::channel();
+        let reader = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("gpuvet-agent{}-reader", identity.rank))
+                .spawn(move || read_coordinator(&shared, stream))
+                .map_err(|err| ClusterError::io("cannot start the agent's reader thread", err))?
+        };
+        let heartbeats = {
+            let shared = Arc::clone(&shared);
+            let deadline = options.coordinator_deadline;
+            std::thread::Builder::new()
+                .name(format!("gpuvet-agent{}-heartbeat", identity.rank))
+                .spawn(move || heartbeat_loop(&shared, heartbeat_interval, deadline, &stop_rx))
+                .map_err(|err| ClusterError::io("cannot start the agent's heartbeat thread", err))?
+        };
+        Ok(Agent {
+            shared,
+            inbound: Mutex::new(InboundState {
+                rx: inbound_rx,
+                ended: None,
+            }),
+            nnodes: welcome.nnodes,
+            clock: welcome.clock,
+            heartbeat_interval,
+            coordinator_addr,
+            stop_heartbeats: Some(stop_tx),
+            threads: vec![reader, heartbeats],
+        })
+    }
+
+    pub fn rank(&self) -> u32 {
+        self.shared.rank
+    }
+
+    pub fn nnodes(&self) -> u32 {
+        self.nnodes
+    }
+
+    /// The coordinator's address as connected.
+    pub fn coordinator_addr(&self) -> SocketAddr {
+        self.coordinator_addr
+    }
+
+    /// This agent's clock relative to the coordinator's, measured while joining.
+    pub fn clock_offset(&self) -> ClockOffset {
+        self.clock
+    }
+
+    /// The heartbeat interval the coordinator asked for.
+    pub fn heartbeat_interval(&self) -> Duration {
+        self.heartbeat_interval
+    }
+
+    /// Enters a new phase; see [`PhaseHandle::set`].
+    pub fn set_phase(&self, phase: impl Into<String>) {
+        self.shared.phase.set(phase);
+    }
+
+    /// A handle for worker threads to report the phase themselves.
+    pub fn phase_handle(&self) -> PhaseHandle {
+        self.shared.phase.clone()
+    }
+
+    /// The next message from the coordinator, waiting until `deadline`; `Ok(None)` when
+    /// none came in time. Fails once the link is gone: the coordinator crashed, stopped
+    /// answering, aborted the run, or (after [`Received::Closed`]) ended the session.
+    pub fn recv(&self, deadline: Instant) -> Result<Option<Received>, ClusterError> {
+        let mut inbound = lock(&self.inbound);
+        if let Some(ended) = &inbound.ended {
+            return Err(ended.to_error());
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        match inbound.rx.recv_timeout(remaining) {
+            Ok(Inbound::Received(received)) => {
+                if let Received::Closed { reason } = &received {
+                    inbound.ended = Some(LinkFailure::Closed(reason.clone()));
+                }
+                Ok(Some(received))
+            }
+            Ok(Inbound::Failed) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+                let failure = self
+                    .shared
+                    .failure()
+                    .unwrap_or_else(|| LinkFailure::Lost("the agent's threads stopped".to_owned()));
+                inbound.ended = Some(failure.clone());
+                Err(failure.to_error())
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+        }
+    }
+
+    /// Sends a report, answering the command `in_reply_to` or on its own.
+    pub fn report<T: Serialize + ?Sized>(
+        &self,
+        in_reply_to: Option<u64>,
+        body: &T,
+    ) -> Result<(), ClusterError> {
+        let body = serde_json::to_value(body)?;
+        self.shared.send(&Message::Report { in_reply_to, body })
+    }
+
+    /// Waits until the link to the coordinator ends or `deadline` passes, and returns
+    /// why it ended (`None` while it stands). For a watcher thread that cancels the
+    /// node's work as soon as the coordinator is gone, without taking its commands.
+    pub fn wait_for_link_end(&self, deadline: Instant) -> Option<ClusterError> {
+        let mut failure = lock(&self.shared.failure);
+        loop {
+            if let Some(ended) = failure.as_ref() {
+                return Some(ended.to_error());
+            }
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return None;
+            }
+            failure = self
+                .shared
+                .ended
+                .wait_timeout(failure, remaining)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+    }
+
+    /// `Ok` while the link to the coordinator stands; the reason it ended otherwise.
+    pub fn link_status(&self) -> Result<(), ClusterError> {
+        match self.shared.failure() {
+            Some(failure) => Err(failure.to_error()),
+            None => Ok(()),
+        }
+    }
+
+    /// Stops (`true`) or restarts heartbeats, so this node looks hung to the
+    /// coordinator: for drills and tests. While stopped, the agent does not judge the
+    /// coordinator either, as a stopped process would not.
+    pub fn suspend_heartbeats(&self, suspended: bool) {
+        self.shared
+            .heartbeats_suspended
+            .store(suspended, Ordering::SeqCst);
+    }
+
+    /// Says goodbye with a reason and closes the connection.
+    pub fn leave(mut self, reason: &str) {
+        self.close(reason);
+    }
+
+    fn close(&mut self, reason: &str) {
+        if self.shared.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        if self.shared.failure().is_none() {
+            let _ = write_message(
+                &mut *lock(&self.shared.writer),
+                &Message::Bye {
+                    reason: reason.to_owned(),
+                },
+            );
+        }
+        self.shared.closing.store(true, Ordering::SeqCst);
+        let _ = self.shared.control.shutdown(Shutdown::Both);
+        drop(self.stop_heartbeats.take());
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        self.close("the agent finished");
+    }
+}
+
+/// One connection attempt: connect, prove, answer the clock pings, check the welcome.
+fn attempt(
+    endpoint: &Endpoint,
+    identity: &AgentIdentity,
+    token: &Token,
+    deadline: Instant,
+) -> Attempt {
+    let addrs: Vec<SocketAddr> = match (endpoint.host.as_str(), endpoint.port).to_socket_addrs() {
+        Ok(addrs) => addrs.collect(),
+        Err(err) => return Attempt::Retry(format!("cannot resolve `{}`: {err}", endpoint.host)),
+    };
+    let mut last = format!("`{}` resolves to no address", endpoint.host);
+    for addr in addrs {
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        if remaining.is_zero() {
+            break;
+        }
+        match TcpStream::connect_timeout(&addr, remaining) {
+            Ok(stream) => return handshake(stream, endpoint, identity, token, deadline),
+            Err(err) => last = format!("cannot connect to `{addr}`: {err}"),
+        }
+    }
+    Attempt::Retry(last)
+}
+
+fn handshake(
+    mut stream: TcpStream,
+    endpoint: &Endpoint,
+    identity: &AgentIdentity,
+    token: &Token,
+    deadline: Instant,
+) -> Attempt {
+    let _ = stream.set_nodelay(true);
+    let _ = stream.set_write_timeout(Some(
+        deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_millis(1)),
+    ));
+    let retry = |what: &str, err: FrameError| Attempt::Retry(format!("{what}: {}", err.describe()));
+
+    // The challenge, read leniently: a coordinator of another version still tells us
+    // its version and nonce, and then refuses us with the reason.
+    let challenge = match read_frame(&mut stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline)) {
+        Ok(frame) => frame,
+        Err(err) => return retry("no challenge from the coordinator", err),
+    };
+    let challenge: Value = match serde_json::from_slice(&challenge) {
+        Ok(value) => value,
+        Err(err) => {
+            return Attempt::GiveUp(ClusterError::BadFrame {
+                detail: format!("the coordinator's challenge: {err}"),
+            });
+        }
+    };
+    if challenge.get("type").and_then(Value::as_str) == Some("refused") {
+        let reason = challenge
+            .get("reason")
+            .and_then(Value::as_str)
+            .unwrap_or("no reason given")
+            .to_owned();
+        return Attempt::GiveUp(ClusterError::Refused { reason });
+    }
+    let their_version = challenge
+        .get("protocol_version")
+        .and_then(Value::as_u64)
+        .map(|v| u32::try_from(v).unwrap_or(u32::MAX));
+    let nonce = challenge
+        .get("nonce")
+        .and_then(Value::as_str)
+        .and_then(from_hex)
+        .unwrap_or_default();
+
+    let agent_nonce = match random_nonce() {
+        Ok(nonce) => nonce,
+        Err(err) => return Attempt::GiveUp(err),
+    };
+    let hello = Message::Hello(Hello {
+        protocol_version: PROTOCOL_VERSION,
+        job_id: identity.job_id.clone(),
+        rank: identity.rank,
+        nnodes: identity.nnodes,
+        node: identity.node.clone(),
+        data_addr: identity.data_addr,
+        gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
+        info: identity.info.clone(),
+        agent_nonce: to_hex(&agent_nonce),
+        proof: to_hex(&agent_proof(token, &nonce, &identity.job_id, identity.rank)),
+    });
+    if let Err(err) = write_message(&mut stream, &hello) {
+        return Attempt::Retry(err.to_string());
+    }
+
+    loop {
+        let frame = match read_frame(&mut stream, MAX_FRAME_BYTES, Some(deadline)) {
+            Ok(frame) => frame,
+            Err(err) => return retry("the handshake broke off", err),
+        };
+        let t1_ns = unix_now_ns();
+        let message = match decode_message(&frame) {
+            Ok(message) => message,
+            Err(err) => {
+                return Attempt::GiveUp(ClusterError::BadFrame {
+                    detail: err.describe(),
+                });
+            }
+        };
+        match message {
+            Message::Ping { seq, t0_ns } => {
+                let pong = Message::Pong {
+                    seq,
+                    t0_ns,
+                    t1_ns,
+                    t2_ns: unix_now_ns(),
+                };
+                if let Err(err) = write_message(&mut stream, &pong) {
+                    return Attempt::Retry(err.to_string());
+                }
+            }
+            Message::Welcome(welcome) => {
+                let proof = from_hex(&welcome.proof).unwrap_or_default();
+                if !verify_coordinator_proof(
+                    token,
+                    &agent_nonce,
+                    &identity.job_id,
+                    identity.rank,
+                    &proof,
+                ) {
+                    return Attempt::GiveUp(ClusterError::CoordinatorAuthFailed {
+                        endpoint: endpoint.to_string(),
+                    });
+                }
+                return Attempt::Joined(stream, welcome);
+            }
+            Message::Refused { reason } => {
+                return Attempt::GiveUp(match their_version {
+                    Some(theirs) if theirs != PROTOCOL_VERSION => ClusterError::ProtocolMismatch {
+                        ours: PROTOCOL_VERSION,
+                        theirs,
+                    },
+                    _ => ClusterError::Refused { reason },
+                });
+            }
+            other => {
+                return Attempt::GiveUp(ClusterError::BadFrame {
+                    detail: format!(
+                        "expected `ping`, `welcome` or `refused` from the coordinator, got `{}`",
+                        other.kind()
+                    ),
+                });
+            }
+        }
+    }
+}
+
+/// Reads the coordinator's frames until the link ends.
+fn read_coordinator(shared: &AgentShared, mut stream: TcpStream) {
+    loop {
+        let message = match read_frame(&mut stream, MAX_FRAME_BYTES, None)
+            .and_then(|bytes| decode_message(&bytes))
+        {
+            Ok(message) => message,
+            Err(err) => {
+                let detail = match err {
+                    FrameError::Closed { mid_frame: false } => {
+                        "the connection closed without a goodbye".to_owned()
+                    }
+                    _ => err.describe(),
+                };
+                shared.fail(LinkFailure::Lost(detail));
+                return;
+            }
+        };
+        *lock(&shared.awaiting_since) = None;
+        let deliver = |received| {
+            let _ = shared.inbound.send(Inbound::Received(received));
+        };
+        match message {
+            Message::Command { seq, body } => deliver(Received::Command(Command { seq, body })),
+            Message::Roster { members } => deliver(Received::Roster(members)),
+            Message::Ping { seq, t0_ns } => {
+                let t1_ns = unix_now_ns();
+                let _ = shared.send(&Message::Pong {
+                    seq,
+                    t0_ns,
+                    t1_ns,
+                    t2_ns: unix_now_ns(),
+                });
+            }
+            Message::Abort { reason } => {
+                shared.fail(LinkFailure::Aborted(reason));
+                return;
+            }
+            Message::Bye { reason } => {
+                // A clean end: deliver it in order after what came before, then stop.
+                *lock(&shared.failure) = Some(LinkFailure::Closed(reason.clone()));
+                shared.ended.notify_all();
+                deliver(Received::Closed { reason });
+                return;
+            }
+            // Heartbeat acks have done their work above; nothing else is expected.
+            _ => {}
+        }
+    }
+}
+
+/// Sends a heartbeat every interval and gives up on a coordinator that stops answering.
+fn heartbeat_loop(
+    shared: &AgentShared,
+    interval: Duration,
+    deadline: Duration,
+    stop: &mpsc::Receiver<()>,
+) {
+    let mut seq = 0u64;
+    let mut last_tick = Instant::now();
+    let mut was_suspended = false;
+    loop {
+        if shared.failure().is_some() || shared.closing.load(Ordering::SeqCst) {
+            return;
+        }
+        let now = Instant::now();
+        // After a stall of our own (SIGSTOP, starvation) or a suspension, the
+        // coordinator's silence says nothing about it: start judging afresh.
+        let stalled = now.duration_since(last_tick) > interval * 2 + Duration::from_millis(200);
+        last_tick = now;
+        let suspended = shared.heartbeats_suspended.load(Ordering::SeqCst);
+        if stalled || suspended || was_suspended {
+            *lock(&shared.awaiting_since) = None;
+        }
+        was_suspended = suspended;
+        if !suspended {
+            let (phase, phase_since_ns) = lock(&shared.phase.0).clone();
+            let heartbeat = Message::Heartbeat(Heartbeat {
+                rank: shared.rank,
+                seq,
+                phase,
+                phase_since_ns,
+                sent_at_ns: unix_now_ns(),
+            });
+            seq += 1;
+            if shared.send(&heartbeat).is_err() {
+                return;
+            }
+            let mut awaiting = lock(&shared.awaiting_since);
+            let since = *awaiting.get_or_insert(now);
+            let silent_for = now.duration_since(since);
+            drop(awaiting);
+            if silent_for > deadline {
+                shared.fail(LinkFailure::Unresponsive {
+                    silent_for,
+                    deadline,
+                });
+                return;
+            }
+        }
+        match stop.recv_timeout(interval) {
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            _ => return,
+        }
+    }
+}

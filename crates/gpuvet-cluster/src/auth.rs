@@ -1,0 +1,279 @@
+//! Authentication: a shared token, random nonces, and HMAC-SHA256 proofs in both
+//! directions.
+//!
+//! The agent proves it holds the token by answering the coordinator's nonce; the
+//! coordinator proves the same by answering the agent's nonce, so an agent never takes
+//! commands from a stray coordinator. Each proof is
+//! `HMAC-SHA256(token, label ‖ nonce ‖ len(job_id) ‖ job_id ‖ rank)`: the label keeps
+//! one direction's proof from being replayed as the other's, and the fixed-width
+//! length and rank keep `job "a1", rank 2` apart from `job "a", rank 12`.
+
+use std::fmt;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::error::ClusterError;
+
+/// Bytes in a nonce; as long as the MAC, so guessing one is no easier than forging it.
+pub const NONCE_LEN: usize = 32;
+
+const AGENT_LABEL: &[u8] = b"gpuvet/agent-proof/v1\0";
+const COORDINATOR_LABEL: &[u8] = b"gpuvet/coordinator-proof/v1\0";
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The group's shared secret. Its `Debug` never shows the secret.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl Token {
+    /// A token from a flag or `GPUVET_TOKEN`. Surrounding whitespace is dropped, since
+    /// a secret mounted from a file often ends with a newline on some nodes only.
+    pub fn new(secret: impl AsRef<str>) -> Result<Token, ClusterError> {
+        let secret = secret.as_ref().trim();
+        if secret.is_empty() {
+            return Err(ClusterError::InvalidSetting {
+                name: "`GPUVET_TOKEN`".to_owned(),
+                value: String::new(),
+                expected: "a non-empty secret shared by every node".to_owned(),
+            });
+        }
+        Ok(Token(secret.to_owned()))
+    }
+
+    /// A fresh random token (64 hex digits), e.g. for agents spawned on one machine.
+    pub fn random() -> Result<Token, ClusterError> {
+        Ok(Token(to_hex(&random_nonce()?)))
+    }
+
+    /// The secret itself, to hand to a child process; never log it.
+    pub fn reveal(&self) -> &str {
+        &self.0
+    }
+
+    fn mac(&self) -> HmacSha256 {
+        // HMAC takes keys of any length; this cannot fail.
+        <HmacSha256 as Mac>::new_from_slice(self.0.as_bytes()).expect("hmac accepts any key length")
+    }
+}
+
+impl fmt::Debug for Token {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Token(<redacted>)")
+    }
+}
+
+/// A nonce from the operating system's random source.
+pub fn random_nonce() -> Result<[u8; NONCE_LEN], ClusterError> {
+    let mut nonce = [0u8; NONCE_LEN];
+    getrandom::fill(&mut nonce).map_err(|err| {
+        ClusterError::io(
+            "cannot read the system's random source",
+            std::io::Error::other(err.to_string()),
+        )
+    })?;
+    Ok(nonce)
+}
+
+/// The agent's answer to the coordinator's nonce.
+pub fn agent_proof(token: &Token, nonce: &[u8], job_id: &str, rank: u32) -> [u8; 32] {
+    proof(token, AGENT_LABEL, nonce, job_id, rank)
+}
+
+/// Whether `proof` is the agent's answer for this nonce, job and rank; constant-time.
+pub fn verify_agent_proof(
+    token: &Token,
+    nonce: &[u8],
+    job_id: &str,
+    rank: u32,
+    proof: &[u8],
+) -> bool {
+    verify(token, AGENT_LABEL, nonce, job_id, rank, proof)
+}
+
+/// The coordinator's answer to the agent's nonce.
+pub fn coordinator_proof(token: &Token, nonce: &[u8], job_id: &str, rank: u32) -> [u8; 32] {
+    proof(token, COORDINATOR_LABEL, nonce, job_id, rank)
+}
+
+/// Whether `proof` is the coordinator's answer for this nonce, job and rank; constant-time.
+pub fn verify_coordinator_proof(
+    token: &Token,
+    nonce: &[u8],
+    job_id: &str,
+    rank: u32,
+    proof: &[u8],
+) -> bool {
+    verify(token, COORDINATOR_LABEL, nonce, job_id, rank, proof)
+}
+
+fn keyed(token: &Token, label: &[u8], nonce: &[u8], job_id: &str, rank: u32) -> HmacSha256 {
+    let mut mac = token.mac();
+    mac.update(label);
+    mac.update(nonce);
+    // A job id longer than u32::MAX bytes cannot arrive in a 16 MiB frame.
+    mac.update(
+        &u32::try_from(job_id.len())
+            .unwrap_or(u32::MAX)
+            .to_be_bytes(),
+    );
+    mac.update(job_id.as_bytes());
+    mac.update(&rank.to_be_bytes());
+    mac
+}
+
+fn proof(token: &Token, label: &[u8], nonce: &[u8], job_id: &str, rank: u32) -> [u8; 32] {
+    keyed(token, label, nonce, job_id, rank)
+        .finalize()
+        .into_bytes()
+        .into()
+}
+
+fn verify(
+    token: &Token,
+    label: &[u8],
+    nonce: &[u8],
+    job_id: &str,
+    rank: u32,
+    proof: &[u8],
+) -> bool {
+    keyed(token, label, nonce, job_id, rank)
+        .verify_slice(proof)
+        .is_ok()
+}
+
+/// Lowercase hex, for bytes inside JSON frames.
+pub fn to_hex(bytes: &[u8]) -> String {
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut out = String::with_capacity(bytes.len() * 2);
+    for byte in bytes {
+        out.push(char::from(DIGITS[usize::from(byte >> 4)]));
+        out.push(char::from(DIGITS[usize::from(byte & 0x0f)]));
+    }
+    out
+}
+
+/// The bytes of a hex string, or `None` when it is not hex.
+pub fn from_hex(text: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| {
+        char::from(c)
+            .to_digit(16)
+            .and_then(|d| u8::try_from(d).ok())
+    };
+    let bytes = text.as_bytes();
+    if bytes.len() % 2 != 0 {
+        return None;
+    }
+    bytes
+        .chunks_exact(2)
+        .map(|pair| Some((digit(pair[0])? << 4) | digit(pair[1])?))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn token(secret: &str) -> Token {
+        Token::new(secret).unwrap()
+    }
+
+    #[test]
+    fn a_proof_verifies_only_for_its_token_nonce_job_and_rank() {
+        let nonce = [7u8; NONCE_LEN];
+        let proof = agent_proof(&token("s3cret"), &nonce, "job-1", 2);
+        assert!(verify_agent_proof(
+            &token("s3cret"),
+            &nonce,
+            "job-1",
+            2,
+            &proof
+        ));
+        assert!(!verify_agent_proof(
+            &token("other"),
+            &nonce,
+            "job-1",
+            2,
+            &proof
+        ));
+        assert!(!verify_agent_proof(
+            &token("s3cret"),
+            &[8u8; NONCE_LEN],
+            "job-1",
+            2,
+            &proof
+        ));
+        assert!(!verify_agent_proof(
+            &token("s3cret"),
+            &nonce,
+            "job-2",
+            2,
+            &proof
+        ));
+        assert!(!verify_agent_proof(
+            &token("s3cret"),
+            &nonce,
+            "job-1",
+            3,
+            &proof
+        ));
+        assert!(!verify_agent_proof(
+            &token("s3cret"),
+            &nonce,
+            "job-1",
+            2,
+            &proof[..31]
+        ));
+    }
+
+    #[test]
+    fn proofs_of_the_two_directions_differ() {
+        let nonce = [1u8; NONCE_LEN];
+        let agent = agent_proof(&token("t"), &nonce, "j", 0);
+        assert!(!verify_coordinator_proof(
+            &token("t"),
+            &nonce,
+            "j",
+            0,
+            &agent
+        ));
+        let coordinator = coordinator_proof(&token("t"), &nonce, "j", 0);
+        assert!(verify_coordinator_proof(
+            &token("t"),
+            &nonce,
+            "j",
+            0,
+            &coordinator
+        ));
+    }
+
+    #[test]
+    fn job_and_rank_boundaries_cannot_be_shifted() {
+        let nonce = [0u8; NONCE_LEN];
+        let a = agent_proof(&token("t"), &nonce, "a1", 2);
+        assert!(!verify_agent_proof(&token("t"), &nonce, "a", 12, &a));
+    }
+
+    #[test]
+    fn tokens_are_trimmed_redacted_and_never_empty() {
+        assert_eq!(token(" abc\n"), token("abc"));
+        assert_eq!(format!("{:?}", token("abc")), "Token(<redacted>)");
+        let err = Token::new(" \n").unwrap_err().to_string();
+        assert!(err.contains("`GPUVET_TOKEN`"), "{err}");
+        let random = Token::random().unwrap();
+        assert_eq!(random.reveal().len(), 64);
+        assert_ne!(random, Token::random().unwrap());
+    }
+
+    #[test]
+    fn hex_round_trips_and_rejects_junk() {
+        let bytes = [0u8, 1, 0xab, 0xff];
+        assert_eq!(to_hex(&bytes), "0001abff");
+        assert_eq!(from_hex("0001abff").unwrap(), bytes);
+        assert_eq!(from_hex("0001ABFF").unwrap(), bytes);
+        assert_eq!(from_hex("abc"), None);
+        assert_eq!(from_hex("zz"), None);
+        assert_eq!(from_hex("é1"), None);
+    }
+}

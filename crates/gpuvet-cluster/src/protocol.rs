@@ -1,0 +1,469 @@
+//! The wire protocol between agents and the coordinator.
+//!
+//! A frame is a big-endian `u32` length and that many bytes of JSON: one [`Message`],
+//! tagged by `"type"`. Frames are at most [`MAX_FRAME_BYTES`]; before an agent has
+//! proven itself, at most [`MAX_HANDSHAKE_FRAME_BYTES`], so a stranger cannot make the
+//! coordinator allocate much.
+//!
+//! The handshake, coordinator (C) and agent (A):
+//!
+//! ```text
+//! A connects            C → A  challenge {protocol_version, nonce}
+//!                       A → C  hello {protocol_version, job_id, rank, nnodes, node,
+//!                                     data_addr, agent_nonce, proof, ...}
+//! C checks version, proof, job, rank range, group size, duplicate rank; then
+//!   N times             C → A  ping {seq, t0}      A → C  pong {seq, t0, t1, t2}
+//!                       C → A  welcome {heartbeat_interval_ms, clock, proof}
+//!               or else C → A  refused {reason}
+//! ```
+//!
+//! After the welcome the agent sends `heartbeat`s (each answered by a
+//! `heartbeat_ack`) and `report`s; the coordinator sends `command`s, `roster`s,
+//! `abort` and `bye`. Either side ends cleanly with `bye`; a connection that closes
+//! without one is a crash.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::clock::ClockOffset;
+use crate::error::ClusterError;
+
+/// Bumped whenever a message changes incompatibly; both sides must speak the same.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// The largest frame either side accepts once the handshake is done: room for a
+/// report with per-iteration samples of every GPU, small enough to refuse nonsense.
+pub const MAX_FRAME_BYTES: usize = 16 << 20;
+
+/// The largest frame accepted from a peer that has not yet authenticated.
+pub const MAX_HANDSHAKE_FRAME_BYTES: usize = 64 << 10;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum Message {
+    /// C → A, first: the coordinator's version and a fresh nonce (hex) to prove against.
+    Challenge {
+        protocol_version: u32,
+        nonce: String,
+    },
+    /// A → C: who the agent is, and its proof.
+    Hello(Hello),
+    /// C → A: a clock sample's first half, `t0` on the coordinator's clock.
+    Ping { seq: u32, t0_ns: i64 },
+    /// A → C: `t0` echoed, `t1` (ping arrived) and `t2` (pong sent) on the agent's clock.
+    Pong {
+        seq: u32,
+        t0_ns: i64,
+        t1_ns: i64,
+        t2_ns: i64,
+    },
+    /// C → A: admitted.
+    Welcome(Welcome),
+    /// C → A: not admitted, and why; the coordinator closes the connection after it.
+    Refused { reason: String },
+    /// A → C, every heartbeat interval.
+    Heartbeat(Heartbeat),
+    /// C → A: the heartbeat `seq` arrived; tells the agent the coordinator still runs.
+    HeartbeatAck { seq: u64 },
+    /// C → A: work for the agent, in the binary's own vocabulary.
+    Command { seq: u64, body: Value },
+    /// A → C: a result or a progress note, answering a command or on its own.
+    Report {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        in_reply_to: Option<u64>,
+        body: Value,
+    },
+    /// C → A: every member and where its data plane listens.
+    Roster { members: Vec<RosterEntry> },
+    /// C → A: stop the run now; the agent applies its fail action.
+    Abort { reason: String },
+    /// Either way: a clean goodbye, so closing is not taken for a crash.
+    Bye { reason: String },
+}
+
+impl Message {
+    /// The `"type"` tag, for messages about unexpected frames.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Message::Challenge { .. } => "challenge",
+            Message::Hello(_) => "hello",
+            Message::Ping { .. } => "ping",
+            Message::Pong { .. } => "pong",
+            Message::Welcome(_) => "welcome",
+            Message::Refused { .. } => "refused",
+            Message::Heartbeat(_) => "heartbeat",
+            Message::HeartbeatAck { .. } => "heartbeat_ack",
+            Message::Command { .. } => "command",
+            Message::Report { .. } => "report",
+            Message::Roster { .. } => "roster",
+            Message::Abort { .. } => "abort",
+            Message::Bye { .. } => "bye",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    pub protocol_version: u32,
+    pub job_id: String,
+    /// This node's rank in the group, from 0.
+    pub rank: u32,
+    /// The group size as this node was told it; must match the coordinator's.
+    pub nnodes: u32,
+    /// The node's name, for people.
+    pub node: String,
+    /// Where this node's data plane listens; an unspecified IP (`0.0.0.0`) means "the
+    /// address this connection comes from".
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_addr: Option<SocketAddr>,
+    pub gpuvet_version: String,
+    /// Anything else the binary wants the coordinator to know (backend, devices, ...).
+    #[serde(default)]
+    pub info: Value,
+    /// The agent's nonce (hex) for the coordinator to prove against.
+    pub agent_nonce: String,
+    /// HMAC-SHA256 over the coordinator's nonce, the job id and the rank (hex).
+    pub proof: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    pub nnodes: u32,
+    /// How often the agent must send a heartbeat.
+    pub heartbeat_interval_ms: u64,
+    /// The agent's clock relative to the coordinator's, from the pings just exchanged.
+    pub clock: ClockOffset,
+    /// HMAC-SHA256 over the agent's nonce, the job id and the rank (hex).
+    pub proof: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Heartbeat {
+    pub rank: u32,
+    pub seq: u64,
+    /// What the agent is doing, e.g. "all_reduce_2 round 1 step 3".
+    pub phase: String,
+    /// When the agent entered this phase, Unix nanoseconds on its clock.
+    pub phase_since_ns: i64,
+    /// When this heartbeat left, Unix nanoseconds on the agent's clock.
+    pub sent_at_ns: i64,
+}
+
+/// One member as other members need to know it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RosterEntry {
+    pub rank: u32,
+    pub node: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_addr: Option<SocketAddr>,
+}
+
+/// Why reading a frame stopped; the caller decides whether that is a refusal, a crash
+/// or a lost coordinator.
+#[derive(Debug)]
+pub(crate) enum FrameError {
+    /// The peer closed the connection; `mid_frame` when it did so halfway.
+    Closed {
+        mid_frame: bool,
+    },
+    /// The deadline passed first.
+    TimedOut,
+    TooLarge {
+        len: u64,
+        max: u64,
+        hint: String,
+    },
+    Io(io::Error),
+    Malformed(String),
+}
+
+impl FrameError {
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            FrameError::Closed { mid_frame: false } => "the connection closed".to_owned(),
+            FrameError::Closed { mid_frame: true } => {
+                "the connection closed in the middle of a frame".to_owned()
+            }
+            FrameError::TimedOut => "timed out waiting for a frame".to_owned(),
+            FrameError::TooLarge { len, max, hint } => {
+                format!("frame of {len} bytes exceeds the {max}-byte limit{hint}")
+            }
+            FrameError::Io(err) => format!("connection error: {err}"),
+            FrameError::Malformed(detail) => format!("malformed frame: {detail}"),
+        }
+    }
+}
+
+impl From<FrameError> for ClusterError {
+    fn from(err: FrameError) -> Self {
+        match err {
+            FrameError::TooLarge { len, max, hint } => {
+                ClusterError::FrameTooLarge { len, max, hint }
+            }
+            FrameError::Malformed(detail) => ClusterError::BadFrame { detail },
+            FrameError::Io(source) => ClusterError::io("connection error", source),
+            FrameError::TimedOut => {
+                ClusterError::io(err.describe(), io::Error::from(io::ErrorKind::TimedOut))
+            }
+            FrameError::Closed { .. } => ClusterError::io(
+                err.describe(),
+                io::Error::from(io::ErrorKind::UnexpectedEof),
+            ),
+        }
+    }
+}
+
+/// The bytes of one frame carrying `message`.
+pub fn encode_frame(message: &Message) -> Result<Vec<u8>, ClusterError> {
+    let json = serde_json::to_vec(message)?;
+    if json.len() > MAX_FRAME_BYTES {
+        return Err(ClusterError::FrameTooLarge {
+            len: json.len() as u64,
+            max: MAX_FRAME_BYTES as u64,
+            hint: format!(" (a `{}` message; send less per message)", message.kind()),
+        });
+    }
+    let len = u32::try_from(json.len()).expect("bounded by MAX_FRAME_BYTES");
+    let mut frame = Vec::with_capacity(4 + json.len());
+    frame.extend_from_slice(&len.to_be_bytes());
+    frame.extend_from_slice(&json);
+    Ok(frame)
+}
+
+/// Writes one frame; a single `write_all`, so frames from threads sharing a locked
+/// writer never interleave.
+pub fn write_message(writer: &mut impl Write, message: &Message) -> Result<(), ClusterError> {
+    let frame = encode_frame(message)?;
+    writer
+        .write_all(&frame)
+        .and_then(|()| writer.flush())
+        .map_err(|err| ClusterError::io(format!("cannot send a `{}` message", message.kind()), err))
+}
+
+/// Reads and decodes one message, waiting until `deadline` (forever with `None`).
+pub fn read_message(
+    stream: &mut TcpStream,
+    deadline: Option<Instant>,
+) -> Result<Message, ClusterError> {
+    let bytes = read_frame(stream, MAX_FRAME_BYTES, deadline)?;
+    Ok(decode_message(&bytes)?)
+}
+
+/// Reads one frame's payload of at most `max` bytes.
+pub(crate) fn read_frame(
+    stream: &mut TcpStream,
+    max: usize,
+    deadline: Option<Instant>,
+) -> Result<Vec<u8>, FrameError> {
+    if deadline.is_none() {
+        stream.set_read_timeout(None).map_err(FrameError::Io)?;
+    }
+    let mut header = [0u8; 4];
+    read_exact_until(stream, &mut header, deadline, false)?;
+    let len = u32::from_be_bytes(header);
+    if len as usize > max {
+        return Err(FrameError::TooLarge {
+            len: u64::from(len),
+            max: max as u64,
+            hint: text_hint(&header),
+        });
+    }
+    let mut payload = vec![0u8; len as usize];
+    read_exact_until(stream, &mut payload, deadline, true)?;
+    Ok(payload)
+}
+
+/// A stranger who sends text (an HTTP probe, a typo'd port) shows up as an absurd
+/// length; saying that the bytes look like text tells a person what happened.
+fn text_hint(header: &[u8; 4]) -> String {
+    if header.iter().all(|b| b.is_ascii_graphic() || *b == b' ') {
+        format!(
+            " (the first bytes `{}` look like text: not a gpuvet agent?)",
+            String::from_utf8_lossy(header)
+        )
+    } else {
+        String::new()
+    }
+}
+
+fn read_exact_until(
+    stream: &mut TcpStream,
+    buf: &mut [u8],
+    deadline: Option<Instant>,
+    in_frame: bool,
+) -> Result<(), FrameError> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        if let Some(deadline) = deadline {
+            // Re-armed before every read, so a peer trickling bytes cannot stretch the
+            // deadline.
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(FrameError::TimedOut);
+            }
+            stream
+                .set_read_timeout(Some(remaining))
+                .map_err(FrameError::Io)?;
+        }
+        match stream.read(&mut buf[filled..]) {
+            Ok(0) => {
+                return Err(FrameError::Closed {
+                    mid_frame: in_frame || filled > 0,
+                });
+            }
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err)
+                if deadline.is_some()
+                    && matches!(
+                        err.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) => {}
+            Err(err) => return Err(FrameError::Io(err)),
+        }
+    }
+    Ok(())
+}
+
+/// Decodes a frame's payload.
+pub(crate) fn decode_message(bytes: &[u8]) -> Result<Message, FrameError> {
+    serde_json::from_slice(bytes)
+        .map_err(|err| FrameError::Malformed(format!("not a gpuvet message: {err}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frames_are_a_big_endian_length_and_tagged_json() {
+        let frame = encode_frame(&Message::Bye {
+            reason: "done".into(),
+        })
+        .unwrap();
+        let json = br#"{"type":"bye","reason":"done"}"#;
+        assert_eq!(&frame[..4], &(json.len() as u32).to_be_bytes());
+        assert_eq!(&frame[4..], json);
+    }
+
+    #[test]
+    fn every_message_round_trips() {
+        let messages = vec![
+            Message::Challenge {
+                protocol_version: 1,
+                nonce: "ab".into(),
+            },
+            Message::Hello(Hello {
+                protocol_version: 1,
+                job_id: "j".into(),
+                rank: 3,
+                nnodes: 4,
+                node: "n3".into(),
+                data_addr: Some("0.0.0.0:4000".parse().unwrap()),
+                gpuvet_version: "0.1.0".into(),
+                info: serde_json::json!({"backend": "cpu"}),
+                agent_nonce: "cd".into(),
+                proof: "ef".into(),
+            }),
+            Message::Ping { seq: 1, t0_ns: 5 },
+            Message::Pong {
+                seq: 1,
+                t0_ns: 5,
+                t1_ns: 6,
+                t2_ns: 7,
+            },
+            Message::Welcome(Welcome {
+                nnodes: 4,
+                heartbeat_interval_ms: 500,
+                clock: ClockOffset {
+                    offset_ns: -3,
+                    round_trip_ns: 9,
+                    samples: 8,
+                },
+                proof: "00".into(),
+            }),
+            Message::Refused {
+                reason: "no".into(),
+            },
+            Message::Heartbeat(Heartbeat {
+                rank: 2,
+                seq: 9,
+                phase: "all_reduce_2 round 1".into(),
+                phase_since_ns: 1,
+                sent_at_ns: 2,
+            }),
+            Message::HeartbeatAck { seq: 9 },
+            Message::Command {
+                seq: 4,
+                body: serde_json::json!({"run_check": "gemm_flops"}),
+            },
+            Message::Report {
+                in_reply_to: Some(4),
+                body: serde_json::json!([1, 2]),
+            },
+            Message::Report {
+                in_reply_to: None,
+                body: Value::Null,
+            },
+            Message::Roster {
+                members: vec![RosterEntry {
+                    rank: 0,
+                    node: "n0".into(),
+                    data_addr: None,
+                }],
+            },
+            Message::Abort {
+                reason: "rank 2 crashed".into(),
+            },
+            Message::Bye {
+                reason: "finished".into(),
+            },
+        ];
+        for message in messages {
+            let frame = encode_frame(&message).unwrap();
+            let decoded = decode_message(&frame[4..]).unwrap();
+            assert_eq!(decoded, message, "{}", message.kind());
+        }
+    }
+
+    #[test]
+    fn junk_payloads_are_malformed_not_panics() {
+        for junk in [
+            &b"\xff\xfe"[..],
+            b"{}",
+            b"{\"type\":\"nope\"}",
+            b"[[[[[[",
+            b"null",
+        ] {
+            assert!(matches!(
+                decode_message(junk),
+                Err(FrameError::Malformed(_))
+            ));
+        }
+        let deep = "[".repeat(100_000);
+        assert!(matches!(
+            decode_message(deep.as_bytes()),
+            Err(FrameError::Malformed(_))
+        ));
+    }
+
+    #[test]
+    fn an_oversized_message_is_refused_before_sending() {
+        let body = Value::String("x".repeat(MAX_FRAME_BYTES));
+        let err = encode_frame(&Message::Command { seq: 1, body })
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("exceeds the 16777216-byte limit"), "{err}");
+        assert!(err.contains("`command`"), "{err}");
+    }
+
+    #[test]
+    fn text_where_a_length_belongs_is_called_out() {
+        assert!(text_hint(b"GET ").contains("`GET `"));
+        assert_eq!(text_hint(&[0, 0, 1, 0]), "");
+    }
+}

@@ -1,0 +1,168 @@
+//! Heartbeats in one process: a node that stops heartbeating is named unresponsive and
+//! the first error, recovers when it resumes; aborts and shutdowns reach every agent.
+
+use std::time::Duration;
+
+use gpuvet_cluster::{
+    ClusterError, CoordinatorEvent, CoordinatorOptions, Diagnosis, Incident, IncidentKind,
+    MemberEventKind, MemberState, Received, clock::unix_now_ms, diagnose,
+};
+use gpuvet_core::results::Lane;
+
+use crate::{
+    ANTI_HANG, coordinator, in_, is_member_event, join_all, quick_options, wait_for_event,
+};
+
+#[test]
+fn an_agent_that_stops_heartbeating_is_named_first_and_its_waiting_peers_secondary() {
+    let coordinator = coordinator(3, quick_options());
+    let agents = join_all(&coordinator, 0..3);
+    agents[1].set_phase("all_reduce_2 round 1 step 3");
+    wait_for_event(
+        &coordinator,
+        |e| matches!(e, CoordinatorEvent::Phase { rank: 1, phase, .. } if phase.contains("step 3")),
+    );
+
+    // What SIGSTOP does to heartbeats, without stopping the test process.
+    agents[1].suspend_heartbeats(true);
+    let (event, _) = wait_for_event(&coordinator, |e| {
+        is_member_event(e, 1, |k| matches!(k, MemberEventKind::Unresponsive { .. }))
+    });
+    let CoordinatorEvent::Member(hung) = event else {
+        unreachable!()
+    };
+    let MemberEventKind::Unresponsive {
+        last_seen_ms,
+        silent_for_ms,
+        last_phase,
+    } = &hung.kind
+    else {
+        unreachable!()
+    };
+    assert_eq!(last_phase, "all_reduce_2 round 1 step 3");
+    assert!(
+        *silent_for_ms >= 1_500,
+        "declared before the deadline: {hung:?}"
+    );
+    assert!(*last_seen_ms <= hung.time_ms);
+    assert_eq!(
+        coordinator.member(1).unwrap().state,
+        MemberState::Unresponsive
+    );
+    assert!(
+        hung.describe()
+            .starts_with("rank 1 (node-1) is unresponsive: silent for"),
+        "{}",
+        hung.describe()
+    );
+
+    // Its peers gave up on the collective afterwards and reported timeouts.
+    let now = unix_now_ms();
+    let mut incidents: Vec<Incident> = vec![Incident::from_member_event(&hung).unwrap()];
+    for rank in [0, 2] {
+        incidents.push(Incident {
+            rank,
+            node: Some(format!("node-{rank}")),
+            time_ms: now,
+            kind: IncidentKind::TimedOut {
+                waiting_on: Some(1),
+            },
+            detail: "all_reduce_2 timed out".to_owned(),
+        });
+    }
+    let Diagnosis::FirstError {
+        first,
+        secondary,
+        other_failures,
+    } = diagnose(&incidents)
+    else {
+        panic!()
+    };
+    assert_eq!(
+        (first.rank, first.kind.clone(), first.lane()),
+        (1, IncidentKind::Unresponsive, Lane::Host)
+    );
+    assert_eq!(
+        secondary.iter().map(|i| i.rank).collect::<Vec<_>>(),
+        vec![0, 2]
+    );
+    assert!(other_failures.is_empty());
+
+    agents[1].suspend_heartbeats(false);
+    wait_for_event(&coordinator, |e| {
+        is_member_event(e, 1, |k| matches!(k, MemberEventKind::Recovered { .. }))
+    });
+    assert_eq!(coordinator.member(1).unwrap().state, MemberState::Alive);
+    // The agent never gave up on the coordinator meanwhile.
+    assert!(agents[1].link_status().is_ok());
+}
+
+#[test]
+fn an_abort_reaches_every_agent_after_the_commands_before_it() {
+    let coordinator = coordinator(2, CoordinatorOptions::default());
+    let agents = join_all(&coordinator, 0..2);
+    let seq = coordinator.send(0, "first").unwrap();
+    let abort = coordinator.abort("rank 1 crashed in all_reduce_2");
+    assert_eq!(abort.sent_to, vec![0, 1]);
+    let Some(Received::Command(command)) = agents[0].recv(in_(ANTI_HANG)).unwrap() else {
+        panic!()
+    };
+    assert_eq!(command.seq, seq);
+    for agent in &agents {
+        let err = agent.recv(in_(ANTI_HANG)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the coordinator aborted the run: rank 1 crashed in all_reduce_2"
+        );
+        // And it stays that way.
+        assert!(matches!(
+            agent.recv(in_(ANTI_HANG)),
+            Err(ClusterError::Aborted { .. })
+        ));
+        assert!(agent.report(None, "late").is_err());
+    }
+}
+
+#[test]
+fn a_coordinator_that_shuts_down_says_goodbye_and_agents_end_cleanly() {
+    let coordinator = coordinator(2, CoordinatorOptions::default());
+    let agents = join_all(&coordinator, 0..2);
+    assert!(coordinator.wait_for_members(in_(ANTI_HANG)).is_complete());
+    coordinator.shutdown("the run is over");
+    for agent in &agents {
+        assert_eq!(
+            agent.recv(in_(ANTI_HANG)).unwrap(),
+            Some(Received::Closed {
+                reason: "the run is over".to_owned()
+            })
+        );
+        let err = agent.recv(in_(ANTI_HANG)).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "the coordinator ended the session: the run is over"
+        );
+    }
+    assert!(matches!(
+        coordinator.send(0, "x"),
+        Err(ClusterError::ShutDown)
+    ));
+    // Closing connections after a shutdown are no crash.
+    std::thread::sleep(Duration::from_millis(100));
+    while let Some(event) = coordinator.try_recv_event() {
+        assert!(
+            !matches!(event, CoordinatorEvent::Member(ref m) if matches!(m.kind, MemberEventKind::Crashed { .. })),
+            "{event:?}"
+        );
+    }
+}
+
+#[test]
+fn recv_without_messages_returns_none_at_its_deadline() {
+    let coordinator = coordinator(1, CoordinatorOptions::default());
+    let agents = join_all(&coordinator, [0]);
+    assert_eq!(
+        agents[0].recv(in_(Duration::from_millis(50))).unwrap(),
+        None
+    );
+    assert!(agents[0].link_status().is_ok());
+}
