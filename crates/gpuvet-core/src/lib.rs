@@ -11,6 +11,8 @@ pub mod config;
 pub mod events;
 pub mod exit_codes;
 pub mod inventory;
+pub mod localize;
+pub mod pairing;
 pub mod render;
 pub mod results;
 pub mod stats;

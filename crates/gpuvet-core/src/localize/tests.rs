@@ -1,0 +1,404 @@
+//! Tests of pair judging and localization.
+
+use super::*;
+use crate::analysis::Limit;
+use crate::catalog::CheckName;
+use crate::pairing::{Plan, retest, round_one};
+
+const POLICY: JudgePolicy = JudgePolicy {
+    tolerance: 0.05,
+    limit: None,
+};
+
+fn spec() -> &'static CheckSpec {
+    CheckName::AllReduce2.spec()
+}
+
+fn nodes(n: usize) -> Vec<NodeId> {
+    (0..n).map(|i| format!("n{i}")).collect()
+}
+
+fn busbw(pair: &Pair, value: f64) -> Measurement {
+    Measurement::ok(pair.entity(), value, Vec::new())
+}
+
+/// What the runner does: round one, then retests until none is planned.
+fn run(
+    group: &[NodeId],
+    measure: impl Fn(&Pair) -> Measurement,
+) -> (Localization, usize, Vec<PairJudgement>) {
+    let mut tests = Vec::new();
+    let mut rounds = 0;
+    let mut run_plan = |plan: &Plan, tests: &mut Vec<PairTest>| {
+        rounds += plan.rounds.len();
+        for pair in plan.pairs() {
+            tests.push(PairTest::new(pair.clone(), plan.stage, measure(pair)));
+        }
+    };
+    run_plan(&round_one(group), &mut tests);
+    for _ in 0..group.len() {
+        let judged = judge_pairs(spec(), &tests, &POLICY);
+        let next = retest(group, &outcomes(&judged));
+        if next.plan.is_empty() {
+            break;
+        }
+        run_plan(&next.plan, &mut tests);
+    }
+    let judged = judge_pairs(spec(), &tests, &POLICY);
+    (
+        localize(spec(), group, &judged, Lane::Network),
+        rounds,
+        judged,
+    )
+}
+
+fn named(results: &[EntityResult]) -> Vec<String> {
+    results
+        .iter()
+        .filter(|r| is_finding(r.verdict))
+        .map(|r| r.entity.to_string())
+        .collect()
+}
+
+#[test]
+fn a_healthy_group_passes_in_one_round() {
+    let (found, rounds, _) = run(&nodes(8), |p| busbw(p, 100.0));
+    assert_eq!(rounds, 1);
+    assert_eq!(found.status(), CheckStatus::Passed);
+    assert_eq!(found.nodes.len(), 8);
+    assert!(found.nodes.iter().all(|r| r.verdict == Verdict::Ok));
+    assert_eq!(found.nodes[0].reason, "passed with n1");
+    assert_eq!(found.nodes[0].evidence.value, Some(100.0));
+}
+
+#[test]
+fn a_slow_node_is_the_culprit_with_its_evidence() {
+    let (found, rounds, _) = run(&nodes(8), |p| {
+        busbw(p, if p.contains("n3") { 80.0 } else { 100.0 })
+    });
+    assert_eq!(
+        rounds, 4,
+        "round one, its re-measure, the retest, its re-measure"
+    );
+    assert_eq!(named(&found.nodes), ["n3"]);
+    assert!(found.links.is_empty() && found.unresolved.is_empty() && found.group_wide.is_none());
+    let culprit = found.culprits().next().unwrap();
+    assert_eq!(culprit.verdict, Verdict::Slow);
+    assert_eq!(culprit.lane, Lane::Network);
+    assert_eq!(culprit.evidence.value, Some(80.0));
+    assert_eq!(culprit.evidence.peer_median, Some(100.0));
+    assert_eq!(culprit.evidence.deficit_pct, Some(20.0));
+    assert!(culprit.evidence.remeasured);
+    assert_eq!(culprit.measurement.extra["pairs_failed"], 2.0);
+    assert_eq!(
+        culprit.reason,
+        "failed with 2 of 2 partners, 2 of which passed with other nodes: \
+         n2<->n3 80.0 GB/s, 20.0% worse; n3<->n1 80.0 GB/s, 20.0% worse \
+         (peer median 100 GB/s, threshold 5.0%)"
+    );
+    let partner = found
+        .nodes
+        .iter()
+        .find(|r| r.entity.node() == "n2")
+        .unwrap();
+    assert_eq!(partner.verdict, Verdict::Ok);
+    assert!(
+        partner.reason.contains("failed with n3 (the culprit)"),
+        "{}",
+        partner.reason
+    );
+}
+
+#[test]
+fn a_slow_link_is_suspect_and_its_nodes_are_not_named() {
+    let slow = Pair::new("n2", "n3");
+    let (found, _, _) = run(&nodes(8), |p| {
+        busbw(p, if p.same_nodes(&slow) { 80.0 } else { 100.0 })
+    });
+    assert!(found.culprits().next().is_none());
+    assert_eq!(named(&found.links), ["n2<->n3"]);
+    let link = &found.links[0];
+    assert_eq!(link.lane, Lane::Network);
+    assert!(link.evidence.remeasured);
+    assert!(
+        link.reason.ends_with(
+            "(mean of 2 measurements); n2 and n3 both passed with other nodes, so the link \
+             or path between them is suspect"
+        ),
+        "{}",
+        link.reason
+    );
+    assert_eq!(found.status(), CheckStatus::Failed);
+}
+
+#[test]
+fn both_members_bad_are_both_named() {
+    let bad = |p: &Pair| p.contains("n2") || p.contains("n3");
+    let (found, _, _) = run(&nodes(8), |p| busbw(p, if bad(p) { 80.0 } else { 100.0 }));
+    assert_eq!(named(&found.nodes), ["n2", "n3"]);
+    assert!(found.links.is_empty() && found.unresolved.is_empty());
+}
+
+#[test]
+fn a_crashed_node_is_faulty_in_the_lane_given() {
+    let measure = |p: &Pair| {
+        if p.contains("n5") {
+            Measurement::failed(p.entity(), "n5 stopped answering")
+        } else {
+            busbw(p, 100.0)
+        }
+    };
+    let group = nodes(8);
+    let (_, rounds, judged) = run(&group, measure);
+    assert_eq!(rounds, 2, "an error is not re-measured, only retested");
+    let found = localize(spec(), &group, &judged, Lane::Host);
+    assert_eq!(named(&found.nodes), ["n5"]);
+    let culprit = found.culprits().next().unwrap();
+    assert_eq!(culprit.verdict, Verdict::Faulty);
+    assert_eq!(culprit.lane, Lane::Host);
+    assert_eq!(
+        culprit.measurement.error.as_deref(),
+        Some("n5 stopped answering")
+    );
+    assert!(
+        culprit
+            .reason
+            .contains("n4<->n5: error: n5 stopped answering"),
+        "{}",
+        culprit.reason
+    );
+}
+
+#[test]
+fn an_odd_group_localizes_the_shared_partner() {
+    // n0 is the partner of the leftover n4, so it is in both first-round pairs.
+    let (found, _, _) = run(&nodes(5), |p| {
+        busbw(p, if p.contains("n0") { 80.0 } else { 100.0 })
+    });
+    assert_eq!(named(&found.nodes), ["n0"]);
+    assert!(found.links.is_empty() && found.unresolved.is_empty());
+    let (found, _, _) = run(&nodes(5), |p| {
+        busbw(p, if p.contains("n4") { 80.0 } else { 100.0 })
+    });
+    assert_eq!(named(&found.nodes), ["n4"]);
+}
+
+#[test]
+fn three_nodes_find_a_crashed_one_through_the_third_pair() {
+    let measure = |p: &Pair| {
+        if p.contains("n0") {
+            Measurement::failed(p.entity(), "connection reset")
+        } else {
+            busbw(p, 100.0)
+        }
+    };
+    let (found, rounds, _) = run(&nodes(3), measure);
+    assert_eq!(rounds, 3);
+    assert_eq!(named(&found.nodes), ["n0"]);
+    assert!(found.group_wide.is_none());
+}
+
+#[test]
+fn two_nodes_cannot_tell_a_node_from_the_link() {
+    let group = nodes(2);
+    let tests = [PairTest::new(
+        Pair::new("n0", "n1"),
+        Stage::Initial,
+        Measurement::failed(Pair::new("n0", "n1").entity(), "timeout"),
+    )];
+    let judged = judge_pairs(spec(), &tests, &POLICY);
+    assert!(retest(&group, &outcomes(&judged)).no_good_node);
+    let found = localize(spec(), &group, &judged, Lane::Network);
+    assert!(found.nodes.is_empty());
+    assert_eq!(named(&found.unresolved), ["n0<->n1"]);
+    assert!(
+        found.unresolved[0]
+            .reason
+            .contains("n0 and n1 could not be tested")
+    );
+    let wide = found.group_wide.unwrap();
+    assert_eq!(wide.lane, Lane::Platform);
+    assert!(
+        wide.reason.starts_with("the only pair, n0<->n1, failed"),
+        "{}",
+        wide.reason
+    );
+}
+
+#[test]
+fn every_pair_failing_is_group_wide() {
+    let (found, rounds, _) = run(&nodes(8), |p| {
+        Measurement::failed(p.entity(), "NCCL init failed")
+    });
+    assert_eq!(rounds, 1);
+    let wide = found.group_wide.clone().unwrap();
+    assert_eq!(wide.lane, Lane::Platform);
+    assert_eq!(
+        wide.reason,
+        "no pair passed (4 of 4 failed): the fault is group-wide, or more nodes are bad than good"
+    );
+    assert_eq!(found.unresolved.len(), 4);
+    assert_eq!(found.status(), CheckStatus::Failed);
+}
+
+#[test]
+fn one_node_is_untested() {
+    let found = localize(spec(), &nodes(1), &[], Lane::Network);
+    assert_eq!(found.untested, ["n0"]);
+    assert_eq!(found.status(), CheckStatus::Passed);
+}
+
+#[test]
+fn first_measurements_compare_with_the_others_and_retests_with_all() {
+    let pair = |a: &str, b: &str| Pair::new(a, b);
+    let tests = [
+        PairTest::new(
+            pair("n0", "n1"),
+            Stage::Initial,
+            busbw(&pair("n0", "n1"), 100.0),
+        ),
+        PairTest::new(
+            pair("n2", "n3"),
+            Stage::Initial,
+            busbw(&pair("n2", "n3"), 90.0),
+        ),
+        PairTest::new(
+            pair("n4", "n5"),
+            Stage::Initial,
+            busbw(&pair("n4", "n5"), 110.0),
+        ),
+        PairTest::new(
+            pair("n2", "n0"),
+            Stage::Retest,
+            busbw(&pair("n2", "n0"), 94.0),
+        ),
+        // A re-measure, the nodes in the other order: combined with the first.
+        PairTest::new(
+            pair("n3", "n2"),
+            Stage::Retest,
+            busbw(&pair("n3", "n2"), 80.0),
+        ),
+    ];
+    let judged = judge_pairs(spec(), &tests, &POLICY);
+    assert_eq!(judged.len(), 4);
+    let peer = |i: usize| judged[i].result.evidence.peer_median;
+    assert_eq!(peer(0), Some(100.0), "median of 90 and 110");
+    assert_eq!(peer(1), Some(105.0), "median of 100 and 110");
+    assert_eq!(peer(2), Some(95.0), "median of 90 and 100");
+    assert_eq!(peer(3), Some(100.0), "a retest: median of all three");
+    assert_eq!(judged[1].measurements, 2);
+    assert_eq!(judged[1].result.evidence.value, Some(85.0));
+    assert_eq!(judged[1].state, PairState::Failed);
+    assert!(
+        judged[1]
+            .result
+            .reason
+            .ends_with("(mean of 2 measurements)")
+    );
+    assert_eq!(
+        judged[3].state,
+        PairState::Suspect,
+        "6% slow, measured once"
+    );
+    assert_eq!(judged[0].state, PairState::Passed);
+    assert_eq!(
+        judged[1].result.entity,
+        Entity::NodePair {
+            a: "n2".into(),
+            b: "n3".into()
+        }
+    );
+}
+
+#[test]
+fn a_narrow_pass_is_re_measured_but_never_reported_unconfirmed() {
+    let group = nodes(8);
+    let tests: Vec<PairTest> = round_one(&group)
+        .pairs()
+        .map(|p| {
+            let value = if p.contains("n6") { 97.0 } else { 100.0 };
+            PairTest::new(p.clone(), Stage::Initial, busbw(p, value))
+        })
+        .collect();
+    let judged = judge_pairs(spec(), &tests, &POLICY);
+    let narrow = &judged[3];
+    assert_eq!(
+        narrow.result.verdict,
+        Verdict::Ok,
+        "3% is within the 5% tolerance"
+    );
+    assert_eq!(narrow.state, PairState::Borderline, "but past half of it");
+    let next = retest(&group, &outcomes(&judged));
+    assert_eq!(next.plan.rounds[0].pairs, [Pair::new("n6", "n7")]);
+    let found = localize(spec(), &group, &judged, Lane::Network);
+    assert_eq!(found.status(), CheckStatus::Passed);
+    assert!(found.links.is_empty() && found.unresolved.is_empty());
+}
+
+#[test]
+fn a_slow_node_among_4097_is_found_in_a_few_rounds() {
+    let group = nodes(4097);
+    let (found, rounds, _) = run(&group, |p| {
+        busbw(p, if p.contains("n1234") { 85.0 } else { 100.0 })
+    });
+    assert_eq!(named(&found.nodes), ["n1234"]);
+    assert!(found.links.is_empty() && found.unresolved.is_empty());
+    assert_eq!(rounds, 5, "the odd round, then as for any group");
+}
+
+#[test]
+fn a_re_measure_does_not_excuse_an_error() {
+    let pair = Pair::new("n0", "n1");
+    let tests = [
+        PairTest::new(
+            pair.clone(),
+            Stage::Initial,
+            Measurement::failed(pair.entity(), "hang"),
+        ),
+        PairTest::new(pair.clone(), Stage::Retest, busbw(&pair, 100.0)),
+    ];
+    let judged = judge_pairs(spec(), &tests, &POLICY);
+    assert_eq!(judged[0].result.verdict, Verdict::Faulty);
+    assert_eq!(judged[0].state, PairState::Failed);
+    assert_eq!(judged[0].result.reason, "error: hang");
+}
+
+#[test]
+fn a_baseline_floor_judges_a_lone_pair() {
+    let pair = Pair::new("n0", "n1");
+    let floor = JudgePolicy {
+        tolerance: 0.05,
+        limit: Some(Limit::Floor(50.0)),
+    };
+    let tests = [PairTest::new(
+        pair.clone(),
+        Stage::Initial,
+        busbw(&pair, 40.0),
+    )];
+    let judged = judge_pairs(spec(), &tests, &floor);
+    assert_eq!(judged[0].result.verdict, Verdict::Slow);
+    assert_eq!(judged[0].result.evidence.baseline, Some(50.0));
+}
+
+#[test]
+fn leave_one_out_medians() {
+    let sorted = [1.0, 2.0, 3.0, 4.0];
+    assert_eq!(median_of_sorted_without(&sorted, 0), Some(3.0));
+    assert_eq!(median_of_sorted_without(&sorted, 3), Some(2.0));
+    assert_eq!(median_of_sorted_without(&[1.0, 2.0, 3.0], 1), Some(2.0));
+    assert_eq!(median_of_sorted_without(&[5.0], 0), None);
+    assert_eq!(median_of_sorted_without(&[], 0), None);
+    assert_eq!(median_of_sorted(&sorted), Some(2.5));
+}
+
+#[test]
+fn text_helpers() {
+    assert_eq!(join_and(&["a"]), "a");
+    assert_eq!(join_and(&["a", "b", "c"]), "a, b and c");
+    assert_eq!(
+        list_some(&["a", "b", "c", "d", "e"], 3),
+        "a, b, c, and 2 more"
+    );
+    assert_eq!(list_some(&["a", "b"], 3), "a and b");
+    assert_eq!(first_few(&["a", "b", "c"], 2, "; "), "a; b; and 1 more");
+}
