@@ -20,15 +20,34 @@ duration = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
 binary = sys.argv[2] if len(sys.argv) > 2 else "target/release/gpuvet"
 
 
+def peak_rss_mb(pid):
+    """VmHWM of a running process: its peak resident set since exec, in MB."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return 0.0
+
+
 def measure(argv, env=None):
+    # getrusage's ru_maxrss of children would count the forked Python before exec, so
+    # the peak RSS is read from /proc while the process runs.
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.monotonic()
-    subprocess.run(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, check=True)
+    process = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    rss = 0.0
+    while process.poll() is None:
+        rss = max(rss, peak_rss_mb(process.pid))
+        time.sleep(0.5)
+    if process.returncode != 0:
+        sys.exit(f"{argv[0]} exited with {process.returncode}")
     wall = time.monotonic() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    # ru_maxrss of children is the largest of any child so far, in KiB on Linux.
-    return cpu, wall, after.ru_maxrss / 1024.0
+    return cpu, wall, rss
 
 
 with tempfile.TemporaryDirectory() as scratch:
