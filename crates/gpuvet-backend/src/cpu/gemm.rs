@@ -18,6 +18,8 @@ use crate::{BackendError, CancelToken, Sample, WorkSpec};
 /// m = n = k when the work spec leaves it open: about 20 ms per f32 iteration on one
 /// core, so the budget below reaches steady state in well under a second.
 const DEFAULT_SIZE: usize = 1024;
+/// Untimed work before the timed iterations (at least one iteration).
+const WARM_UP_SECONDS: f64 = 0.3;
 const BUDGET: IterationBudget = IterationBudget {
     min_iterations: 5,
     max_iterations: 50,
@@ -122,7 +124,15 @@ fn measure<T: Element>(shape: Shape, cancel: &CancelToken) -> Result<Sample, Bac
     let positions = checked_positions(shape, CHECKED_ENTRIES, SEED_POSITIONS);
     cancel.check()?;
 
+    // Warm up by time, not by count: a core that was idle needs a few hundred
+    // milliseconds of work before it runs at its steady clock (measured here: the first
+    // ~0.25 s of a fresh process ran at about half the rate of the rest).
+    let warm_up_started = Instant::now();
     multiply(shape, &a, &b, &mut c);
+    while warm_up_started.elapsed().as_secs_f64() < WARM_UP_SECONDS {
+        cancel.check()?;
+        multiply(shape, &a, &b, &mut c);
+    }
     let mut wrong_result = first_wrong_entry(shape, &a, &b, &c, &positions, T::RELATIVE_TOLERANCE);
     let first_output: Vec<T> = positions.iter().map(|&(i, j)| c[i * shape.n + j]).collect();
 
