@@ -298,6 +298,17 @@ pub struct WatchSettings {
     pub interval: Duration,
     /// Where to serve Prometheus `/metrics`; `None`: not served.
     pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where to ask NCCL's RAS port about ranks that stopped.
+    pub nccl_ras: NcclRas,
+}
+
+/// `gpuvet.watch.nccl_ras`: `"auto"` (default: `NCCL_RAS_ADDR`, else
+/// `localhost:28028`), `"off"`, or a `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NcclRas {
+    Auto,
+    Off,
+    At(String),
 }
 
 impl Default for WatchSettings {
@@ -307,6 +318,7 @@ impl Default for WatchSettings {
             nvml: true,
             interval: Duration::from_secs(1),
             metrics_addr: None,
+            nccl_ras: NcclRas::Auto,
         }
     }
 }
@@ -435,6 +447,7 @@ struct RawWatch {
     nvml: Option<bool>,
     interval_ms: Option<u64>,
     metrics_addr: Option<String>,
+    nccl_ras: Option<String>,
 }
 
 #[derive(Deserialize)]
@@ -794,6 +807,19 @@ fn validate_watch(raw: RawWatch) -> Result<WatchSettings, ConfigError> {
         nvml: raw.nvml.unwrap_or(defaults.nvml),
         interval: Duration::from_millis(interval_ms),
         metrics_addr,
+        nccl_ras: match raw.nccl_ras.as_deref() {
+            None | Some("auto") => NcclRas::Auto,
+            Some("off") => NcclRas::Off,
+            Some(addr) if addr.contains(':') && !addr.trim().is_empty() => {
+                NcclRas::At(addr.to_owned())
+            }
+            Some(other) => {
+                return Err(ConfigError::invalid(
+                    "gpuvet.watch.nccl_ras",
+                    format!("`{other}` is not usable; expected `auto`, `off` or `host:port`"),
+                ));
+            }
+        },
     })
 }
 

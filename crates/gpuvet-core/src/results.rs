@@ -58,10 +58,18 @@ pub enum Verdict {
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Entity {
-    Device { node: String, index: u32 },
-    Node { node: String },
+    Device {
+        node: String,
+        index: u32,
+    },
+    Node {
+        node: String,
+    },
     /// Two nodes measured together (a `_2` check), or the link or path between them.
-    NodePair { a: String, b: String },
+    NodePair {
+        a: String,
+        b: String,
+    },
 }
 
 impl Entity {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gpuvet_core::config::WatchSettings;
+use gpuvet_core::config::{NcclRas, WatchSettings};
 use gpuvet_core::events::{Attempt, EventKind, NewEvent};
 use gpuvet_store::Store;
 use gpuvet_watch::health::{
@@ -17,6 +17,7 @@ use gpuvet_watch::health::{
 use gpuvet_watch::kmsg::{KmsgOptions, KmsgSource};
 use gpuvet_watch::metrics::{Metrics, MetricsServer};
 use gpuvet_watch::policy::{RuntimeFinding, Severity};
+use gpuvet_watch::ras::{RasClient, RasSource};
 
 use crate::failure::{note, warn};
 use crate::identity::now_ms;
@@ -24,6 +25,11 @@ use crate::output;
 
 /// How long one NVML poll may take before the probe counts as hung.
 const NVML_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
+/// NCCL RAS is asked every this many polls: it collects from every process of the job.
+const RAS_EVERY_POLLS: u64 = 5;
+/// A RAS query longer than this counts as a hung probe (the client's own deadline is
+/// 15 s; RAS waits up to 5 s for peers before it answers).
+const RAS_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
 
 /// Where each finding is shown besides the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -138,6 +144,27 @@ impl RuntimeWatch {
                 Err(err) => note(format!(
                     "c4d: NVML is not available ({err}); watching without it"
                 )),
+            }
+        }
+        let ras_client = match &settings.nccl_ras {
+            NcclRas::Off => None,
+            NcclRas::At(addr) => Some(RasClient::new(addr.clone())),
+            NcclRas::Auto => match RasClient::from_env() {
+                Ok(client) => Some(client),
+                Err(err) => {
+                    warn(format!("c4d: not watching NCCL RAS: {err}"));
+                    None
+                }
+            },
+        };
+        if let Some(client) = ras_client {
+            // Quiet while no NCCL job listens; a query that hangs is the watchdog's.
+            match Watchdog::new(RasSource::new(client, RAS_EVERY_POLLS), RAS_PROBE_TIMEOUT) {
+                Ok(source) => {
+                    watcher.add_source(source);
+                    sources += 1;
+                }
+                Err(err) => warn(format!("c4d: cannot watch NCCL RAS: {err}")),
             }
         }
         if let Some(path) = &settings.kmsg {

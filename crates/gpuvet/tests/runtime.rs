@@ -104,7 +104,7 @@ fn watch_without_any_source_is_a_clear_error() {
     let scratch = Scratch::temp();
     let config = scratch.config(
         "none.json",
-        r#"{"gpuvet": {"watch": {"kmsg": "off", "nvml": false}}}"#,
+        r#"{"gpuvet": {"watch": {"kmsg": "off", "nvml": false, "nccl_ras": "off"}}}"#,
     );
     let output = scratch
         .gpuvet()
@@ -215,4 +215,94 @@ fn watch_serves_prometheus_metrics() {
     assert!(body.starts_with("HTTP/1.1 200"), "{body}");
     assert!(body.contains("gpuvet_watch_up"), "{body}");
     assert!(body.contains("xid=\"79\""), "{body}");
+}
+
+/// A fake NCCL RAS server: speaks the text protocol and answers every `STATUS` with
+/// one 4-rank communicator whose rank 3 RAS considers dead.
+fn fake_ras_with_a_dead_rank() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let rank = |r: u32| {
+        format!(
+            r#"{{"rank": {r}, "host": "10.0.0.{r}", "pid": {pid}, "cuda_dev": 0, "nvml_dev": 0,
+                "status": {{"init_state": 0, "async_error": 0, "finalize_called": false,
+                           "destroy_flag": false, "abort_flag": false}},
+                "collective_counts": {{"AllReduce": 7}}}}"#,
+            pid = 5000 + r
+        )
+    };
+    let document = format!(
+        r#"{{"nccl_version": "2.29.1", "communicators_count": 1,
+            "communicators": [{{"hash": "0x5eed", "size": 4, "ranks_count": 3, "missing_ranks_count": 1,
+              "ranks": [{}, {}, {}],
+              "missing_ranks": [{{"rank": 3, "host": "10.0.0.3", "pid": 5003, "cuda_dev": 0, "nvml_dev": 0,
+                                  "status": {{"unresponsive": true, "considered_dead": true}}}}]}}],
+            "ras": {{"collection_time_sec": 0.01, "timeouts_count": 0}}}}
+"#,
+        rank(0),
+        rank(1),
+        rank(2)
+    );
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut writer = stream.try_clone().unwrap();
+            let mut reader = BufReader::new(stream);
+            let mut line = String::new();
+            while reader.read_line(&mut line).unwrap_or(0) > 0 {
+                let command = line.trim().to_ascii_uppercase();
+                line.clear();
+                let reply = if command.starts_with("CLIENT PROTOCOL") {
+                    "SERVER PROTOCOL 2\n".to_owned()
+                } else if command == "STATUS" || command == "VERBOSE STATUS" {
+                    let _ = writer.write_all(document.as_bytes());
+                    break;
+                } else {
+                    "OK\n".to_owned()
+                };
+                if writer.write_all(reply.as_bytes()).is_err() {
+                    break;
+                }
+            }
+        }
+    });
+    addr
+}
+
+#[test]
+fn watch_names_a_dead_nccl_rank_once_however_often_ras_repeats_it() {
+    let scratch = Scratch::temp();
+    let ras = fake_ras_with_a_dead_rank();
+    let config = scratch.config(
+        "ras.json",
+        &format!(
+            r#"{{"gpuvet": {{"watch": {{"kmsg": "off", "nvml": false, "interval_ms": 100,
+                                       "nccl_ras": "{ras}"}}}}}}"#
+        ),
+    );
+    let output = scratch
+        .gpuvet()
+        .args(["watch", "--json", "--duration", "3", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let findings: Vec<serde_json::Value> = stdout(&output)
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(
+        findings.len(),
+        1,
+        "one event for a dead rank seen on every poll: {findings:?}"
+    );
+    assert_eq!(findings[0]["source"], "nccl_ras");
+    assert_eq!(findings[0]["lane"], "network");
+    assert_eq!(findings[0]["severity"], "fail");
+    assert!(
+        findings[0]["message"].as_str().unwrap().contains("rank 3"),
+        "{}",
+        findings[0]
+    );
 }

@@ -401,6 +401,11 @@ fn bad_watch_settings_name_their_path() {
             "`5` is out of range; expected 100 to 60000",
         ),
         (
+            r#"{"nccl_ras": "28028"}"#,
+            "gpuvet.watch.nccl_ras",
+            "`28028` is not usable; expected `auto`, `off` or `host:port`",
+        ),
+        (
             r#"{"metrics_addr": "localhost"}"#,
             "gpuvet.watch.metrics_addr",
             "`localhost` is not an address; expected IP:PORT",

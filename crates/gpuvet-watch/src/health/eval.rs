@@ -422,6 +422,7 @@ pub fn evaluate_reading(reading: &HealthReading, th: &HealthThresholds) -> Optio
                 .with_value(secs, Some(th.probe_hung_fail_ms as f64 / 1000.0)),
             )
         }
+        HealthReading::Finding(finding) => Some(finding.clone()),
         HealthReading::Inventory { .. } | HealthReading::Xid(_) | HealthReading::Gpu(_) => None,
     }
 }

@@ -107,6 +107,10 @@ fn restamp(r: &mut HealthReading, now_ms: u64) {
         HealthReading::GpuError { time_ms, .. } | HealthReading::ProbeHung { time_ms, .. } => {
             *time_ms = now_ms
         }
+        HealthReading::Finding(f) => {
+            f.first_ms = now_ms;
+            f.last_ms = now_ms;
+        }
         HealthReading::Inventory { .. } => {}
     }
 }

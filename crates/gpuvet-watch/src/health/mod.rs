@@ -116,6 +116,9 @@ pub enum HealthReading {
         hung_ms: u64,
         skipped_polls: u64,
     },
+    /// A source that judges for itself (the NCCL RAS analyzer) hands over a finding;
+    /// the policy deduplicates it like any other condition.
+    Finding(crate::policy::RuntimeFinding),
 }
 
 /// One poll's counters and state of one GPU. `None`: not supported or not read.

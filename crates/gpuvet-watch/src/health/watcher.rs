@@ -183,6 +183,9 @@ impl Watcher {
                     out.extend(self.policy.observe_condition(f.with_boot_id(&self.boot_id)));
                 }
             }
+            HealthReading::Finding(f) => {
+                out.extend(self.policy.observe_condition(f.with_boot_id(&self.boot_id)));
+            }
             other => {
                 if let Some(f) = evaluate_reading(&other, self.evaluator.thresholds()) {
                     out.extend(self.policy.observe_condition(f.with_boot_id(&self.boot_id)));

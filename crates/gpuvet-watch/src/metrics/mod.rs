@@ -174,7 +174,7 @@ impl Metrics {
                 }
             }
             HealthReading::ProbeHung { .. } => self.lock().probe_hung += 1,
-            HealthReading::Xid(_) => {}
+            HealthReading::Xid(_) | HealthReading::Finding(_) => {}
         }
     }
 

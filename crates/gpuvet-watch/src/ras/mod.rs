@@ -18,6 +18,7 @@
 
 mod analyzer;
 mod client;
+mod source;
 mod status;
 
 use std::io;
@@ -27,6 +28,7 @@ pub use analyzer::{CommFinding, CommFindingKind, RasAnalyzer, analyze_status};
 pub use client::{
     DEFAULT_RAS_ADDR, RAS_ADDR_ENV, RAS_CLIENT_PROTOCOL, RasClient, RasExchange, ras_addr_from,
 };
+pub use source::{RasSource, comm_to_runtime};
 pub use status::{
     RasCollection, RasCommunicator, RasMissingRank, RasMissingStatus, RasRank, RasRankStatus,
     RasStatus, parse_status,
