@@ -9,7 +9,8 @@
 #
 # Steps, each under a timeout:
 #   1. build the release binary (cargo build --release -p gpuvet);
-#   2. gpuvet check --backend cuda --json with gemm_flops,kernel_launch,all_reduce_1
+#   2. gpuvet check --backend cuda --json with gemm_flops,kernel_launch,all_reduce_1,
+#      then 10 s of `gpuvet watch` on NVML with its /metrics page (informational);
 #      (all_reduce_1 is skipped when there is one GPU);
 #   3. torch.matmul bf16 8192^3 on GPU 0, if torch imports;
 #   4. print gpuvet's GEMM TFLOPS on GPU 0, torch's, and the ratio (goal >= 0.97),
@@ -94,6 +95,22 @@ timeout 420 "$BIN" check --config "$OUT/config.json" --backend cuda --json \
 ended=$(date +%s.%N)
 log "gpuvet exited with $gpuvet_rc after $(awk -v a="$started" -v b="$ended" 'BEGIN{printf "%.1f", b-a}') s"
 if [[ $gpuvet_rc -eq 124 ]]; then log "gpuvet timed out"; fi
+
+# 2b. The runtime check's NVML source on a real driver: ten seconds of `gpuvet watch`
+# (findings as JSON lines, the /metrics page once). Informational: its exit code does
+# not decide the smoke test.
+cat >"$OUT/watch.json" <<'JSON'
+{ "gpuvet": { "watch": { "kmsg": "off", "nvml": true, "nccl_ras": "off",
+                          "metrics_addr": "127.0.0.1:9401" } } }
+JSON
+log "running gpuvet watch for 10 s (NVML)"
+GPUVET_STORE="$OUT/watch.db" timeout 60 "$BIN" watch --config "$OUT/watch.json" --json \
+    --duration 10 >"$OUT/watch-findings.jsonl" 2>"$OUT/watch.log" &
+watch_pid=$!
+sleep 5
+timeout 10 curl -s http://127.0.0.1:9401/metrics >"$OUT/metrics.txt" 2>&1 \
+    || log "could not fetch /metrics (curl missing or the server did not start)"
+wait "$watch_pid" || log "gpuvet watch exited with $?"
 
 # 3. torch.matmul on the same GPU (device 0, which gpuvet also measured).
 cat >"$OUT/torch_matmul.py" <<'EOF'
