@@ -9,9 +9,9 @@
 #
 # Steps, each under a timeout:
 #   1. build the release binary (cargo build --release -p gpuvet);
-#   2. gpuvet check --backend cuda --json with gemm_flops,kernel_launch,all_reduce_1,
-#      then 10 s of `gpuvet watch` on NVML with its /metrics page (informational);
-#      (all_reduce_1 is skipped when there is one GPU);
+#   2. gpuvet check --backend cuda --json with gemm_flops,kernel_launch,all_reduce_1
+#      (all_reduce_1 is skipped when there is one GPU), then 10 s of `gpuvet watch` on
+#      NVML with its /metrics page (informational);
 #   3. torch.matmul bf16 8192^3 on GPU 0, if torch imports;
 #   4. print gpuvet's GEMM TFLOPS on GPU 0, torch's, and the ratio (goal >= 0.97),
 #      the launch latency and all_reduce_1's busbw; write summary.json.
