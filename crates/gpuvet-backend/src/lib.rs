@@ -206,6 +206,40 @@ pub fn select(choice: BackendChoice, settings: &Settings) -> Result<Selected, Ba
     }
 }
 
+/// `Err` unless `device` is one of the `count` devices of `backend`.
+pub(crate) fn check_device(backend: &str, device: u32, count: u32) -> Result<(), BackendError> {
+    if device < count {
+        Ok(())
+    } else {
+        Err(BackendError::Failed(format!(
+            "no device {device}; the {backend} backend has {count} devices"
+        )))
+    }
+}
+
+/// `Err` unless `devices` is a valid group for a node-local collective: at least two
+/// devices, each known, none twice.
+pub(crate) fn check_local_group(
+    backend: &str,
+    devices: &[u32],
+    count: u32,
+) -> Result<(), BackendError> {
+    if devices.len() < 2 {
+        return Err(BackendError::Unsupported(
+            "all-reduce needs at least 2 devices".to_owned(),
+        ));
+    }
+    for (position, &device) in devices.iter().enumerate() {
+        check_device(backend, device, count)?;
+        if devices[..position].contains(&device) {
+            return Err(BackendError::Failed(format!(
+                "device {device} is listed twice for the all-reduce"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// busbw of an all-reduce, as nccl-tests defines it: algbw × 2(n−1)/n.
 pub fn all_reduce_busbw(algbw: f64, ranks: usize) -> f64 {
     if ranks == 0 {

@@ -77,14 +77,7 @@ impl SimBackend {
     }
 
     fn check_device(&self, device: u32) -> Result<(), BackendError> {
-        if device < self.script.devices {
-            Ok(())
-        } else {
-            Err(BackendError::Failed(format!(
-                "no device {device}; the sim script has {} devices",
-                self.script.devices
-            )))
-        }
+        crate::check_device("sim", device, self.script.devices)
     }
 
     /// The generator for the next measurement of `check` on `device_key`.
@@ -205,19 +198,7 @@ impl Backend for SimBackend {
         work: &WorkSpec,
         _cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
-        if devices.len() < 2 {
-            return Err(BackendError::Unsupported(
-                "all-reduce needs at least 2 devices".to_owned(),
-            ));
-        }
-        for (position, &device) in devices.iter().enumerate() {
-            self.check_device(device)?;
-            if devices[..position].contains(&device) {
-                return Err(BackendError::Failed(format!(
-                    "device {device} is listed twice for the all-reduce"
-                )));
-            }
-        }
+        crate::check_local_group("sim", devices, self.script.devices)?;
         // A collective runs at the pace of its slowest member.
         let slowest = devices
             .iter()

@@ -56,14 +56,7 @@ impl CpuBackend {
     }
 
     fn check_device(&self, device: u32) -> Result<(), BackendError> {
-        if (device as usize) < self.devices.len() {
-            Ok(())
-        } else {
-            Err(BackendError::Failed(format!(
-                "no device {device}; the cpu backend has {} devices",
-                self.devices.len()
-            )))
-        }
+        crate::check_device("cpu", device, self.devices.len() as u32)
     }
 }
 
@@ -134,19 +127,7 @@ impl Backend for CpuBackend {
         work: &WorkSpec,
         cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
-        if devices.len() < 2 {
-            return Err(BackendError::Unsupported(
-                "all-reduce needs at least 2 devices".to_owned(),
-            ));
-        }
-        for (position, &device) in devices.iter().enumerate() {
-            self.check_device(device)?;
-            if devices[..position].contains(&device) {
-                return Err(BackendError::Failed(format!(
-                    "device {device} is listed twice for the all-reduce"
-                )));
-            }
-        }
+        crate::check_local_group("cpu", devices, self.devices.len() as u32)?;
         all_reduce::run(devices, work, cancel)
     }
 }
