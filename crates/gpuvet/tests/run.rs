@@ -17,6 +17,19 @@ fn unmeetable(fail_action: &str, extra: &str) -> String {
     )
 }
 
+/// `gpuvet run --config CONFIG -- APP`, where the app exits with `code`.
+fn run_app(scratch: &Scratch, config: &std::path::Path, code: i32) -> std::process::Output {
+    scratch
+        .gpuvet()
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .arg("--")
+        .args(app(scratch, code))
+        .output()
+        .unwrap()
+}
+
 /// A command that records that it ran, then exits with `code`.
 fn app(scratch: &Scratch, code: i32) -> Vec<String> {
     let marker = scratch.path("app-ran");
@@ -31,15 +44,7 @@ fn app(scratch: &Scratch, code: i32) -> Vec<String> {
 fn fail_does_not_start_the_app() {
     let scratch = Scratch::temp();
     let config = scratch.config("c.json", &unmeetable("fail", ""));
-    let output = scratch
-        .gpuvet()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--")
-        .args(app(&scratch, 0))
-        .output()
-        .unwrap();
+    let output = run_app(&scratch, &config, 0);
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     assert!(!scratch.path("app-ran").exists(), "the app must not start");
     assert!(
@@ -62,15 +67,7 @@ fn fail_does_not_start_the_app() {
 fn retain_starts_the_app_anyway_and_returns_its_code() {
     let scratch = Scratch::temp();
     let config = scratch.config("c.json", &unmeetable("retain", ""));
-    let output = scratch
-        .gpuvet()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--")
-        .args(app(&scratch, 7))
-        .output()
-        .unwrap();
+    let output = run_app(&scratch, &config, 7);
     assert_eq!(output.status.code(), Some(7), "{}", stderr(&output));
     assert!(scratch.path("app-ran").exists(), "the app must start");
     assert!(stderr(&output).contains("starting the app anyway because fail_action is `retain`"));
@@ -85,15 +82,7 @@ fn retain_starts_the_app_anyway_and_returns_its_code() {
 fn ignore_is_retain() {
     let scratch = Scratch::temp();
     let config = scratch.config("c.json", &unmeetable("ignore", ""));
-    let output = scratch
-        .gpuvet()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--")
-        .args(app(&scratch, 0))
-        .output()
-        .unwrap();
+    let output = run_app(&scratch, &config, 0);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert!(scratch.path("app-ran").exists());
 }
@@ -107,15 +96,7 @@ fn rebuild_runs_the_hook_with_the_findings_and_exits_75() {
         hook_out.display()
     );
     let config = scratch.config("c.json", &unmeetable("rebuild", &hook));
-    let output = scratch
-        .gpuvet()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--")
-        .args(app(&scratch, 0))
-        .output()
-        .unwrap();
+    let output = run_app(&scratch, &config, 0);
     assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
     assert!(
         !scratch.path("app-ran").exists(),
@@ -143,15 +124,7 @@ fn rebuild_runs_the_hook_with_the_findings_and_exits_75() {
 fn rebuild_without_a_hook_still_asks_for_the_rebuild() {
     let scratch = Scratch::temp();
     let config = scratch.config("c.json", &unmeetable("rebuild", ""));
-    let output = scratch
-        .gpuvet()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--")
-        .args(app(&scratch, 0))
-        .output()
-        .unwrap();
+    let output = run_app(&scratch, &config, 0);
     assert_eq!(output.status.code(), Some(75));
     assert!(
         stderr(&output).contains("no `gpuvet.rebuild_hook` is configured"),
@@ -169,15 +142,7 @@ fn a_healthy_node_starts_the_app_and_each_run_is_a_new_attempt() {
         r#"{"aimaster": {"sanity_check": {"micro_benchmarks": "gemm_flops,all_reduce_1"}}, "gpuvet": {"backend": "sim"}}"#,
     );
     for expected_attempt in 1..=2 {
-        let output = scratch
-            .gpuvet()
-            .arg("run")
-            .arg("--config")
-            .arg(&config)
-            .arg("--")
-            .args(app(&scratch, 0))
-            .output()
-            .unwrap();
+        let output = run_app(&scratch, &config, 0);
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
         let events = scratch.events();
         let latest: Vec<_> = events
@@ -223,15 +188,7 @@ fn an_aimaster_block_without_sanity_check_starts_the_app_directly() {
         "rt.json",
         r#"{"aimaster": {"runtime_check": {"micro_benchmarks": "c4d"}}}"#,
     );
-    let output = scratch
-        .gpuvet()
-        .arg("run")
-        .arg("--config")
-        .arg(&config)
-        .arg("--")
-        .args(app(&scratch, 3))
-        .output()
-        .unwrap();
+    let output = run_app(&scratch, &config, 3);
     assert_eq!(output.status.code(), Some(3), "{}", stderr(&output));
     assert_eq!(scratch.event_kinds(), ["InstanceStarted", "InstanceExited"]);
     assert!(stderr(&output).contains("c4d:"), "{}", stderr(&output));
