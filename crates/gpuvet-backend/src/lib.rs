@@ -12,6 +12,7 @@
 pub mod cpu;
 pub mod cuda;
 pub mod sim;
+pub mod tcp;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -1,0 +1,89 @@
+//! Tests that need the module's insides: a peer that enters a collective and then
+//! stops reading, holding its connection open.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::collectives::{HEADER_MAGIC, Kind};
+use super::*;
+
+#[test]
+fn a_peer_that_stops_reading_mid_collective_is_named_after_the_stall_timeout() {
+    let listeners: Vec<TcpListener> = (0..2)
+        .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
+        .collect();
+    let peers: Vec<SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let cancel = CancelToken::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let stall = Duration::from_secs(1);
+    let spec = CollectiveSpec {
+        bytes: Some(64 << 20),
+        stall_timeout: stall,
+        ..CollectiveSpec::default()
+    };
+    let group_spec = |rank| GroupSpec {
+        rank,
+        peers: peers.clone(),
+        round: 3,
+        topology: Topology::Ring,
+    };
+    thread::scope(|scope| {
+        let stopper = scope.spawn(|| {
+            let group =
+                TcpGroup::establish(&group_spec(1), &listeners[1], deadline, &cancel).unwrap();
+            let (to_rank0, from_rank0) = (
+                group.links.outgoing[0].as_ref().unwrap(),
+                group.links.incoming[0].as_ref().unwrap(),
+            );
+            // Enter the all-reduce as rank 0 expects (the first collective, 64 MiB)...
+            let mut header = Vec::new();
+            for word in [HEADER_MAGIC, Kind::AllReduce.code(), 64 << 20, 1] {
+                header.extend_from_slice(&word.to_le_bytes());
+            }
+            (&to_rank0.stream).write_all(&header).unwrap();
+            let mut theirs = [0u8; 32];
+            let mut filled = 0;
+            while filled < theirs.len() {
+                match (&from_rank0.stream).read(&mut theirs[filled..]) {
+                    Ok(count) => filled += count,
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(error) => panic!("{error}"),
+                }
+            }
+            assert_eq!(&theirs[..], &header[..]);
+            // ...(a 2-rank group's barrier ends with the header)... then stop: no reads,
+            // no writes, the connections held open.
+            thread::sleep(stall * 4);
+            drop(group);
+        });
+        let mut group =
+            TcpGroup::establish(&group_spec(0), &listeners[0], deadline, &cancel).unwrap();
+        let started = Instant::now();
+        let error = group
+            .all_reduce(&spec, deadline, &cancel)
+            .unwrap_err()
+            .to_string();
+        let took = started.elapsed();
+        let peer = format!("rank 1 (`{}`)", peers[1]);
+        assert!(
+            error.contains(&format!("{peer} stopped receiving during the all-reduce"))
+                || error.contains(&format!("{peer} sent nothing during the all-reduce")),
+            "{error}"
+        );
+        assert!(took >= stall && took < stall * 5, "took {took:?}");
+        stopper.join().unwrap();
+    });
+}
+
+#[test]
+fn ring_and_mesh_need_the_right_peers() {
+    assert_eq!(directions(0, 2, Topology::Ring), (vec![1], vec![1]));
+    assert_eq!(directions(0, 5, Topology::Ring), (vec![1], vec![4]));
+    assert_eq!(directions(4, 5, Topology::Ring), (vec![0], vec![3]));
+    assert_eq!(
+        directions(1, 4, Topology::FullMesh),
+        (vec![0, 2, 3], vec![0, 2, 3])
+    );
+}

@@ -1,0 +1,108 @@
+#!/usr/bin/env bash
+# Benchmark, not a test: the cpu backend's TCP all-reduce between two network
+# namespaces joined by one veth link, next to `iperf3 --bidir` on the same link in the
+# same run, as a ratio (DESIGN.md §7: CPU collectives ≥ 0.8× the link's bidirectional
+# iperf3 rate).
+#
+# An all-reduce sends and receives at once, so the reference is iperf3's per-direction
+# rate with both directions running. With 2 ranks each rank sends and receives S bytes
+# per iteration, so busbw (= algbw for n = 2) is exactly the per-direction rate.
+# iperf3 runs before and after the all-reduce; the reference is the mean of the two.
+#
+# Each "node" is pinned to its own core (PIN=0 turns this off), for iperf3 and gpuvet
+# alike: two namespaces on one small VM otherwise share every core, and how the
+# scheduler happens to place the four busy threads (and the veth softirqs) moves both
+# figures by up to 2x from one run to the next. Pinned, the pair behaves like two
+# one-core nodes and the ratio is stable.
+#
+# Needs root, iproute2 and iperf3 (apt-get install -y iproute2 iperf3).
+# Usage: scripts/bench-allreduce-veth.sh [BYTES] [SECONDS]
+#   BYTES: the all-reduce's S (default: gpuvet's own sizing, 1 MiB for 2 ranks);
+#   SECONDS: each iperf3 run and the all-reduce's minimum time (default 5).
+# On a shared machine the figures move with other jobs' load: run it a few times.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bytes="${1:-}"
+seconds="${2:-5}"
+size_flag=()
+if [[ -n "$bytes" ]]; then size_flag=(--bytes "$bytes"); fi
+pin_a=() pin_b=()
+if [[ "${PIN:-1}" != 0 && "$(nproc)" -ge 2 ]]; then
+  pin_a=(taskset -c 0) pin_b=(taskset -c 1)
+fi
+
+cargo build --release --quiet -p gpuvet-backend --example tcp_rank
+rank_bin="$PWD/target/release/examples/tcp_rank"
+
+tag="gvb$$"
+ns_a="${tag}a" ns_b="${tag}b"
+addr_a=10.211.0.1 addr_b=10.211.0.2
+cleanup() {
+  # Deleting a namespace deletes its end of the veth pair, and with it the other end.
+  ip netns del "$ns_a" 2>/dev/null || true
+  ip netns del "$ns_b" 2>/dev/null || true
+  if [[ -n "${server_pid:-}" ]]; then kill "$server_pid" 2>/dev/null || true; fi
+}
+trap cleanup EXIT INT TERM
+
+ip netns add "$ns_a"
+ip netns add "$ns_b"
+ip link add "${tag}A" type veth peer name "${tag}B"
+ip link set "${tag}A" netns "$ns_a"
+ip link set "${tag}B" netns "$ns_b"
+ip -n "$ns_a" addr add "$addr_a/24" dev "${tag}A"
+ip -n "$ns_b" addr add "$addr_b/24" dev "${tag}B"
+for ns in "$ns_a" "$ns_b"; do
+  ip -n "$ns" link set lo up
+done
+ip -n "$ns_a" link set "${tag}A" up
+ip -n "$ns_b" link set "${tag}B" up
+
+# Per-direction Gbit/s of one `iperf3 --bidir` run: the mean of the two receivers.
+iperf_bidir() {
+  ip netns exec "$ns_b" "${pin_b[@]}" iperf3 --server --one-off --port 5201 >/dev/null &
+  server_pid=$!
+  sleep 0.5
+  ip netns exec "$ns_a" "${pin_a[@]}" iperf3 --client "$addr_b" --port 5201 --bidir --time "$seconds" --json \
+    | python3 -c 'import json, sys
+end = json.load(sys.stdin)["end"]
+forward = end["sum_received"]["bits_per_second"]
+reverse = end["sum_received_bidir_reverse"]["bits_per_second"]
+print(f"{(forward + reverse) / 2 / 1e9:.3f} {forward / 1e9:.3f} {reverse / 1e9:.3f}")'
+  wait "$server_pid" 2>/dev/null || true
+  server_pid=""
+}
+
+# busbw in GB/s of a 2-rank all-reduce, the lower of the two ranks' medians.
+all_reduce() {
+  local peers="$addr_a:29600,$addr_b:29600" out_a out_b
+  out_a="$(mktemp)" out_b="$(mktemp)"
+  ip netns exec "$ns_b" "${pin_b[@]}" "$rank_bin" --rank 1 --peers "$peers" "${size_flag[@]}" --seconds "$seconds" >"$out_b" &
+  local rank1=$!
+  ip netns exec "$ns_a" "${pin_a[@]}" "$rank_bin" --rank 0 --peers "$peers" "${size_flag[@]}" --seconds "$seconds" >"$out_a"
+  wait "$rank1"
+  cat "$out_a" "$out_b" >&2
+  cat "$out_a" "$out_b" | python3 -c 'import re, sys
+text = sys.stdin.read()
+values = [float(m.group(1)) for m in re.finditer(r"busbw_gbps=([0-9.]+)", text)]
+assert len(values) == 2, "both ranks report"
+print(min(values), re.search(r"bytes=([0-9]+)", text).group(1))'
+  rm -f "$out_a" "$out_b"
+}
+
+if [[ ${#pin_a[@]} -gt 0 ]]; then echo "each namespace pinned to its own core (PIN=0 to turn off)"; fi
+read -r before before_fwd before_rev < <(iperf_bidir)
+echo "iperf3 --bidir before: ${before} Gbit/s per direction (${before_fwd} / ${before_rev})"
+read -r busbw bytes < <(all_reduce)
+read -r after after_fwd after_rev < <(iperf_bidir)
+echo "iperf3 --bidir after:  ${after} Gbit/s per direction (${after_fwd} / ${after_rev})"
+
+python3 - "$busbw" "$before" "$after" "$bytes" <<'PY'
+import sys
+busbw, before, after, size = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+reference = (before + after) / 2
+ours = busbw * 8  # GB/s to Gbit/s
+print(f"all_reduce (2 ranks, {size} bytes): busbw {busbw:.3f} GB/s = {ours:.2f} Gbit/s per direction")
+print(f"iperf3 --bidir per direction (mean of before/after): {reference:.2f} Gbit/s")
+print(f"ratio: {ours / reference:.3f}  (goal >= 0.8)")
+PY
