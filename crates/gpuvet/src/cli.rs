@@ -119,6 +119,9 @@ pub struct RunArgs {
 
 #[derive(Debug, Args)]
 pub struct EventsArgs {
+    /// Config file, for its `gpuvet.store`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Only this job's events.
     #[arg(long, env = "GPUVET_JOB_ID", value_name = "ID")]
     pub job_id: Option<String>,
@@ -140,6 +143,9 @@ pub struct EventsArgs {
 
 #[derive(Debug, Args)]
 pub struct ResultsArgs {
+    /// Config file, for its `gpuvet.store`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// The job whose results to list [default: `default`].
     #[arg(long, env = "GPUVET_JOB_ID", value_name = "ID")]
     pub job_id: Option<String>,

@@ -310,3 +310,34 @@ fn auto_without_a_gpu_runs_on_the_cpu_backend_and_says_why() {
         stderr(&output)
     );
 }
+
+#[test]
+fn events_and_results_find_the_store_named_in_the_config() {
+    let scratch = Scratch::temp();
+    let store = scratch.path("from-config.db");
+    let config = scratch.config(
+        "store.json",
+        &format!(
+            r#"{{"gpuvet": {{"backend": "sim", "store": "{}"}}}}"#,
+            store.display()
+        ),
+    );
+    let mut check = scratch.gpuvet();
+    check
+        .env_remove("GPUVET_STORE")
+        .args(["check", "--checks", "gemm_flops", "--config"])
+        .arg(&config);
+    assert_eq!(check.output().unwrap().status.code(), Some(0));
+    let mut results = scratch.gpuvet();
+    results
+        .env_remove("GPUVET_STORE")
+        .args(["results", "--json", "--config"])
+        .arg(&config);
+    let output = results.output().unwrap();
+    assert_eq!(
+        json(&output)[0]["result"]["name"],
+        "gemm_flops",
+        "{}",
+        stderr(&output)
+    );
+}

@@ -21,7 +21,7 @@ pub fn events(args: EventsArgs) -> Result<i32, Failure> {
                 .map_err(|message| Failure::usage(format!("`--type`: {message}")))
         })
         .transpose()?;
-    let store = open_existing(args.store.store.as_deref())?;
+    let store = open_existing(args.config.as_deref(), args.store.store.as_deref())?;
     let filter = EventFilter {
         job_id: args.job_id,
         attempt: args.attempt,
@@ -70,8 +70,11 @@ pub fn events(args: EventsArgs) -> Result<i32, Failure> {
 
 /// Opens the store for reading; a store that does not exist yet is a usage error, not
 /// an empty result, so a wrong path is noticed.
-pub fn open_existing(flag: Option<&std::path::Path>) -> Result<Store, Failure> {
-    let config = load_config(None)?;
+pub fn open_existing(
+    config: Option<&std::path::Path>,
+    flag: Option<&std::path::Path>,
+) -> Result<Store, Failure> {
+    let config = load_config(config)?;
     let path = store_path(flag, &config);
     if !path.exists() {
         return Err(Failure::usage(format!("there is no store at `{}`", path.display()))

@@ -29,7 +29,7 @@ pub fn results(args: ResultsArgs) -> Result<i32, Failure> {
             })
         })
         .transpose()?;
-    let store = open_existing(args.store.store.as_deref())?;
+    let store = open_existing(args.config.as_deref(), args.store.store.as_deref())?;
     let job_id = args.job_id.unwrap_or_else(|| DEFAULT_JOB_ID.to_owned());
     let attempt = match (args.attempt, args.all_attempts) {
         (Some(attempt), _) => Some(attempt),
