@@ -140,12 +140,13 @@ impl Backend for SimBackend {
 
     fn supports(&self, check: CheckName) -> Support {
         match check {
-            CheckName::GemmFlops | CheckName::KernelLaunch | CheckName::AllReduce1 => {
-                Support::Supported
-            }
+            CheckName::GemmFlops
+            | CheckName::KernelLaunch
+            | CheckName::AllReduce1
+            | CheckName::CompCommOverlap => Support::Supported,
             other => Support::NotImplemented(format!(
-                "not implemented on the sim backend yet: the script plays gemm_flops, kernel_launch \
-                 and all_reduce_1 only, not {other}"
+                "not implemented on the sim backend yet: the script plays gemm_flops, kernel_launch, \
+                 all_reduce_1 and comp_comm_overlap only, not {other}"
             )),
         }
     }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::analysis::Limit;
 use crate::catalog::{CheckName, DEFAULT_CHECKS, Direction, RUNTIME_CHECK_C4D, closest};
+use crate::pairing::PairingMode;
 
 /// The defaults, written out as a config file. `Config::default()` is this file parsed.
 pub const DEFAULT_CONFIG_JSON: &str = r#"{
@@ -283,6 +284,8 @@ pub struct Settings {
     pub gemm_dtype: Dtype,
     pub gemm_size: Option<u32>,
     pub collective_bytes: Option<u64>,
+    /// How the `_2` checks pair nodes (`gpuvet.pairing`: `adaptive` or `full`).
+    pub pairing: PairingMode,
     pub sim: Option<SimScript>,
     pub watch: WatchSettings,
 }
@@ -436,6 +439,7 @@ struct RawSettings {
     cpu_devices: Option<u32>,
     gemm: Option<RawGemm>,
     collective_bytes: Option<u64>,
+    pairing: Option<String>,
     sim: Option<RawSim>,
     watch: Option<RawWatch>,
 }
@@ -671,6 +675,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         cpu_devices: None,
         gemm: None,
         collective_bytes: None,
+        pairing: None,
         sim: None,
         watch: None,
     });
@@ -750,6 +755,11 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .collective_bytes
         .map(|n| in_range("gpuvet.collective_bytes", n, 1024, 16 << 30))
         .transpose()?;
+    let pairing = match raw.pairing.as_deref() {
+        None | Some("adaptive") => PairingMode::Adaptive,
+        Some("full") => PairingMode::Full,
+        Some(text) => return Err(unknown_value("gpuvet.pairing", text, &["adaptive", "full"])),
+    };
     let sim = raw.sim.map(validate_sim).transpose()?;
     let watch = raw
         .watch
@@ -766,6 +776,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         gemm_dtype,
         gemm_size,
         collective_bytes,
+        pairing,
         sim,
         watch,
     })

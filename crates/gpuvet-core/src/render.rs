@@ -40,6 +40,31 @@ pub fn table(report: &RunReport, width: Option<u16>) -> String {
     }
     out.push_str(&table.to_string());
     out.push('\n');
+    if let Some(group) = &report.group {
+        out.push_str(&format!(
+            "group of {}: {}\n",
+            group.nodes.len(),
+            group.nodes.join(", ")
+        ));
+        if let Some(first) = &group.first_error {
+            out.push_str(&format!(
+                "first error: rank {} ({}) {} [lane: {}]: {}\n",
+                first.rank, first.node, first.kind, first.lane, first.detail
+            ));
+        }
+        for incident in &group.secondary {
+            out.push_str(&format!(
+                "  secondary: rank {} ({}) {}: {}\n",
+                incident.rank, incident.node, incident.kind, incident.detail
+            ));
+        }
+        for incident in &group.other_failures {
+            out.push_str(&format!(
+                "  also: rank {} ({}) {} [lane: {}]: {}\n",
+                incident.rank, incident.node, incident.kind, incident.lane, incident.detail
+            ));
+        }
+    }
     let findings: Vec<_> = report.findings().collect();
     if !findings.is_empty() {
         out.push_str("findings:\n");

@@ -348,6 +348,39 @@ pub struct RunReport {
     pub timeout_secs: f64,
     pub outcome: Outcome,
     pub checks: Vec<CheckResult>,
+    /// Set when the checks ran across a group of nodes: who took part, and the first
+    /// error when a node never joined, crashed or stopped answering.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group: Option<GroupSummary>,
+}
+
+/// The group a multi-node report covers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GroupSummary {
+    /// Node names by rank; a rank that never joined is named `rank N`.
+    pub nodes: Vec<String>,
+    /// The earliest real failure of a node, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<GroupIncident>,
+    /// Nodes that only waited on the first error (timeouts, lost peers).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub secondary: Vec<GroupIncident>,
+    /// Later failures that may or may not follow from the first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub other_failures: Vec<GroupIncident>,
+}
+
+/// One node's failure on the group's timeline.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GroupIncident {
+    pub rank: u32,
+    pub node: String,
+    /// `never_joined`, `crashed`, `unresponsive`, `failed`, `timed_out`, `peer_error`.
+    pub kind: String,
+    pub lane: Lane,
+    /// Unix milliseconds on the coordinator's clock.
+    pub time_ms: u64,
+    pub detail: String,
 }
 
 impl RunReport {

@@ -51,7 +51,7 @@ fn units(backend: &dyn Backend, plan: &RunPlan, name: CheckName) -> Vec<Unit> {
     let node = &plan.attempt.node;
     let indices: Vec<u32> = backend.devices().iter().map(|d| d.index).collect();
     match name {
-        CheckName::AllReduce1 => vec![Unit {
+        CheckName::AllReduce1 | CheckName::CompCommOverlap => vec![Unit {
             entity: Entity::Node { node: node.clone() },
             devices: indices,
         }],
@@ -180,6 +180,9 @@ fn measure(
                     CheckName::GemmFlops => backend.gemm(devices[0], &work, &cancel),
                     CheckName::KernelLaunch => backend.kernel_launch(devices[0], &work, &cancel),
                     CheckName::AllReduce1 => backend.all_reduce_local(&devices, &work, &cancel),
+                    CheckName::CompCommOverlap => {
+                        crate::overlap::comp_comm_overlap(&*backend, &devices, &work, &cancel)
+                    }
                     other => Err(BackendError::Failed(format!(
                         "the runner has no work for `{other}` (a bug in gpuvet)"
                     ))),

@@ -11,6 +11,7 @@
 //! of one that this crate handles on its own.
 
 mod check;
+mod overlap;
 mod plan;
 
 pub use check::{HANG_FACTOR, HANG_GRACE};
@@ -108,6 +109,7 @@ pub fn run(
         timeout_secs: plan.timeout.as_secs_f64(),
         outcome: Outcome::of(&results),
         checks: results,
+        group: None,
     };
     observe(RunnerEvent::RunFinished { report: &report });
     report

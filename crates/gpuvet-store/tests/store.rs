@@ -80,6 +80,7 @@ fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
         timeout_secs: 300.0,
         outcome: Outcome::of(&checks),
         checks,
+        group: None,
     }
 }
 

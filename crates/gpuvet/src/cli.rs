@@ -73,6 +73,50 @@ pub struct SanityArgs {
     pub identity: IdentityArgs,
     #[command(flatten)]
     pub store: StoreArgs,
+    #[command(flatten)]
+    pub group: GroupArgs,
+}
+
+/// Where this node's group meets. Each flag overrides the environment launchers set;
+/// without a group size above 1 the checks run on this node alone.
+#[derive(Debug, Args)]
+#[command(next_help_heading = "Group")]
+pub struct GroupArgs {
+    /// Host of the coordinator (rank 0) [env: MASTER_ADDR, else LWS_LEADER_ADDRESS].
+    #[arg(long, value_name = "HOST")]
+    pub master_addr: Option<String>,
+    /// gpuvet's control port on the coordinator [env: GPUVET_PORT; default: 29517].
+    #[arg(long, value_name = "PORT")]
+    pub gpuvet_port: Option<u16>,
+    /// This node's rank, from 0 [env: NODE_RANK, GROUP_RANK, else LWS_WORKER_INDEX].
+    #[arg(long, value_name = "N")]
+    pub node_rank: Option<u32>,
+    /// Number of nodes in the group [env: NNODES, else LWS_GROUP_SIZE; default: 1].
+    #[arg(long, value_name = "N")]
+    pub nnodes: Option<u32>,
+    /// The group's shared secret; prefer the environment, which `ps` does not show
+    /// [env: GPUVET_TOKEN].
+    #[arg(long, value_name = "SECRET")]
+    pub token: Option<String>,
+    /// IP this node's data plane listens on [default: every interface, and peers use
+    /// the address its control connection comes from].
+    #[arg(long, env = "GPUVET_DATA_ADDR", value_name = "IP")]
+    pub data_addr: Option<std::net::IpAddr>,
+    /// Seconds to wait for every node to join before naming the missing ones.
+    #[arg(long, value_name = "SECS", default_value_t = 120.0)]
+    pub rendezvous_timeout: f64,
+    /// Spawn N agent processes on loopback and check them as one group, over the real
+    /// protocol and sockets: for demos, drills and tests.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with_all = ["master_addr", "node_rank", "nnodes", "gpuvet_port"]
+    )]
+    pub local_nodes: Option<u32>,
+    /// Join as an agent only, even as rank 0: the coordinator runs elsewhere (used by
+    /// `--local-nodes` for the agents it spawns).
+    #[arg(long, hide = true)]
+    pub join_only: bool,
 }
 
 /// Who is running: the job, the node and the instance.

@@ -27,6 +27,11 @@ impl Failure {
         Failure::new(exit_codes::USAGE, anyhow::anyhow!("{message}"))
     }
 
+    /// Something that should not fail did (a bug in gpuvet or its machine): exit 70.
+    pub fn bug(message: impl Display) -> Self {
+        Failure::new(exit_codes::INTERNAL, anyhow::anyhow!("{message}"))
+    }
+
     pub fn with_hint(mut self, hint: impl Into<String>) -> Self {
         self.hint = Some(hint.into());
         self

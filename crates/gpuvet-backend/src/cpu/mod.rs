@@ -78,7 +78,10 @@ impl Backend for CpuBackend {
 
     fn supports(&self, check: CheckName) -> Support {
         let missing = match check {
-            CheckName::GemmFlops | CheckName::KernelLaunch | CheckName::AllReduce1 => {
+            CheckName::GemmFlops
+            | CheckName::KernelLaunch
+            | CheckName::AllReduce1
+            | CheckName::CompCommOverlap => {
                 return Support::Supported;
             }
             CheckName::AllReduce2
@@ -93,10 +96,7 @@ impl Backend for CpuBackend {
             CheckName::PytorchGloo2 => {
                 "the host-network collective needs the TCP data plane between agents"
             }
-            CheckName::NetworkConnectivity => "the reachability probe between nodes is not built",
-            CheckName::CompCommOverlap => {
-                "running GEMM and an all-reduce concurrently is not built"
-            }
+            CheckName::NetworkConnectivity => "the reachability probe runs between agents",
         };
         Support::NotImplemented(format!("not implemented on the cpu backend yet: {missing}"))
     }
@@ -207,12 +207,13 @@ mod tests {
     }
 
     #[test]
-    fn supports_the_three_local_checks_and_names_what_is_missing() {
+    fn supports_the_local_checks_and_names_what_is_missing() {
         let backend = CpuBackend::new(2);
         for check in [
             CheckName::GemmFlops,
             CheckName::KernelLaunch,
             CheckName::AllReduce1,
+            CheckName::CompCommOverlap,
         ] {
             assert_eq!(backend.supports(check), Support::Supported);
         }
@@ -220,7 +221,6 @@ mod tests {
             CheckName::AllReduce2,
             CheckName::PytorchGloo2,
             CheckName::NetworkConnectivity,
-            CheckName::CompCommOverlap,
         ] {
             let Support::NotImplemented(reason) = backend.supports(check) else {
                 panic!("{check} should not be supported");

@@ -350,9 +350,8 @@ fn not_yet(check: CheckName) -> Support {
                 "`{check}` tests the host network between nodes and needs the multi-node coordinator, not built yet"
             )
         }
-        CompCommOverlap => format!("`{check}` is not built for the cuda backend yet"),
         // Runnable here; `supports` answers for them before asking this.
-        GemmFlops | KernelLaunch | AllReduce1 => return Support::Supported,
+        GemmFlops | KernelLaunch | AllReduce1 | CompCommOverlap => return Support::Supported,
     };
     Support::NotImplemented(reason)
 }
@@ -424,6 +423,12 @@ impl Backend for CudaBackend {
             CheckName::AllReduce1 => match &self.libraries.nccl {
                 Ok(_) => Support::Supported,
                 Err(e) => Support::NotImplemented(format!("`all_reduce_1` needs NCCL: {e}")),
+            },
+            CheckName::CompCommOverlap => match (&self.libraries.cublas, &self.libraries.nccl) {
+                (Ok(_), Ok(_)) => Support::Supported,
+                (Err(e), _) | (_, Err(e)) => Support::NotImplemented(format!(
+                    "`comp_comm_overlap` needs cuBLAS and NCCL: {e}"
+                )),
             },
             other => not_yet(other),
         }

@@ -75,6 +75,7 @@ fn sample_report() -> RunReport {
         timeout_secs: 300.0,
         outcome: Outcome::of(&checks),
         checks,
+        group: None,
     }
 }
 

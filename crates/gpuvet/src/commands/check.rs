@@ -45,7 +45,14 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     };
 
     let show_progress = !args.json && std::io::stdout().is_terminal();
-    let report = sanity::execute(backend, &config, &sanity, &attempt, show_progress);
+    let report = sanity::execute(
+        &args.sanity,
+        backend,
+        &config,
+        &sanity,
+        &attempt,
+        show_progress,
+    )?;
     if let Some(store) = store.as_mut() {
         store.record_report(&attempt, &report)?;
     }

@@ -4,6 +4,7 @@ mod catalog;
 mod check;
 mod events;
 mod fr;
+mod group;
 mod results;
 mod run;
 mod sanity;

@@ -45,12 +45,13 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
 
     if let (Some(sanity), Some(backend)) = (sanity, backend) {
         let report = sanity::execute(
+            &args.sanity,
             backend,
             &config,
             &sanity,
             &attempt,
             std::io::stderr().is_terminal(),
-        );
+        )?;
         // The app owns stdout; gpuvet's report goes to stderr.
         output::stderr(&render::table(&report, None));
         if let Some(path) = &args.sanity.junit {

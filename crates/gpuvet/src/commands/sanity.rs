@@ -13,6 +13,7 @@ use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{RunReport, Verdict};
 use gpuvet_runner::{HANG_GRACE, RunPlan};
 
+use super::group;
 use crate::cli::SanityArgs;
 use crate::failure::{Failure, note};
 use crate::identity::now_ms;
@@ -63,30 +64,53 @@ pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, F
     Ok(Arc::from(selected.backend))
 }
 
-/// Runs the checks, with a progress line on stderr when `show_progress`.
+/// Runs the checks, on this node or across its group as the group flags and the
+/// launcher's environment say, with progress on stderr when `show_progress`.
 pub fn execute(
+    args: &SanityArgs,
     backend: Arc<dyn Backend>,
     config: &Config,
     sanity: &SanityConfig,
     attempt: &Attempt,
     show_progress: bool,
-) -> RunReport {
+) -> Result<RunReport, Failure> {
+    let tolerance = config
+        .settings
+        .tolerance
+        .unwrap_or_else(|| backend.default_tolerance());
+    let baselines = limits(&*backend, config, sanity);
+    let mode = group::mode(&args.group)?;
+    let setup = group::Setup {
+        args,
+        config,
+        backend: Arc::clone(&backend),
+        attempt,
+        checks: sanity.checks.as_slice().to_vec(),
+        timeout: sanity.timeout.duration(),
+        tolerance,
+        baselines: baselines.clone(),
+        show_progress,
+    };
+    match mode {
+        group::Mode::Member(rendezvous) => return group::as_member(&rendezvous, &setup),
+        group::Mode::LocalNodes(n) => return group::with_local_nodes(n, &setup),
+        group::Mode::Single => {}
+    }
     let plan = RunPlan {
         attempt: attempt.clone(),
         nodes: 1,
-        checks: sanity.checks.as_slice().to_vec(),
-        timeout: sanity.timeout.duration(),
-        tolerance: config
-            .settings
-            .tolerance
-            .unwrap_or_else(|| backend.default_tolerance()),
-        baselines: limits(&*backend, config, sanity),
+        checks: setup.checks.clone(),
+        timeout: setup.timeout,
+        tolerance,
+        baselines,
         work: WorkSpec::from_settings(&config.settings),
         started_at_ms: now_ms(),
         hang_grace: HANG_GRACE,
     };
     let mut progress = Progress::new(show_progress);
-    gpuvet_runner::run(backend, &plan, &mut |event| progress.observe(event))
+    Ok(gpuvet_runner::run(backend, &plan, &mut |event| {
+        progress.observe(event)
+    }))
 }
 
 /// The limit each check is judged by: the configured one, else the GPU model's

@@ -1,0 +1,340 @@
+//! The coordinator's side of a group run: wait for the group, run each check across
+//! it, judge, name the first error, and hand every node the verdict.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use gpuvet_cluster::{Coordinator, Diagnosis, Incident, IncidentKind, diagnose};
+use gpuvet_core::analysis::Limit;
+use gpuvet_core::catalog::{CheckName, Scope};
+use gpuvet_core::events::Attempt;
+use gpuvet_core::pairing::PairingMode;
+use gpuvet_core::results::{
+    CheckResult, CheckStatus, GroupIncident, GroupSummary, Outcome, RunReport,
+};
+use gpuvet_runner::{human_duration, scope_skip_reason};
+
+use crate::session::{GroupEvent, Member, Session};
+use crate::wire::Directive;
+use crate::{connectivity, local, pairs, whole};
+
+/// How the group's checks run and are judged.
+#[derive(Debug, Clone)]
+pub struct GroupPlan {
+    /// The coordinator's attempt; the report carries its job and attempt.
+    pub attempt: Attempt,
+    pub checks: Vec<CheckName>,
+    /// For all checks together, counted from when the group is complete.
+    pub timeout: Duration,
+    /// How long to wait for every rank to join.
+    pub rendezvous_timeout: Duration,
+    pub tolerance: f64,
+    pub baselines: BTreeMap<CheckName, Limit>,
+    pub pairing: PairingMode,
+    pub collective_bytes: Option<u64>,
+    pub started_at_ms: u64,
+}
+
+/// The longest one directive may run: a collective takes about a second, a local check
+/// its own time; bounded so one stuck piece of work cannot use the whole timeout.
+pub(crate) const MAX_DIRECTIVE: Duration = Duration::from_secs(120);
+/// Time on top of a directive's budget for its answer to arrive.
+pub(crate) const ANSWER_GRACE: Duration = Duration::from_secs(3);
+
+/// Runs the plan across the group the coordinator serves and returns the group's
+/// report. Every node that is still connected gets the verdict; when a node was lost
+/// or a check overran, the others are told to abort instead, since some may still be
+/// waiting on it.
+pub fn run_group(
+    coordinator: &Coordinator,
+    plan: &GroupPlan,
+    observe: &mut dyn FnMut(GroupEvent<'_>),
+) -> RunReport {
+    let started = Instant::now();
+    let membership = coordinator.wait_for_members(started + plan.rendezvous_timeout);
+    let expected = coordinator.expected_nodes() as usize;
+    let mut session = Session::new(coordinator, observe);
+    session.observe(GroupEvent::Rendezvous {
+        joined: membership.joined.len(),
+        expected,
+    });
+    session.drain_events();
+    let mut joined = membership.joined.clone();
+    joined.sort_by_key(|m| m.rank);
+    for info in &joined {
+        match Member::from_info(info) {
+            Ok(member) => session.members.push(member),
+            Err(why) => {
+                let incident = Incident {
+                    rank: info.rank,
+                    node: Some(info.node.clone()),
+                    time_ms: info.joined_ms,
+                    kind: IncidentKind::Failed {
+                        lane: gpuvet_core::results::Lane::Platform,
+                    },
+                    detail: why.clone(),
+                };
+                session.lost.insert(info.rank, why);
+                session.record(incident);
+            }
+        }
+    }
+    unique_names(&mut session.members);
+
+    let deadline = Instant::now() + plan.timeout;
+    let total = plan.checks.len();
+    let mut results = Vec::with_capacity(total);
+    let mut overran = false;
+    for (index, &name) in plan.checks.iter().enumerate() {
+        session.observe(GroupEvent::CheckStarted { index, total, name });
+        session.drain_events();
+        let check_started = Instant::now();
+        let mut result = if let Some(reason) = why_not_run(&session, overran) {
+            CheckResult::without_work(name, CheckStatus::NotRun, reason)
+        } else if let Some(reason) = skip_reason(&session, name) {
+            CheckResult::without_work(name, CheckStatus::Skipped, reason)
+        } else if let Some(reason) = not_implemented(&session, name) {
+            CheckResult::without_work(name, CheckStatus::NotImplemented, reason)
+        } else {
+            let mut context = CheckContext {
+                session: &mut session,
+                plan,
+                deadline,
+            };
+            match name.spec().scope {
+                Scope::EachDevice | Scope::EachNode => local::run(&mut context, name),
+                Scope::NodePairs => pairs::run(&mut context, name),
+                Scope::WholeGroup => whole::run(&mut context, name),
+                Scope::AllNodePairs => connectivity::run(&mut context),
+            }
+        };
+        result.duration_secs = check_started.elapsed().as_secs_f64();
+        if result.status == CheckStatus::TimedOut {
+            overran = true;
+        }
+        session.observe(GroupEvent::CheckFinished {
+            index,
+            total,
+            result: &result,
+        });
+        results.push(result);
+    }
+    session.drain_events();
+
+    let summary = summarize(&session, expected);
+    let report = RunReport {
+        gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
+        job_id: plan.attempt.job_id.clone(),
+        attempt: plan.attempt.attempt,
+        node: plan.attempt.node.clone(),
+        instance: plan.attempt.instance.clone(),
+        backend: session
+            .members
+            .first()
+            .map_or_else(String::new, |m| m.info.backend.clone()),
+        devices: session
+            .members
+            .iter()
+            .flat_map(|m| m.info.devices.iter().cloned())
+            .collect(),
+        started_at_ms: plan.started_at_ms,
+        duration_secs: started.elapsed().as_secs_f64(),
+        timeout_secs: plan.timeout.as_secs_f64(),
+        outcome: outcome(&results, &summary),
+        checks: results,
+        group: Some(summary),
+    };
+    if session.lost.is_empty() && !overran {
+        let finish = Directive::Finish {
+            report: Box::new(report.clone()),
+        };
+        for member in &session.members {
+            // A member that cannot be reached now learns the end from the bye.
+            let _ = coordinator.send(member.rank, &finish);
+        }
+    } else {
+        coordinator.abort(&abort_reason(&report));
+    }
+    report
+}
+
+/// What a check handler works with.
+pub(crate) struct CheckContext<'s, 'a> {
+    pub session: &'s mut Session<'a>,
+    pub plan: &'s GroupPlan,
+    /// The overall deadline.
+    pub deadline: Instant,
+}
+
+impl CheckContext<'_, '_> {
+    /// The budget of the next directive and when its answers are due.
+    pub(crate) fn budget(&self) -> (u64, Instant) {
+        let remaining = self.deadline.saturating_duration_since(Instant::now());
+        let budget = remaining.min(MAX_DIRECTIVE);
+        let due = (Instant::now() + budget + ANSWER_GRACE).min(self.deadline + ANSWER_GRACE);
+        (crate::time::millis(budget), due)
+    }
+
+    /// Whether members share one machine: they then take turns, since measuring at the
+    /// same time would measure each other's load, not their own hardware.
+    pub(crate) fn shared_host(&self) -> bool {
+        let members = &self.session.members;
+        members.iter().enumerate().any(|(i, a)| {
+            members[i + 1..]
+                .iter()
+                .any(|b| !a.info.host_id.is_empty() && a.info.host_id == b.info.host_id)
+        })
+    }
+
+    /// The result for a check that ran out of time or lost a member, with what it did
+    /// manage to judge.
+    pub(crate) fn interrupted(&self, name: CheckName, timed_out: bool) -> CheckResult {
+        if timed_out {
+            CheckResult::without_work(
+                name,
+                CheckStatus::TimedOut,
+                format!(
+                    "the overall timeout of {} expired before every node answered",
+                    human_duration(self.plan.timeout)
+                ),
+            )
+        } else {
+            CheckResult::without_work(name, CheckStatus::Failed, lost_line(self.session))
+        }
+    }
+}
+
+fn lost_line(session: &Session<'_>) -> String {
+    let lost: Vec<String> = session
+        .lost
+        .iter()
+        .map(|(rank, why)| format!("rank {rank} ({}): {why}", session.node_name(*rank)))
+        .collect();
+    format!("a node was lost: {}", lost.join("; "))
+}
+
+fn why_not_run(session: &Session<'_>, overran: bool) -> Option<String> {
+    if overran {
+        return Some("the overall timeout expired before this check started".to_owned());
+    }
+    (!session.lost.is_empty()).then(|| lost_line(session))
+}
+
+fn skip_reason(session: &Session<'_>, name: CheckName) -> Option<String> {
+    let devices = session
+        .members
+        .iter()
+        .map(|m| m.info.devices.len())
+        .min()
+        .unwrap_or(0);
+    scope_skip_reason(name, session.members.len(), devices)
+}
+
+/// Collectives between nodes run over the TCP data plane, which measures what the cpu
+/// backend's devices would use; for GPUs that would misreport NCCL's figures.
+fn not_implemented(session: &Session<'_>, name: CheckName) -> Option<String> {
+    let scope = name.spec().scope;
+    let host_network = matches!(
+        name,
+        CheckName::PytorchGloo2 | CheckName::NetworkConnectivity
+    );
+    if !matches!(scope, Scope::NodePairs | Scope::WholeGroup) || host_network {
+        return None;
+    }
+    let other = session.members.iter().find(|m| m.info.backend != "cpu")?;
+    Some(format!(
+        "`{name}` across nodes runs over the TCP data plane for the cpu backend only; `{}` on \
+         {} needs NCCL across nodes, which is not built yet",
+        other.info.backend, other.node
+    ))
+}
+
+fn unique_names(members: &mut [Member]) {
+    let mut seen: BTreeMap<String, usize> = BTreeMap::new();
+    for member in members.iter() {
+        *seen.entry(member.node.clone()).or_default() += 1;
+    }
+    for member in members.iter_mut() {
+        if seen[&member.node] > 1 {
+            member.node = format!("{}#{}", member.node, member.rank);
+        }
+    }
+}
+
+fn outcome(results: &[CheckResult], summary: &GroupSummary) -> Outcome {
+    match Outcome::of(results) {
+        Outcome::Passed | Outcome::Incomplete if summary.first_error.is_some() => Outcome::Failed,
+        outcome => outcome,
+    }
+}
+
+fn summarize(session: &Session<'_>, expected: usize) -> GroupSummary {
+    let nodes = (0..expected as u32)
+        .map(|rank| session.node_name(rank))
+        .collect();
+    let to_group = |incident: &Incident| GroupIncident {
+        rank: incident.rank,
+        node: incident
+            .node
+            .clone()
+            .unwrap_or_else(|| session.node_name(incident.rank)),
+        kind: kind_name(&incident.kind).to_owned(),
+        lane: incident.lane(),
+        time_ms: incident.time_ms,
+        detail: incident.detail.clone(),
+    };
+    match diagnose(&session.incidents) {
+        Diagnosis::Healthy => GroupSummary {
+            nodes,
+            first_error: None,
+            secondary: Vec::new(),
+            other_failures: Vec::new(),
+        },
+        Diagnosis::FirstError {
+            first,
+            secondary,
+            other_failures,
+        } => GroupSummary {
+            nodes,
+            first_error: Some(to_group(&first)),
+            secondary: secondary.iter().map(to_group).collect(),
+            other_failures: other_failures.iter().map(to_group).collect(),
+        },
+        Diagnosis::Unexplained { incidents } => GroupSummary {
+            nodes,
+            first_error: None,
+            secondary: incidents.iter().map(to_group).collect(),
+            other_failures: Vec::new(),
+        },
+    }
+}
+
+fn kind_name(kind: &IncidentKind) -> &'static str {
+    match kind {
+        IncidentKind::NeverJoined => "never_joined",
+        IncidentKind::Crashed => "crashed",
+        IncidentKind::Unresponsive => "unresponsive",
+        IncidentKind::Failed { .. } => "failed",
+        IncidentKind::TimedOut { .. } => "timed_out",
+        IncidentKind::PeerError { .. } => "peer_error",
+    }
+}
+
+/// One line for agents that are told to abort: the first error, else the first failure.
+fn abort_reason(report: &RunReport) -> String {
+    if let Some(first) = report.group.as_ref().and_then(|g| g.first_error.as_ref()) {
+        return format!(
+            "the group failed; first error: rank {} ({}) {}: {}",
+            first.rank, first.node, first.kind, first.detail
+        );
+    }
+    match report.checks.iter().find(|c| c.status.is_failure()) {
+        Some(check) => format!(
+            "the group failed: {} {}: {}",
+            check.name,
+            check.status,
+            check.reason.as_deref().unwrap_or("")
+        ),
+        None => "the group's run ended early".to_owned(),
+    }
+}

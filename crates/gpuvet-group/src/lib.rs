@@ -1,0 +1,32 @@
+//! Runs gpuvet's sanity checks across a group of nodes.
+//!
+//! The control plane (`gpuvet-cluster`) connects the nodes; this crate decides what
+//! they do over it:
+//! - [`run_group`] (the coordinator, on rank 0) waits for the group, runs each check
+//!   across it, judges it, names the first error when a node never joins, crashes or
+//!   stops answering, and hands every node the verdict;
+//! - [`serve`] (every agent, rank 0's included) binds the data plane and carries out
+//!   the coordinator's directives: a local check with the node's own runner, a
+//!   collective with other agents over TCP, a reachability probe.
+//!
+//! Node-scope checks run on each node and are judged against the whole group; the
+//! `_2` checks are planned in pairs and localized (`gpuvet_core::pairing`,
+//! `gpuvet_core::localize`); whole-group collectives run as one ring whose bottleneck
+//! is named; `network_connectivity` probes every pair.
+
+mod connectivity;
+mod coordinate;
+mod error;
+mod local;
+mod node;
+mod pairs;
+mod session;
+mod time;
+mod whole;
+pub mod wire;
+
+pub use coordinate::{GroupPlan, run_group};
+pub use error::GroupError;
+pub use node::{DataPlane, NodeSetup, serve};
+pub use session::GroupEvent;
+pub use whole::{BOTTLENECK_SHARE, OTHERS_SHARE};

@@ -1,0 +1,234 @@
+//! Node-scope checks across the group (`gemm_flops`, `kernel_launch`, `all_reduce_1`,
+//! `comp_comm_overlap`): every node runs the check with its own runner, then the
+//! coordinator judges each device or node against the whole group, so a node whose
+//! GPUs are all equally slow is found too.
+
+use gpuvet_core::analysis::{JudgePolicy, check_status, judge};
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::results::{CheckResult, CheckStatus, EntityResult, Measurement, Verdict};
+
+use crate::coordinate::CheckContext;
+use crate::wire::{Directive, Reply};
+
+pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckResult {
+    let ranks: Vec<u32> = context.session.members.iter().map(|m| m.rank).collect();
+    // On a shared machine one node at a time; otherwise all at once.
+    let batches: Vec<Vec<u32>> = if context.shared_host() {
+        ranks.iter().map(|&rank| vec![rank]).collect()
+    } else {
+        vec![ranks]
+    };
+    let mut per_node: Vec<CheckResult> = Vec::new();
+    for batch in batches {
+        let (budget_ms, due) = context.budget();
+        let orders = batch
+            .iter()
+            .map(|&rank| {
+                (
+                    rank,
+                    Directive::Local {
+                        check: name,
+                        budget_ms,
+                    },
+                )
+            })
+            .collect();
+        let answers = context.session.ask(orders, due);
+        context.session.record_secondary(&answers, |_| None);
+        if !answers.missing.is_empty() {
+            return context.interrupted(name, answers.timed_out);
+        }
+        for (rank, reply) in answers.replies {
+            per_node.push(match reply {
+                Reply::Local { result } => *result,
+                other => CheckResult::without_work(
+                    name,
+                    CheckStatus::Failed,
+                    format!(
+                        "{} answered with `{other:?}` instead of a check result",
+                        context.session.node_name(rank)
+                    ),
+                ),
+            });
+        }
+    }
+    merge(name, per_node, &policy(context, name))
+}
+
+fn policy(context: &CheckContext<'_, '_>, name: CheckName) -> JudgePolicy {
+    JudgePolicy {
+        tolerance: context.plan.tolerance,
+        limit: context.plan.baselines.get(&name).copied(),
+    }
+}
+
+/// One result from every node's: the union of their entities, each also judged
+/// against the whole group.
+///
+/// A node that could not run the check decides the status: not implemented or
+/// skipped on one node is so for the group, and a node's failure without entities (a
+/// timeout) fails the group's check.
+pub(crate) fn merge(
+    name: CheckName,
+    per_node: Vec<CheckResult>,
+    policy: &JudgePolicy,
+) -> CheckResult {
+    for status in [
+        CheckStatus::TimedOut,
+        CheckStatus::NotRun,
+        CheckStatus::NotImplemented,
+    ] {
+        if let Some(result) = per_node.iter().find(|r| r.status == status) {
+            return result.clone();
+        }
+    }
+    if let Some(failed) = per_node
+        .iter()
+        .find(|r| r.status == CheckStatus::Failed && r.entities.is_empty())
+    {
+        return failed.clone();
+    }
+    if per_node.iter().all(|r| r.status == CheckStatus::Skipped) {
+        if let Some(first) = per_node.into_iter().next() {
+            return first;
+        }
+        return CheckResult::without_work(name, CheckStatus::Skipped, "no node ran it");
+    }
+    let Some(mut merged) = per_node.first().cloned() else {
+        return CheckResult::without_work(name, CheckStatus::Failed, "no node answered");
+    };
+    merged.entities = per_node.iter().flat_map(|r| r.entities.clone()).collect();
+    let remeasured: usize = per_node
+        .iter()
+        .filter_map(|r| r.params.get("remeasured")?.parse::<usize>().ok())
+        .sum();
+    merged.params.remove("remeasured");
+    if remeasured > 0 {
+        merged
+            .params
+            .insert("remeasured".to_owned(), remeasured.to_string());
+    }
+    // A slowdown is a ratio of two rates on one node; between nodes it is compared
+    // with the configured ceiling only.
+    if name != CheckName::CompCommOverlap {
+        judge_across_group(name, &mut merged.entities, policy);
+    }
+    merged.status = check_status(&merged.entities);
+    merged.reason = None;
+    merged
+}
+
+/// Judges every entity that its own node found ok against all entities of the group,
+/// and keeps the worse verdict.
+fn judge_across_group(name: CheckName, entities: &mut [EntityResult], policy: &JudgePolicy) {
+    if entities.len() < 2 {
+        return;
+    }
+    let measurements: Vec<Measurement> = entities.iter().map(|e| e.measurement.clone()).collect();
+    let across = judge(name.spec(), &measurements, policy);
+    for (entity, group_view) in entities.iter_mut().zip(across) {
+        if entity.verdict == Verdict::Ok && group_view.verdict == Verdict::Slow {
+            let remeasured = entity.evidence.remeasured;
+            *entity = group_view;
+            entity.evidence.remeasured = remeasured;
+            entity.reason = format!("{} (compared with every node of the group)", entity.reason);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuvet_core::results::{Entity, Evidence, Lane, MetricInfo};
+
+    fn device(node: &str, value: f64) -> EntityResult {
+        let entity = Entity::Device {
+            node: node.to_owned(),
+            index: 0,
+        };
+        EntityResult {
+            entity: entity.clone(),
+            verdict: Verdict::Ok,
+            lane: Lane::Host,
+            reason: "ok".to_owned(),
+            evidence: Evidence {
+                value: Some(value),
+                ..Evidence::default()
+            },
+            measurement: Measurement::ok(entity, value, vec![value; 8]),
+        }
+    }
+
+    fn node_result(entities: Vec<EntityResult>) -> CheckResult {
+        let metric = CheckName::GemmFlops.spec().metric;
+        CheckResult {
+            name: CheckName::GemmFlops,
+            status: CheckStatus::Passed,
+            reason: None,
+            duration_secs: 1.0,
+            metric: MetricInfo {
+                name: metric.name.to_owned(),
+                unit: metric.unit.to_owned(),
+                direction: metric.direction,
+            },
+            params: Default::default(),
+            entities,
+        }
+    }
+
+    const POLICY: JudgePolicy = JudgePolicy {
+        tolerance: 0.05,
+        limit: None,
+    };
+
+    #[test]
+    fn a_node_slow_as_a_whole_is_found_against_the_group() {
+        let per_node = vec![
+            node_result(vec![device("a", 100.0)]),
+            node_result(vec![device("b", 101.0)]),
+            node_result(vec![device("c", 60.0)]),
+            node_result(vec![device("d", 99.0)]),
+        ];
+        let merged = merge(CheckName::GemmFlops, per_node, &POLICY);
+        assert_eq!(merged.status, CheckStatus::Failed);
+        let slow: Vec<String> = merged.findings().map(|e| e.entity.to_string()).collect();
+        assert_eq!(slow, ["c/dev0"]);
+        assert!(
+            merged
+                .findings()
+                .next()
+                .unwrap()
+                .reason
+                .contains("every node")
+        );
+    }
+
+    #[test]
+    fn equal_nodes_pass_and_keep_every_entity() {
+        let per_node = vec![
+            node_result(vec![device("a", 100.0)]),
+            node_result(vec![device("b", 100.5)]),
+        ];
+        let merged = merge(CheckName::GemmFlops, per_node, &POLICY);
+        assert_eq!(merged.status, CheckStatus::Passed);
+        assert_eq!(merged.entities.len(), 2);
+    }
+
+    #[test]
+    fn one_node_without_the_check_decides_the_status() {
+        let per_node = vec![
+            node_result(vec![device("a", 100.0)]),
+            CheckResult::without_work(CheckName::GemmFlops, CheckStatus::NotImplemented, "no"),
+        ];
+        let merged = merge(CheckName::GemmFlops, per_node, &POLICY);
+        assert_eq!(merged.status, CheckStatus::NotImplemented);
+        let per_node = vec![
+            node_result(vec![device("a", 100.0)]),
+            CheckResult::without_work(CheckName::GemmFlops, CheckStatus::TimedOut, "late"),
+        ];
+        assert_eq!(
+            merge(CheckName::GemmFlops, per_node, &POLICY).status,
+            CheckStatus::TimedOut
+        );
+    }
+}

@@ -1,0 +1,393 @@
+//! The agent's side of a group run: bind the data plane, then do what the coordinator
+//! asks (a local check, a collective with other agents, a reachability probe) until it
+//! sends the group's verdict.
+//!
+//! Every piece of work is bounded by the budget the coordinator gives it, and is
+//! cancelled as soon as the link to the coordinator ends, so an agent whose coordinator
+//! died stops within the agent's own deadline.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use gpuvet_backend::tcp::{
+    CollectiveSpec, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
+    multi_all_reduce, per_rail_busbw, probe_connectivity,
+};
+use gpuvet_backend::{Backend, BackendError, CancelToken, Sample, WorkSpec};
+use gpuvet_cluster::{Agent, Received};
+use gpuvet_core::analysis::Limit;
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::events::Attempt;
+use gpuvet_core::results::{CheckResult, CheckStatus, RunReport};
+use gpuvet_runner::{HANG_GRACE, RunPlan};
+
+use crate::error::GroupError;
+use crate::time::unix_ms;
+use crate::wire::{
+    CollectiveOrder, CollectiveReply, Directive, LinkReply, NodeInfo, ProbeReply, ProbeTarget,
+    Reply,
+};
+
+/// This node's data-plane listeners: one for pair and group collectives, one per rail,
+/// and the reachability responder.
+#[derive(Debug)]
+pub struct DataPlane {
+    main: TcpListener,
+    rails: Vec<TcpListener>,
+    probe: ProbeResponder,
+}
+
+impl DataPlane {
+    /// Binds every listener on `ip` (`0.0.0.0` for any interface) on free ports.
+    pub fn bind(ip: IpAddr, rails: usize) -> Result<DataPlane, GroupError> {
+        let listen = |what: &str| {
+            TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|source| GroupError::Bind {
+                what: what.to_owned(),
+                ip,
+                source,
+            })
+        };
+        let main = listen("the data plane")?;
+        let rails = (0..rails.max(1))
+            .map(|rail| listen(&format!("rail {rail}")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let probe =
+            ProbeResponder::spawn(listen("the reachability responder")?).map_err(|source| {
+                GroupError::Bind {
+                    what: "the reachability responder".to_owned(),
+                    ip,
+                    source,
+                }
+            })?;
+        Ok(DataPlane { main, rails, probe })
+    }
+
+    /// Where the main listener is, for the hello's `data_addr`.
+    pub fn addr(&self) -> Result<SocketAddr, GroupError> {
+        local_addr(&self.main)
+    }
+
+    /// What the coordinator needs to know about this node.
+    pub fn node_info(
+        &self,
+        backend: &dyn Backend,
+        host_id: String,
+    ) -> Result<NodeInfo, GroupError> {
+        Ok(NodeInfo {
+            backend: backend.name().to_owned(),
+            devices: backend.devices().to_vec(),
+            host_id,
+            rail_ports: self
+                .rails
+                .iter()
+                .map(|rail| local_addr(rail).map(|addr| addr.port()))
+                .collect::<Result<_, _>>()?,
+            probe_port: self.probe.local_addr().port(),
+        })
+    }
+}
+
+fn local_addr(listener: &TcpListener) -> Result<SocketAddr, GroupError> {
+    listener.local_addr().map_err(|source| GroupError::Io {
+        what: "cannot read a data-plane listener's address".to_owned(),
+        source,
+    })
+}
+
+/// What this node runs local checks with.
+#[derive(Debug, Clone)]
+pub struct NodeSetup {
+    pub backend: Arc<dyn Backend>,
+    pub attempt: Attempt,
+    pub nnodes: usize,
+    pub tolerance: f64,
+    pub baselines: BTreeMap<CheckName, Limit>,
+    pub work: WorkSpec,
+}
+
+/// Serves the coordinator until it sends the verdict (returned), the link ends, or
+/// `deadline` passes (both errors: the caller applies its fail action).
+pub fn serve(
+    agent: &Agent,
+    setup: &NodeSetup,
+    plane: &DataPlane,
+    deadline: Instant,
+) -> Result<RunReport, GroupError> {
+    loop {
+        let received = agent
+            .recv(deadline)
+            .map_err(|source| GroupError::CoordinatorLost { source })?;
+        let command = match received {
+            None => return Err(GroupError::NoVerdict),
+            Some(Received::Roster(_)) => continue,
+            Some(Received::Closed { reason }) => return Err(GroupError::Closed { reason }),
+            Some(Received::Command(command)) => command,
+        };
+        let directive: Directive = match command.parse() {
+            Ok(directive) => directive,
+            Err(err) => {
+                let reply = Reply::Refused {
+                    reason: format!("cannot read the directive: {err}"),
+                };
+                send(agent, command.seq, &reply)?;
+                continue;
+            }
+        };
+        let reply = match directive {
+            Directive::Finish { report } => return Ok(*report),
+            Directive::Local { check, budget_ms } => {
+                agent.set_phase(format!("{check} on this node"));
+                let result = cancel_on_link_end(agent, |_| run_local(setup, check, budget_ms));
+                Reply::Local {
+                    result: Box::new(result),
+                }
+            }
+            Directive::Collective(order) => {
+                agent.set_phase(format!(
+                    "{} round {} as rank {} of {}",
+                    order.check,
+                    order.round,
+                    order.rank,
+                    order.peers.len()
+                ));
+                Reply::Collective(cancel_on_link_end(agent, |cancel| {
+                    run_collective(plane, &order, cancel)
+                }))
+            }
+            Directive::Probe { targets, budget_ms } => {
+                agent.set_phase(format!("probing {} peers", targets.len()));
+                Reply::Probe {
+                    results: cancel_on_link_end(agent, |cancel| {
+                        run_probe(&targets, budget_ms, cancel)
+                    }),
+                }
+            }
+        };
+        agent.set_phase("idle");
+        send(agent, command.seq, &reply)?;
+    }
+}
+
+fn send(agent: &Agent, seq: u64, reply: &Reply) -> Result<(), GroupError> {
+    agent
+        .report(Some(seq), reply)
+        .map_err(|source| GroupError::CoordinatorLost { source })
+}
+
+/// Runs `work` while a watcher cancels it the moment the coordinator is gone.
+fn cancel_on_link_end<T>(agent: &Agent, work: impl FnOnce(&CancelToken) -> T) -> T {
+    let cancel = CancelToken::new();
+    let done = AtomicBool::new(false);
+    std::thread::scope(|scope| {
+        scope.spawn(|| {
+            while !done.load(Ordering::SeqCst) {
+                if agent
+                    .wait_for_link_end(Instant::now() + Duration::from_millis(100))
+                    .is_some()
+                {
+                    cancel.cancel();
+                    return;
+                }
+            }
+        });
+        let result = work(&cancel);
+        done.store(true, Ordering::SeqCst);
+        result
+    })
+}
+
+fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult {
+    let plan = RunPlan {
+        attempt: setup.attempt.clone(),
+        nodes: setup.nnodes,
+        checks: vec![check],
+        timeout: Duration::from_millis(budget_ms),
+        tolerance: setup.tolerance,
+        baselines: setup.baselines.clone(),
+        work: setup.work,
+        started_at_ms: unix_ms(),
+        hang_grace: HANG_GRACE,
+    };
+    let mut report = gpuvet_runner::run(Arc::clone(&setup.backend), &plan, &mut |_| {});
+    report.checks.pop().unwrap_or_else(|| {
+        CheckResult::without_work(
+            check,
+            CheckStatus::Failed,
+            "the local runner returned no result (a bug in gpuvet)",
+        )
+    })
+}
+
+fn run_collective(
+    plane: &DataPlane,
+    order: &CollectiveOrder,
+    cancel: &CancelToken,
+) -> CollectiveReply {
+    let deadline = Instant::now() + Duration::from_millis(order.budget_ms);
+    let spec = CollectiveSpec {
+        bytes: order.bytes,
+        ..CollectiveSpec::default()
+    };
+    let result = match order.check {
+        CheckName::MultiAllReduce | CheckName::MultiAllReduce2 => {
+            rails(plane, order, &spec, deadline, cancel)
+        }
+        check => single(plane, order, check, &spec, deadline, cancel),
+    };
+    match result {
+        Ok((sample, links)) => CollectiveReply {
+            value: Some(sample.value),
+            samples: sample.samples,
+            wrong_result: sample.wrong_result,
+            extra: sample.extra,
+            params: sample.params,
+            links: links.iter().map(link_reply).collect(),
+            ..CollectiveReply::default()
+        },
+        Err(error) => CollectiveReply {
+            error: Some(error.to_string()),
+            failed_at_ms: Some(unix_ms()),
+            ..CollectiveReply::default()
+        },
+    }
+}
+
+fn link_reply(link: &LinkStats) -> LinkReply {
+    LinkReply {
+        rank: link.rank,
+        bytes_sent: link.bytes_sent,
+        send_blocked_s: link.send_blocked.as_secs_f64(),
+        receive_blocked_s: link.receive_blocked.as_secs_f64(),
+    }
+}
+
+fn group_spec(order: &CollectiveOrder, peers: &[SocketAddr], topology: Topology) -> GroupSpec {
+    GroupSpec {
+        rank: order.rank,
+        peers: peers.to_vec(),
+        round: order.round,
+        topology,
+    }
+}
+
+fn single(
+    plane: &DataPlane,
+    order: &CollectiveOrder,
+    check: CheckName,
+    spec: &CollectiveSpec,
+    deadline: Instant,
+    cancel: &CancelToken,
+) -> Result<(Sample, Vec<LinkStats>), BackendError> {
+    let topology = match check {
+        CheckName::AllToAll2 => Topology::FullMesh,
+        _ => Topology::Ring,
+    };
+    let group_spec = group_spec(order, &order.peers, topology);
+    let mut group = TcpGroup::establish(&group_spec, &plane.main, deadline, cancel)?;
+    let sample = match check {
+        CheckName::AllReduce2 | CheckName::AllReduce => group.all_reduce(spec, deadline, cancel),
+        CheckName::AllGather2 | CheckName::AllGather => group.all_gather(spec, deadline, cancel),
+        CheckName::AllToAll2 => group.all_to_all(spec, deadline, cancel),
+        CheckName::PytorchGloo2 => {
+            group
+                .host_network_collective(spec, deadline, cancel)
+                .map(|mut sample| {
+                    sample.params.insert(
+                        "engine_note".to_owned(),
+                        "the PyTorch Gloo engine is not built yet; the built-in TCP collective ran"
+                            .to_owned(),
+                    );
+                    sample
+                })
+        }
+        other => Err(BackendError::Failed(format!(
+            "`{other}` is not a collective between nodes (a bug in gpuvet)"
+        ))),
+    }?;
+    Ok((sample, group.last_link_stats().to_vec()))
+}
+
+/// One all-reduce per rail at the same time; the value is the slowest rail's busbw and
+/// `extra` holds each rail's.
+fn rails(
+    plane: &DataPlane,
+    order: &CollectiveOrder,
+    spec: &CollectiveSpec,
+    deadline: Instant,
+    cancel: &CancelToken,
+) -> Result<(Sample, Vec<LinkStats>), BackendError> {
+    if order.rails.is_empty() || order.rails.len() > plane.rails.len() {
+        return Err(BackendError::Failed(format!(
+            "asked for {} rails, and this node listens on {}",
+            order.rails.len(),
+            plane.rails.len()
+        )));
+    }
+    let mut groups = Vec::with_capacity(order.rails.len());
+    for (rail, peers) in order.rails.iter().enumerate() {
+        let group_spec = group_spec(order, peers, Topology::Ring);
+        let group = TcpGroup::establish(&group_spec, &plane.rails[rail], deadline, cancel)
+            .map_err(|error| BackendError::Failed(format!("rail {rail}: {error}")))?;
+        groups.push(group);
+    }
+    let results = multi_all_reduce(&mut groups, spec, deadline, cancel);
+    let per_rail = per_rail_busbw(&results);
+    let mut slowest: Option<Sample> = None;
+    for result in results {
+        let sample = result?;
+        if slowest.as_ref().is_none_or(|s| sample.value < s.value) {
+            slowest = Some(sample);
+        }
+    }
+    let mut sample = slowest.ok_or_else(|| BackendError::Failed("no rail ran".to_owned()))?;
+    sample.extra.extend(per_rail);
+    sample
+        .params
+        .insert("rails".to_owned(), groups.len().to_string());
+    let links = groups
+        .iter()
+        .flat_map(|group| group.last_link_stats().iter().cloned())
+        .collect();
+    Ok((sample, links))
+}
+
+fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> Vec<ProbeReply> {
+    // Five tries each, all targets at once; a dead peer costs `count × timeout`.
+    let budget = Duration::from_millis(budget_ms);
+    let spec = ProbeSpec {
+        count: 5,
+        timeout: Duration::from_secs(1).min(budget / 6),
+        interval: Duration::from_millis(50),
+        echo: true,
+    };
+    let addrs: Vec<SocketAddr> = targets.iter().map(|t| t.addr).collect();
+    match probe_connectivity(&addrs, &spec, cancel) {
+        Ok(results) => targets
+            .iter()
+            .zip(results)
+            .map(|(target, result)| ProbeReply {
+                rank: target.rank,
+                attempts: result.attempts,
+                successes: result.successes,
+                rtt_us: result
+                    .echo_rtt
+                    .or(result.connect_rtt)
+                    .map(|rtt| rtt.avg.as_secs_f64() * 1e6),
+                error: result.last_error,
+            })
+            .collect(),
+        Err(error) => targets
+            .iter()
+            .map(|target| ProbeReply {
+                rank: target.rank,
+                attempts: 0,
+                successes: 0,
+                rtt_us: None,
+                error: Some(error.to_string()),
+            })
+            .collect(),
+    }
+}

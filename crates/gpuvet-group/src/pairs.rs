@@ -1,0 +1,265 @@
+//! The `_2` checks: node pairs measured over the data plane, planned and judged by
+//! `gpuvet_core::pairing` and `gpuvet_core::localize`.
+//!
+//! Round one measures disjoint pairs at once; each further plan re-measures suspects
+//! and tests members of failed pairs with known-good nodes, until nothing is left to
+//! learn. Then a node that fails with good partners is named, or the link between two
+//! nodes that pass elsewhere.
+
+use std::collections::BTreeMap;
+
+use gpuvet_core::analysis::JudgePolicy;
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::localize::{PairTest, judge_pairs, localize, outcomes};
+use gpuvet_core::pairing::{NodeId, Pair, PairingMode, Plan, full_round_robin, retest, round_one};
+use gpuvet_core::results::{CheckResult, Lane, Measurement, MetricInfo};
+
+use crate::coordinate::CheckContext;
+use crate::wire::{CollectiveOrder, CollectiveReply, Directive, Reply};
+
+/// Plans after the first; each re-measures or retests only new combinations, so this
+/// is a guard, not a budget (a few bad nodes need two or three).
+const MAX_RETEST_PLANS: usize = 6;
+
+pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckResult {
+    let nodes: Vec<NodeId> = context
+        .session
+        .members
+        .iter()
+        .map(|m| m.node.clone())
+        .collect();
+    let spec = name.spec();
+    let policy = JudgePolicy {
+        tolerance: context.plan.tolerance,
+        limit: context.plan.baselines.get(&name).copied(),
+    };
+    let mut plan = match context.plan.pairing {
+        PairingMode::Adaptive => round_one(&nodes),
+        PairingMode::Full => full_round_robin(&nodes).to_plan(),
+    };
+    let mut tests: Vec<PairTest> = Vec::new();
+    let mut params = BTreeMap::new();
+    let mut plans_run = 0;
+    let judged = loop {
+        if let Err(result) = run_plan(context, name, &plan, &mut tests, &mut params) {
+            return result;
+        }
+        plans_run += 1;
+        let judged = judge_pairs(spec, &tests, &policy);
+        let next = retest(&nodes, &outcomes(&judged));
+        if next.plan.is_empty() || plans_run > MAX_RETEST_PLANS {
+            break judged;
+        }
+        plan = next.plan;
+    };
+    let found = localize(spec, &nodes, &judged, Lane::Network);
+    params.insert("pair_tests".to_owned(), tests.len().to_string());
+    params.insert("plans".to_owned(), plans_run.to_string());
+    params.insert(
+        "pairing".to_owned(),
+        match context.plan.pairing {
+            PairingMode::Adaptive => "adaptive",
+            PairingMode::Full => "full",
+        }
+        .to_owned(),
+    );
+    let metric = spec.metric;
+    CheckResult {
+        name,
+        status: found.status(),
+        reason: found.group_wide.as_ref().map(|g| g.reason.clone()),
+        duration_secs: 0.0,
+        metric: MetricInfo {
+            name: metric.name.to_owned(),
+            unit: metric.unit.to_owned(),
+            direction: metric.direction,
+        },
+        params,
+        entities: found.entity_results(),
+    }
+}
+
+/// Runs every round of `plan`, appending one test per pair. `Err` carries the result
+/// when a node was lost or time ran out.
+fn run_plan(
+    context: &mut CheckContext<'_, '_>,
+    name: CheckName,
+    plan: &Plan,
+    tests: &mut Vec<PairTest>,
+    params: &mut BTreeMap<String, String>,
+) -> Result<(), CheckResult> {
+    let shared_host = context.shared_host();
+    for round in &plan.rounds {
+        // On a shared machine pairs take turns; otherwise a round runs at once.
+        let batches: Vec<&[Pair]> = if shared_host {
+            round.pairs.chunks(1).collect()
+        } else {
+            vec![&round.pairs[..]]
+        };
+        for batch in batches {
+            let (budget_ms, due) = context.budget();
+            let mut orders = Vec::new();
+            let mut ranks_of = Vec::new();
+            for pair in batch {
+                let (a, b) = (rank_of(context, &pair.a), rank_of(context, &pair.b));
+                let round_id = context.session.round();
+                for (index, &rank) in [a, b].iter().enumerate() {
+                    let order = order(context, name, round_id, index, &[a, b], budget_ms);
+                    orders.push((rank, Directive::Collective(order)));
+                }
+                ranks_of.push((pair.clone(), a, b));
+            }
+            let answers = context.session.ask(orders, due);
+            context.session.record_secondary(&answers, collective_error);
+            if !answers.missing.is_empty() {
+                return Err(context.interrupted(name, answers.timed_out));
+            }
+            for (pair, a, b) in ranks_of {
+                let replies = [answers.replies.get(&a), answers.replies.get(&b)];
+                if let Some(Reply::Collective(reply)) = replies[0] {
+                    params.extend(reply.params.clone());
+                }
+                let measurement = pair_measurement(&pair, replies);
+                tests.push(PairTest::new(pair, plan.stage, measurement));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rank_of(context: &CheckContext<'_, '_>, node: &str) -> u32 {
+    context
+        .session
+        .members
+        .iter()
+        .find(|m| m.node == node)
+        .map(|m| m.rank)
+        .expect("pairing plans name only members")
+}
+
+/// The order for the member at `index` of a data-plane group of `ranks`.
+pub(crate) fn order(
+    context: &CheckContext<'_, '_>,
+    name: CheckName,
+    round: u64,
+    index: usize,
+    ranks: &[u32],
+    budget_ms: u64,
+) -> CollectiveOrder {
+    let members: Vec<_> = ranks
+        .iter()
+        .map(|&rank| context.session.member(rank).expect("ranks are members"))
+        .collect();
+    let multi = matches!(name, CheckName::MultiAllReduce | CheckName::MultiAllReduce2);
+    let rails = if multi {
+        let count = members.iter().map(|m| m.rails.len()).min().unwrap_or(0);
+        (0..count)
+            .map(|rail| members.iter().map(|m| m.rails[rail]).collect())
+            .collect()
+    } else {
+        Vec::new()
+    };
+    CollectiveOrder {
+        check: name,
+        round,
+        rank: index,
+        peers: members.iter().map(|m| m.data).collect(),
+        rails,
+        bytes: context.plan.collective_bytes,
+        budget_ms,
+    }
+}
+
+/// The error a collective reply carries, and when it happened.
+pub(crate) fn collective_error(reply: &Reply) -> Option<(String, Option<u64>)> {
+    match reply {
+        Reply::Collective(CollectiveReply {
+            error: Some(error),
+            failed_at_ms,
+            ..
+        }) => Some((error.clone(), *failed_at_ms)),
+        Reply::Refused { reason } => Some((reason.clone(), None)),
+        _ => None,
+    }
+}
+
+/// One pair test from its two members' replies: the lower of the two values (both
+/// timed the same collective), or the first error either side met.
+fn pair_measurement(pair: &Pair, replies: [Option<&Reply>; 2]) -> Measurement {
+    let entity = pair.entity();
+    let mut values = Vec::new();
+    let mut best: Option<&CollectiveReply> = None;
+    for (reply, node) in replies.iter().zip([&pair.a, &pair.b]) {
+        match reply {
+            Some(Reply::Collective(reply)) => {
+                if let Some(error) = &reply.error {
+                    return Measurement::failed(entity, format!("{node}: {error}"));
+                }
+                if let Some(value) = reply.value {
+                    values.push(value);
+                    if best.is_none_or(|b| b.value.is_some_and(|v| value < v)) {
+                        best = Some(reply);
+                    }
+                }
+            }
+            Some(other) => {
+                return Measurement::failed(entity, format!("{node} answered `{other:?}`"));
+            }
+            None => return Measurement::failed(entity, format!("{node} did not answer")),
+        }
+    }
+    let Some(best) = best else {
+        return Measurement::failed(entity, "neither node reported a value");
+    };
+    let value = values.iter().copied().fold(f64::INFINITY, f64::min);
+    Measurement {
+        entity,
+        value: Some(value),
+        samples: best.samples.clone(),
+        error: None,
+        wrong_result: best.wrong_result.clone().or_else(|| {
+            replies.iter().find_map(|r| match r {
+                Some(Reply::Collective(reply)) => reply.wrong_result.clone(),
+                _ => None,
+            })
+        }),
+        extra: best.extra.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ok(value: f64) -> Reply {
+        Reply::Collective(CollectiveReply {
+            value: Some(value),
+            samples: vec![value; 4],
+            ..CollectiveReply::default()
+        })
+    }
+
+    #[test]
+    fn a_pair_takes_the_lower_value_of_its_two_sides() {
+        let pair = Pair::new("a", "b");
+        let (left, right) = (ok(10.0), ok(9.0));
+        let measurement = pair_measurement(&pair, [Some(&left), Some(&right)]);
+        assert_eq!(measurement.value, Some(9.0));
+        assert!(measurement.error.is_none());
+    }
+
+    #[test]
+    fn either_side_failing_fails_the_pair_and_names_the_side() {
+        let pair = Pair::new("a", "b");
+        let failed = Reply::Collective(CollectiveReply {
+            error: Some("rank 0 stalled".to_owned()),
+            ..CollectiveReply::default()
+        });
+        let left = ok(10.0);
+        let measurement = pair_measurement(&pair, [Some(&left), Some(&failed)]);
+        assert_eq!(measurement.value, None);
+        assert_eq!(measurement.error.as_deref(), Some("b: rank 0 stalled"));
+        let measurement = pair_measurement(&pair, [Some(&left), None]);
+        assert_eq!(measurement.error.as_deref(), Some("b did not answer"));
+    }
+}

@@ -1,0 +1,262 @@
+//! The coordinator's conversation with the group: send directives, collect replies
+//! until a deadline, and turn every member event along the way into an incident.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use gpuvet_cluster::{
+    Coordinator, CoordinatorEvent, Incident, IncidentKind, MemberInfo, RefusedPeer,
+};
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::results::CheckResult;
+
+use crate::time::unix_ms;
+use crate::wire::{Directive, NodeInfo, Reply};
+
+/// What the coordinator reports while the group runs.
+#[derive(Debug)]
+pub enum GroupEvent<'a> {
+    /// Everyone expected joined, or the rendezvous deadline passed.
+    Rendezvous {
+        joined: usize,
+        expected: usize,
+    },
+    Refused(&'a RefusedPeer),
+    Incident(&'a Incident),
+    CheckStarted {
+        index: usize,
+        total: usize,
+        name: CheckName,
+    },
+    CheckFinished {
+        index: usize,
+        total: usize,
+        result: &'a CheckResult,
+    },
+}
+
+/// A member as the plan needs it.
+#[derive(Debug, Clone)]
+pub(crate) struct Member {
+    pub rank: u32,
+    /// Unique within the group (the node name, with `#rank` when names repeat).
+    pub node: String,
+    pub data: SocketAddr,
+    pub rails: Vec<SocketAddr>,
+    pub probe: SocketAddr,
+    pub info: NodeInfo,
+}
+
+impl Member {
+    /// Reads a joined member's hello; `Err` says what is missing.
+    pub(crate) fn from_info(info: &MemberInfo) -> Result<Member, String> {
+        let node_info: NodeInfo = serde_json::from_value(info.info.clone())
+            .map_err(|err| format!("its hello carries no usable node info: {err}"))?;
+        let data = info
+            .data_addr
+            .ok_or_else(|| "its hello names no data-plane address".to_owned())?;
+        let at = |port: u16| SocketAddr::new(data.ip(), port);
+        Ok(Member {
+            rank: info.rank,
+            node: info.node.clone(),
+            data,
+            rails: node_info.rail_ports.iter().copied().map(at).collect(),
+            probe: at(node_info.probe_port),
+            info: node_info,
+        })
+    }
+}
+
+/// What came back from one round of directives.
+#[derive(Debug, Default)]
+pub(crate) struct Answers {
+    pub replies: BTreeMap<u32, Reply>,
+    /// Ranks that did not answer: lost on the way, or still busy at the deadline.
+    pub missing: Vec<u32>,
+    /// The deadline passed with answers outstanding.
+    pub timed_out: bool,
+}
+
+pub(crate) struct Session<'a> {
+    pub coordinator: &'a Coordinator,
+    pub members: Vec<Member>,
+    pub incidents: Vec<Incident>,
+    /// Ranks that crashed, stopped answering or never joined, with what happened.
+    pub lost: BTreeMap<u32, String>,
+    observe: &'a mut dyn FnMut(GroupEvent<'_>),
+    next_round: u64,
+}
+
+/// How long after a member is lost the coordinator still waits for the others'
+/// answers: their collectives notice a dead peer at once, and a stopped one within the
+/// data plane's stall timeout (5 s).
+const AFTER_LOSS_GRACE: Duration = Duration::from_secs(7);
+
+impl<'a> Session<'a> {
+    pub(crate) fn new(
+        coordinator: &'a Coordinator,
+        observe: &'a mut dyn FnMut(GroupEvent<'_>),
+    ) -> Self {
+        Session {
+            coordinator,
+            members: Vec::new(),
+            incidents: Vec::new(),
+            lost: BTreeMap::new(),
+            observe,
+            next_round: 1,
+        }
+    }
+
+    pub(crate) fn observe(&mut self, event: GroupEvent<'_>) {
+        (self.observe)(event);
+    }
+
+    /// A fresh data-plane round id.
+    pub(crate) fn round(&mut self) -> u64 {
+        self.next_round += 1;
+        self.next_round
+    }
+
+    pub(crate) fn member(&self, rank: u32) -> Option<&Member> {
+        self.members.iter().find(|m| m.rank == rank)
+    }
+
+    pub(crate) fn node_name(&self, rank: u32) -> String {
+        self.member(rank)
+            .map_or_else(|| format!("rank {rank}"), |m| m.node.clone())
+    }
+
+    /// Handles every event already waiting.
+    pub(crate) fn drain_events(&mut self) {
+        while let Some(event) = self.coordinator.try_recv_event() {
+            self.handle(event, &mut HashMap::new(), &mut BTreeMap::new());
+        }
+    }
+
+    pub(crate) fn record(&mut self, incident: Incident) {
+        (self.observe)(GroupEvent::Incident(&incident));
+        self.incidents.push(incident);
+    }
+
+    /// Sends each directive and waits for the answers until `deadline`. Once a member
+    /// is lost, the others get [`AFTER_LOSS_GRACE`] more at most.
+    pub(crate) fn ask(&mut self, orders: Vec<(u32, Directive)>, deadline: Instant) -> Answers {
+        let mut pending: HashMap<u64, u32> = HashMap::new();
+        let mut answers = Answers::default();
+        for (rank, directive) in orders {
+            match self.coordinator.send(rank, &directive) {
+                Ok(seq) => {
+                    pending.insert(seq, rank);
+                }
+                Err(err) => {
+                    self.lost
+                        .entry(rank)
+                        .or_insert_with(|| format!("cannot reach it: {err}"));
+                    answers.missing.push(rank);
+                }
+            }
+        }
+        let mut deadline = deadline;
+        while !pending.is_empty() {
+            if !self.lost.is_empty() {
+                deadline = deadline.min(Instant::now() + AFTER_LOSS_GRACE);
+            }
+            let Some(event) = self.coordinator.recv_event(deadline) else {
+                if Instant::now() >= deadline {
+                    break;
+                }
+                continue;
+            };
+            self.handle(event, &mut pending, &mut answers.replies);
+        }
+        let mut still: Vec<u32> = pending.into_values().collect();
+        if !still.is_empty() {
+            answers.timed_out = self.lost.is_empty();
+        }
+        answers.missing.append(&mut still);
+        answers.missing.sort_unstable();
+        answers.missing.dedup();
+        answers
+    }
+
+    fn handle(
+        &mut self,
+        event: CoordinatorEvent,
+        pending: &mut HashMap<u64, u32>,
+        replies: &mut BTreeMap<u32, Reply>,
+    ) {
+        match event {
+            CoordinatorEvent::Report {
+                rank,
+                in_reply_to: Some(seq),
+                body,
+                ..
+            } if pending.get(&seq) == Some(&rank) => {
+                pending.remove(&seq);
+                let reply = serde_json::from_value(body).unwrap_or_else(|err| Reply::Refused {
+                    reason: format!("the agent's reply could not be read: {err}"),
+                });
+                replies.insert(rank, reply);
+            }
+            CoordinatorEvent::Member(event) => {
+                if let Some(incident) = Incident::from_member_event(&event) {
+                    self.lost
+                        .entry(event.rank)
+                        .or_insert_with(|| incident.detail.clone());
+                    pending.retain(|_, rank| *rank != event.rank);
+                    self.record(incident);
+                }
+            }
+            CoordinatorEvent::Refused(peer) => (self.observe)(GroupEvent::Refused(&peer)),
+            CoordinatorEvent::Report { .. } | CoordinatorEvent::Phase { .. } => {}
+        }
+    }
+
+    /// Records what each rank that failed or went silent did, once a member was lost:
+    /// they only waited on it.
+    pub(crate) fn record_secondary(
+        &mut self,
+        answers: &Answers,
+        error_of: impl Fn(&Reply) -> Option<(String, Option<u64>)>,
+    ) {
+        if self.lost.is_empty() {
+            return;
+        }
+        let mut incidents = Vec::new();
+        for (&rank, reply) in &answers.replies {
+            if let Some((error, failed_at_ms)) = error_of(reply) {
+                let time_ms = failed_at_ms
+                    .and_then(|ms| {
+                        self.coordinator
+                            .clock_offset(rank)
+                            .map(|clock| clock.to_coordinator_ms(ms))
+                    })
+                    .unwrap_or_else(unix_ms);
+                incidents.push(Incident {
+                    rank,
+                    node: Some(self.node_name(rank)),
+                    time_ms,
+                    kind: IncidentKind::PeerError { peer: None },
+                    detail: error,
+                });
+            }
+        }
+        for &rank in &answers.missing {
+            if self.lost.contains_key(&rank) {
+                continue;
+            }
+            incidents.push(Incident {
+                rank,
+                node: Some(self.node_name(rank)),
+                time_ms: unix_ms(),
+                kind: IncidentKind::TimedOut { waiting_on: None },
+                detail: "still waiting on its peers when the coordinator stopped the run"
+                    .to_owned(),
+            });
+        }
+        for incident in incidents {
+            self.record(incident);
+        }
+    }
+}

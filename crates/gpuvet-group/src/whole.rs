@@ -1,0 +1,256 @@
+//! Whole-group collectives (`all_reduce`, `all_gather`, `multi_all_reduce`): one ring
+//! over every node, judged by its busbw, with the ring's bottleneck named.
+//!
+//! A ring runs at the pace of its slowest link, so every rank reports the same busbw
+//! and busbw alone cannot say which node is slow. Where each rank's time went can: the
+//! rank behind a slow link spends its waiting time blocked in writes to that link,
+//! while every other rank waits in reads for data the slow link holds back. A rank
+//! whose waiting is mostly writes while the others' is mostly reads is the bottleneck.
+
+use gpuvet_core::analysis::{JudgePolicy, check_status, judge};
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::results::{CheckResult, Entity, Lane, Measurement, MetricInfo, Verdict};
+use gpuvet_core::stats::median;
+
+use crate::coordinate::CheckContext;
+use crate::pairs::{collective_error, order};
+use crate::wire::{CollectiveReply, Directive, Reply};
+
+/// A rank is the bottleneck when at least this share of its waiting is writes...
+pub const BOTTLENECK_SHARE: f64 = 0.75;
+/// ...while the other ranks' median share is at most this.
+pub const OTHERS_SHARE: f64 = 0.25;
+
+pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckResult {
+    let ranks: Vec<u32> = context.session.members.iter().map(|m| m.rank).collect();
+    let (budget_ms, due) = context.budget();
+    let round = context.session.round();
+    let orders = ranks
+        .iter()
+        .enumerate()
+        .map(|(index, &rank)| {
+            let order = order(context, name, round, index, &ranks, budget_ms);
+            (rank, Directive::Collective(order))
+        })
+        .collect();
+    let answers = context.session.ask(orders, due);
+    context.session.record_secondary(&answers, collective_error);
+    if !answers.missing.is_empty() {
+        return context.interrupted(name, answers.timed_out);
+    }
+    let nodes: Vec<(String, Option<&CollectiveReply>)> = ranks
+        .iter()
+        .map(|rank| {
+            let reply = match answers.replies.get(rank) {
+                Some(Reply::Collective(reply)) => Some(reply),
+                _ => None,
+            };
+            (context.session.node_name(*rank), reply)
+        })
+        .collect();
+    let policy = JudgePolicy {
+        tolerance: context.plan.tolerance,
+        limit: context.plan.baselines.get(&name).copied(),
+    };
+    let mut result = judge_ring(name, &nodes, &policy);
+    if let Some(Some(reply)) = nodes.first().map(|(_, r)| r) {
+        result.params.extend(reply.params.clone());
+    }
+    result
+        .params
+        .insert("ranks".to_owned(), ranks.len().to_string());
+    result
+}
+
+/// Judges one ring collective from every rank's reply (by ring order).
+pub(crate) fn judge_ring(
+    name: CheckName,
+    nodes: &[(String, Option<&CollectiveReply>)],
+    policy: &JudgePolicy,
+) -> CheckResult {
+    let spec = name.spec();
+    let measurements: Vec<Measurement> = nodes
+        .iter()
+        .map(|(node, reply)| {
+            let entity = Entity::Node { node: node.clone() };
+            match reply {
+                None => Measurement::failed(entity, "did not answer"),
+                Some(CollectiveReply {
+                    error: Some(error), ..
+                }) => Measurement::failed(entity, error.clone()),
+                Some(reply) => Measurement {
+                    entity,
+                    value: reply.value,
+                    samples: reply.samples.clone(),
+                    error: None,
+                    wrong_result: reply.wrong_result.clone(),
+                    extra: reply.extra.clone(),
+                },
+            }
+        })
+        .collect();
+    let mut entities = judge(spec, &measurements, policy);
+    let shares: Vec<Option<f64>> = nodes
+        .iter()
+        .map(|(_, reply)| reply.and_then(write_share))
+        .collect();
+    for (entity, share) in entities.iter_mut().zip(&shares) {
+        if let Some(share) = share {
+            entity
+                .measurement
+                .extra
+                .insert("write_wait_share".to_owned(), *share);
+        }
+    }
+    if let Some((index, share, others)) = bottleneck(&shares) {
+        let next = &nodes[(index + 1) % nodes.len()].0;
+        let entity = &mut entities[index];
+        if entity.verdict == Verdict::Ok {
+            entity.verdict = Verdict::Slow;
+            entity.lane = Lane::Network;
+            entity.reason = format!(
+                "the ring's bottleneck: {:.0}% of its waiting was sending to {next}, while the \
+                 other nodes' median was {:.0}% (they waited for data it held back)",
+                share * 100.0,
+                others * 100.0
+            );
+        }
+    }
+    let metric = spec.metric;
+    CheckResult {
+        name,
+        status: check_status(&entities),
+        reason: None,
+        duration_secs: 0.0,
+        metric: MetricInfo {
+            name: metric.name.to_owned(),
+            unit: metric.unit.to_owned(),
+            direction: metric.direction,
+        },
+        params: Default::default(),
+        entities,
+    }
+}
+
+/// The share of a rank's waiting spent in writes, over all its links.
+fn write_share(reply: &CollectiveReply) -> Option<f64> {
+    let writes: f64 = reply.links.iter().map(|l| l.send_blocked_s).sum();
+    let reads: f64 = reply.links.iter().map(|l| l.receive_blocked_s).sum();
+    let waiting = writes + reads;
+    (waiting > 0.0).then(|| writes / waiting)
+}
+
+/// The rank that holds the ring back, with its share and the others' median share.
+fn bottleneck(shares: &[Option<f64>]) -> Option<(usize, f64, f64)> {
+    if shares.len() < 3 || shares.iter().any(Option::is_none) {
+        // With two ranks each is the other's only peer: a pair test names the node.
+        return None;
+    }
+    let shares: Vec<f64> = shares.iter().map(|s| s.unwrap_or(0.0)).collect();
+    let (index, &share) = shares
+        .iter()
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(b.1))?;
+    let others: Vec<f64> = shares
+        .iter()
+        .enumerate()
+        .filter(|&(i, _)| i != index)
+        .map(|(_, &s)| s)
+        .collect();
+    let others = median(&others)?;
+    (share >= BOTTLENECK_SHARE && others <= OTHERS_SHARE).then_some((index, share, others))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::LinkReply;
+
+    fn reply(busbw: f64, writes: f64, reads: f64) -> CollectiveReply {
+        CollectiveReply {
+            value: Some(busbw),
+            samples: vec![busbw; 5],
+            links: vec![
+                LinkReply {
+                    rank: 1,
+                    bytes_sent: 1 << 20,
+                    send_blocked_s: writes,
+                    receive_blocked_s: 0.0,
+                },
+                LinkReply {
+                    rank: 2,
+                    bytes_sent: 0,
+                    send_blocked_s: 0.0,
+                    receive_blocked_s: reads,
+                },
+            ],
+            ..CollectiveReply::default()
+        }
+    }
+
+    const POLICY: JudgePolicy = JudgePolicy {
+        tolerance: 0.25,
+        limit: None,
+    };
+
+    fn names(result: &CheckResult) -> Vec<String> {
+        result.findings().map(|e| e.entity.to_string()).collect()
+    }
+
+    #[test]
+    fn the_rank_blocked_in_writes_is_the_bottleneck() {
+        let replies = [
+            reply(0.1, 0.05, 0.9),
+            reply(0.1, 0.9, 0.02),
+            reply(0.1, 0.02, 0.9),
+            reply(0.1, 0.04, 0.8),
+        ];
+        let nodes: Vec<(String, Option<&CollectiveReply>)> = replies
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("n{i}"), Some(r)))
+            .collect();
+        let result = judge_ring(CheckName::AllReduce, &nodes, &POLICY);
+        assert_eq!(names(&result), ["n1"]);
+        let finding = result.findings().next().unwrap();
+        assert_eq!(finding.lane, Lane::Network);
+        assert!(
+            finding.reason.contains("sending to n2"),
+            "{}",
+            finding.reason
+        );
+    }
+
+    #[test]
+    fn waiting_spread_evenly_names_nobody() {
+        let replies = [
+            reply(1.0, 0.4, 0.5),
+            reply(1.0, 0.6, 0.4),
+            reply(1.0, 0.3, 0.5),
+        ];
+        let nodes: Vec<(String, Option<&CollectiveReply>)> = replies
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("n{i}"), Some(r)))
+            .collect();
+        let result = judge_ring(CheckName::AllReduce, &nodes, &POLICY);
+        assert!(names(&result).is_empty());
+        assert_eq!(result.entities.len(), 3);
+    }
+
+    #[test]
+    fn an_error_is_faulty_on_the_rank_that_met_it() {
+        let good = reply(1.0, 0.1, 0.1);
+        let bad = CollectiveReply {
+            error: Some("wrong sum".to_owned()),
+            ..CollectiveReply::default()
+        };
+        let nodes = vec![
+            ("n0".to_owned(), Some(&good)),
+            ("n1".to_owned(), Some(&bad)),
+            ("n2".to_owned(), None),
+        ];
+        let result = judge_ring(CheckName::AllReduce, &nodes, &POLICY);
+        assert_eq!(names(&result), ["n1", "n2"]);
+    }
+}

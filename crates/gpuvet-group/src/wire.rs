@@ -1,0 +1,162 @@
+//! What the coordinator asks of agents and what they answer: the bodies of the control
+//! plane's `command` and `report` frames, in gpuvet's own vocabulary.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::{Deserialize, Serialize};
+
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::results::{CheckResult, DeviceInfo, RunReport};
+
+/// What an agent tells the coordinator about itself when it joins (the hello's `info`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeInfo {
+    pub backend: String,
+    pub devices: Vec<DeviceInfo>,
+    /// Identifies the machine (its boot id): agents that share one take turns at
+    /// measurements, so they do not measure each other's load.
+    pub host_id: String,
+    /// One data-plane port per rail for `multi_all_reduce`, on the data address's IP.
+    pub rail_ports: Vec<u16>,
+    /// The port of the reachability responder, on the data address's IP.
+    pub probe_port: u16,
+}
+
+/// One piece of work for one agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Directive {
+    /// Run a node-scope check with the local runner and answer with its result.
+    Local { check: CheckName, budget_ms: u64 },
+    /// Join a data-plane group and run one collective.
+    Collective(CollectiveOrder),
+    /// Probe the reachability of every target.
+    Probe {
+        targets: Vec<ProbeTarget>,
+        budget_ms: u64,
+    },
+    /// The group's verdict: the run is over.
+    Finish { report: Box<RunReport> },
+}
+
+/// A collective for one rank of a data-plane group.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveOrder {
+    pub check: CheckName,
+    /// New for every group formed, so a connection meant for another group is refused.
+    pub round: u64,
+    /// This agent's rank within the group.
+    pub rank: usize,
+    /// Every member's data-plane address, by rank within the group.
+    pub peers: Vec<SocketAddr>,
+    /// For `multi_all_reduce`: each rail's addresses, by rank within the group.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rails: Vec<Vec<SocketAddr>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes: Option<u64>,
+    pub budget_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProbeTarget {
+    pub rank: u32,
+    pub addr: SocketAddr,
+}
+
+/// An agent's answer to a directive.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "snake_case")]
+pub enum Reply {
+    Local {
+        result: Box<CheckResult>,
+    },
+    Collective(CollectiveReply),
+    Probe {
+        results: Vec<ProbeReply>,
+    },
+    /// The directive could not be understood or carried out at all.
+    Refused {
+        reason: String,
+    },
+}
+
+/// What one rank measured in a collective, or why it failed.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct CollectiveReply {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub value: Option<f64>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub samples: Vec<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// When the error happened, Unix milliseconds on the agent's clock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wrong_result: Option<String>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, f64>,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub params: BTreeMap<String, String>,
+    /// Per-link figures of the timed iterations, for finding a ring's bottleneck.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub links: Vec<LinkReply>,
+}
+
+/// Where one link's time went, as the rank that owns it saw it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct LinkReply {
+    /// The peer's rank within the group.
+    pub rank: usize,
+    pub bytes_sent: u64,
+    /// Seconds spent in writes to the peer: long when the link or the peer is slow.
+    pub send_blocked_s: f64,
+    /// Seconds spent in reads from the peer: long when data arrives slowly.
+    pub receive_blocked_s: f64,
+}
+
+/// Reachability of one target from the probing agent.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ProbeReply {
+    pub rank: u32,
+    pub attempts: u32,
+    pub successes: u32,
+    /// Mean round trip of a 16-byte echo, microseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rtt_us: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn directives_round_trip_as_tagged_json() {
+        let directive = Directive::Collective(CollectiveOrder {
+            check: CheckName::AllReduce2,
+            round: 7,
+            rank: 1,
+            peers: vec![
+                "10.0.0.1:4000".parse().unwrap(),
+                "10.0.0.2:4000".parse().unwrap(),
+            ],
+            rails: Vec::new(),
+            bytes: None,
+            budget_ms: 5000,
+        });
+        let json = serde_json::to_value(&directive).unwrap();
+        assert_eq!(json["op"], "collective");
+        assert_eq!(json["check"], "all_reduce_2");
+        let back: Directive = serde_json::from_value(json).unwrap();
+        assert_eq!(back, directive);
+    }
+
+    #[test]
+    fn an_unknown_op_is_an_error_not_a_default() {
+        let err = serde_json::from_str::<Directive>(r#"{"op":"format_disk"}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown variant"), "{err}");
+    }
+}

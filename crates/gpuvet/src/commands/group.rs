@@ -1,0 +1,422 @@
+//! `check` and `run` across a group of nodes: pick the mode from the group flags and
+//! the launcher's environment, then join as a member (rank 0 also coordinates), or
+//! spawn `--local-nodes` agents on loopback and coordinate them.
+
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use gpuvet_backend::{Backend, WorkSpec};
+use gpuvet_cluster::{
+    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorEvent, CoordinatorOptions,
+    Endpoint, MemberEventKind, Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
+};
+use gpuvet_core::analysis::Limit;
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::config::Config;
+use gpuvet_core::events::Attempt;
+use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
+use gpuvet_group::{DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve};
+use gpuvet_runner::RunnerEvent;
+
+use crate::cli::{GroupArgs, SanityArgs};
+use crate::failure::{Failure, note, warn};
+use crate::identity::now_ms;
+use crate::output::Progress;
+
+/// How this invocation takes part.
+#[derive(Debug)]
+pub enum Mode {
+    /// No group: the checks run on this node alone.
+    Single,
+    /// One node of a group; rank 0 also runs the coordinator.
+    Member(Box<Rendezvous>),
+    /// Spawn this many agents on loopback and coordinate them.
+    LocalNodes(u32),
+}
+
+/// The most `--local-nodes` agents: each is a process with its own data plane.
+const MAX_LOCAL_NODES: u32 = 64;
+/// How long the coordinator waits for agents to say goodbye after the verdict.
+const GOODBYE_WAIT: Duration = Duration::from_secs(3);
+/// The longest `--local-nodes` waits for its agents to join.
+const LOCAL_RENDEZVOUS: Duration = Duration::from_secs(30);
+/// How long `--local-nodes` waits for its agents to exit after the verdict.
+const CHILD_EXIT_WAIT: Duration = Duration::from_secs(15);
+
+pub fn mode(args: &GroupArgs) -> Result<Mode, Failure> {
+    if let Some(n) = args.local_nodes {
+        if !(2..=MAX_LOCAL_NODES).contains(&n) {
+            return Err(Failure::usage(format!(
+                "`--local-nodes {n}` is out of range; expected 2 to {MAX_LOCAL_NODES}"
+            )));
+        }
+        return Ok(Mode::LocalNodes(n));
+    }
+    let flags = RendezvousFlags {
+        master_addr: args.master_addr.clone(),
+        gpuvet_port: args.gpuvet_port,
+        node_rank: args.node_rank,
+        nnodes: args.nnodes,
+        token: args.token.clone(),
+    };
+    let rendezvous = Rendezvous::resolve(&flags, &process_env())
+        .map_err(|err| Failure::usage(err.to_string()))?;
+    Ok(if rendezvous.nnodes <= 1 {
+        Mode::Single
+    } else {
+        Mode::Member(Box::new(rendezvous))
+    })
+}
+
+/// What every node of the group runs with, resolved from flags and config.
+pub struct Setup<'a> {
+    pub args: &'a SanityArgs,
+    pub config: &'a Config,
+    pub backend: Arc<dyn Backend>,
+    pub attempt: &'a Attempt,
+    pub checks: Vec<CheckName>,
+    pub timeout: Duration,
+    pub tolerance: f64,
+    pub baselines: BTreeMap<CheckName, Limit>,
+    pub show_progress: bool,
+}
+
+impl Setup<'_> {
+    fn rendezvous_timeout(&self) -> Result<Duration, Failure> {
+        let secs = self.args.group.rendezvous_timeout;
+        if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+            return Err(Failure::usage(format!(
+                "`--rendezvous-timeout {secs}` is out of range; expected seconds above 0, at most a day"
+            )));
+        }
+        Ok(Duration::from_secs_f64(secs))
+    }
+
+    fn plan(&self) -> Result<GroupPlan, Failure> {
+        Ok(GroupPlan {
+            attempt: self.attempt.clone(),
+            checks: self.checks.clone(),
+            timeout: self.timeout,
+            rendezvous_timeout: self.rendezvous_timeout()?,
+            tolerance: self.tolerance,
+            baselines: self.baselines.clone(),
+            pairing: self.config.settings.pairing,
+            collective_bytes: self.config.settings.collective_bytes,
+            started_at_ms: now_ms(),
+        })
+    }
+
+    fn node_setup(&self, nnodes: u32) -> NodeSetup {
+        NodeSetup {
+            backend: Arc::clone(&self.backend),
+            attempt: self.attempt.clone(),
+            nnodes: nnodes as usize,
+            tolerance: self.tolerance,
+            baselines: self.baselines.clone(),
+            work: WorkSpec::from_settings(&self.config.settings),
+        }
+    }
+}
+
+/// Runs this node's part of the group; rank 0 returns the group's report, the others
+/// the verdict the coordinator sent, or a failed report saying why none came.
+pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport, Failure> {
+    let token = match &rendezvous.token {
+        Some(token) => token.clone(),
+        None => Token::random().map_err(|err| Failure::bug(err.to_string()))?,
+    };
+    let plan = setup.plan()?;
+    let data_ip = setup
+        .args
+        .group
+        .data_addr
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let plane = DataPlane::bind(data_ip, rails(&*setup.backend))
+        .map_err(|err| Failure::usage(err.to_string()))?;
+    let member = Member {
+        rendezvous,
+        token: &token,
+        plane: &plane,
+        node: setup.node_setup(rendezvous.nnodes),
+        rendezvous_timeout: plan.rendezvous_timeout,
+        run_timeout: plan.timeout,
+    };
+    if !rendezvous.is_coordinator() || setup.args.group.join_only {
+        return Ok(member.join_and_serve(setup));
+    }
+    let coordinator = Coordinator::bind(
+        rendezvous.bind_addr(),
+        rendezvous.nnodes,
+        &setup.attempt.job_id,
+        token.clone(),
+        CoordinatorOptions::default(),
+    )
+    .map_err(|err| {
+        Failure::usage(format!("cannot start the coordinator: {err}")).with_hint(format!(
+            "another process may hold port `{}`; set `GPUVET_PORT` or `--gpuvet-port` to a free one on every node",
+            rendezvous.port
+        ))
+    })?;
+    let report = std::thread::scope(|scope| {
+        let own_agent = scope.spawn(|| member.join_and_serve(setup));
+        let report = coordinate(&coordinator, &plan, setup.show_progress);
+        coordinator.shutdown("the run is over");
+        let _ = own_agent.join();
+        report
+    });
+    Ok(report)
+}
+
+/// Spawns `n` agents on loopback and coordinates them; their output is the group's.
+pub fn with_local_nodes(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
+    let mut plan = setup.plan()?;
+    // Local agents start in milliseconds; one that has not joined by then never will.
+    plan.rendezvous_timeout = plan.rendezvous_timeout.min(LOCAL_RENDEZVOUS);
+    let token = Token::random().map_err(|err| Failure::bug(err.to_string()))?;
+    let coordinator = Coordinator::bind(
+        (Ipv4Addr::LOCALHOST, 0),
+        n,
+        &setup.attempt.job_id,
+        token.clone(),
+        CoordinatorOptions::default(),
+    )
+    .map_err(|err| Failure::bug(format!("cannot start the local coordinator: {err}")))?;
+    let port = coordinator.local_addr().port();
+    let exe = std::env::current_exe()
+        .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
+    let mut children = Vec::with_capacity(n as usize);
+    for rank in 0..n {
+        match spawn_local_agent(&exe, setup, rank, n, port, &token) {
+            Ok(child) => children.push(child),
+            Err(err) => {
+                kill_all(&mut children);
+                return Err(Failure::bug(format!(
+                    "cannot start local agent {rank}: {err}"
+                )));
+            }
+        }
+    }
+    let report = coordinate(&coordinator, &plan, setup.show_progress);
+    coordinator.shutdown("the run is over");
+    let stop_by = Instant::now() + CHILD_EXIT_WAIT;
+    for child in &mut children {
+        while Instant::now() < stop_by && matches!(child.try_wait(), Ok(None)) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+    kill_all(&mut children);
+    Ok(report)
+}
+
+fn spawn_local_agent(
+    exe: &PathBuf,
+    setup: &Setup<'_>,
+    rank: u32,
+    n: u32,
+    port: u16,
+    token: &Token,
+) -> std::io::Result<Child> {
+    let args = setup.args;
+    let mut command = Command::new(exe);
+    command.args(["check", "--no-store", "--json", "--join-only"]);
+    if let Some(config) = &args.config {
+        command.arg("--config").arg(config);
+    }
+    if let Some(backend) = &args.backend {
+        command.args(["--backend", backend]);
+    }
+    if let Some(devices) = args.cpu_devices {
+        command.args(["--cpu-devices", &devices.to_string()]);
+    }
+    if let Some(checks) = &args.checks {
+        command.args(["--checks", checks]);
+    }
+    if let Some(timeout) = args.timeout {
+        command.args(["--timeout", &timeout.to_string()]);
+    }
+    command
+        .args(["--node-rank", &rank.to_string(), "--nnodes", &n.to_string()])
+        .args([
+            "--master-addr",
+            "127.0.0.1",
+            "--gpuvet-port",
+            &port.to_string(),
+        ])
+        .args(["--data-addr", "127.0.0.1"])
+        .args([
+            "--rendezvous-timeout",
+            &args.group.rendezvous_timeout.to_string(),
+        ])
+        .env("GPUVET_TOKEN", token.reveal())
+        .env("GPUVET_JOB_ID", &setup.attempt.job_id)
+        .env("GPUVET_NODE", format!("local-{rank}"))
+        .env_remove("GPUVET_DATA_ADDR")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+}
+
+fn kill_all(children: &mut [Child]) {
+    for child in children {
+        if matches!(child.try_wait(), Ok(None)) {
+            let _ = child.kill();
+        }
+        let _ = child.wait();
+    }
+}
+
+/// Runs the group on this coordinator with progress on stderr, then waits briefly for
+/// the agents to say goodbye so none misses the verdict.
+fn coordinate(coordinator: &Coordinator, plan: &GroupPlan, show_progress: bool) -> RunReport {
+    let mut progress = Progress::new(show_progress);
+    let report = run_group(coordinator, plan, &mut |event| match event {
+        GroupEvent::Rendezvous { joined, expected } => {
+            note(format!("group: {joined} of {expected} nodes joined"));
+        }
+        GroupEvent::Refused(peer) => warn(peer.describe()),
+        GroupEvent::Incident(incident) => warn(format!(
+            "rank {} ({}): {}",
+            incident.rank,
+            incident.node.as_deref().unwrap_or("?"),
+            incident.detail
+        )),
+        GroupEvent::CheckStarted { index, total, name } => {
+            progress.observe(RunnerEvent::CheckStarted { index, total, name });
+        }
+        GroupEvent::CheckFinished {
+            index,
+            total,
+            result,
+        } => progress.observe(RunnerEvent::CheckFinished {
+            index,
+            total,
+            result,
+        }),
+    });
+    progress.observe(RunnerEvent::RunFinished { report: &report });
+    let connected = coordinator
+        .members()
+        .iter()
+        .filter(|m| m.state.is_connected())
+        .count();
+    let mut left = 0;
+    let until = Instant::now() + GOODBYE_WAIT;
+    while left < connected {
+        match coordinator.recv_event(until) {
+            Some(CoordinatorEvent::Member(event))
+                if matches!(
+                    event.kind,
+                    MemberEventKind::Left { .. } | MemberEventKind::Crashed { .. }
+                ) =>
+            {
+                left += 1;
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    report
+}
+
+/// One rail per device, as many as NICs a GPU node usually pairs with its GPUs.
+fn rails(backend: &dyn Backend) -> usize {
+    backend.devices().len().clamp(1, 8)
+}
+
+/// A node's part: join the coordinator, serve it, and leave.
+struct Member<'a> {
+    rendezvous: &'a Rendezvous,
+    token: &'a Token,
+    plane: &'a DataPlane,
+    node: NodeSetup,
+    rendezvous_timeout: Duration,
+    run_timeout: Duration,
+}
+
+impl Member<'_> {
+    fn join_and_serve(&self, setup: &Setup<'_>) -> RunReport {
+        match self.try_join_and_serve() {
+            Ok(report) => report,
+            Err(why) => {
+                warn(format!("this node has no group verdict: {why}"));
+                no_verdict(setup, &why)
+            }
+        }
+    }
+
+    fn try_join_and_serve(&self) -> Result<RunReport, String> {
+        let started = Instant::now();
+        let data_addr = self.plane.addr().map_err(|err| err.to_string())?;
+        let info = self
+            .plane
+            .node_info(&*self.node.backend, host_id())
+            .map_err(|err| err.to_string())?;
+        let identity = AgentIdentity {
+            job_id: self.node.attempt.job_id.clone(),
+            rank: self.rendezvous.rank,
+            nnodes: self.rendezvous.nnodes,
+            node: self.node.attempt.node.clone(),
+            data_addr: Some(data_addr),
+            info: serde_json::to_value(info).map_err(|err| err.to_string())?,
+        };
+        let endpoint: Endpoint = self.rendezvous.coordinator_endpoint();
+        let agent = Agent::connect(
+            &endpoint,
+            identity,
+            self.token,
+            AgentOptions::default(),
+            started + self.rendezvous_timeout,
+        )
+        .map_err(|err| format!("cannot join the group at `{endpoint}`: {err}"))?;
+        // The verdict comes after the rendezvous and every check; the margin covers the
+        // coordinator's own waits.
+        let deadline =
+            started + self.rendezvous_timeout + self.run_timeout + Duration::from_secs(30);
+        let result = serve(&agent, &self.node, self.plane, deadline);
+        agent.leave("the run is over");
+        result.map_err(|err| err.to_string())
+    }
+}
+
+/// The report of a node that got no verdict: every check `not_run`, saying why.
+fn no_verdict(setup: &Setup<'_>, why: &str) -> RunReport {
+    let reason = format!("the group did not finish: {why}");
+    let checks: Vec<CheckResult> = setup
+        .checks
+        .iter()
+        .map(|&name| CheckResult::without_work(name, CheckStatus::NotRun, reason.clone()))
+        .collect();
+    RunReport {
+        gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
+        job_id: setup.attempt.job_id.clone(),
+        attempt: setup.attempt.attempt,
+        node: setup.attempt.node.clone(),
+        instance: setup.attempt.instance.clone(),
+        backend: setup.backend.name().to_owned(),
+        devices: setup.backend.devices().to_vec(),
+        started_at_ms: now_ms(),
+        duration_secs: 0.0,
+        timeout_secs: setup.timeout.as_secs_f64(),
+        outcome: Outcome::Failed,
+        checks,
+        group: Some(GroupSummary {
+            nodes: Vec::new(),
+            first_error: None,
+            secondary: Vec::new(),
+            other_failures: Vec::new(),
+        }),
+    }
+}
+
+/// The machine's boot id: agents that share it share the machine (namespaces and
+/// containers included).
+fn host_id() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .map(|id| id.trim().to_owned())
+        .unwrap_or_default()
+}
