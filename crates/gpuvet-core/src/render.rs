@@ -7,7 +7,7 @@ use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::analysis::fmt_value;
-use crate::results::{CheckResult, CheckStatus, RunReport, Verdict};
+use crate::results::{CheckResult, CheckStatus, GroupIncident, RunReport, Verdict};
 
 /// The terminal report: a header, one row per check, then every finding.
 pub fn table(report: &RunReport, width: Option<u16>) -> String {
@@ -48,20 +48,28 @@ pub fn table(report: &RunReport, width: Option<u16>) -> String {
         ));
         if let Some(first) = &group.first_error {
             out.push_str(&format!(
-                "first error: rank {} ({}) {} [lane: {}]: {}\n",
-                first.rank, first.node, first.kind, first.lane, first.detail
+                "first error: {} {} [lane: {}]: {}\n",
+                who(first),
+                first.kind,
+                first.lane,
+                first.detail
             ));
         }
         for incident in &group.secondary {
             out.push_str(&format!(
-                "  secondary: rank {} ({}) {}: {}\n",
-                incident.rank, incident.node, incident.kind, incident.detail
+                "  secondary: {} {}: {}\n",
+                who(incident),
+                incident.kind,
+                incident.detail
             ));
         }
         for incident in &group.other_failures {
             out.push_str(&format!(
-                "  also: rank {} ({}) {} [lane: {}]: {}\n",
-                incident.rank, incident.node, incident.kind, incident.lane, incident.detail
+                "  also: {} {} [lane: {}]: {}\n",
+                who(incident),
+                incident.kind,
+                incident.lane,
+                incident.detail
             ));
         }
     }
@@ -86,6 +94,15 @@ pub fn table(report: &RunReport, width: Option<u16>) -> String {
         report.duration_secs
     ));
     out
+}
+
+/// `rank 3 (node-3)`, or `rank 3` when that is all that is known.
+fn who(incident: &GroupIncident) -> String {
+    if incident.node.is_empty() || incident.node == format!("rank {}", incident.rank) {
+        format!("rank {}", incident.rank)
+    } else {
+        format!("rank {} ({})", incident.rank, incident.node)
+    }
 }
 
 fn value_cell(check: &CheckResult) -> String {

@@ -29,4 +29,4 @@ pub use coordinate::{GroupPlan, run_group};
 pub use error::GroupError;
 pub use node::{DataPlane, NodeSetup, serve};
 pub use session::GroupEvent;
-pub use whole::{BOTTLENECK_SHARE, OTHERS_SHARE};
+pub use whole::{BOTTLENECK_FACTOR, BOTTLENECK_SHARE, SHARE_FLOOR};

@@ -109,7 +109,15 @@ fn run_plan(
                 }
                 ranks_of.push((pair.clone(), a, b));
             }
-            let answers = context.session.ask(orders, due);
+            let mut answers = context.session.ask(orders, due);
+            for (pair, a, b) in &ranks_of {
+                let names = [pair.a.clone(), pair.b.clone()];
+                for rank in [a, b] {
+                    if let Some(reply) = answers.replies.get_mut(rank) {
+                        name_peers(reply, &names);
+                    }
+                }
+            }
             context.session.record_secondary(&answers, collective_error);
             if !answers.missing.is_empty() {
                 return Err(context.interrupted(name, answers.timed_out));
@@ -167,6 +175,20 @@ pub(crate) fn order(
         rails,
         bytes: context.plan.collective_bytes,
         budget_ms,
+    }
+}
+
+/// Rewrites the data plane's names for peers, which are ranks within one small group
+/// (`rank 1 (`10.0.0.2:4000`)`), into the nodes they are (`node-7 (`10.0.0.2:4000`)`).
+pub(crate) fn name_peers(reply: &mut Reply, nodes: &[String]) {
+    if let Reply::Collective(CollectiveReply {
+        error: Some(error), ..
+    }) = reply
+    {
+        // Highest rank first, so `rank 1` does not match inside `rank 12`.
+        for (index, node) in nodes.iter().enumerate().rev() {
+            *error = error.replace(&format!("rank {index} (`"), &format!("{node} (`"));
+        }
     }
 }
 
@@ -237,6 +259,24 @@ mod tests {
             samples: vec![value; 4],
             ..CollectiveReply::default()
         })
+    }
+
+    #[test]
+    fn data_plane_ranks_become_node_names() {
+        let mut reply = Reply::Collective(CollectiveReply {
+            error: Some(
+                "rank 1 (`10.0.0.2:4000`) sent nothing; rank 0 (`10.0.0.1:4000`) ok".to_owned(),
+            ),
+            ..CollectiveReply::default()
+        });
+        name_peers(&mut reply, &["n7".to_owned(), "n9".to_owned()]);
+        let Reply::Collective(reply) = reply else {
+            unreachable!()
+        };
+        assert_eq!(
+            reply.error.as_deref(),
+            Some("n9 (`10.0.0.2:4000`) sent nothing; n7 (`10.0.0.1:4000`) ok")
+        );
     }
 
     #[test]

@@ -84,6 +84,9 @@ pub(crate) struct Session<'a> {
     pub incidents: Vec<Incident>,
     /// Ranks that crashed, stopped answering or never joined, with what happened.
     pub lost: BTreeMap<u32, String>,
+    /// Why each rank's attempts to join were refused (the last refusal), with the node
+    /// it claimed to be: a rank that then never joins is explained by it.
+    pub refusals: BTreeMap<u32, (Option<String>, String)>,
     observe: &'a mut dyn FnMut(GroupEvent<'_>),
     next_round: u64,
 }
@@ -103,6 +106,7 @@ impl<'a> Session<'a> {
             members: Vec::new(),
             incidents: Vec::new(),
             lost: BTreeMap::new(),
+            refusals: BTreeMap::new(),
             observe,
             next_round: 1,
         }
@@ -122,9 +126,16 @@ impl<'a> Session<'a> {
         self.members.iter().find(|m| m.rank == rank)
     }
 
+    /// The member's name; for a rank that never joined, the name its refused attempt
+    /// claimed, else `rank N`.
     pub(crate) fn node_name(&self, rank: u32) -> String {
-        self.member(rank)
-            .map_or_else(|| format!("rank {rank}"), |m| m.node.clone())
+        if let Some(member) = self.member(rank) {
+            return member.node.clone();
+        }
+        match self.refusals.get(&rank) {
+            Some((Some(node), _)) => node.clone(),
+            _ => format!("rank {rank}"),
+        }
     }
 
     /// Handles every event already waiting.
@@ -200,7 +211,16 @@ impl<'a> Session<'a> {
                 replies.insert(rank, reply);
             }
             CoordinatorEvent::Member(event) => {
-                if let Some(incident) = Incident::from_member_event(&event) {
+                if let Some(mut incident) = Incident::from_member_event(&event) {
+                    if let Some((node, refusal)) = self.refusals.get(&event.rank) {
+                        if incident.kind == IncidentKind::NeverJoined {
+                            incident.node = incident.node.or_else(|| node.clone());
+                            incident.detail = format!(
+                                "{}; its attempt to join was refused: {refusal}",
+                                incident.detail
+                            );
+                        }
+                    }
                     self.lost
                         .entry(event.rank)
                         .or_insert_with(|| incident.detail.clone());
@@ -208,7 +228,13 @@ impl<'a> Session<'a> {
                     self.record(incident);
                 }
             }
-            CoordinatorEvent::Refused(peer) => (self.observe)(GroupEvent::Refused(&peer)),
+            CoordinatorEvent::Refused(peer) => {
+                if let Some(rank) = peer.rank {
+                    self.refusals
+                        .insert(rank, (peer.node.clone(), peer.refusal.to_string()));
+                }
+                (self.observe)(GroupEvent::Refused(&peer));
+            }
             CoordinatorEvent::Report { .. } | CoordinatorEvent::Phase { .. } => {}
         }
     }
