@@ -12,8 +12,9 @@ use crate::wire::{Directive, Reply};
 
 pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckResult {
     let ranks: Vec<u32> = context.session.members.iter().map(|m| m.rank).collect();
+    let shared_host = context.shared_host();
     // On a shared machine one node at a time; otherwise all at once.
-    let batches: Vec<Vec<u32>> = if context.shared_host() {
+    let batches: Vec<Vec<u32>> = if shared_host {
         ranks.iter().map(|&rank| vec![rank]).collect()
     } else {
         vec![ranks]
@@ -52,7 +53,20 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
             });
         }
     }
-    merge(name, per_node, &policy(context, name))
+    // Nodes on one machine share its devices' hardware: comparing them would compare
+    // the same cores under different load, so each node is judged on its own.
+    let across = if shared_host {
+        Across::NodesShareAMachine
+    } else {
+        Across::Group(policy(context, name))
+    };
+    merge(name, per_node, &across)
+}
+
+/// Whether entities are also judged against the whole group.
+pub(crate) enum Across {
+    Group(JudgePolicy),
+    NodesShareAMachine,
 }
 
 fn policy(context: &CheckContext<'_, '_>, name: CheckName) -> JudgePolicy {
@@ -68,11 +82,7 @@ fn policy(context: &CheckContext<'_, '_>, name: CheckName) -> JudgePolicy {
 /// A node that could not run the check decides the status: not implemented or
 /// skipped on one node is so for the group, and a node's failure without entities (a
 /// timeout) fails the group's check.
-pub(crate) fn merge(
-    name: CheckName,
-    per_node: Vec<CheckResult>,
-    policy: &JudgePolicy,
-) -> CheckResult {
+pub(crate) fn merge(name: CheckName, per_node: Vec<CheckResult>, across: &Across) -> CheckResult {
     for status in [
         CheckStatus::TimedOut,
         CheckStatus::NotRun,
@@ -110,8 +120,17 @@ pub(crate) fn merge(
     }
     // A slowdown is a ratio of two rates on one node; between nodes it is compared
     // with the configured ceiling only.
-    if name != CheckName::CompCommOverlap {
-        judge_across_group(name, &mut merged.entities, policy);
+    match across {
+        Across::Group(policy) if name != CheckName::CompCommOverlap => {
+            judge_across_group(name, &mut merged.entities, policy);
+        }
+        Across::Group(_) => {}
+        Across::NodesShareAMachine => {
+            merged.params.insert(
+                "judged".to_owned(),
+                "per node (the nodes share one machine)".to_owned(),
+            );
+        }
     }
     merged.status = check_status(&merged.entities);
     merged.reason = None;
@@ -176,10 +195,10 @@ mod tests {
         }
     }
 
-    const POLICY: JudgePolicy = JudgePolicy {
+    const POLICY: Across = Across::Group(JudgePolicy {
         tolerance: 0.05,
         limit: None,
-    };
+    });
 
     #[test]
     fn a_node_slow_as_a_whole_is_found_against_the_group() {
@@ -201,6 +220,17 @@ mod tests {
                 .reason
                 .contains("every node")
         );
+    }
+
+    #[test]
+    fn nodes_on_one_machine_are_not_compared_with_each_other() {
+        let per_node = vec![
+            node_result(vec![device("a", 100.0)]),
+            node_result(vec![device("b", 60.0)]),
+        ];
+        let merged = merge(CheckName::GemmFlops, per_node, &Across::NodesShareAMachine);
+        assert_eq!(merged.status, CheckStatus::Passed);
+        assert!(merged.params["judged"].contains("share one machine"));
     }
 
     #[test]

@@ -3,6 +3,9 @@
 
 #![allow(dead_code)]
 
+pub mod group;
+pub mod netns;
+
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 

@@ -1,0 +1,261 @@
+//! Groups of real `gpuvet check` processes on loopback: a node that stops answering,
+//! crashes, holds the wrong token or never joins is named the first error, its peers
+//! are secondary, and every process ends with a report instead of hanging.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::group::{Finished, Group, GroupSpec, findings};
+use common::{Scratch, json, stderr};
+
+/// Long enough for three checks and every wait gpuvet has (heartbeat deadline 3 s,
+/// data-plane stall 5 s, agent's coordinator deadline 5 s), with room for a busy CI
+/// machine; a rank still running after it counts as hung.
+const LIMIT: Duration = Duration::from_secs(60);
+const CHECKS: &str = "all_reduce_2,all_gather_2,all_reduce";
+
+fn rank(finished: &[Finished], rank: u32) -> &Finished {
+    finished.iter().find(|f| f.rank == rank).expect("a rank")
+}
+
+/// Waits for the coordinator's process to exit, so a stopped rank can be resumed
+/// once the verdict is out.
+fn wait_for_exit(group: &mut Group, rank: u32) {
+    let until = Instant::now() + LIMIT;
+    let child = &mut group
+        .ranks
+        .iter_mut()
+        .find(|r| r.rank == rank)
+        .expect("a rank")
+        .child;
+    while Instant::now() < until {
+        if child.try_wait().expect("polling").is_some() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    panic!("rank {rank} did not exit within {LIMIT:?}");
+}
+
+fn first_error(report: &serde_json::Value) -> &serde_json::Value {
+    &report["group"]["first_error"]
+}
+
+fn secondary_ranks(report: &serde_json::Value) -> Vec<u64> {
+    report["group"]["secondary"]
+        .as_array()
+        .map(|s| s.iter().filter_map(|i| i["rank"].as_u64()).collect())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_stopped_agent_is_the_first_error_and_its_peers_are_secondary() {
+    let scratch = Scratch::temp();
+    let mut group = Group::start(&scratch, &GroupSpec::loopback(4, CHECKS));
+    group.wait_for_stderr(0, "4 of 4 nodes joined", LIMIT);
+    std::thread::sleep(Duration::from_millis(800));
+    group.signal(2, libc::SIGSTOP);
+    wait_for_exit(&mut group, 0);
+    group.signal(2, libc::SIGCONT);
+    let finished = group.finish(LIMIT);
+
+    let coordinator = rank(&finished, 0);
+    assert_eq!(coordinator.code, Some(1), "{}", coordinator.stderr);
+    let report = coordinator.report();
+    assert_eq!(report["outcome"], "failed");
+    let first = first_error(&report);
+    assert_eq!(first["rank"], 2, "{report:#}");
+    assert_eq!(first["node"], "n2");
+    assert_eq!(first["kind"], "unresponsive");
+    assert_eq!(first["lane"], "host");
+    assert!(!secondary_ranks(&report).contains(&2), "{report:#}");
+    for other in [1, 3] {
+        let other = rank(&finished, other);
+        assert_eq!(other.code, Some(1), "{}", other.stderr);
+        assert!(
+            other
+                .stderr
+                .contains("first error: rank 2 (n2) unresponsive"),
+            "{}",
+            other.stderr
+        );
+    }
+}
+
+#[test]
+fn a_killed_agent_is_the_first_error() {
+    let scratch = Scratch::temp();
+    let group = Group::start(&scratch, &GroupSpec::loopback(4, CHECKS));
+    group.wait_for_stderr(0, "4 of 4 nodes joined", LIMIT);
+    std::thread::sleep(Duration::from_millis(800));
+    group.signal(1, libc::SIGKILL);
+    let finished = group.finish(LIMIT);
+
+    let report = rank(&finished, 0).report();
+    let first = first_error(&report);
+    assert_eq!(first["rank"], 1, "{report:#}");
+    assert_eq!(first["kind"], "crashed");
+    assert!(!secondary_ranks(&report).contains(&1), "{report:#}");
+    let failed_or_not_run: Vec<&str> = report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|c| c["status"] != "passed")
+        .map(|c| c["reason"].as_str().unwrap_or(""))
+        .collect();
+    assert!(
+        failed_or_not_run
+            .iter()
+            .all(|r| r.contains("rank 1 (n1)") || r.is_empty()),
+        "{failed_or_not_run:?}"
+    );
+    assert_eq!(rank(&finished, 1).code, None, "killed by the signal");
+    for other in [0, 2, 3] {
+        assert_eq!(rank(&finished, other).code, Some(1));
+    }
+}
+
+#[test]
+fn a_wrong_token_is_refused_with_a_clear_message() {
+    let scratch = Scratch::temp();
+    let mut spec = GroupSpec::loopback(4, "all_reduce_2");
+    spec.tokens[3] = Some("not-the-group-secret".to_owned());
+    spec.rendezvous_secs = 4.0;
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+
+    let intruder = rank(&finished, 3);
+    assert_eq!(intruder.code, Some(1));
+    assert!(
+        intruder.stderr.contains("refused") && intruder.stderr.contains("`GPUVET_TOKEN` differs"),
+        "{}",
+        intruder.stderr
+    );
+    let coordinator = rank(&finished, 0);
+    assert!(
+        coordinator.stderr.contains("refused") && coordinator.stderr.contains("(rank 3, n3)"),
+        "{}",
+        coordinator.stderr
+    );
+    let report = coordinator.report();
+    let first = first_error(&report);
+    assert_eq!(first["rank"], 3);
+    assert_eq!(first["node"], "n3");
+    assert_eq!(first["kind"], "never_joined");
+    assert_eq!(first["lane"], "platform");
+    assert!(
+        first["detail"].as_str().unwrap().contains("refused"),
+        "{first}"
+    );
+    assert_eq!(report["checks"][0]["status"], "not_run");
+}
+
+#[test]
+fn a_rank_that_never_joins_is_named_in_the_platform_lane() {
+    let scratch = Scratch::temp();
+    let mut spec = GroupSpec::loopback(3, "all_reduce_2");
+    spec.absent = vec![1];
+    spec.rendezvous_secs = 3.0;
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+
+    let report = rank(&finished, 0).report();
+    let first = first_error(&report);
+    assert_eq!(first["rank"], 1);
+    assert_eq!(first["kind"], "never_joined");
+    assert_eq!(first["lane"], "platform");
+    assert_eq!(report["outcome"], "failed");
+    let other = rank(&finished, 2);
+    assert_eq!(other.code, Some(1));
+    assert!(other.stderr.contains("never joined"), "{}", other.stderr);
+}
+
+#[test]
+fn agents_stop_on_their_own_when_the_coordinator_dies() {
+    let scratch = Scratch::temp();
+    let group = Group::start(&scratch, &GroupSpec::loopback(3, CHECKS));
+    group.wait_for_stderr(0, "3 of 3 nodes joined", LIMIT);
+    std::thread::sleep(Duration::from_millis(500));
+    group.signal(0, libc::SIGKILL);
+    let finished = group.finish(LIMIT);
+    for other in [1, 2] {
+        let other = rank(&finished, other);
+        assert_eq!(other.code, Some(1), "{}", other.stderr);
+        assert!(
+            other.stderr.contains("coordinator"),
+            "the agent says it lost the coordinator: {}",
+            other.stderr
+        );
+    }
+}
+
+#[test]
+fn an_odd_group_of_five_passes_every_pair_check() {
+    let scratch = Scratch::temp();
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--json", "--no-store", "--backend", "cpu"])
+        .args(["--cpu-devices", "1", "--local-nodes", "5"])
+        .args(["--checks", "all_reduce_2,network_connectivity"])
+        .output()
+        .expect("running gpuvet");
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let report = json(&output);
+    assert_eq!(report["group"]["nodes"].as_array().unwrap().len(), 5);
+    let pairs = &report["checks"][0];
+    assert_eq!(pairs["status"], "passed", "{pairs:#}");
+    // Two disjoint pairs, then the odd node with node 0, at least.
+    let tests: u32 = pairs["params"]["pair_tests"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(tests >= 3, "{pairs:#}");
+    let nodes: Vec<String> = pairs["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["entity"]["node"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert_eq!(nodes.len(), 5, "every node is judged: {nodes:?}");
+    assert!(findings(&report, "all_reduce_2").is_empty());
+    // 10 pairs, each reachable both ways.
+    assert_eq!(
+        report["checks"][1]["entities"].as_array().unwrap().len(),
+        10
+    );
+}
+
+#[test]
+fn bad_group_flags_are_usage_errors() {
+    let scratch = Scratch::temp();
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--local-nodes", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("`--local-nodes 1` is out of range; expected 2 to 64"),
+        "{}",
+        stderr(&output)
+    );
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--nnodes", "2", "--node-rank", "1"])
+        .args(["--master-addr", "127.0.0.1"])
+        .env_remove("GPUVET_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("GPUVET_TOKEN"),
+        "{}",
+        stderr(&output)
+    );
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--local-nodes", "3", "--nnodes", "3"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+}

@@ -1,0 +1,62 @@
+//! `gpuvet check --local-nodes 4` runs all 13 sanity checks across four agent
+//! processes on loopback, over the real protocol and sockets, and every check passes
+//! with measured numbers. Alone in its test binary, so no other test loads the cores
+//! it measures.
+
+mod common;
+
+use common::{Scratch, json, stderr};
+
+const ALL_CHECKS: &str = "gemm_flops,all_reduce_1,all_reduce_2,kernel_launch,all_reduce,\
+all_to_all_2,all_gather_2,all_gather,multi_all_reduce_2,multi_all_reduce,pytorch_gloo_2,\
+network_connectivity,comp_comm_overlap";
+
+#[test]
+fn four_local_nodes_pass_every_check_with_measured_numbers() {
+    let scratch = Scratch::temp();
+    let config = scratch.config(
+        "all.json",
+        &format!(
+            r#"{{"aimaster": {{"sanity_check": {{"fail_action": "fail",
+                "micro_benchmarks": "{ALL_CHECKS}", "timeout": 10}}}},
+                "gpuvet": {{"backend": "cpu", "cpu_devices": 2}}}}"#
+        ),
+    );
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--json", "--local-nodes", "4", "--config"])
+        .arg(&config)
+        .output()
+        .expect("running gpuvet");
+    let report = json(&output);
+    assert_eq!(
+        output.status.code(),
+        Some(0),
+        "{report:#}\n{}",
+        stderr(&output)
+    );
+    assert_eq!(report["outcome"], "passed");
+    let nodes = report["group"]["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 4);
+    let checks = report["checks"].as_array().unwrap();
+    assert_eq!(checks.len(), 13);
+    for check in checks {
+        assert_eq!(check["status"], "passed", "{check:#}");
+        let values: Vec<f64> = check["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["measurement"]["value"].as_f64())
+            .collect();
+        assert!(!values.is_empty(), "{check:#}");
+        if check["name"] != "comp_comm_overlap" {
+            assert!(values.iter().all(|v| *v > 0.0), "{check:#}");
+        }
+    }
+    let engine = checks
+        .iter()
+        .find(|c| c["name"] == "pytorch_gloo_2")
+        .map(|c| c["params"]["engine"].clone())
+        .unwrap();
+    assert_eq!(engine, "gpuvet-tcp", "the report names the engine that ran");
+}

@@ -1,0 +1,135 @@
+//! Groups whose "nodes" are network namespaces joined by veth links through two
+//! bridges (control and data networks): a slowed data link is named slow in the
+//! network lane, a cut link is named unreachable, and an odd group still localizes.
+//! Needs root and iproute2 (CI has both); elsewhere each test says why it skipped.
+
+mod common;
+
+use std::time::Duration;
+
+use common::Scratch;
+use common::group::{Group, GroupSpec, findings};
+use common::netns::{Netns, control_ip, data_ip, unavailable};
+
+const LIMIT: Duration = Duration::from_secs(120);
+
+fn skip() -> bool {
+    match unavailable() {
+        Some(why) => {
+            eprintln!("skipped: {why}");
+            true
+        }
+        None => false,
+    }
+}
+
+fn spec(netns: &Netns, nodes: u32, checks: &str) -> GroupSpec {
+    let mut spec = GroupSpec::loopback(nodes, checks);
+    spec.master_addr = control_ip(0);
+    spec.data_addrs = (0..nodes).map(|n| Some(data_ip(n))).collect();
+    spec.namespaces = (0..nodes).map(|n| Some(netns.namespace(n))).collect();
+    spec
+}
+
+fn run(netns: &Netns, nodes: u32, checks: &str) -> serde_json::Value {
+    let scratch = Scratch::temp();
+    let finished = Group::start(&scratch, &spec(netns, nodes, checks)).finish(LIMIT);
+    let coordinator = &finished[0];
+    for rank in &finished[1..] {
+        assert_eq!(
+            rank.code, coordinator.code,
+            "every node applies the group's verdict; rank {}: {}",
+            rank.rank, rank.stderr
+        );
+    }
+    coordinator.report()
+}
+
+fn lane_of(report: &serde_json::Value, check: &str, entity: &str) -> String {
+    report["checks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["name"] == check)
+        .and_then(|c| {
+            c["entities"]
+                .as_array()?
+                .iter()
+                .find(|e| common::group::entity_name(&e["entity"]) == entity)
+        })
+        .map(|e| e["lane"].as_str().unwrap().to_owned())
+        .unwrap_or_default()
+}
+
+#[test]
+fn a_rate_limited_link_names_its_node_slow_in_the_network_lane() {
+    if skip() {
+        return;
+    }
+    let netns = Netns::create("s", 4);
+    netns.limit_rate(2, "200mbit");
+    let report = run(&netns, 4, "all_reduce_2,all_reduce");
+    assert_eq!(report["outcome"], "failed");
+    for check in ["all_reduce_2", "all_reduce"] {
+        assert_eq!(findings(&report, check), ["n2"], "{check}: {report:#}");
+        assert_eq!(lane_of(&report, check, "n2"), "network");
+    }
+    assert!(report["group"]["first_error"].is_null(), "nobody crashed");
+}
+
+#[test]
+fn a_cut_link_names_the_unreachable_pair() {
+    if skip() {
+        return;
+    }
+    let netns = Netns::create("c", 4);
+    netns.cut(1, 3);
+    let report = run(&netns, 4, "network_connectivity");
+    assert_eq!(
+        findings(&report, "network_connectivity"),
+        ["n1<->n3"],
+        "{report:#}"
+    );
+    let check = &report["checks"][0];
+    let bad = check["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["verdict"] == "faulty")
+        .unwrap();
+    assert!(
+        bad["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("unreachable: n1→n3 0/"),
+        "{bad:#}"
+    );
+    assert_eq!(bad["lane"], "network");
+}
+
+#[test]
+fn an_odd_group_of_five_localizes_its_slow_node() {
+    if skip() {
+        return;
+    }
+    let netns = Netns::create("o", 5);
+    // The fifth node is the one round one leaves over and pairs in a second round.
+    netns.limit_rate(4, "200mbit");
+    let report = run(&netns, 5, "all_reduce_2");
+    assert_eq!(findings(&report, "all_reduce_2"), ["n4"], "{report:#}");
+    assert_eq!(lane_of(&report, "all_reduce_2", "n4"), "network");
+}
+
+#[test]
+fn a_healthy_namespace_group_passes() {
+    if skip() {
+        return;
+    }
+    let netns = Netns::create("h", 4);
+    let report = run(
+        &netns,
+        4,
+        "all_reduce_2,all_to_all_2,all_reduce,all_gather,network_connectivity",
+    );
+    assert_eq!(report["outcome"], "passed", "{report:#}");
+}
