@@ -42,7 +42,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
     let mut plans_run = 0;
     let judged = loop {
         if let Err(result) = run_plan(context, name, &plan, &mut tests, &mut params) {
-            return result;
+            return *result;
         }
         plans_run += 1;
         let judged = judge_pairs(spec, &tests, &policy);
@@ -87,7 +87,7 @@ fn run_plan(
     plan: &Plan,
     tests: &mut Vec<PairTest>,
     params: &mut BTreeMap<String, String>,
-) -> Result<(), CheckResult> {
+) -> Result<(), Box<CheckResult>> {
     let shared_host = context.shared_host();
     for round in &plan.rounds {
         // On a shared machine pairs take turns; otherwise a round runs at once.
@@ -120,7 +120,7 @@ fn run_plan(
             }
             context.session.record_secondary(&answers, collective_error);
             if !answers.missing.is_empty() {
-                return Err(context.interrupted(name, answers.timed_out));
+                return Err(Box::new(context.interrupted(name, answers.timed_out)));
             }
             for (pair, a, b) in ranks_of {
                 let replies = [answers.replies.get(&a), answers.replies.get(&b)];

@@ -13,6 +13,7 @@ use common::netns::{Netns, control_ip, data_ip, unavailable};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
+#[allow(clippy::print_stderr)] // a skipped test says why, in the test output
 fn skip() -> bool {
     match unavailable() {
         Some(why) => {
