@@ -17,7 +17,8 @@
 #
 # Needs root, iproute2 and iperf3 (apt-get install -y iproute2 iperf3).
 # Usage: scripts/bench-allreduce-veth.sh [BYTES] [SECONDS]
-#   BYTES: the all-reduce's S (default: gpuvet's own sizing, 1 MiB for 2 ranks);
+#   BYTES: the tcp_rank all-reduce's S (default: gpuvet's own sizing, 1 MiB for 2
+#   ranks; `gpuvet check` always uses its own sizing);
 #   SECONDS: each iperf3 run and the all-reduce's minimum time (default 5).
 # On a shared machine the figures move with other jobs' load: run it a few times.
 set -euo pipefail
@@ -32,7 +33,9 @@ if [[ "${PIN:-1}" != 0 && "$(nproc)" -ge 2 ]]; then
 fi
 
 cargo build --release --quiet -p gpuvet-backend --example tcp_rank
+cargo build --release --quiet -p gpuvet
 rank_bin="$PWD/target/release/examples/tcp_rank"
+gpuvet_bin="$PWD/target/release/gpuvet"
 
 tag="gvb$$"
 ns_a="${tag}a" ns_b="${tag}b"
@@ -90,19 +93,47 @@ print(min(values), re.search(r"bytes=([0-9]+)", text).group(1))'
   rm -f "$out_a" "$out_b"
 }
 
+# busbw in GB/s of `gpuvet check --checks all_reduce_2` across the two namespaces: the
+# product's own path (rendezvous, coordinator, pair plan, judgement), with the control
+# connection on the same link.
+gpuvet_pair() {
+  local out_a
+  out_a="$(mktemp)"
+  local group=(env NNODES=2 MASTER_ADDR="$addr_a" GPUVET_TOKEN="bench-$$" GPUVET_JOB_ID=bench)
+  local check=(check --json --no-store --backend cpu --cpu-devices 1 --checks all_reduce_2)
+  ip netns exec "$ns_b" "${pin_b[@]}" "${group[@]}" NODE_RANK=1 GPUVET_NODE=b \
+    "$gpuvet_bin" "${check[@]}" --data-addr "$addr_b" >/dev/null 2>&1 &
+  local rank1=$!
+  ip netns exec "$ns_a" "${pin_a[@]}" "${group[@]}" NODE_RANK=0 GPUVET_NODE=a \
+    "$gpuvet_bin" "${check[@]}" --data-addr "$addr_a" >"$out_a" 2>/dev/null || true
+  wait "$rank1" || true
+  python3 -c 'import json, sys
+report = json.load(open(sys.argv[1]))
+check = report["checks"][0]
+values = [e["measurement"]["value"] for e in check["entities"] if e["measurement"].get("value")]
+assert check["status"] == "passed" and values, check
+print(min(values), check["params"].get("bytes", "?"))' "$out_a"
+  rm -f "$out_a"
+}
+
 if [[ ${#pin_a[@]} -gt 0 ]]; then echo "each namespace pinned to its own core (PIN=0 to turn off)"; fi
 read -r before before_fwd before_rev < <(iperf_bidir)
 echo "iperf3 --bidir before: ${before} Gbit/s per direction (${before_fwd} / ${before_rev})"
 read -r busbw bytes < <(all_reduce)
+read -r pair_busbw pair_bytes < <(gpuvet_pair)
 read -r after after_fwd after_rev < <(iperf_bidir)
 echo "iperf3 --bidir after:  ${after} Gbit/s per direction (${after_fwd} / ${after_rev})"
 
-python3 - "$busbw" "$before" "$after" "$bytes" <<'PY'
+python3 - "$busbw" "$before" "$after" "$bytes" "$pair_busbw" "$pair_bytes" "$seconds" <<'PY'
 import sys
 busbw, before, after, size = float(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), int(sys.argv[4])
+pair_busbw, pair_size, seconds = float(sys.argv[5]), sys.argv[6], sys.argv[7]
 reference = (before + after) / 2
-ours = busbw * 8  # GB/s to Gbit/s
-print(f"all_reduce (2 ranks, {size} bytes): busbw {busbw:.3f} GB/s = {ours:.2f} Gbit/s per direction")
 print(f"iperf3 --bidir per direction (mean of before/after): {reference:.2f} Gbit/s")
-print(f"ratio: {ours / reference:.3f}  (goal >= 0.8)")
+for name, value, nbytes in [
+    (f"all_reduce, tcp_rank (2 ranks, {seconds}s)", busbw, size),
+    ("gpuvet check --checks all_reduce_2", pair_busbw, pair_size),
+]:
+    ours = value * 8  # GB/s to Gbit/s
+    print(f"{name} ({nbytes} bytes): busbw {value:.3f} GB/s = {ours:.2f} Gbit/s; ratio {ours / reference:.3f} (goal >= 0.8)")
 PY

@@ -135,9 +135,9 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 
     fn supports(&self, check: CheckName) -> Support;
 
-    /// How far below its peers a device may fall before it is slow, as a fraction,
-    /// unless the config says otherwise. GPUs hold SuperBench's 5 %.
-    fn default_tolerance(&self) -> f64 {
+    /// How far below its peers a device may fall in `check` before it is slow, as a
+    /// fraction, unless the config says otherwise. GPUs hold SuperBench's 5 %.
+    fn default_tolerance(&self, _check: CheckName) -> f64 {
         gpuvet_core::config::DEFAULT_TOLERANCE_PCT / 100.0
     }
 

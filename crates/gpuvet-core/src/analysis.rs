@@ -5,7 +5,9 @@
 //! plus the measured noise, or worse than the baseline limit. The runner re-measures
 //! every slow suspect once and judges again before anything is reported.
 
-use crate::catalog::{CheckSpec, Direction};
+use std::collections::BTreeMap;
+
+use crate::catalog::{CheckName, CheckSpec, Direction};
 use crate::results::{CheckStatus, EntityResult, Evidence, Measurement, Verdict};
 use crate::stats::{coefficient_of_variation, median};
 
@@ -35,6 +37,34 @@ impl Limit {
         }
     }
 }
+
+/// The allowed deficit against the peer median of every check, as a fraction.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tolerances(BTreeMap<CheckName, f64>);
+
+impl Tolerances {
+    /// The same tolerance for every check.
+    pub fn uniform(tolerance: f64) -> Self {
+        Tolerances::from_fn(|_| tolerance)
+    }
+
+    /// Each check's tolerance from `of`.
+    pub fn from_fn(of: impl Fn(CheckName) -> f64) -> Self {
+        Tolerances(
+            CheckName::ALL
+                .iter()
+                .map(|&check| (check, of(check)))
+                .collect(),
+        )
+    }
+
+    pub fn of(&self, check: CheckName) -> f64 {
+        self.0.get(&check).copied().unwrap_or(DEFAULT_TOLERANCE)
+    }
+}
+
+/// SuperBench's 5 %, for a check a [`Tolerances`] does not name.
+const DEFAULT_TOLERANCE: f64 = crate::config::DEFAULT_TOLERANCE_PCT / 100.0;
 
 /// The thresholds one check is judged by.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -232,8 +262,18 @@ fn round2(value: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::catalog::CheckName;
     use crate::results::Entity;
+
+    #[test]
+    fn tolerances_are_per_check() {
+        let tolerances = Tolerances::from_fn(|check| match check {
+            CheckName::KernelLaunch => 0.5,
+            _ => 0.25,
+        });
+        assert_eq!(tolerances.of(CheckName::KernelLaunch), 0.5);
+        assert_eq!(tolerances.of(CheckName::GemmFlops), 0.25);
+        assert_eq!(Tolerances::uniform(0.05).of(CheckName::AllReduce2), 0.05);
+    }
 
     fn device(index: u32) -> Entity {
         Entity::Device {

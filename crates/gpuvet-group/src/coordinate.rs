@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use gpuvet_cluster::{Coordinator, Diagnosis, Incident, IncidentKind, diagnose};
-use gpuvet_core::analysis::Limit;
+use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::{CheckName, Scope};
 use gpuvet_core::events::Attempt;
 use gpuvet_core::pairing::PairingMode;
@@ -28,7 +28,8 @@ pub struct GroupPlan {
     pub timeout: Duration,
     /// How long to wait for every rank to join.
     pub rendezvous_timeout: Duration,
-    pub tolerance: f64,
+    /// Allowed deficit against the peer median, per check.
+    pub tolerance: Tolerances,
     pub baselines: BTreeMap<CheckName, Limit>,
     pub pairing: PairingMode,
     pub collective_bytes: Option<u64>,

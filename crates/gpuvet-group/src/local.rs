@@ -71,7 +71,7 @@ pub(crate) enum Across {
 
 fn policy(context: &CheckContext<'_, '_>, name: CheckName) -> JudgePolicy {
     JudgePolicy {
-        tolerance: context.plan.tolerance,
+        tolerance: context.plan.tolerance.of(name),
         limit: context.plan.baselines.get(&name).copied(),
     }
 }

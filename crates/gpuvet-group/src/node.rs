@@ -18,7 +18,7 @@ use gpuvet_backend::tcp::{
 };
 use gpuvet_backend::{Backend, BackendError, CancelToken, Sample, WorkSpec};
 use gpuvet_cluster::{Agent, Received};
-use gpuvet_core::analysis::Limit;
+use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{CheckResult, CheckStatus, RunReport};
@@ -103,7 +103,7 @@ pub struct NodeSetup {
     pub backend: Arc<dyn Backend>,
     pub attempt: Attempt,
     pub nnodes: usize,
-    pub tolerance: f64,
+    pub tolerance: Tolerances,
     pub baselines: BTreeMap<CheckName, Limit>,
     pub work: WorkSpec,
 }
@@ -205,7 +205,7 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
         nodes: setup.nnodes,
         checks: vec![check],
         timeout: Duration::from_millis(budget_ms),
-        tolerance: setup.tolerance,
+        tolerance: setup.tolerance.clone(),
         baselines: setup.baselines.clone(),
         work: setup.work,
         started_at_ms: unix_ms(),

@@ -30,7 +30,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         .collect();
     let spec = name.spec();
     let policy = JudgePolicy {
-        tolerance: context.plan.tolerance,
+        tolerance: context.plan.tolerance.of(name),
         limit: context.plan.baselines.get(&name).copied(),
     };
     let mut plan = match context.plan.pairing {

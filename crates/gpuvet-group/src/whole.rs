@@ -63,7 +63,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         })
         .collect();
     let policy = JudgePolicy {
-        tolerance: context.plan.tolerance,
+        tolerance: context.plan.tolerance.of(name),
         limit: context.plan.baselines.get(&name).copied(),
     };
     let mut result = judge_ring(name, &nodes, &policy);

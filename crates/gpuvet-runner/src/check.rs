@@ -100,7 +100,7 @@ fn measure_and_judge(
         .collect();
 
     let policy = JudgePolicy {
-        tolerance: plan.tolerance,
+        tolerance: plan.tolerance.of(name),
         limit: plan.baselines.get(&name).copied(),
     };
     let spec = name.spec();

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpuvet_backend::WorkSpec;
-use gpuvet_core::analysis::Limit;
+use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::{CheckName, Scope};
 use gpuvet_core::events::Attempt;
 
@@ -17,8 +17,8 @@ pub struct RunPlan {
     pub checks: Vec<CheckName>,
     /// For all checks together.
     pub timeout: Duration,
-    /// Allowed deficit against the peer median, as a fraction.
-    pub tolerance: f64,
+    /// Allowed deficit against the peer median, per check.
+    pub tolerance: Tolerances,
     pub baselines: BTreeMap<CheckName, Limit>,
     pub work: WorkSpec,
     /// Unix time in milliseconds, for the report.

@@ -6,6 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use gpuvet_backend::{BackendError, Sample, WorkSpec};
+use gpuvet_core::analysis::Tolerances;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{DeviceInfo, Verdict};
@@ -143,7 +144,7 @@ fn plan(checks: &[CheckName], timeout: Duration) -> RunPlan {
         nodes: 1,
         checks: checks.to_vec(),
         timeout,
-        tolerance: 0.05,
+        tolerance: Tolerances::uniform(0.05),
         baselines: BTreeMap::new(),
         work: WorkSpec::default(),
         started_at_ms: 0,

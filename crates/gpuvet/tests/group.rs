@@ -259,3 +259,49 @@ fn bad_group_flags_are_usage_errors() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
 }
+
+/// `gpuvet run` joins the group too, and every node applies the group's verdict: all
+/// start the app when the group passes, none when a node is missing.
+#[test]
+fn run_applies_the_group_verdict_on_every_node() {
+    let app = |scratch: &Scratch| {
+        vec![
+            "sh".to_owned(),
+            "-c".to_owned(),
+            format!(
+                "echo started > {}/app-$GPUVET_NODE",
+                scratch.dir.path().display()
+            ),
+        ]
+    };
+    let scratch = Scratch::temp();
+    let mut spec = GroupSpec::loopback(2, "all_reduce_2");
+    spec.app = Some(app(&scratch));
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+    for node in &finished {
+        assert_eq!(node.code, Some(0), "{}", node.stderr);
+        assert!(
+            scratch.path(&format!("app-n{}", node.rank)).exists(),
+            "rank {} started the app: {}",
+            node.rank,
+            node.stderr
+        );
+    }
+
+    let scratch = Scratch::temp();
+    let mut spec = GroupSpec::loopback(3, "all_reduce_2");
+    spec.app = Some(app(&scratch));
+    spec.absent = vec![2];
+    spec.rendezvous_secs = 3.0;
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+    for node in &finished {
+        assert_eq!(node.code, Some(1), "{}", node.stderr);
+        assert!(!scratch.path(&format!("app-n{}", node.rank)).exists());
+        assert!(
+            node.stderr.contains("never joined"),
+            "rank {} says why: {}",
+            node.rank,
+            node.stderr
+        );
+    }
+}

@@ -5,6 +5,11 @@
 //! what a real hand-off costs: the queue, the wake-up of a sleeping thread, and the
 //! wake-up of the waiting launcher. Spinning would measure less, but would starve the
 //! other devices' threads on a host with few cores.
+//!
+//! Launcher and worker run on the device's own core (device i on the i-th core this
+//! process may use), as a GPU's launches stay on that GPU. Left to the scheduler, the
+//! pair sometimes shared a core (about 3.5 µs) and sometimes woke each other across
+//! cores (about 15 µs): two devices of one node measured 4× apart on a 2-core VM.
 
 use std::collections::BTreeMap;
 use std::sync::mpsc::{self, Receiver, Sender};
@@ -36,6 +41,7 @@ struct BatchLatency {
 
 pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendError> {
     cancel.check()?;
+    let core = core_of(device);
     // A scoped worker is joined before `run` returns on every path: when the task
     // sender drops, the worker's receive loop ends.
     thread::scope(|scope| {
@@ -43,11 +49,19 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
         let (done_sender, done_receiver) = mpsc::channel();
         thread::Builder::new()
             .name(format!("gpuvet-launch-{device}"))
-            .spawn_scoped(scope, move || run_worker(&task_receiver, &done_sender))
+            .spawn_scoped(scope, move || {
+                if let Some(core) = core {
+                    pin_this_thread(core);
+                }
+                run_worker(&task_receiver, &done_sender)
+            })
             .map_err(|error| {
                 BackendError::Failed(format!("could not start the launch worker: {error}"))
             })?;
 
+        // The launcher is a thread of its own for this one measurement, so pinning it
+        // affects nothing else.
+        let pinned = core.filter(|&core| pin_this_thread(core));
         launch_batch(&task_sender, &done_receiver, WARMUP_LAUNCHES)?;
         let mut batches = Vec::with_capacity(BATCHES);
         for _ in 0..BATCHES {
@@ -58,8 +72,42 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
                 LAUNCHES_PER_BATCH,
             )?);
         }
-        Ok(summarize(&batches))
+        let mut sample = summarize(&batches);
+        sample.params.insert(
+            "core".to_owned(),
+            pinned.map_or_else(|| "unpinned".to_owned(), |core| core.to_string()),
+        );
+        Ok(sample)
     })
+}
+
+/// The core device `device` runs on: the (device mod n)-th of the n cores this process
+/// may use; `None` when that cannot be read.
+fn core_of(device: u32) -> Option<usize> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity fills it.
+    let allowed: Vec<usize> = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return None;
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&cpu| libc::CPU_ISSET(cpu, &set))
+            .collect()
+    };
+    if allowed.is_empty() {
+        return None;
+    }
+    allowed.get(device as usize % allowed.len()).copied()
+}
+
+/// Pins the calling thread to `core`; false when the kernel refuses.
+fn pin_this_thread(core: usize) -> bool {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; pid 0 is the calling thread.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(core, &mut set);
+        libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) == 0
+    }
 }
 
 /// Runs empty tasks until the launcher hangs up, reporting each one's hand-off time.

@@ -25,6 +25,12 @@ const MAX_DEFAULT_DEVICES: usize = 8;
 /// `Backend::default_tolerance`).
 pub const CPU_TOLERANCE: f64 = 0.25;
 
+/// `kernel_launch` on the cpu backend measures the scheduler's wake-up latency, which
+/// moves more than compute does: with launcher and worker pinned to the device's core,
+/// repeated runs on the 2-core VM gave 9.7 to 13.8 µs, and two devices of one run up to
+/// 38 % apart.
+pub const CPU_LAUNCH_TOLERANCE: f64 = 0.5;
+
 /// One logical device per available core, at most 8 and at least 1.
 pub fn default_device_count() -> u32 {
     let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
@@ -72,8 +78,11 @@ impl Backend for CpuBackend {
     /// Logical devices share host cores, caches and memory bandwidth with everything
     /// else on the machine, and the OS schedules them: a 5 % rule flags noise. A core
     /// that is 25 % worse than its peers after a second measurement is worth naming.
-    fn default_tolerance(&self) -> f64 {
-        CPU_TOLERANCE
+    fn default_tolerance(&self, check: CheckName) -> f64 {
+        match check {
+            CheckName::KernelLaunch => CPU_LAUNCH_TOLERANCE,
+            _ => CPU_TOLERANCE,
+        }
     }
 
     fn supports(&self, check: CheckName) -> Support {

@@ -10,7 +10,7 @@
 //! all-pairs probe takes about `count × interval`, not that times the number of peers.
 
 use std::io::{ErrorKind, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{self, JoinHandle};
@@ -26,7 +26,7 @@ const MAX_PARALLEL_TARGETS: usize = 64;
 /// How long the responder serves one connection without a ping before closing it.
 const RESPONDER_IDLE: Duration = Duration::from_secs(2);
 const RESPONDER_MAX_CONNECTIONS: usize = 256;
-const ACCEPT_POLL: Duration = Duration::from_millis(10);
+const ACCEPT_RETRY: Duration = Duration::from_millis(10);
 
 /// How to probe each target.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -242,7 +242,6 @@ impl ProbeResponder {
     /// Serves `listener` on a background thread; each connection gets its own short-
     /// lived thread that answers pings until the prober closes or goes quiet.
     pub fn spawn(listener: TcpListener) -> std::io::Result<ProbeResponder> {
-        listener.set_nonblocking(true)?;
         let addr = listener.local_addr()?;
         let stop = Arc::new(AtomicBool::new(false));
         let acceptor = thread::Builder::new()
@@ -264,10 +263,25 @@ impl ProbeResponder {
 }
 
 impl Drop for ProbeResponder {
+    /// The acceptor blocks in accept() (a node may hold one for a long run, and a
+    /// polling loop would wake thousands of times a second in a large test group), so
+    /// a connection of our own wakes it. If that fails the thread is left to end at
+    /// the next connection rather than blocking the drop.
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        if let Some(acceptor) = self.acceptor.take() {
-            let _ = acceptor.join();
+        let wake = match self.addr.ip() {
+            IpAddr::V4(ip) if ip.is_unspecified() => {
+                SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.addr.port())
+            }
+            IpAddr::V6(ip) if ip.is_unspecified() => {
+                SocketAddr::new(IpAddr::V6(Ipv6Addr::LOCALHOST), self.addr.port())
+            }
+            _ => self.addr,
+        };
+        if TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok() {
+            if let Some(acceptor) = self.acceptor.take() {
+                let _ = acceptor.join();
+            }
         }
     }
 }
@@ -276,6 +290,7 @@ fn serve(listener: &TcpListener, stop: &Arc<AtomicBool>) {
     let active = Arc::new(AtomicUsize::new(0));
     while !stop.load(Ordering::SeqCst) {
         match listener.accept() {
+            Ok(_) if stop.load(Ordering::SeqCst) => break,
             Ok((stream, _)) => {
                 // Beyond the cap a connection is closed at once: the prober sees a
                 // failed echo, and the responder cannot be flooded with threads.
@@ -295,7 +310,8 @@ fn serve(listener: &TcpListener, stop: &Arc<AtomicBool>) {
                     active.fetch_sub(1, Ordering::SeqCst);
                 }
             }
-            Err(_) => thread::sleep(ACCEPT_POLL),
+            // Out of descriptors or an aborted handshake: brief pause, then go on.
+            Err(_) => thread::sleep(ACCEPT_RETRY),
         }
     }
 }

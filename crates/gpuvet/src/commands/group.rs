@@ -14,7 +14,7 @@ use gpuvet_cluster::{
     Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorEvent, CoordinatorOptions,
     Endpoint, MemberEventKind, Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
 };
-use gpuvet_core::analysis::Limit;
+use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::Config;
 use gpuvet_core::events::Attempt;
@@ -80,7 +80,7 @@ pub struct Setup<'a> {
     pub attempt: &'a Attempt,
     pub checks: Vec<CheckName>,
     pub timeout: Duration,
-    pub tolerance: f64,
+    pub tolerance: Tolerances,
     pub baselines: BTreeMap<CheckName, Limit>,
     pub show_progress: bool,
 }
@@ -102,7 +102,7 @@ impl Setup<'_> {
             checks: self.checks.clone(),
             timeout: self.timeout,
             rendezvous_timeout: self.rendezvous_timeout()?,
-            tolerance: self.tolerance,
+            tolerance: self.tolerance.clone(),
             baselines: self.baselines.clone(),
             pairing: self.config.settings.pairing,
             collective_bytes: self.config.settings.collective_bytes,
@@ -115,7 +115,7 @@ impl Setup<'_> {
             backend: Arc::clone(&self.backend),
             attempt: self.attempt.clone(),
             nnodes: nnodes as usize,
-            tolerance: self.tolerance,
+            tolerance: self.tolerance.clone(),
             baselines: self.baselines.clone(),
             work: WorkSpec::from_settings(&self.config.settings),
         }
@@ -146,7 +146,10 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         run_timeout: plan.timeout,
     };
     if !rendezvous.is_coordinator() || setup.args.group.join_only {
-        return Ok(member.join_and_serve(setup));
+        return Ok(member.join_and_serve().unwrap_or_else(|why| {
+            warn(format!("this node has no group verdict: {why}"));
+            no_verdict(setup, &why)
+        }));
     }
     let coordinator = Coordinator::bind(
         rendezvous.bind_addr(),
@@ -162,7 +165,9 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         ))
     })?;
     let report = std::thread::scope(|scope| {
-        let own_agent = scope.spawn(|| member.join_and_serve(setup));
+        // This node's own agent; the coordinator's report is the verdict here, so
+        // what the agent ends with needs no second telling.
+        let own_agent = scope.spawn(|| member.join_and_serve());
         let report = coordinate(&coordinator, &plan, setup.show_progress);
         coordinator.shutdown("the run is over");
         let _ = own_agent.join();
@@ -339,17 +344,7 @@ struct Member<'a> {
 }
 
 impl Member<'_> {
-    fn join_and_serve(&self, setup: &Setup<'_>) -> RunReport {
-        match self.try_join_and_serve() {
-            Ok(report) => report,
-            Err(why) => {
-                warn(format!("this node has no group verdict: {why}"));
-                no_verdict(setup, &why)
-            }
-        }
-    }
-
-    fn try_join_and_serve(&self) -> Result<RunReport, String> {
+    fn join_and_serve(&self) -> Result<RunReport, String> {
         let started = Instant::now();
         let data_addr = self.plane.addr().map_err(|err| err.to_string())?;
         let info = self

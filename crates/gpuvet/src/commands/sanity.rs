@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use gpuvet_backend::{Backend, WorkSpec};
-use gpuvet_core::analysis::Limit;
+use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::baselines::{self, DEFAULT_FRACTION, Workload};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
@@ -74,10 +74,12 @@ pub fn execute(
     attempt: &Attempt,
     show_progress: bool,
 ) -> Result<RunReport, Failure> {
-    let tolerance = config
-        .settings
-        .tolerance
-        .unwrap_or_else(|| backend.default_tolerance());
+    let tolerance = Tolerances::from_fn(|check| {
+        config
+            .settings
+            .tolerance
+            .unwrap_or_else(|| backend.default_tolerance(check))
+    });
     let baselines = limits(&*backend, config, sanity);
     let mode = group::mode(&args.group)?;
     let setup = group::Setup {
@@ -87,7 +89,7 @@ pub fn execute(
         attempt,
         checks: sanity.checks.as_slice().to_vec(),
         timeout: sanity.timeout.duration(),
-        tolerance,
+        tolerance: tolerance.clone(),
         baselines: baselines.clone(),
         show_progress,
     };

@@ -25,6 +25,8 @@ pub struct GroupSpec {
     /// Ranks not to start at all.
     pub absent: Vec<u32>,
     pub extra_args: Vec<String>,
+    /// Run `gpuvet run -- APP` instead of `gpuvet check --json`.
+    pub app: Option<Vec<String>>,
 }
 
 impl GroupSpec {
@@ -40,6 +42,7 @@ impl GroupSpec {
             tokens: vec![None; nodes as usize],
             absent: Vec::new(),
             extra_args: Vec::new(),
+            app: None,
         }
     }
 }
@@ -117,14 +120,28 @@ impl Group {
                 }
                 None => Command::new(env!("CARGO_BIN_EXE_gpuvet")),
             };
+            match &spec.app {
+                None => command.args(["check", "--json", "--no-store"]),
+                Some(_) => command.arg("run"),
+            };
             command
                 .current_dir(scratch.dir.path())
-                .args(["check", "--json", "--no-store", "--backend", "cpu"])
-                .args(["--cpu-devices", "1", "--checks", &spec.checks])
+                .env("GPUVET_STORE", scratch.path(&format!("rank{rank}.db")))
+                .args([
+                    "--backend",
+                    "cpu",
+                    "--cpu-devices",
+                    "1",
+                    "--checks",
+                    &spec.checks,
+                ])
                 .args(["--rendezvous-timeout", &spec.rendezvous_secs.to_string()])
                 .args(&spec.extra_args);
             if let Some(ip) = &spec.data_addrs[i] {
                 command.args(["--data-addr", ip]);
+            }
+            if let Some(app) = &spec.app {
+                command.arg("--").args(app);
             }
             for var in [
                 "GPUVET_CONFIG",
