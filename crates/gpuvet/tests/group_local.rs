@@ -2,6 +2,12 @@
 //! processes on loopback, over the real protocol and sockets, and every check passes
 //! with measured numbers. Alone in its test binary, so no other test loads the cores
 //! it measures.
+//!
+//! Four nodes on two cores measure the scheduler as much as themselves: healthy
+//! loopback pairs differed up to 2× (1.4 against 2.7 GB/s, the pair whose processes
+//! happened to share a core), so the default 25 % flagged a healthy pair in 2 of 5
+//! runs. The config allows 60 %; the namespace tests keep the default and still name
+//! a rate-limited node (96 % below its peers).
 
 mod common;
 
@@ -19,7 +25,7 @@ fn four_local_nodes_pass_every_check_with_measured_numbers() {
         &format!(
             r#"{{"aimaster": {{"sanity_check": {{"fail_action": "fail",
                 "micro_benchmarks": "{ALL_CHECKS}", "timeout": 10}}}},
-                "gpuvet": {{"backend": "cpu", "cpu_devices": 2}}}}"#
+                "gpuvet": {{"backend": "cpu", "cpu_devices": 2, "tolerance_pct": 60}}}}"#
         ),
     );
     let output = scratch

@@ -146,10 +146,13 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         run_timeout: plan.timeout,
     };
     if !rendezvous.is_coordinator() || setup.args.group.join_only {
-        return Ok(member.join_and_serve().unwrap_or_else(|why| {
-            warn(format!("this node has no group verdict: {why}"));
-            no_verdict(setup, &why)
-        }));
+        return Ok(match member.join_and_serve() {
+            Ok(verdict) => as_this_node(verdict, setup.attempt),
+            Err(why) => {
+                warn(format!("this node has no group verdict: {why}"));
+                no_verdict(setup, &why)
+            }
+        });
     }
     let coordinator = Coordinator::bind(
         rendezvous.bind_addr(),
@@ -376,6 +379,16 @@ impl Member<'_> {
         agent.leave("the run is over");
         result.map_err(|err| err.to_string())
     }
+}
+
+/// The group's verdict as this node records it: the same checks and group, under this
+/// node's own attempt.
+fn as_this_node(mut report: RunReport, attempt: &Attempt) -> RunReport {
+    report.job_id.clone_from(&attempt.job_id);
+    report.attempt = attempt.attempt;
+    report.node.clone_from(&attempt.node);
+    report.instance.clone_from(&attempt.instance);
+    report
 }
 
 /// The report of a node that got no verdict: every check `not_run`, saying why.
