@@ -23,7 +23,7 @@ use crate::events::{
     CoordinatorEvent, MemberEvent, MemberEventKind, MemberInfo, MemberState, MemberStatus,
     Membership,
 };
-use crate::protocol::{Message, RosterEntry, write_message};
+use crate::protocol::{Message, RosterEntry, encode_frame, write_frame, write_message};
 use crate::session;
 
 /// How the coordinator judges time.
@@ -450,6 +450,10 @@ impl Coordinator {
     }
 
     fn send_message(&self, rank: u32, message: &Message) -> Result<(), ClusterError> {
+        self.send_frame(rank, &encode_frame(message)?, message.kind())
+    }
+
+    fn send_frame(&self, rank: u32, frame: &[u8], kind: &str) -> Result<(), ClusterError> {
         if self.shared.is_closing() {
             return Err(ClusterError::ShutDown);
         }
@@ -468,9 +472,11 @@ impl Coordinator {
                 _ => return Err(ClusterError::NoSuchMember { rank }),
             }
         };
-        write_message(&mut *lock(&writer), message)
+        write_frame(&mut *lock(&writer), frame, kind)
     }
 
+    /// Encodes `message` once and writes the same bytes to every connected member: a
+    /// large verdict for a thousand nodes is serialized once, not a thousand times.
     fn send_to_all(&self, message: &Message, seq: u64) -> Broadcast {
         let ranks: Vec<u32> = self
             .members()
@@ -483,8 +489,23 @@ impl Coordinator {
             sent_to: Vec::new(),
             failed: Vec::new(),
         };
+        let frame = match encode_frame(message) {
+            Ok(frame) => frame,
+            Err(err) => {
+                let reason = err.to_string();
+                outcome.failed = ranks
+                    .into_iter()
+                    .map(|rank| {
+                        let detail =
+                            format!("cannot encode a `{}` message: {reason}", message.kind());
+                        (rank, ClusterError::BadFrame { detail })
+                    })
+                    .collect();
+                return outcome;
+            }
+        };
         for rank in ranks {
-            match self.send_message(rank, message) {
+            match self.send_frame(rank, &frame, message.kind()) {
                 Ok(()) => outcome.sent_to.push(rank),
                 Err(err) => outcome.failed.push((rank, err)),
             }

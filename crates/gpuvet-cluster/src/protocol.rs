@@ -237,11 +237,15 @@ pub fn encode_frame(message: &Message) -> Result<Vec<u8>, ClusterError> {
 /// Writes one frame; a single `write_all`, so frames from threads sharing a locked
 /// writer never interleave.
 pub fn write_message(writer: &mut impl Write, message: &Message) -> Result<(), ClusterError> {
-    let frame = encode_frame(message)?;
+    write_frame(writer, &encode_frame(message)?, message.kind())
+}
+
+/// Writes a frame [`encode_frame`] made, so a message for many peers is encoded once.
+pub fn write_frame(writer: &mut impl Write, frame: &[u8], kind: &str) -> Result<(), ClusterError> {
     writer
-        .write_all(&frame)
+        .write_all(frame)
         .and_then(|()| writer.flush())
-        .map_err(|err| ClusterError::io(format!("cannot send a `{}` message", message.kind()), err))
+        .map_err(|err| ClusterError::io(format!("cannot send a `{kind}` message"), err))
 }
 
 /// Reads and decodes one message, waiting until `deadline` (forever with `None`).

@@ -21,14 +21,15 @@ use std::time::{Duration, Instant};
 use gpuvet_backend::WorkSpec;
 use gpuvet_backend::sim::SimBackend;
 use gpuvet_cluster::{
-    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, Token,
+    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorEvent, CoordinatorOptions,
+    Endpoint, MemberEventKind, Token,
 };
 use gpuvet_core::analysis::Tolerances;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::SimScript;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::pairing::PairingMode;
-use gpuvet_group::{DataPlane, GroupPlan, NodeSetup, run_group, serve};
+use gpuvet_group::{DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve};
 
 const DEFAULT_SIZES: [u32; 3] = [64, 256, 1024];
 
@@ -48,11 +49,11 @@ fn main() {
             .map(|a| a.parse().expect("a group size"))
             .collect()
     };
-    println!("nodes  time_to_verdict_s  coordinator_peak_rss_mib  outcome");
+    println!("nodes  time_to_verdict_s  of_which_rendezvous_s  coordinator_peak_rss_mib  outcome");
     for n in sizes {
-        let (elapsed, outcome) = coordinate(n);
+        let (elapsed, joined_after, outcome) = coordinate(n);
         println!(
-            "{n:>5}  {elapsed:>17.2}  {:>24.1}  {outcome}",
+            "{n:>5}  {elapsed:>17.2}  {joined_after:>21.2}  {:>24.1}  {outcome}",
             peak_rss_kib() as f64 / 1024.0
         );
     }
@@ -67,7 +68,7 @@ fn attempt(node: &str) -> Attempt {
     }
 }
 
-fn coordinate(n: u32) -> (f64, String) {
+fn coordinate(n: u32) -> (f64, f64, String) {
     let token = Token::random().expect("a token");
     let started = Instant::now();
     let coordinator = Coordinator::bind(
@@ -95,10 +96,27 @@ fn coordinate(n: u32) -> (f64, String) {
         collective_bytes: None,
         started_at_ms: 0,
     };
-    let report = run_group(&coordinator, &plan, &mut |_| {});
+    let mut joined_after = 0.0;
+    let report = run_group(&coordinator, &plan, &mut |event| {
+        if let GroupEvent::Rendezvous { .. } = event {
+            joined_after = started.elapsed().as_secs_f64();
+        }
+    });
     let elapsed = started.elapsed().as_secs_f64();
-    // Let the agents take the verdict before the coordinator says goodbye.
-    std::thread::sleep(Duration::from_millis(500));
+    // Every agent parses the verdict and says goodbye before the coordinator does.
+    let mut left = 0;
+    let until = Instant::now() + Duration::from_secs(120);
+    while left < n {
+        match coordinator.recv_event(until) {
+            Some(CoordinatorEvent::Member(event))
+                if matches!(event.kind, MemberEventKind::Left { .. }) =>
+            {
+                left += 1;
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
     coordinator.shutdown("done");
     let _ = agents.wait();
     let outcome = format!(
@@ -110,7 +128,7 @@ fn coordinate(n: u32) -> (f64, String) {
             .and_then(|g| g.first_error.as_ref())
             .map_or_else(|| report.summary(), |e| e.detail.clone())
     );
-    (elapsed, outcome)
+    (elapsed, joined_after, outcome)
 }
 
 fn run_agents(n: u32, port: u16, secret: &str) {
@@ -144,7 +162,9 @@ fn agent(rank: u32, n: u32, endpoint: &Endpoint, token: &Token) {
     }));
     let plane = DataPlane::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 1).expect("a data plane");
     let info = plane
-        .node_info(&*backend, "scale-bench".to_owned())
+        // One machine per simulated node, as in a real group: nodes that share a
+        // machine would take turns.
+        .node_info(&*backend, format!("sim-host-{rank}"))
         .expect("node info");
     let identity = AgentIdentity {
         job_id: "scale".to_owned(),
@@ -170,8 +190,12 @@ fn agent(rank: u32, n: u32, endpoint: &Endpoint, token: &Token) {
         baselines: Default::default(),
         work: WorkSpec::default(),
     };
+    let serving = Instant::now();
     if let Err(err) = serve(&agent, &setup, &plane, deadline) {
-        eprintln!("rank {rank}: {err}");
+        eprintln!(
+            "rank {rank}: {err} ({:.1}s after joining)",
+            serving.elapsed().as_secs_f64()
+        );
     }
     agent.leave("done");
 }

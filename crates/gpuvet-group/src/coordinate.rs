@@ -10,7 +10,7 @@ use gpuvet_core::catalog::{CheckName, Scope};
 use gpuvet_core::events::Attempt;
 use gpuvet_core::pairing::PairingMode;
 use gpuvet_core::results::{
-    CheckResult, CheckStatus, GroupIncident, GroupSummary, Outcome, RunReport,
+    CheckResult, CheckStatus, GroupIncident, GroupSummary, Outcome, RunReport, Verdict,
 };
 use gpuvet_runner::{human_duration, scope_skip_reason};
 
@@ -147,16 +147,52 @@ pub fn run_group(
     };
     if session.lost.is_empty() && !overran {
         let finish = Directive::Finish {
-            report: Box::new(report.clone()),
+            report: Box::new(for_members(&report)),
         };
-        for member in &session.members {
-            // A member that cannot be reached now learns the end from the bye.
-            let _ = coordinator.send(member.rank, &finish);
-        }
+        // Encoded once for every member; one that cannot be reached now learns the
+        // end from the coordinator's goodbye.
+        let _ = coordinator.broadcast(&finish);
     } else {
         coordinator.abort(&abort_reason(&report));
     }
     report
+}
+
+/// The largest verdict sent to members in full; beyond it they get the findings only.
+pub(crate) const MEMBER_VERDICT_BYTES: usize = 256 << 10;
+
+/// The verdict as members get it: without per-iteration samples, which make up most of
+/// a report and which only the coordinator's copy needs, and without the group's
+/// device list (each member knows its own). In a large group even the entities that
+/// are ok add up (1024 nodes: about 2 MB, parsed by 1024 agents at once, which starved
+/// the coordinator's heartbeat acks past the agents' 5 s deadline on a 2-core test
+/// machine), so beyond [`MEMBER_VERDICT_BYTES`] members get the findings only, and the
+/// full report stays on the coordinator.
+pub(crate) fn for_members(report: &RunReport) -> RunReport {
+    let mut verdict = report.clone();
+    verdict.devices.clear();
+    for check in &mut verdict.checks {
+        for entity in &mut check.entities {
+            entity.measurement.samples.clear();
+        }
+    }
+    let size = serde_json::to_vec(&verdict).map_or(usize::MAX, |json| json.len());
+    if size > MEMBER_VERDICT_BYTES {
+        for check in &mut verdict.checks {
+            let total = check.entities.len();
+            check.entities.retain(|e| e.verdict != Verdict::Ok);
+            if check.entities.len() < total {
+                check.params.insert(
+                    "entities".to_owned(),
+                    format!(
+                        "findings only ({} of {total}); the coordinator's report has all",
+                        check.entities.len()
+                    ),
+                );
+            }
+        }
+    }
+    verdict
 }
 
 /// What a check handler works with.
@@ -337,5 +373,72 @@ fn abort_reason(report: &RunReport) -> String {
             check.reason.as_deref().unwrap_or("")
         ),
         None => "the group's run ended early".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuvet_core::results::{DeviceInfo, Entity, EntityResult, Evidence, Lane, Measurement};
+
+    fn report(nodes: usize) -> RunReport {
+        let entity = |i: usize, verdict| {
+            let entity = Entity::Node {
+                node: format!("node-{i}"),
+            };
+            EntityResult {
+                entity: entity.clone(),
+                verdict,
+                lane: Lane::Host,
+                reason: "a reason of a typical length for an entity result".to_owned(),
+                evidence: Evidence::default(),
+                measurement: Measurement::ok(entity, 1.0, vec![1.0; 20]),
+            }
+        };
+        let mut check = CheckResult::without_work(CheckName::AllReduce1, CheckStatus::Failed, "x");
+        check.entities = (0..nodes)
+            .map(|i| entity(i, if i == 3 { Verdict::Slow } else { Verdict::Ok }))
+            .collect();
+        RunReport {
+            gpuvet_version: "0".to_owned(),
+            job_id: "j".to_owned(),
+            attempt: 1,
+            node: "node-0".to_owned(),
+            instance: "i".to_owned(),
+            backend: "cpu".to_owned(),
+            devices: vec![
+                DeviceInfo {
+                    index: 0,
+                    name: "cpu".to_owned(),
+                    memory_bytes: None,
+                    details: Default::default(),
+                };
+                nodes
+            ],
+            started_at_ms: 0,
+            duration_secs: 1.0,
+            timeout_secs: 60.0,
+            outcome: Outcome::Failed,
+            checks: vec![check],
+            group: None,
+        }
+    }
+
+    #[test]
+    fn members_get_a_small_group_whole_but_without_samples_or_devices() {
+        let verdict = for_members(&report(8));
+        assert!(verdict.devices.is_empty());
+        assert_eq!(verdict.checks[0].entities.len(), 8);
+        assert!(verdict.checks[0].entities[0].measurement.samples.is_empty());
+    }
+
+    #[test]
+    fn members_of_a_large_group_get_the_findings_only() {
+        let verdict = for_members(&report(4096));
+        let check = &verdict.checks[0];
+        assert_eq!(check.entities.len(), 1);
+        assert_eq!(check.entities[0].verdict, Verdict::Slow);
+        assert!(check.params["entities"].starts_with("findings only (1 of 4096)"));
+        assert!(serde_json::to_vec(&verdict).unwrap().len() < MEMBER_VERDICT_BYTES);
     }
 }

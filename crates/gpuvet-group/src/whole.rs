@@ -252,7 +252,7 @@ mod tests {
             .collect();
         let result = judge_ring(CheckName::AllReduce, &nodes, &POLICY);
         assert!(names(&result).is_empty());
-        assert_eq!(result.entities.len(), 3);
+        assert_eq!(result.entities.len(), 4);
     }
 
     #[test]

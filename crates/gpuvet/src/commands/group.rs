@@ -147,7 +147,7 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
     };
     if !rendezvous.is_coordinator() || setup.args.group.join_only {
         return Ok(match member.join_and_serve() {
-            Ok(verdict) => as_this_node(verdict, setup.attempt),
+            Ok(verdict) => as_this_node(verdict, setup.attempt, &*setup.backend),
             Err(why) => {
                 warn(format!("this node has no group verdict: {why}"));
                 no_verdict(setup, &why)
@@ -382,8 +382,9 @@ impl Member<'_> {
 }
 
 /// The group's verdict as this node records it: the same checks and group, under this
-/// node's own attempt.
-fn as_this_node(mut report: RunReport, attempt: &Attempt) -> RunReport {
+/// node's own attempt, with this node's devices.
+fn as_this_node(mut report: RunReport, attempt: &Attempt, backend: &dyn Backend) -> RunReport {
+    report.devices = backend.devices().to_vec();
     report.job_id.clone_from(&attempt.job_id);
     report.attempt = attempt.attempt;
     report.node.clone_from(&attempt.node);
