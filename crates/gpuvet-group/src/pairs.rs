@@ -125,7 +125,7 @@ fn run_plan(
             for (pair, a, b) in ranks_of {
                 let replies = [answers.replies.get(&a), answers.replies.get(&b)];
                 if let Some(Reply::Collective(reply)) = replies[0] {
-                    params.extend(reply.params.clone());
+                    params.extend(shared_params(reply));
                 }
                 let measurement = pair_measurement(&pair, replies);
                 tests.push(PairTest::new(pair, plan.stage, measurement));
@@ -190,6 +190,13 @@ pub(crate) fn name_peers(reply: &mut Reply, nodes: &[String]) {
             *error = error.replace(&format!("rank {index} (`"), &format!("{node} (`"));
         }
     }
+}
+
+/// A rank's parameters that hold for every rank of the group (not its own rank).
+pub(crate) fn shared_params(reply: &CollectiveReply) -> BTreeMap<String, String> {
+    let mut params = reply.params.clone();
+    params.remove("rank");
+    params
 }
 
 /// The error a collective reply carries, and when it happened.

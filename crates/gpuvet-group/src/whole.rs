@@ -13,7 +13,7 @@ use gpuvet_core::results::{CheckResult, Entity, Lane, Measurement, MetricInfo, V
 use gpuvet_core::stats::median;
 
 use crate::coordinate::CheckContext;
-use crate::pairs::{collective_error, name_peers, order};
+use crate::pairs::{collective_error, name_peers, order, shared_params};
 use crate::wire::{CollectiveReply, Directive, Reply};
 
 /// A rank is the bottleneck when at least this share of its waiting is writes...
@@ -68,7 +68,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
     };
     let mut result = judge_ring(name, &nodes, &policy);
     if let Some(Some(reply)) = nodes.first().map(|(_, r)| r) {
-        result.params.extend(reply.params.clone());
+        result.params.extend(shared_params(reply));
     }
     result
         .params

@@ -73,10 +73,10 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
             )?);
         }
         let mut sample = summarize(&batches);
-        sample.params.insert(
-            "core".to_owned(),
-            pinned.map_or_else(|| "unpinned".to_owned(), |core| core.to_string()),
-        );
+        // Per device, so in `extra` (the check's params are shared by all devices).
+        if let Some(core) = pinned {
+            sample.extra.insert("core".to_owned(), core as f64);
+        }
         Ok(sample)
     })
 }
