@@ -286,6 +286,9 @@ pub struct Settings {
     pub collective_bytes: Option<u64>,
     /// How the `_2` checks pair nodes (`gpuvet.pairing`: `adaptive` or `full`).
     pub pairing: PairingMode,
+    /// Network interfaces `network_connectivity` also probes every pair on (e.g. the
+    /// front-end and back-end networks), beside the data plane's own address.
+    pub interfaces: Vec<String>,
     pub sim: Option<SimScript>,
     pub watch: WatchSettings,
 }
@@ -440,6 +443,7 @@ struct RawSettings {
     gemm: Option<RawGemm>,
     collective_bytes: Option<u64>,
     pairing: Option<String>,
+    interfaces: Option<Vec<String>>,
     sim: Option<RawSim>,
     watch: Option<RawWatch>,
 }
@@ -676,6 +680,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         gemm: None,
         collective_bytes: None,
         pairing: None,
+        interfaces: None,
         sim: None,
         watch: None,
     });
@@ -760,6 +765,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         Some("full") => PairingMode::Full,
         Some(text) => return Err(unknown_value("gpuvet.pairing", text, &["adaptive", "full"])),
     };
+    let interfaces = validate_interfaces(raw.interfaces.unwrap_or_default())?;
     let sim = raw.sim.map(validate_sim).transpose()?;
     let watch = raw
         .watch
@@ -777,9 +783,37 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         gemm_size,
         collective_bytes,
         pairing,
+        interfaces,
         sim,
         watch,
     })
+}
+
+/// Interface names as the kernel takes them: 1 to 15 bytes, no `/`, no whitespace,
+/// each once.
+fn validate_interfaces(names: Vec<String>) -> Result<Vec<String>, ConfigError> {
+    let mut seen = BTreeSet::new();
+    for (i, name) in names.iter().enumerate() {
+        let path = format!("gpuvet.interfaces[{i}]");
+        let valid = !name.is_empty()
+            && name.len() <= 15
+            && !name.contains('/')
+            && !name.chars().any(char::is_whitespace);
+        if !valid {
+            return Err(ConfigError::invalid(
+                path,
+                format!("`{name}` is not a network interface name"),
+            )
+            .with_hint("give names as `ip link` shows them, e.g. [\"eth0\", \"ib0\"]"));
+        }
+        if !seen.insert(name.as_str()) {
+            return Err(ConfigError::invalid(
+                path,
+                format!("`{name}` is listed twice"),
+            ));
+        }
+    }
+    Ok(names)
 }
 
 fn validate_watch(raw: RawWatch) -> Result<WatchSettings, ConfigError> {

@@ -160,7 +160,7 @@ fn agent(rank: u32, n: u32, endpoint: &Endpoint, token: &Token) {
         noise: 0.01,
         ..SimScript::default()
     }));
-    let plane = DataPlane::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 1).expect("a data plane");
+    let plane = DataPlane::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 1, &[]).expect("a data plane");
     let info = plane
         // One machine per simulated node, as in a real group: nodes that share a
         // machine would take turns.

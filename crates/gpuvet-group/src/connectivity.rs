@@ -1,8 +1,10 @@
-//! `network_connectivity`: every node probes every other node's data-plane address
-//! (TCP connect plus a 16-byte echo), all at once, and each pair is judged on both
-//! directions. A node that no peer can reach, and that reaches none, is named itself.
+//! `network_connectivity`: every node probes every other node (TCP connect plus a
+//! 16-byte echo), all at once, on the data plane's address and on each interface in
+//! `gpuvet.interfaces`, and each pair is judged on both directions, per network. A node
+//! that no peer can reach, and that reaches none, is named itself.
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use gpuvet_core::analysis::check_status;
 use gpuvet_core::catalog::CheckName;
@@ -11,21 +13,40 @@ use gpuvet_core::results::{
 };
 
 use crate::coordinate::CheckContext;
+use crate::session::Member;
 use crate::wire::{Directive, ProbeReply, ProbeTarget, Reply};
+
+/// The data plane's own network, always probed.
+const DATA_NETWORK: &str = "data";
 
 pub(crate) fn run(context: &mut CheckContext<'_, '_>) -> CheckResult {
     let name = CheckName::NetworkConnectivity;
     let members = context.session.members.clone();
+    let mut networks = vec![DATA_NETWORK.to_owned()];
+    for member in &members {
+        for interface in &member.info.interfaces {
+            if !networks.contains(&interface.name) {
+                networks.push(interface.name.clone());
+            }
+        }
+    }
     let (budget_ms, due) = context.budget();
     let orders = members
         .iter()
         .map(|member| {
-            let targets = members
+            let targets = networks
                 .iter()
-                .filter(|m| m.rank != member.rank)
-                .map(|m| ProbeTarget {
-                    rank: m.rank,
-                    addr: m.probe,
+                .flat_map(|network| {
+                    members
+                        .iter()
+                        .filter(|m| m.rank != member.rank)
+                        .filter_map(|m| {
+                            Some(ProbeTarget {
+                                rank: m.rank,
+                                addr: address_on(m, network).ok()?,
+                                network: network.clone(),
+                            })
+                        })
                 })
                 .collect();
             (member.rank, Directive::Probe { targets, budget_ms })
@@ -36,21 +57,87 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>) -> CheckResult {
     if !answers.missing.is_empty() {
         return context.interrupted(name, answers.timed_out);
     }
-    let mut probes: BTreeMap<(u32, u32), ProbeReply> = BTreeMap::new();
-    for (&from, reply) in &answers.replies {
-        if let Reply::Probe { results } = reply {
-            for result in results {
-                probes.insert((from, result.rank), result.clone());
+    let nodes: Vec<(u32, String)> = members.iter().map(|m| (m.rank, m.node.clone())).collect();
+    let mut entities = Vec::new();
+    for network in &networks {
+        let mut probes: BTreeMap<(u32, u32), ProbeReply> = BTreeMap::new();
+        for (&from, reply) in &answers.replies {
+            if let Reply::Probe { results } = reply {
+                for result in results.iter().filter(|r| &r.network == network) {
+                    probes.insert((from, result.rank), result.clone());
+                }
             }
         }
+        for mut entity in judge_matrix(&nodes, &probes).entities {
+            if network == DATA_NETWORK {
+                entities.push(entity);
+                continue;
+            }
+            // A node that cannot be probed on this network says why, once per pair.
+            let unprobeable = members.iter().find_map(|m| {
+                let involved = match &entity.entity {
+                    Entity::NodePair { a, b } => *a == m.node || *b == m.node,
+                    Entity::Node { node } => *node == m.node,
+                    Entity::Device { .. } => false,
+                };
+                let why = address_on(m, network).err()?;
+                involved.then(|| format!("{}: {why}", m.node))
+            });
+            entity.reason = match (entity.verdict, unprobeable) {
+                (Verdict::Faulty, Some(why)) => format!("on `{network}`: {why}"),
+                _ => format!("on `{network}`: {}", entity.reason),
+            };
+            entities.push(entity);
+        }
     }
-    let nodes: Vec<(u32, String)> = members.iter().map(|m| (m.rank, m.node.clone())).collect();
-    let mut result = judge_matrix(&nodes, &probes);
-    result.params.insert(
-        "network".to_owned(),
-        "data plane (the address each agent's data plane listens on)".to_owned(),
+    let metric = name.spec().metric;
+    let mut params = BTreeMap::new();
+    params.insert(
+        "networks".to_owned(),
+        networks
+            .iter()
+            .map(|n| {
+                if n == DATA_NETWORK {
+                    "data (the data plane's address)".to_owned()
+                } else {
+                    format!("`{n}`")
+                }
+            })
+            .collect::<Vec<_>>()
+            .join(", "),
     );
-    result
+    CheckResult {
+        name,
+        status: check_status(&entities),
+        reason: None,
+        duration_secs: 0.0,
+        metric: MetricInfo {
+            name: metric.name.to_owned(),
+            unit: metric.unit.to_owned(),
+            direction: metric.direction,
+        },
+        params,
+        entities,
+    }
+}
+
+/// Where `member` answers probes on `network`, or why it cannot.
+fn address_on(member: &Member, network: &str) -> Result<SocketAddr, String> {
+    if network == DATA_NETWORK {
+        return Ok(member.probe);
+    }
+    let interface = member
+        .info
+        .interfaces
+        .iter()
+        .find(|i| i.name == network)
+        .ok_or_else(|| format!("`{network}` is not in its `gpuvet.interfaces`"))?;
+    interface.addr.ok_or_else(|| {
+        interface
+            .error
+            .clone()
+            .unwrap_or_else(|| format!("no address on `{network}`"))
+    })
 }
 
 /// Judges every pair of `nodes` from the probes `(from, to)`; a missing probe counts
@@ -172,6 +259,7 @@ mod tests {
     fn probe(rank: u32, successes: u32) -> ProbeReply {
         ProbeReply {
             rank,
+            network: "data".to_owned(),
             attempts: 5,
             successes,
             rtt_us: (successes > 0).then_some(50.0),

@@ -17,6 +17,7 @@
 mod connectivity;
 mod coordinate;
 mod error;
+mod interfaces;
 mod local;
 mod node;
 mod pairs;

@@ -25,10 +25,11 @@ use gpuvet_core::results::{CheckResult, CheckStatus, RunReport};
 use gpuvet_runner::{HANG_GRACE, RunPlan};
 
 use crate::error::GroupError;
+use crate::interfaces::ipv4_of;
 use crate::time::unix_ms;
 use crate::wire::{
-    CollectiveOrder, CollectiveReply, Directive, LinkReply, NodeInfo, ProbeReply, ProbeTarget,
-    Reply,
+    CollectiveOrder, CollectiveReply, Directive, InterfaceProbe, LinkReply, NodeInfo, ProbeReply,
+    ProbeTarget, Reply,
 };
 
 /// This node's data-plane listeners: one for pair and group collectives, one per rail,
@@ -38,11 +39,15 @@ pub struct DataPlane {
     main: TcpListener,
     rails: Vec<TcpListener>,
     probe: ProbeResponder,
+    /// Per configured interface: its responder, or why there is none.
+    interfaces: Vec<(String, Result<ProbeResponder, String>)>,
 }
 
 impl DataPlane {
-    /// Binds every listener on `ip` (`0.0.0.0` for any interface) on free ports.
-    pub fn bind(ip: IpAddr, rails: usize) -> Result<DataPlane, GroupError> {
+    /// Binds every listener on `ip` (`0.0.0.0` for any interface) on free ports, and a
+    /// reachability responder on each of `interfaces` (an interface without an IPv4
+    /// address is reported to the coordinator, not an error here).
+    pub fn bind(ip: IpAddr, rails: usize, interfaces: &[String]) -> Result<DataPlane, GroupError> {
         let listen = |what: &str| {
             TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|source| GroupError::Bind {
                 what: what.to_owned(),
@@ -62,7 +67,23 @@ impl DataPlane {
                     source,
                 }
             })?;
-        Ok(DataPlane { main, rails, probe })
+        let interfaces = interfaces
+            .iter()
+            .map(|name| {
+                let responder = ipv4_of(name).and_then(|ip| {
+                    TcpListener::bind((ip, 0))
+                        .and_then(ProbeResponder::spawn)
+                        .map_err(|err| format!("cannot listen on `{name}` ({ip}): {err}"))
+                });
+                (name.clone(), responder)
+            })
+            .collect();
+        Ok(DataPlane {
+            main,
+            rails,
+            probe,
+            interfaces,
+        })
     }
 
     /// Where the main listener is, for the hello's `data_addr`.
@@ -86,6 +107,15 @@ impl DataPlane {
                 .map(|rail| local_addr(rail).map(|addr| addr.port()))
                 .collect::<Result<_, _>>()?,
             probe_port: self.probe.local_addr().port(),
+            interfaces: self
+                .interfaces
+                .iter()
+                .map(|(name, responder)| InterfaceProbe {
+                    name: name.clone(),
+                    addr: responder.as_ref().ok().map(ProbeResponder::local_addr),
+                    error: responder.as_ref().err().cloned(),
+                })
+                .collect(),
         })
     }
 }
@@ -370,6 +400,7 @@ fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> V
             .zip(results)
             .map(|(target, result)| ProbeReply {
                 rank: target.rank,
+                network: target.network.clone(),
                 attempts: result.attempts,
                 successes: result.successes,
                 rtt_us: result
@@ -383,6 +414,7 @@ fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> V
             .iter()
             .map(|target| ProbeReply {
                 rank: target.rank,
+                network: target.network.clone(),
                 attempts: 0,
                 successes: 0,
                 rtt_us: None,

@@ -21,6 +21,19 @@ pub struct NodeInfo {
     pub rail_ports: Vec<u16>,
     /// The port of the reachability responder, on the data address's IP.
     pub probe_port: u16,
+    /// A reachability responder on each configured interface.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub interfaces: Vec<InterfaceProbe>,
+}
+
+/// Where this node answers probes on one configured interface, or why it cannot.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InterfaceProbe {
+    pub name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addr: Option<SocketAddr>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// One piece of work for one agent.
@@ -62,6 +75,8 @@ pub struct CollectiveOrder {
 pub struct ProbeTarget {
     pub rank: u32,
     pub addr: SocketAddr,
+    /// The network the address is on: `data` or an interface name.
+    pub network: String,
 }
 
 /// An agent's answer to a directive.
@@ -120,6 +135,7 @@ pub struct LinkReply {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ProbeReply {
     pub rank: u32,
+    pub network: String,
     pub attempts: u32,
     pub successes: u32,
     /// Mean round trip of a 16-byte echo, microseconds.

@@ -305,3 +305,45 @@ fn run_applies_the_group_verdict_on_every_node() {
         );
     }
 }
+
+#[test]
+fn connectivity_names_a_node_that_lacks_a_configured_interface() {
+    let scratch = Scratch::temp();
+    let config = scratch.config(
+        "net.json",
+        r#"{"gpuvet": {"backend": "cpu", "cpu_devices": 1, "interfaces": ["lo", "nosuchif0"]}}"#,
+    );
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--json", "--no-store", "--local-nodes", "3"])
+        .args(["--checks", "network_connectivity", "--config"])
+        .arg(&config)
+        .output()
+        .expect("running gpuvet");
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let report = json(&output);
+    let check = &report["checks"][0];
+    assert_eq!(check["status"], "failed");
+    let entities = check["entities"].as_array().unwrap();
+    let on = |network: &str| -> Vec<&serde_json::Value> {
+        entities
+            .iter()
+            .filter(|e| {
+                e["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with(&format!("on `{network}`"))
+            })
+            .collect()
+    };
+    assert!(on("lo").iter().all(|e| e["verdict"] == "ok"), "{check:#}");
+    let missing = on("nosuchif0");
+    assert!(!missing.is_empty() && missing.iter().all(|e| e["verdict"] == "faulty"));
+    assert!(
+        missing[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("this node has no interface `nosuchif0`"),
+        "{check:#}"
+    );
+}

@@ -33,8 +33,14 @@ fn spec(netns: &Netns, nodes: u32, checks: &str) -> GroupSpec {
 }
 
 fn run(netns: &Netns, nodes: u32, checks: &str) -> serde_json::Value {
+    run_with(netns, nodes, checks, &[])
+}
+
+fn run_with(netns: &Netns, nodes: u32, checks: &str, args: &[&str]) -> serde_json::Value {
     let scratch = Scratch::temp();
-    let finished = Group::start(&scratch, &spec(netns, nodes, checks)).finish(LIMIT);
+    let mut spec = spec(netns, nodes, checks);
+    spec.extra_args = args.iter().map(|a| (*a).to_owned()).collect();
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
     let coordinator = &finished[0];
     for rank in &finished[1..] {
         assert_eq!(
@@ -85,27 +91,42 @@ fn a_cut_link_names_the_unreachable_pair() {
     }
     let netns = Netns::create("c", 4);
     netns.cut(1, 3);
-    let report = run(&netns, 4, "network_connectivity");
+    // Both networks are probed: the control one (c0) stays up, the data one (d0, where
+    // the data plane listens too) is cut between n1 and n3.
+    let scratch = Scratch::temp();
+    let config = scratch.config("net.json", r#"{"gpuvet": {"interfaces": ["c0", "d0"]}}"#);
+    let report = run_with(
+        &netns,
+        4,
+        "network_connectivity",
+        &["--config", config.to_str().unwrap()],
+    );
     assert_eq!(
         findings(&report, "network_connectivity"),
-        ["n1<->n3"],
-        "{report:#}"
+        ["n1<->n3", "n1<->n3"],
+        "the data plane and d0: {report:#}"
     );
     let check = &report["checks"][0];
-    let bad = check["entities"]
+    let reasons: Vec<&str> = check["entities"]
         .as_array()
         .unwrap()
         .iter()
-        .find(|e| e["verdict"] == "faulty")
-        .unwrap();
+        .filter(|e| e["verdict"] == "faulty")
+        .map(|e| {
+            assert_eq!(e["lane"], "network");
+            e["reason"].as_str().unwrap()
+        })
+        .collect();
     assert!(
-        bad["reason"]
-            .as_str()
-            .unwrap()
-            .starts_with("unreachable: n1→n3 0/"),
-        "{bad:#}"
+        reasons[0].starts_with("unreachable: n1→n3 0/"),
+        "{reasons:?}"
     );
-    assert_eq!(bad["lane"], "network");
+    assert!(
+        reasons[1].starts_with("on `d0`: unreachable: n1→n3 0/"),
+        "{reasons:?}"
+    );
+    // 6 pairs on each of 3 networks.
+    assert_eq!(check["entities"].as_array().unwrap().len(), 18);
 }
 
 #[test]

@@ -426,3 +426,35 @@ fn bad_watch_settings_name_their_path() {
         Some("127.0.0.1:9401".parse().unwrap())
     );
 }
+
+#[test]
+fn pairing_and_interfaces_are_validated() {
+    let config =
+        Config::from_json(r#"{"gpuvet": {"pairing": "full", "interfaces": ["eth0", "ib0"]}}"#)
+            .unwrap();
+    assert_eq!(config.settings.pairing, PairingMode::Full);
+    assert_eq!(config.settings.interfaces, ["eth0", "ib0"]);
+    assert_eq!(Config::default().settings.pairing, PairingMode::Adaptive);
+    let cases = [
+        (
+            r#"{"pairing": "some"}"#,
+            "gpuvet.pairing",
+            "unknown value `some`",
+        ),
+        (
+            r#"{"interfaces": ["eth0", "eth0"]}"#,
+            "gpuvet.interfaces[1]",
+            "`eth0` is listed twice",
+        ),
+        (
+            r#"{"interfaces": ["a name"]}"#,
+            "gpuvet.interfaces[0]",
+            "`a name` is not a network interface name",
+        ),
+    ];
+    for (body, expected_path, expected_message) in cases {
+        let (path, message, _) = invalid(&format!(r#"{{"gpuvet": {body}}}"#));
+        assert_eq!(path, expected_path, "{body}");
+        assert!(message.starts_with(expected_message), "{body}: {message}");
+    }
+}

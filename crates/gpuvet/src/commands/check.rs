@@ -8,7 +8,7 @@ use gpuvet_core::render;
 use gpuvet_core::results::Outcome;
 use gpuvet_store::Store;
 
-use super::sanity;
+use super::{group, sanity};
 use crate::cli::CheckArgs;
 use crate::failure::Failure;
 use crate::identity::{Identity, load_config, now_ms, store_path};
@@ -19,6 +19,8 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     let sanity = sanity::sanity_settings(&args.sanity, &config, true)?
         .expect("checks run by hand always have a set");
     let backend = sanity::backend(&args.sanity, &config)?;
+    // Group flags are checked before anything is recorded.
+    let mode = group::mode(&args.sanity.group)?;
     let identity = Identity::resolve(&args.sanity.identity);
 
     let mut store = if args.no_store {
@@ -47,6 +49,7 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     let show_progress = !args.json && std::io::stdout().is_terminal();
     let report = sanity::execute(
         &args.sanity,
+        mode,
         backend,
         &config,
         &sanity,

@@ -47,7 +47,10 @@ const LOCAL_RENDEZVOUS: Duration = Duration::from_secs(30);
 /// How long `--local-nodes` waits for its agents to exit after the verdict.
 const CHILD_EXIT_WAIT: Duration = Duration::from_secs(15);
 
+/// How this invocation takes part, from the group flags and the environment; every
+/// group flag is validated here, before anything starts or is recorded.
 pub fn mode(args: &GroupArgs) -> Result<Mode, Failure> {
+    rendezvous_timeout(args)?;
     if let Some(n) = args.local_nodes {
         if !(2..=MAX_LOCAL_NODES).contains(&n) {
             return Err(Failure::usage(format!(
@@ -85,23 +88,23 @@ pub struct Setup<'a> {
     pub show_progress: bool,
 }
 
-impl Setup<'_> {
-    fn rendezvous_timeout(&self) -> Result<Duration, Failure> {
-        let secs = self.args.group.rendezvous_timeout;
-        if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
-            return Err(Failure::usage(format!(
-                "`--rendezvous-timeout {secs}` is out of range; expected seconds above 0, at most a day"
-            )));
-        }
-        Ok(Duration::from_secs_f64(secs))
+fn rendezvous_timeout(args: &GroupArgs) -> Result<Duration, Failure> {
+    let secs = args.rendezvous_timeout;
+    if !(secs.is_finite() && secs > 0.0 && secs <= 86_400.0) {
+        return Err(Failure::usage(format!(
+            "`--rendezvous-timeout {secs}` is out of range; expected seconds above 0, at most a day"
+        )));
     }
+    Ok(Duration::from_secs_f64(secs))
+}
 
+impl Setup<'_> {
     fn plan(&self) -> Result<GroupPlan, Failure> {
         Ok(GroupPlan {
             attempt: self.attempt.clone(),
             checks: self.checks.clone(),
             timeout: self.timeout,
-            rendezvous_timeout: self.rendezvous_timeout()?,
+            rendezvous_timeout: rendezvous_timeout(&self.args.group)?,
             tolerance: self.tolerance.clone(),
             baselines: self.baselines.clone(),
             pairing: self.config.settings.pairing,
@@ -135,8 +138,12 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         .group
         .data_addr
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
-    let plane = DataPlane::bind(data_ip, rails(&*setup.backend))
-        .map_err(|err| Failure::usage(err.to_string()))?;
+    let plane = DataPlane::bind(
+        data_ip,
+        rails(&*setup.backend),
+        &setup.config.settings.interfaces,
+    )
+    .map_err(|err| Failure::usage(err.to_string()))?;
     let member = Member {
         rendezvous,
         token: &token,

@@ -11,8 +11,8 @@ use gpuvet_core::results::{Lane, Outcome, RunReport};
 use gpuvet_store::Store;
 use serde_json::json;
 
-use super::sanity;
 use super::supervise::{HOOK_TIMEOUT, HookOutcome, Supervised, run_hook, shell_code};
+use super::{group, sanity};
 use crate::cli::RunArgs;
 use crate::failure::{Failure, warn};
 use crate::identity::{Identity, load_config, now_ms, store_path};
@@ -29,6 +29,11 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         .as_ref()
         .map(|_| sanity::backend(&args.sanity, &config))
         .transpose()?;
+    // So are the group flags, needed only when there are checks to run.
+    let mode = sanity
+        .as_ref()
+        .map(|_| group::mode(&args.sanity.group))
+        .transpose()?;
     let identity = Identity::resolve(&args.sanity.identity);
     let store_file = store_path(args.sanity.store.store.as_deref(), &config);
     let mut store = Store::open(&store_file)?;
@@ -43,9 +48,10 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         attempt: &attempt,
     };
 
-    if let (Some(sanity), Some(backend)) = (sanity, backend) {
+    if let (Some(sanity), Some(backend), Some(mode)) = (sanity, backend, mode) {
         let report = sanity::execute(
             &args.sanity,
+            mode,
             backend,
             &config,
             &sanity,

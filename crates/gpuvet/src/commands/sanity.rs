@@ -68,6 +68,7 @@ pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, F
 /// launcher's environment say, with progress on stderr when `show_progress`.
 pub fn execute(
     args: &SanityArgs,
+    mode: group::Mode,
     backend: Arc<dyn Backend>,
     config: &Config,
     sanity: &SanityConfig,
@@ -81,7 +82,6 @@ pub fn execute(
             .unwrap_or_else(|| backend.default_tolerance(check))
     });
     let baselines = limits(&*backend, config, sanity);
-    let mode = group::mode(&args.group)?;
     let setup = group::Setup {
         args,
         config,
