@@ -51,6 +51,7 @@ fn secondary_ranks(report: &serde_json::Value) -> Vec<u64> {
 
 #[test]
 fn a_stopped_agent_is_the_first_error_and_its_peers_are_secondary() {
+    let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let mut group = Group::start(&scratch, &GroupSpec::loopback(4, CHECKS));
     group.wait_for_stderr(0, "4 of 4 nodes joined", LIMIT);
@@ -85,6 +86,7 @@ fn a_stopped_agent_is_the_first_error_and_its_peers_are_secondary() {
 
 #[test]
 fn a_killed_agent_is_the_first_error() {
+    let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let group = Group::start(&scratch, &GroupSpec::loopback(4, CHECKS));
     group.wait_for_stderr(0, "4 of 4 nodes joined", LIMIT);
@@ -118,6 +120,7 @@ fn a_killed_agent_is_the_first_error() {
 
 #[test]
 fn a_wrong_token_is_refused_with_a_clear_message() {
+    let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let mut spec = GroupSpec::loopback(4, "all_reduce_2");
     spec.tokens[3] = Some("not-the-group-secret".to_owned());
@@ -152,6 +155,7 @@ fn a_wrong_token_is_refused_with_a_clear_message() {
 
 #[test]
 fn a_rank_that_never_joins_is_named_in_the_platform_lane() {
+    let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let mut spec = GroupSpec::loopback(3, "all_reduce_2");
     spec.absent = vec![1];
@@ -171,6 +175,7 @@ fn a_rank_that_never_joins_is_named_in_the_platform_lane() {
 
 #[test]
 fn agents_stop_on_their_own_when_the_coordinator_dies() {
+    let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let group = Group::start(&scratch, &GroupSpec::loopback(3, CHECKS));
     group.wait_for_stderr(0, "3 of 3 nodes joined", LIMIT);
@@ -190,6 +195,7 @@ fn agents_stop_on_their_own_when_the_coordinator_dies() {
 
 #[test]
 fn an_odd_group_of_five_passes_every_pair_check() {
+    let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let output = scratch
         .gpuvet()
@@ -227,6 +233,7 @@ fn an_odd_group_of_five_passes_every_pair_check() {
 
 #[test]
 fn bad_group_flags_are_usage_errors() {
+    let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let output = scratch
         .gpuvet()
@@ -264,6 +271,7 @@ fn bad_group_flags_are_usage_errors() {
 /// start the app when the group passes, none when a node is missing.
 #[test]
 fn run_applies_the_group_verdict_on_every_node() {
+    let _turn = common::one_at_a_time();
     let app = |scratch: &Scratch| {
         vec![
             "sh".to_owned(),
@@ -308,6 +316,7 @@ fn run_applies_the_group_verdict_on_every_node() {
 
 #[test]
 fn connectivity_names_a_node_that_lacks_a_configured_interface() {
+    let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let config = scratch.config(
         "net.json",

@@ -70,6 +70,7 @@ fn lane_of(report: &serde_json::Value, check: &str, entity: &str) -> String {
 
 #[test]
 fn a_rate_limited_link_names_its_node_slow_in_the_network_lane() {
+    let _turn = common::one_at_a_time();
     if skip() {
         return;
     }
@@ -86,6 +87,7 @@ fn a_rate_limited_link_names_its_node_slow_in_the_network_lane() {
 
 #[test]
 fn a_cut_link_names_the_unreachable_pair() {
+    let _turn = common::one_at_a_time();
     if skip() {
         return;
     }
@@ -131,6 +133,7 @@ fn a_cut_link_names_the_unreachable_pair() {
 
 #[test]
 fn an_odd_group_of_five_localizes_its_slow_node() {
+    let _turn = common::one_at_a_time();
     if skip() {
         return;
     }
@@ -144,6 +147,7 @@ fn an_odd_group_of_five_localizes_its_slow_node() {
 
 #[test]
 fn a_healthy_namespace_group_passes() {
+    let _turn = common::one_at_a_time();
     if skip() {
         return;
     }
