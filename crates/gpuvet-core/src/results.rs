@@ -230,6 +230,18 @@ pub struct MetricInfo {
     pub direction: Direction,
 }
 
+impl MetricInfo {
+    /// The headline metric of `check`, from the catalog.
+    pub fn of(check: CheckName) -> Self {
+        let metric = check.spec().metric;
+        MetricInfo {
+            name: metric.name.to_owned(),
+            unit: metric.unit.to_owned(),
+            direction: metric.direction,
+        }
+    }
+}
+
 /// The result of one check on one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CheckResult {
@@ -250,19 +262,23 @@ pub struct CheckResult {
 impl CheckResult {
     /// A check that produced no measurements, with the reason.
     pub fn without_work(name: CheckName, status: CheckStatus, reason: impl Into<String>) -> Self {
-        let metric = name.spec().metric;
+        CheckResult {
+            reason: Some(reason.into()),
+            ..CheckResult::judged(name, status, Vec::new())
+        }
+    }
+
+    /// A check's judged entities with the status they give, before any parameters,
+    /// reason or duration are added.
+    pub fn judged(name: CheckName, status: CheckStatus, entities: Vec<EntityResult>) -> Self {
         CheckResult {
             name,
             status,
-            reason: Some(reason.into()),
+            reason: None,
             duration_secs: 0.0,
-            metric: MetricInfo {
-                name: metric.name.to_owned(),
-                unit: metric.unit.to_owned(),
-                direction: metric.direction,
-            },
+            metric: MetricInfo::of(name),
             params: BTreeMap::new(),
-            entities: Vec::new(),
+            entities,
         }
     }
 

@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use gpuvet_core::analysis::check_status;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{
-    CheckResult, Entity, EntityResult, Evidence, Lane, Measurement, MetricInfo, Verdict,
+    CheckResult, Entity, EntityResult, Evidence, Lane, Measurement, Verdict,
 };
 
 use crate::coordinate::CheckContext;
@@ -90,7 +90,6 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>) -> CheckResult {
             entities.push(entity);
         }
     }
-    let metric = name.spec().metric;
     let mut params = BTreeMap::new();
     params.insert(
         "networks".to_owned(),
@@ -107,17 +106,8 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>) -> CheckResult {
             .join(", "),
     );
     CheckResult {
-        name,
-        status: check_status(&entities),
-        reason: None,
-        duration_secs: 0.0,
-        metric: MetricInfo {
-            name: metric.name.to_owned(),
-            unit: metric.unit.to_owned(),
-            direction: metric.direction,
-        },
         params,
-        entities,
+        ..CheckResult::judged(name, check_status(&entities), entities)
     }
 }
 
@@ -236,20 +226,11 @@ pub(crate) fn judge_matrix(
             }
         }
     }
-    let metric = CheckName::NetworkConnectivity.spec().metric;
-    CheckResult {
-        name: CheckName::NetworkConnectivity,
-        status: check_status(&entities),
-        reason: None,
-        duration_secs: 0.0,
-        metric: MetricInfo {
-            name: metric.name.to_owned(),
-            unit: metric.unit.to_owned(),
-            direction: metric.direction,
-        },
-        params: Default::default(),
+    CheckResult::judged(
+        CheckName::NetworkConnectivity,
+        check_status(&entities),
         entities,
-    }
+    )
 }
 
 #[cfg(test)]

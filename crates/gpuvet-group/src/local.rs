@@ -158,7 +158,7 @@ fn judge_across_group(name: CheckName, entities: &mut [EntityResult], policy: &J
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuvet_core::results::{Entity, Evidence, Lane, MetricInfo};
+    use gpuvet_core::results::{Entity, Evidence, Lane};
 
     fn device(node: &str, value: f64) -> EntityResult {
         let entity = Entity::Device {
@@ -179,20 +179,7 @@ mod tests {
     }
 
     fn node_result(entities: Vec<EntityResult>) -> CheckResult {
-        let metric = CheckName::GemmFlops.spec().metric;
-        CheckResult {
-            name: CheckName::GemmFlops,
-            status: CheckStatus::Passed,
-            reason: None,
-            duration_secs: 1.0,
-            metric: MetricInfo {
-                name: metric.name.to_owned(),
-                unit: metric.unit.to_owned(),
-                direction: metric.direction,
-            },
-            params: Default::default(),
-            entities,
-        }
+        CheckResult::judged(CheckName::GemmFlops, CheckStatus::Passed, entities)
     }
 
     const POLICY: Across = Across::Group(JudgePolicy {

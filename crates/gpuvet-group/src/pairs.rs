@@ -12,7 +12,7 @@ use gpuvet_core::analysis::JudgePolicy;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::localize::{PairTest, judge_pairs, localize, outcomes};
 use gpuvet_core::pairing::{NodeId, Pair, PairingMode, Plan, full_round_robin, retest, round_one};
-use gpuvet_core::results::{CheckResult, Lane, Measurement, MetricInfo};
+use gpuvet_core::results::{CheckResult, Lane, Measurement};
 
 use crate::coordinate::CheckContext;
 use crate::wire::{CollectiveOrder, CollectiveReply, Directive, Reply};
@@ -63,19 +63,10 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         }
         .to_owned(),
     );
-    let metric = spec.metric;
     CheckResult {
-        name,
-        status: found.status(),
         reason: found.group_wide.as_ref().map(|g| g.reason.clone()),
-        duration_secs: 0.0,
-        metric: MetricInfo {
-            name: metric.name.to_owned(),
-            unit: metric.unit.to_owned(),
-            direction: metric.direction,
-        },
         params,
-        entities: found.entity_results(),
+        ..CheckResult::judged(name, found.status(), found.entity_results())
     }
 }
 

@@ -9,7 +9,7 @@
 
 use gpuvet_core::analysis::{JudgePolicy, check_status, judge};
 use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, Entity, Lane, Measurement, MetricInfo, Verdict};
+use gpuvet_core::results::{CheckResult, Entity, Lane, Measurement, Verdict};
 use gpuvet_core::stats::median;
 
 use crate::coordinate::CheckContext;
@@ -130,20 +130,7 @@ pub(crate) fn judge_ring(
             );
         }
     }
-    let metric = spec.metric;
-    CheckResult {
-        name,
-        status: check_status(&entities),
-        reason: None,
-        duration_secs: 0.0,
-        metric: MetricInfo {
-            name: metric.name.to_owned(),
-            unit: metric.unit.to_owned(),
-            direction: metric.direction,
-        },
-        params: Default::default(),
-        entities,
-    }
+    CheckResult::judged(name, check_status(&entities), entities)
 }
 
 /// The share of a rank's waiting spent in writes, over all its links.

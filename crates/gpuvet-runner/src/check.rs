@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use gpuvet_backend::{Backend, BackendError, CancelToken, Sample};
 use gpuvet_core::analysis::{JudgePolicy, check_status, judge, suspects};
 use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Measurement, MetricInfo};
+use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Measurement};
 
 use crate::RunPlan;
 
@@ -120,22 +120,12 @@ fn measure_and_judge(
             entities[i].evidence.remeasured = true;
         }
     }
-    let metric = spec.metric;
     if !suspect_indices.is_empty() {
         params.insert("remeasured".to_owned(), suspect_indices.len().to_string());
     }
     Some(CheckResult {
-        name,
-        status: check_status(&entities),
-        reason: None,
-        duration_secs: 0.0,
-        metric: MetricInfo {
-            name: metric.name.to_owned(),
-            unit: metric.unit.to_owned(),
-            direction: metric.direction,
-        },
         params,
-        entities,
+        ..CheckResult::judged(name, check_status(&entities), entities)
     })
 }
 
