@@ -21,15 +21,16 @@ use std::time::{Duration, Instant};
 use gpuvet_backend::WorkSpec;
 use gpuvet_backend::sim::SimBackend;
 use gpuvet_cluster::{
-    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorEvent, CoordinatorOptions,
-    Endpoint, MemberEventKind, Token,
+    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, Token,
 };
 use gpuvet_core::analysis::Tolerances;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::SimScript;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::pairing::PairingMode;
-use gpuvet_group::{DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve};
+use gpuvet_group::{
+    DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve, wait_for_goodbyes,
+};
 
 const DEFAULT_SIZES: [u32; 3] = [64, 256, 1024];
 
@@ -104,19 +105,7 @@ fn coordinate(n: u32) -> (f64, f64, String) {
     });
     let elapsed = started.elapsed().as_secs_f64();
     // Every agent parses the verdict and says goodbye before the coordinator does.
-    let mut left = 0;
-    let until = Instant::now() + Duration::from_secs(120);
-    while left < n {
-        match coordinator.recv_event(until) {
-            Some(CoordinatorEvent::Member(event))
-                if matches!(event.kind, MemberEventKind::Left { .. }) =>
-            {
-                left += 1;
-            }
-            Some(_) => {}
-            None => break,
-        }
-    }
+    wait_for_goodbyes(&coordinator, Instant::now() + Duration::from_secs(120));
     coordinator.shutdown("done");
     let _ = agents.wait();
     let outcome = format!(

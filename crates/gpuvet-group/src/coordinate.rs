@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gpuvet_cluster::{Coordinator, Diagnosis, Incident, IncidentKind, diagnose};
+use gpuvet_cluster::{
+    Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind, diagnose,
+};
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::{CheckName, Scope};
 use gpuvet_core::events::Attempt;
@@ -156,6 +158,30 @@ pub fn run_group(
         coordinator.abort(&abort_reason(&report));
     }
     report
+}
+
+/// Waits until every member still connected has said goodbye (or dropped), or `until`
+/// passes, so none misses the verdict when the coordinator then shuts down.
+pub fn wait_for_goodbyes(coordinator: &Coordinator, until: Instant) {
+    let mut connected = coordinator
+        .members()
+        .iter()
+        .filter(|m| m.state.is_connected())
+        .count();
+    while connected > 0 {
+        match coordinator.recv_event(until) {
+            Some(CoordinatorEvent::Member(event))
+                if matches!(
+                    event.kind,
+                    MemberEventKind::Left { .. } | MemberEventKind::Crashed { .. }
+                ) =>
+            {
+                connected -= 1;
+            }
+            Some(_) => {}
+            None => return,
+        }
+    }
 }
 
 /// The largest verdict sent to members in full; beyond it they get the findings only.

@@ -26,7 +26,7 @@ mod time;
 mod whole;
 pub mod wire;
 
-pub use coordinate::{GroupPlan, run_group};
+pub use coordinate::{GroupPlan, run_group, wait_for_goodbyes};
 pub use error::GroupError;
 pub use node::{DataPlane, NodeSetup, serve};
 pub use session::GroupEvent;

@@ -11,15 +11,17 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::{Backend, WorkSpec};
 use gpuvet_cluster::{
-    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorEvent, CoordinatorOptions,
-    Endpoint, MemberEventKind, Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
+    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, Rendezvous,
+    RendezvousFlags, Token, rendezvous::process_env,
 };
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::Config;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
-use gpuvet_group::{DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve};
+use gpuvet_group::{
+    DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve, wait_for_goodbyes,
+};
 use gpuvet_runner::RunnerEvent;
 
 use crate::cli::{GroupArgs, SanityArgs};
@@ -314,27 +316,7 @@ fn coordinate(coordinator: &Coordinator, plan: &GroupPlan, show_progress: bool) 
         }),
     });
     progress.observe(RunnerEvent::RunFinished { report: &report });
-    let connected = coordinator
-        .members()
-        .iter()
-        .filter(|m| m.state.is_connected())
-        .count();
-    let mut left = 0;
-    let until = Instant::now() + GOODBYE_WAIT;
-    while left < connected {
-        match coordinator.recv_event(until) {
-            Some(CoordinatorEvent::Member(event))
-                if matches!(
-                    event.kind,
-                    MemberEventKind::Left { .. } | MemberEventKind::Crashed { .. }
-                ) =>
-            {
-                left += 1;
-            }
-            Some(_) => {}
-            None => break,
-        }
-    }
+    wait_for_goodbyes(coordinator, Instant::now() + GOODBYE_WAIT);
     report
 }
 
