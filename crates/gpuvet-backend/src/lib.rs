@@ -13,6 +13,7 @@ pub mod cpu;
 pub mod cuda;
 pub mod sim;
 pub mod tcp;
+pub mod torch_gloo;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

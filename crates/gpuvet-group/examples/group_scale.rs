@@ -178,6 +178,7 @@ fn agent(rank: u32, n: u32, endpoint: &Endpoint, token: &Token) {
         tolerance: Tolerances::uniform(0.05),
         baselines: Default::default(),
         work: WorkSpec::default(),
+        python: "python3".into(),
     };
     let serving = Instant::now();
     if let Err(err) = serve(&agent, &setup, &plane, deadline) {

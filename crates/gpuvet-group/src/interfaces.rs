@@ -1,12 +1,37 @@
-//! The IPv4 address of a named network interface, for probing each configured network.
+//! Network interfaces by name and by address: the IPv4 address of each configured
+//! network to probe, and the interface of the data-plane address for Gloo.
 
 use std::ffi::CStr;
-use std::net::Ipv4Addr;
+use std::net::{IpAddr, Ipv4Addr};
 
 /// The first IPv4 address of interface `name`, or why there is none.
 pub(crate) fn ipv4_of(name: &str) -> Result<Ipv4Addr, String> {
-    let mut found = None;
-    let mut exists = false;
+    let addresses = ipv4_addresses()?;
+    if let Some(ip) = addresses
+        .iter()
+        .find_map(|(n, ip)| ip.filter(|_| n == name))
+    {
+        return Ok(ip);
+    }
+    if addresses.iter().any(|(n, _)| n == name) {
+        Err(format!("interface `{name}` has no IPv4 address"))
+    } else {
+        Err(format!("this node has no interface `{name}`"))
+    }
+}
+
+/// The interface that holds `ip`, if any does.
+pub(crate) fn interface_with(ip: IpAddr) -> Option<String> {
+    let IpAddr::V4(ip) = ip else { return None };
+    ipv4_addresses()
+        .ok()?
+        .into_iter()
+        .find_map(|(name, address)| (address == Some(ip)).then_some(name))
+}
+
+/// Every interface entry, with its IPv4 address when the entry is one.
+fn ipv4_addresses() -> Result<Vec<(String, Option<Ipv4Addr>)>, String> {
+    let mut found = Vec::new();
     // SAFETY: getifaddrs fills a linked list that we walk read-only and free once;
     // every pointer is checked for null before it is read.
     unsafe {
@@ -21,25 +46,23 @@ pub(crate) fn ipv4_of(name: &str) -> Result<Ipv4Addr, String> {
         while !entry.is_null() {
             let ifa = &*entry;
             entry = ifa.ifa_next;
-            if ifa.ifa_name.is_null() || CStr::from_ptr(ifa.ifa_name).to_bytes() != name.as_bytes()
+            if ifa.ifa_name.is_null() {
+                continue;
+            }
+            let name = CStr::from_ptr(ifa.ifa_name).to_string_lossy().into_owned();
+            let ip = if !ifa.ifa_addr.is_null()
+                && i32::from((*ifa.ifa_addr).sa_family) == libc::AF_INET
             {
-                continue;
-            }
-            exists = true;
-            if ifa.ifa_addr.is_null() || i32::from((*ifa.ifa_addr).sa_family) != libc::AF_INET {
-                continue;
-            }
-            let addr = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
-            found = Some(Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr)));
-            break;
+                let addr = &*ifa.ifa_addr.cast::<libc::sockaddr_in>();
+                Some(Ipv4Addr::from(u32::from_be(addr.sin_addr.s_addr)))
+            } else {
+                None
+            };
+            found.push((name, ip));
         }
         libc::freeifaddrs(list);
     }
-    match (found, exists) {
-        (Some(ip), _) => Ok(ip),
-        (None, true) => Err(format!("interface `{name}` has no IPv4 address")),
-        (None, false) => Err(format!("this node has no interface `{name}`")),
-    }
+    Ok(found)
 }
 
 #[cfg(test)]
@@ -53,5 +76,15 @@ mod tests {
             ipv4_of("nosuchif0"),
             Err("this node has no interface `nosuchif0`".to_owned())
         );
+    }
+
+    #[test]
+    fn loopback_address_is_on_lo_and_a_foreign_one_on_nothing() {
+        assert_eq!(
+            interface_with(Ipv4Addr::LOCALHOST.into()),
+            Some("lo".to_owned())
+        );
+        assert_eq!(interface_with("192.0.2.77".parse().unwrap()), None);
+        assert_eq!(interface_with("::1".parse().unwrap()), None);
     }
 }

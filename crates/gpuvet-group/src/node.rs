@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -16,6 +17,7 @@ use gpuvet_backend::tcp::{
     CollectiveSpec, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
     multi_all_reduce, per_rail_busbw, probe_connectivity,
 };
+use gpuvet_backend::torch_gloo::{self, GlooRank};
 use gpuvet_backend::{Backend, BackendError, CancelToken, Sample, WorkSpec};
 use gpuvet_cluster::{Agent, Received};
 use gpuvet_core::analysis::{Limit, Tolerances};
@@ -25,11 +27,11 @@ use gpuvet_core::results::{CheckResult, CheckStatus, RunReport};
 use gpuvet_runner::{HANG_GRACE, RunPlan};
 
 use crate::error::GroupError;
-use crate::interfaces::ipv4_of;
+use crate::interfaces::{interface_with, ipv4_of};
 use crate::time::unix_ms;
 use crate::wire::{
-    CollectiveOrder, CollectiveReply, Directive, InterfaceProbe, LinkReply, NodeInfo, ProbeReply,
-    ProbeTarget, Reply,
+    CollectiveOrder, CollectiveReply, Directive, HostEngine, InterfaceProbe, LinkReply, NodeInfo,
+    ProbeReply, ProbeTarget, Reply,
 };
 
 /// This node's data-plane listeners: one for pair and group collectives, one per rail,
@@ -136,6 +138,8 @@ pub struct NodeSetup {
     pub tolerance: Tolerances,
     pub baselines: BTreeMap<CheckName, Limit>,
     pub work: WorkSpec,
+    /// The Python that runs `pytorch_gloo_2` with torch, when it can import torch.
+    pub python: PathBuf,
 }
 
 /// Serves the coordinator until it sends the verdict (returned), the link ends, or
@@ -184,8 +188,20 @@ pub fn serve(
                     order.peers.len()
                 ));
                 Reply::Collective(cancel_on_link_end(agent, |cancel| {
-                    run_collective(plane, &order, cancel)
+                    run_collective(setup, plane, &order, cancel)
                 }))
+            }
+            Directive::ProbeTorch { budget_ms } => {
+                agent.set_phase("probing torch");
+                let deadline = Instant::now() + Duration::from_millis(budget_ms);
+                let probed = cancel_on_link_end(agent, |cancel| {
+                    torch_gloo::probe(&setup.python, deadline, cancel)
+                });
+                Reply::Torch {
+                    python: setup.python.display().to_string(),
+                    version: probed.as_ref().ok().cloned(),
+                    error: probed.err(),
+                }
             }
             Directive::Probe { targets, budget_ms } => {
                 agent.set_phase(format!("probing {} peers", targets.len()));
@@ -252,6 +268,7 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
 }
 
 fn run_collective(
+    setup: &NodeSetup,
     plane: &DataPlane,
     order: &CollectiveOrder,
     cancel: &CancelToken,
@@ -265,7 +282,7 @@ fn run_collective(
         CheckName::MultiAllReduce | CheckName::MultiAllReduce2 => {
             rails(plane, order, &spec, deadline, cancel)
         }
-        check => single(plane, order, check, &spec, deadline, cancel),
+        check => single(setup, plane, order, check, &spec, deadline, cancel),
     };
     match result {
         Ok((sample, links)) => CollectiveReply {
@@ -304,6 +321,7 @@ fn group_spec(order: &CollectiveOrder, peers: &[SocketAddr], topology: Topology)
 }
 
 fn single(
+    setup: &NodeSetup,
     plane: &DataPlane,
     order: &CollectiveOrder,
     check: CheckName,
@@ -321,18 +339,18 @@ fn single(
         CheckName::AllReduce2 | CheckName::AllReduce => group.all_reduce(spec, deadline, cancel),
         CheckName::AllGather2 | CheckName::AllGather => group.all_gather(spec, deadline, cancel),
         CheckName::AllToAll2 => group.all_to_all(spec, deadline, cancel),
-        CheckName::PytorchGloo2 => {
-            group
-                .host_network_collective(spec, deadline, cancel)
-                .map(|mut sample| {
-                    sample.params.insert(
-                        "engine_note".to_owned(),
-                        "the PyTorch Gloo engine is not built yet; the built-in TCP collective ran"
-                            .to_owned(),
-                    );
-                    sample
-                })
-        }
+        CheckName::PytorchGloo2 => match order.engine {
+            HostEngine::GpuvetTcp => group.host_network_collective(spec, deadline, cancel),
+            HostEngine::TorchGloo => {
+                let own_ip = order.peers[order.rank].ip();
+                let rank = GlooRank {
+                    python: &setup.python,
+                    store_ip: order.peers[0].ip(),
+                    interface: interface_with(own_ip),
+                };
+                torch_gloo::all_reduce(&mut group, &rank, spec, deadline, cancel)
+            }
+        },
         other => Err(BackendError::Failed(format!(
             "`{other}` is not a collective between nodes (a bug in gpuvet)"
         ))),

@@ -15,7 +15,8 @@ use gpuvet_core::pairing::{NodeId, Pair, PairingMode, Plan, full_round_robin, re
 use gpuvet_core::results::{CheckResult, Lane, Measurement};
 
 use crate::coordinate::CheckContext;
-use crate::wire::{CollectiveOrder, CollectiveReply, Directive, Reply};
+use crate::host_engine;
+use crate::wire::{CollectiveOrder, CollectiveReply, Directive, HostEngine, Reply};
 
 /// Plans after the first; each re-measures or retests only new combinations, so this
 /// is a guard, not a budget (a few bad nodes need two or three).
@@ -37,11 +38,20 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         PairingMode::Adaptive => round_one(&nodes),
         PairingMode::Full => full_round_robin(&nodes).to_plan(),
     };
+    let choice = if name == CheckName::PytorchGloo2 {
+        match host_engine::choose(context) {
+            Ok(choice) => Some(choice),
+            Err(result) => return *result,
+        }
+    } else {
+        None
+    };
+    let engine = choice.as_ref().map(|c| c.engine).unwrap_or_default();
     let mut tests: Vec<PairTest> = Vec::new();
     let mut params = BTreeMap::new();
     let mut plans_run = 0;
     let judged = loop {
-        if let Err(result) = run_plan(context, name, &plan, &mut tests, &mut params) {
+        if let Err(result) = run_plan(context, name, engine, &plan, &mut tests, &mut params) {
             return *result;
         }
         plans_run += 1;
@@ -63,6 +73,9 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         }
         .to_owned(),
     );
+    if let Some(choice) = choice {
+        params.extend(choice.params);
+    }
     CheckResult {
         reason: found.group_wide.as_ref().map(|g| g.reason.clone()),
         params,
@@ -75,6 +88,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
 fn run_plan(
     context: &mut CheckContext<'_, '_>,
     name: CheckName,
+    engine: HostEngine,
     plan: &Plan,
     tests: &mut Vec<PairTest>,
     params: &mut BTreeMap<String, String>,
@@ -95,7 +109,10 @@ fn run_plan(
                 let (a, b) = (rank_of(context, &pair.a), rank_of(context, &pair.b));
                 let round_id = context.session.round();
                 for (index, &rank) in [a, b].iter().enumerate() {
-                    let order = order(context, name, round_id, index, &[a, b], budget_ms);
+                    let order = CollectiveOrder {
+                        engine,
+                        ..order(context, name, round_id, index, &[a, b], budget_ms)
+                    };
                     orders.push((rank, Directive::Collective(order)));
                 }
                 ranks_of.push((pair.clone(), a, b));
@@ -166,6 +183,7 @@ pub(crate) fn order(
         rails,
         bytes: context.plan.collective_bytes,
         budget_ms,
+        engine: HostEngine::default(),
     }
 }
 
@@ -209,12 +227,28 @@ fn pair_measurement(pair: &Pair, replies: [Option<&Reply>; 2]) -> Measurement {
     let entity = pair.entity();
     let mut values = Vec::new();
     let mut best: Option<&CollectiveReply> = None;
+    // Both sides' errors, the earlier first: the side that failed first is usually
+    // the cause, and the other one only saw it leave.
+    let mut errors: Vec<(Option<u64>, String)> = replies
+        .iter()
+        .zip([&pair.a, &pair.b])
+        .filter_map(|(reply, node)| match reply {
+            Some(Reply::Collective(CollectiveReply {
+                error: Some(error),
+                failed_at_ms,
+                ..
+            })) => Some((*failed_at_ms, format!("{node}: {error}"))),
+            _ => None,
+        })
+        .collect();
+    if !errors.is_empty() {
+        errors.sort_by_key(|(at, _)| at.unwrap_or(u64::MAX));
+        let lines: Vec<String> = errors.into_iter().map(|(_, line)| line).collect();
+        return Measurement::failed(entity, lines.join("; "));
+    }
     for (reply, node) in replies.iter().zip([&pair.a, &pair.b]) {
         match reply {
             Some(Reply::Collective(reply)) => {
-                if let Some(error) = &reply.error {
-                    return Measurement::failed(entity, format!("{node}: {error}"));
-                }
                 if let Some(value) = reply.value {
                     values.push(value);
                     if best.is_none_or(|b| b.value.is_some_and(|v| value < v)) {
@@ -297,6 +331,22 @@ mod tests {
         let measurement = pair_measurement(&pair, [Some(&left), Some(&failed)]);
         assert_eq!(measurement.value, None);
         assert_eq!(measurement.error.as_deref(), Some("b: rank 0 stalled"));
+        // Both failed: the earlier error first, whichever side it is on.
+        let first = Reply::Collective(CollectiveReply {
+            error: Some("the script exited".to_owned()),
+            failed_at_ms: Some(1_000),
+            ..CollectiveReply::default()
+        });
+        let later = Reply::Collective(CollectiveReply {
+            error: Some("b closed the connection".to_owned()),
+            failed_at_ms: Some(6_000),
+            ..CollectiveReply::default()
+        });
+        let measurement = pair_measurement(&pair, [Some(&later), Some(&first)]);
+        assert_eq!(
+            measurement.error.as_deref(),
+            Some("b: the script exited; a: b closed the connection")
+        );
         let measurement = pair_measurement(&pair, [Some(&left), None]);
         assert_eq!(measurement.error.as_deref(), Some("b did not answer"));
     }

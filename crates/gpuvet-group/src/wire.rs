@@ -49,6 +49,8 @@ pub enum Directive {
         targets: Vec<ProbeTarget>,
         budget_ms: u64,
     },
+    /// Say whether this node's Python imports torch with Gloo, for `pytorch_gloo_2`.
+    ProbeTorch { budget_ms: u64 },
     /// The group's verdict: the run is over.
     Finish { report: Box<RunReport> },
 }
@@ -69,6 +71,26 @@ pub struct CollectiveOrder {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub bytes: Option<u64>,
     pub budget_ms: u64,
+    /// For `pytorch_gloo_2`: which engine runs it (the same on every node).
+    #[serde(default, skip_serializing_if = "HostEngine::is_builtin")]
+    pub engine: HostEngine,
+}
+
+/// The engine of `pytorch_gloo_2`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HostEngine {
+    /// gpuvet's own TCP all-reduce, when some node cannot import torch.
+    #[default]
+    GpuvetTcp,
+    /// `torch.distributed` with Gloo, run by each node's own Python.
+    TorchGloo,
+}
+
+impl HostEngine {
+    fn is_builtin(&self) -> bool {
+        *self == HostEngine::GpuvetTcp
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -89,6 +111,14 @@ pub enum Reply {
     Collective(CollectiveReply),
     Probe {
         results: Vec<ProbeReply>,
+    },
+    /// The torch version this node's Python imports, or why it cannot run Gloo.
+    Torch {
+        python: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        version: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
     },
     /// The directive could not be understood or carried out at all.
     Refused {
@@ -162,10 +192,12 @@ mod tests {
             rails: Vec::new(),
             bytes: None,
             budget_ms: 5000,
+            engine: HostEngine::TorchGloo,
         });
         let json = serde_json::to_value(&directive).unwrap();
         assert_eq!(json["op"], "collective");
         assert_eq!(json["check"], "all_reduce_2");
+        assert_eq!(json["engine"], "torch_gloo");
         let back: Directive = serde_json::from_value(json).unwrap();
         assert_eq!(back, directive);
     }

@@ -102,6 +102,16 @@ pub struct GroupArgs {
     /// the address its control connection comes from].
     #[arg(long, env = "GPUVET_DATA_ADDR", value_name = "IP")]
     pub data_addr: Option<std::net::IpAddr>,
+    /// The Python whose torch runs `pytorch_gloo_2` (PyTorch's Gloo); when it cannot
+    /// import torch on some node, the built-in TCP all-reduce runs and the report says
+    /// why.
+    #[arg(
+        long,
+        env = "GPUVET_PYTHON",
+        value_name = "PATH",
+        default_value = "python3"
+    )]
+    pub python: PathBuf,
     /// Seconds to wait for every node to join before naming the missing ones.
     #[arg(long, value_name = "SECS", default_value_t = 120.0)]
     pub rendezvous_timeout: f64,

@@ -159,3 +159,21 @@ fn a_healthy_namespace_group_passes() {
     );
     assert_eq!(report["outcome"], "passed", "{report:#}");
 }
+
+#[test]
+fn gloo_through_torch_runs_on_the_data_network() {
+    let _turn = common::one_at_a_time();
+    if skip() {
+        return;
+    }
+    let Some(python) = common::torch_python() else {
+        return;
+    };
+    let netns = Netns::create("t", 2);
+    let report = run_with(&netns, 2, "pytorch_gloo_2", &["--python", &python]);
+    assert_eq!(report["outcome"], "passed", "{report:#}");
+    let params = &report["checks"][0]["params"];
+    assert_eq!(params["engine"], "torch-gloo", "{report:#}");
+    // Gloo is pointed at the interface of the data-plane address, not the control one.
+    assert_eq!(params["GLOO_SOCKET_IFNAME"], "d0", "{report:#}");
+}

@@ -412,6 +412,21 @@ pub(super) fn run(
     })
 }
 
+/// algbw (GB/s) of each window of back-to-back iterations of `bytes` (see
+/// [`windows`]), and the busbw `busbw` makes of each.
+pub(crate) fn windowed_rates(
+    seconds: &[f64],
+    bytes: u64,
+    busbw: impl Fn(f64) -> f64,
+) -> (Vec<f64>, Vec<f64>) {
+    let algbw: Vec<f64> = windows(seconds, SAMPLE_WINDOW_SECONDS)
+        .into_iter()
+        .map(|(iterations, seconds)| iterations as f64 * bytes as f64 / seconds / 1e9)
+        .collect();
+    let samples = algbw.iter().map(|&algbw| busbw(algbw)).collect();
+    (algbw, samples)
+}
+
 /// Groups consecutive iterations into windows of at least `window` seconds, as
 /// (iterations, seconds); a short remainder joins the last window.
 fn windows(seconds: &[f64], window: f64) -> Vec<(usize, f64)> {
@@ -506,14 +521,9 @@ impl Run {
     /// The run as the checks report it: busbw as nccl-tests defines it, one sample per
     /// window of back-to-back iterations (see [`windows`]).
     pub(super) fn to_sample(&self) -> Sample {
-        let algbw: Vec<f64> = windows(&self.seconds, SAMPLE_WINDOW_SECONDS)
-            .into_iter()
-            .map(|(iterations, seconds)| iterations as f64 * self.bytes as f64 / seconds / 1e9)
-            .collect();
-        let samples: Vec<f64> = algbw
-            .iter()
-            .map(|&algbw| self.kind.busbw(algbw, self.ranks))
-            .collect();
+        let (algbw, samples) = windowed_rates(&self.seconds, self.bytes, |algbw| {
+            self.kind.busbw(algbw, self.ranks)
+        });
         let mut extra = BTreeMap::from([
             ("algbw".to_owned(), median(&algbw).unwrap_or(0.0)),
             (

@@ -32,13 +32,15 @@ pub mod probe;
 
 use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
+use std::sync::atomic::AtomicBool;
 use std::thread;
 use std::time::{Duration, Instant};
 
 pub use probe::{ProbeResponder, ProbeResult, ProbeSpec, RttStats, probe_connectivity};
 
 use self::collectives::Kind;
-use self::link::Links;
+pub(crate) use self::collectives::windowed_rates;
+use self::link::{Links, Stop, Traffic, Watch};
 use crate::{BackendError, CancelToken, Sample, WorkSpec};
 
 /// Which connections a group opens.
@@ -230,6 +232,75 @@ impl TcpGroup {
     /// Per-link figures of the last successful collective's timed iterations.
     pub fn last_link_stats(&self) -> &[LinkStats] {
         &self.last_link_stats
+    }
+
+    /// The first peer whose connection has closed (it left, or its process died),
+    /// without waiting: for an engine that runs outside the group while the group
+    /// stays connected, to learn that the other side gave up.
+    pub fn peer_gone(&self) -> Option<String> {
+        let links = self.links.incoming.iter().chain(&self.links.outgoing);
+        links.flatten().find_map(|link| {
+            let _ = link.stream.set_nonblocking(true);
+            let closed = match link.stream.peek(&mut [0u8; 1]) {
+                Ok(0) => true,
+                Ok(_) => false,
+                Err(error) => !matches!(
+                    error.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::Interrupted
+                ),
+            };
+            let _ = link.stream.set_nonblocking(false);
+            closed.then(|| link.name())
+        })
+    }
+
+    /// Passes one word from rank 0 along the ring to every rank, and returns it (rank
+    /// 0 gets its own back): how a rank tells the others something only it knows, such
+    /// as the port an outside engine's store listens on. The ranks may arrive at
+    /// different times; each waits for its left neighbour until the deadline.
+    pub fn share_from_first(
+        &mut self,
+        word: u64,
+        deadline: Instant,
+        cancel: &CancelToken,
+    ) -> Result<u64, BackendError> {
+        if let Some(cause) = &self.broken {
+            return Err(BackendError::Failed(format!(
+                "this data-plane group failed earlier: {cause}"
+            )));
+        }
+        let world = self.world();
+        let (left, right) = ((self.rank + world - 1) % world, (self.rank + 1) % world);
+        let abort = AtomicBool::new(false);
+        let watch = Watch {
+            deadline,
+            cancel,
+            abort: &abort,
+            stall_timeout: None,
+            context: "exchange of the engine's address",
+        };
+        let mut traffic = Traffic::default();
+        let result = (|| {
+            let mut word = word;
+            if self.rank != 0 {
+                let mut bytes = [0u8; 8];
+                link::receive_exact(self.links.from(left)?, &mut bytes, &watch, &mut traffic)?;
+                word = u64::from_le_bytes(bytes);
+            }
+            if right != 0 {
+                let bytes = word.to_le_bytes();
+                link::send_all(self.links.to(right)?, &bytes, &watch, &mut traffic)?;
+            }
+            Ok(word)
+        })();
+        result.map_err(|stop: Stop| {
+            let error = match stop {
+                Stop::Failed(error) => error,
+                Stop::Aborted => BackendError::Failed("the exchange was aborted".to_owned()),
+            };
+            self.broken = Some(error.to_string());
+            error
+        })
     }
 
     /// Ring all-reduce (sum) of S bytes of f32: busbw = algbw × 2(n−1)/n.

@@ -123,6 +123,7 @@ impl Setup<'_> {
             tolerance: self.tolerance.clone(),
             baselines: self.baselines.clone(),
             work: WorkSpec::from_settings(&self.config.settings),
+            python: self.args.group.python.clone(),
         }
     }
 }
@@ -264,6 +265,8 @@ fn spawn_local_agent(
             &port.to_string(),
         ])
         .args(["--data-addr", "127.0.0.1"])
+        .arg("--python")
+        .arg(&args.group.python)
         .args([
             "--rendezvous-timeout",
             &args.group.rendezvous_timeout.to_string(),

@@ -146,6 +146,7 @@ impl Group {
             for var in [
                 "GPUVET_CONFIG",
                 "GPUVET_DATA_ADDR",
+                "GPUVET_PYTHON",
                 "LWS_LEADER_ADDRESS",
                 "LWS_GROUP_SIZE",
                 "LWS_WORKER_INDEX",

@@ -54,7 +54,8 @@ impl Scratch {
             .env("GPUVET_JOB_ID", "job-test")
             .env("GPUVET_NODE", "node-test")
             .env("GPUVET_INSTANCE", "instance-test")
-            .env_remove("GPUVET_CONFIG");
+            .env_remove("GPUVET_CONFIG")
+            .env_remove("GPUVET_PYTHON");
         command
     }
 
@@ -97,4 +98,28 @@ pub fn json(output: &Output) -> serde_json::Value {
 
 pub fn exists(path: &Path) -> bool {
     path.exists()
+}
+
+/// A Python that imports torch, for the tests of `pytorch_gloo_2`'s torch engine
+/// (`.ci/run` installs one); `None`, with the test's reason to skip, without it.
+#[allow(clippy::print_stderr)] // a skipped test says why, in the test output
+pub fn torch_python() -> Option<String> {
+    let python = std::env::var("GPUVET_TEST_TORCH_PYTHON").ok();
+    if python.is_none() {
+        eprintln!("skipped: set GPUVET_TEST_TORCH_PYTHON to a Python that imports torch");
+    }
+    python
+}
+
+/// The measured values of a check's entities in a JSON report.
+pub fn entity_values(check: &serde_json::Value) -> Vec<f64> {
+    check["entities"]
+        .as_array()
+        .map(|entities| {
+            entities
+                .iter()
+                .filter_map(|e| e["measurement"]["value"].as_f64())
+                .collect()
+        })
+        .unwrap_or_default()
 }
