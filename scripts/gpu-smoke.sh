@@ -74,17 +74,28 @@ else
 fi
 [[ -x "$BIN" ]] || { log "no gpuvet binary at $BIN"; exit 1; }
 
-# 2. gpuvet on the cuda backend.
-cat >"$OUT/config.json" <<'EOF'
+# 2. gpuvet on the cuda backend. `inventory_consistency` compares what gpuvet read
+# through NVML with what nvidia-smi says (GPU count and driver version).
+smi_count=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ' || true)
+smi_driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null \
+    | head -n 1 | tr -d ' ' || true)
+expected="{"
+[[ "${smi_count:-0}" -gt 0 ]] && expected+="\"gpu_count\": $smi_count"
+if [[ -n "$smi_driver" ]]; then
+    [[ "$expected" != "{" ]] && expected+=", "
+    expected+="\"driver_version\": \"$smi_driver\""
+fi
+expected+="}"
+cat >"$OUT/config.json" <<EOF
 {
   "aimaster": {
     "sanity_check": {
       "fail_action": "retain",
-      "micro_benchmarks": "gemm_flops,kernel_launch,all_reduce_1",
+      "micro_benchmarks": "gemm_flops,kernel_launch,all_reduce_1,inventory_consistency",
       "timeout": 5
     }
   },
-  "gpuvet": { "backend": "cuda" }
+  "gpuvet": { "backend": "cuda", "expected_inventory": $expected }
 }
 EOF
 log "running gpuvet check --backend cuda"

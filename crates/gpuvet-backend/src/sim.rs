@@ -143,7 +143,8 @@ impl Backend for SimBackend {
             CheckName::GemmFlops
             | CheckName::KernelLaunch
             | CheckName::AllReduce1
-            | CheckName::CompCommOverlap => Support::Supported,
+            | CheckName::CompCommOverlap
+            | CheckName::InventoryConsistency => Support::Supported,
             other => Support::NotImplemented(format!(
                 "not implemented on the sim backend yet: the script plays gemm_flops, kernel_launch, \
                  all_reduce_1 and comp_comm_overlap only, not {other}"

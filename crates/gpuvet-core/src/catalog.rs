@@ -1,4 +1,5 @@
-//! The check catalog: every check gpuvet knows, by the names PAI-EAS uses.
+//! The check catalog: every check gpuvet knows, by the names PAI-EAS uses, and the
+//! checks gpuvet adds beyond PAI's (`inventory_consistency`).
 //!
 //! The names are API. Users write them in `micro_benchmarks`, and reports, events and
 //! the store carry them, so they never change once published.
@@ -26,6 +27,7 @@ pub enum CheckName {
     PytorchGloo2,
     NetworkConnectivity,
     CompCommOverlap,
+    InventoryConsistency,
 }
 
 /// What a check runs over, which decides whether it can exist in a given group.
@@ -42,6 +44,9 @@ pub enum Scope {
     WholeGroup,
     /// Every pair of nodes; needs at least two nodes.
     AllNodePairs,
+    /// Every node's inventory, compared with the others' and with the config; runs in
+    /// any group (a single node is compared with the config).
+    AllNodes,
 }
 
 /// Whether a larger value of a metric is better or worse.
@@ -67,8 +72,9 @@ pub struct CheckSpec {
     pub scope: Scope,
     pub description: &'static str,
     pub metric: MetricSpec,
-    /// PAI's own time estimate for the check, in seconds.
-    pub pai_estimate_secs: u32,
+    /// PAI's own time estimate for the check, in seconds; `None` for a check beyond
+    /// PAI's catalog.
+    pub pai_estimate_secs: Option<u32>,
     /// The team that owns a problem this check finds.
     pub lane: Lane,
 }
@@ -108,9 +114,14 @@ const SLOWDOWN: MetricSpec = MetricSpec {
     unit: "%",
     direction: Direction::LowerIsBetter,
 };
+const MISMATCHES: MetricSpec = MetricSpec {
+    name: "mismatches",
+    unit: "facts",
+    direction: Direction::LowerIsBetter,
+};
 
-/// The whole catalog, in the order of PAI's sample config.
-pub const CATALOG: [CheckSpec; 13] = [
+/// The whole catalog: PAI's checks in the order of its sample config, then gpuvet's own.
+pub const CATALOG: [CheckSpec; 14] = [
     spec(
         CheckName::GemmFlops,
         Scope::EachDevice,
@@ -215,6 +226,15 @@ pub const CATALOG: [CheckSpec; 13] = [
         60,
         Lane::Host,
     ),
+    CheckSpec {
+        name: CheckName::InventoryConsistency,
+        scope: Scope::AllNodes,
+        description: "GPU count, model, driver, CUDA and NCCL versions and NVLink layout agree \
+                      across the nodes and with the config",
+        metric: MISMATCHES,
+        pai_estimate_secs: None,
+        lane: Lane::Platform,
+    },
 ];
 
 const fn spec(
@@ -230,7 +250,7 @@ const fn spec(
         scope,
         description,
         metric,
-        pai_estimate_secs,
+        pai_estimate_secs: Some(pai_estimate_secs),
         lane,
     }
 }
@@ -246,10 +266,10 @@ pub const DEFAULT_CHECKS: [CheckName; 3] = [
 pub const RUNTIME_CHECK_C4D: &str = "c4d";
 
 impl CheckName {
-    pub const ALL: [CheckName; 13] = {
-        let mut all = [CheckName::GemmFlops; 13];
+    pub const ALL: [CheckName; CATALOG.len()] = {
+        let mut all = [CheckName::GemmFlops; CATALOG.len()];
         let mut i = 0;
-        while i < 13 {
+        while i < CATALOG.len() {
             all[i] = CATALOG[i].name;
             i += 1;
         }
@@ -271,6 +291,7 @@ impl CheckName {
             CheckName::PytorchGloo2 => "pytorch_gloo_2",
             CheckName::NetworkConnectivity => "network_connectivity",
             CheckName::CompCommOverlap => "comp_comm_overlap",
+            CheckName::InventoryConsistency => "inventory_consistency",
         }
     }
 
@@ -372,17 +393,19 @@ mod tests {
         let mut names: Vec<_> = CheckName::ALL.iter().map(|n| n.as_str()).collect();
         names.sort_unstable();
         names.dedup();
-        assert_eq!(names.len(), 13);
+        assert_eq!(names.len(), 14);
+        let pai = CATALOG.iter().filter(|s| s.pai_estimate_secs.is_some());
+        assert_eq!(pai.count(), 13, "PAI's catalog has 13 checks");
     }
 
     #[test]
     fn pai_estimates_add_up_to_the_documented_totals() {
         let default: u32 = DEFAULT_CHECKS
             .iter()
-            .map(|n| n.spec().pai_estimate_secs)
+            .filter_map(|n| n.spec().pai_estimate_secs)
             .sum();
         assert_eq!(default, 11 * 60);
-        let all: u32 = CATALOG.iter().map(|s| s.pai_estimate_secs).sum();
+        let all: u32 = CATALOG.iter().filter_map(|s| s.pai_estimate_secs).sum();
         // 8 collectives at 5 min, 3 checks at 1 min, connectivity at 2 min.
         assert_eq!(all, 46 * 60);
     }

@@ -12,6 +12,7 @@ use serde::Deserialize;
 
 use crate::analysis::Limit;
 use crate::catalog::{CheckName, DEFAULT_CHECKS, Direction, RUNTIME_CHECK_C4D, closest};
+use crate::inventory::ExpectedInventory;
 use crate::pairing::PairingMode;
 
 /// The defaults, written out as a config file. `Config::default()` is this file parsed.
@@ -289,6 +290,8 @@ pub struct Settings {
     /// Network interfaces `network_connectivity` also probes every pair on (e.g. the
     /// front-end and back-end networks), beside the data plane's own address.
     pub interfaces: Vec<String>,
+    /// What every node must have, for `inventory_consistency` (`gpuvet.expected_inventory`).
+    pub expected_inventory: ExpectedInventory,
     pub sim: Option<SimScript>,
     pub watch: WatchSettings,
 }
@@ -444,6 +447,7 @@ struct RawSettings {
     collective_bytes: Option<u64>,
     pairing: Option<String>,
     interfaces: Option<Vec<String>>,
+    expected_inventory: Option<ExpectedInventory>,
     sim: Option<RawSim>,
     watch: Option<RawWatch>,
 }
@@ -681,6 +685,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         collective_bytes: None,
         pairing: None,
         interfaces: None,
+        expected_inventory: None,
         sim: None,
         watch: None,
     });
@@ -766,6 +771,11 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         Some(text) => return Err(unknown_value("gpuvet.pairing", text, &["adaptive", "full"])),
     };
     let interfaces = validate_interfaces(raw.interfaces.unwrap_or_default())?;
+    let expected_inventory = raw
+        .expected_inventory
+        .map(validate_expected_inventory)
+        .transpose()?
+        .unwrap_or_default();
     let sim = raw.sim.map(validate_sim).transpose()?;
     let watch = raw
         .watch
@@ -784,9 +794,39 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         collective_bytes,
         pairing,
         interfaces,
+        expected_inventory,
         sim,
         watch,
     })
+}
+
+/// A GPU count a node can have, and no empty text (which would expect nothing
+/// while looking like it expects something).
+fn validate_expected_inventory(
+    expected: ExpectedInventory,
+) -> Result<ExpectedInventory, ConfigError> {
+    if let Some(count) = expected.gpu_count {
+        in_range("gpuvet.expected_inventory.gpu_count", count, 1, 4096)?;
+    }
+    let texts = [
+        ("model", &expected.model),
+        ("driver_version", &expected.driver_version),
+        ("cuda_version", &expected.cuda_version),
+        ("nccl_version", &expected.nccl_version),
+        ("nvlink_layout", &expected.nvlink_layout),
+    ];
+    for (key, value) in texts {
+        if value.as_deref().is_some_and(|v| v.trim().is_empty()) {
+            return Err(ConfigError::invalid(
+                format!("gpuvet.expected_inventory.{key}"),
+                "the expected value is empty",
+            )
+            .with_hint(format!(
+                "give the value every node must have, or leave `{key}` out to not check it"
+            )));
+        }
+    }
+    Ok(expected)
 }
 
 /// Interface names as the kernel takes them: 1 to 15 bytes, no `/`, no whitespace,

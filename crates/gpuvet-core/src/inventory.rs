@@ -240,6 +240,13 @@ pub struct ExpectedInventory {
     pub nvlink_layout: Option<String>,
 }
 
+impl ExpectedInventory {
+    /// Whether the config expects nothing.
+    pub fn is_empty(&self) -> bool {
+        Attribute::ALL.iter().all(|a| a.expected(self).is_none())
+    }
+}
+
 /// A fact compared across nodes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -286,7 +293,7 @@ impl Attribute {
     }
 
     /// The node's value; `None` when unknown.
-    fn value_of(self, node: &NodeInventory) -> Option<String> {
+    pub(crate) fn value_of(self, node: &NodeInventory) -> Option<String> {
         match self {
             Attribute::GpuCount => Some(node.gpus.len().to_string()),
             Attribute::Model => {
@@ -302,7 +309,7 @@ impl Attribute {
         }
     }
 
-    fn expected(self, expected: &ExpectedInventory) -> Option<String> {
+    pub(crate) fn expected(self, expected: &ExpectedInventory) -> Option<String> {
         match self {
             Attribute::GpuCount => expected.gpu_count.map(|n| n.to_string()),
             Attribute::Model => clean(&expected.model),

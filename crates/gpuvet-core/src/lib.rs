@@ -11,6 +11,7 @@ pub mod config;
 pub mod events;
 pub mod exit_codes;
 pub mod inventory;
+pub mod inventory_check;
 pub mod localize;
 pub mod pairing;
 pub mod render;

@@ -93,6 +93,7 @@ fn coordinate(n: u32) -> (f64, f64, String) {
         rendezvous_timeout: Duration::from_secs(300),
         tolerance: Tolerances::uniform(0.05),
         baselines: Default::default(),
+        expected_inventory: Default::default(),
         pairing: PairingMode::Adaptive,
         collective_bytes: None,
         started_at_ms: 0,

@@ -10,6 +10,8 @@ use gpuvet_cluster::{
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::{CheckName, Scope};
 use gpuvet_core::events::Attempt;
+use gpuvet_core::inventory::{ExpectedInventory, NodeInventory};
+use gpuvet_core::inventory_check::judge_inventories;
 use gpuvet_core::pairing::PairingMode;
 use gpuvet_core::results::{
     CheckResult, CheckStatus, GroupIncident, GroupSummary, Outcome, RunReport, Verdict,
@@ -33,6 +35,8 @@ pub struct GroupPlan {
     /// Allowed deficit against the peer median, per check.
     pub tolerance: Tolerances,
     pub baselines: BTreeMap<CheckName, Limit>,
+    /// What `inventory_consistency` compares every node with.
+    pub expected_inventory: ExpectedInventory,
     pub pairing: PairingMode,
     pub collective_bytes: Option<u64>,
     pub started_at_ms: u64,
@@ -109,6 +113,15 @@ pub fn run_group(
                 Scope::NodePairs => pairs::run(&mut context, name),
                 Scope::WholeGroup => whole::run(&mut context, name),
                 Scope::AllNodePairs => connectivity::run(&mut context),
+                Scope::AllNodes => {
+                    let nodes: Vec<NodeInventory> = context
+                        .session
+                        .members
+                        .iter()
+                        .map(|m| NodeInventory::from_devices(&m.node, &m.info.devices))
+                        .collect();
+                    judge_inventories(&nodes, &plan.expected_inventory)
+                }
             }
         };
         result.duration_secs = check_started.elapsed().as_secs_f64();

@@ -253,6 +253,7 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
         timeout: Duration::from_millis(budget_ms),
         tolerance: setup.tolerance.clone(),
         baselines: setup.baselines.clone(),
+        expected_inventory: Default::default(),
         work: setup.work,
         started_at_ms: unix_ms(),
         hang_grace: HANG_GRACE,

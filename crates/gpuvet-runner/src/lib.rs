@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::{Backend, CancelToken, Support};
 use gpuvet_core::catalog::CheckName;
+use gpuvet_core::inventory::NodeInventory;
+use gpuvet_core::inventory_check::judge_inventories;
 use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Outcome, RunReport};
 
 /// What the runner tells its observers, in order.
@@ -83,6 +85,10 @@ pub fn run(
             CheckResult::without_work(name, CheckStatus::Skipped, reason)
         } else if let Support::NotImplemented(reason) = backend.supports(name) {
             CheckResult::without_work(name, CheckStatus::NotImplemented, reason)
+        } else if name == CheckName::InventoryConsistency {
+            // Facts the backend already read, not work: nothing to time or cancel.
+            let node = NodeInventory::from_devices(&plan.attempt.node, backend.devices());
+            judge_inventories(&[node], &plan.expected_inventory)
         } else {
             let result = run_one(&backend, plan, name, deadline, observe);
             out_of_time = result.status == CheckStatus::TimedOut;

@@ -7,6 +7,7 @@ use gpuvet_backend::WorkSpec;
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::{CheckName, Scope};
 use gpuvet_core::events::Attempt;
+use gpuvet_core::inventory::ExpectedInventory;
 
 /// Everything the runner needs to know about one run on one node.
 #[derive(Debug, Clone)]
@@ -20,6 +21,8 @@ pub struct RunPlan {
     /// Allowed deficit against the peer median, per check.
     pub tolerance: Tolerances,
     pub baselines: BTreeMap<CheckName, Limit>,
+    /// What `inventory_consistency` compares this node with.
+    pub expected_inventory: ExpectedInventory,
     pub work: WorkSpec,
     /// Unix time in milliseconds, for the report.
     pub started_at_ms: u64,

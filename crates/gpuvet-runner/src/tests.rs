@@ -146,6 +146,7 @@ fn plan(checks: &[CheckName], timeout: Duration) -> RunPlan {
         timeout,
         tolerance: Tolerances::uniform(0.05),
         baselines: BTreeMap::new(),
+        expected_inventory: Default::default(),
         work: WorkSpec::default(),
         started_at_ms: 0,
         hang_grace: Duration::from_millis(300),

@@ -267,14 +267,22 @@ fn the_cuda_backend_without_a_gpu_is_a_clear_error() {
 }
 
 #[test]
-fn the_catalog_lists_fourteen_names() {
+fn the_catalog_lists_pais_thirteen_checks_and_gpuvets_own() {
     let scratch = Scratch::temp();
     let output = scratch
         .gpuvet()
         .args(["checks", "--json"])
         .output()
         .unwrap();
-    assert_eq!(json(&output).as_array().unwrap().len(), 13);
+    let checks = json(&output);
+    let checks = checks.as_array().unwrap();
+    assert_eq!(checks.len(), 14);
+    let beyond_pai: Vec<&serde_json::Value> = checks
+        .iter()
+        .filter(|c| c["pai_estimate_secs"].is_null())
+        .map(|c| &c["name"])
+        .collect();
+    assert_eq!(beyond_pai, ["inventory_consistency"]);
     let output = scratch.gpuvet().args(["checks"]).output().unwrap();
     let text = stdout(&output);
     assert!(
@@ -340,4 +348,45 @@ fn events_and_results_find_the_store_named_in_the_config() {
         "{}",
         stderr(&output)
     );
+}
+
+#[test]
+fn inventory_consistency_compares_one_node_with_the_config() {
+    let scratch = Scratch::temp();
+    let config = scratch.config(
+        "inventory.json",
+        r#"{"gpuvet": {"backend": "cpu", "cpu_devices": 2,
+            "expected_inventory": {"gpu_count": 8}}}"#,
+    );
+    let output = scratch
+        .gpuvet()
+        .args([
+            "check",
+            "--json",
+            "--no-store",
+            "--checks",
+            "inventory_consistency",
+        ])
+        .arg("--config")
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let report = json(&output);
+    let entity = &report["checks"][0]["entities"][0];
+    assert_eq!(entity["verdict"], "faulty");
+    assert_eq!(entity["lane"], "platform");
+    assert_eq!(
+        entity["reason"],
+        "node `node-test` has GPU count `2` but the config expects `8`"
+    );
+    // Without expectations one node has nothing to be compared with.
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--json", "--no-store", "--backend", "cpu"])
+        .args(["--checks", "inventory_consistency"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    assert_eq!(json(&output)["checks"][0]["status"], "skipped");
 }

@@ -356,3 +356,34 @@ fn connectivity_names_a_node_that_lacks_a_configured_interface() {
         "{check:#}"
     );
 }
+
+#[test]
+fn a_node_with_a_different_device_count_is_named_by_inventory_consistency() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let mut spec = GroupSpec::loopback(3, "inventory_consistency");
+    spec.cpu_devices = vec![1, 1, 2];
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+    for node in &finished {
+        assert_eq!(node.code, Some(1), "every node fails: {}", node.stderr);
+    }
+    let report = finished[0].report();
+    assert_eq!(
+        findings(&report, "inventory_consistency"),
+        ["n2"],
+        "{report:#}"
+    );
+    let check = &report["checks"][0];
+    let odd = check["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["verdict"] != "ok")
+        .unwrap();
+    assert_eq!(odd["lane"], "platform");
+    assert_eq!(
+        odd["reason"],
+        "node `n2` has GPU count `2`; 2 of 3 nodes have `1`"
+    );
+    assert_eq!(check["params"]["gpu_count"], "1 on n0, n1; 2 on n2");
+}

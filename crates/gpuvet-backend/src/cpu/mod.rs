@@ -90,7 +90,8 @@ impl Backend for CpuBackend {
             CheckName::GemmFlops
             | CheckName::KernelLaunch
             | CheckName::AllReduce1
-            | CheckName::CompCommOverlap => {
+            | CheckName::CompCommOverlap
+            | CheckName::InventoryConsistency => {
                 return Support::Supported;
             }
             CheckName::AllReduce2

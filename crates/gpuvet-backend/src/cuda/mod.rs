@@ -349,7 +349,9 @@ fn not_yet(check: CheckName) -> Support {
             format!("`{check}` tests the host network between the agents of a group, not a GPU")
         }
         // Runnable here; `supports` answers for them before asking this.
-        GemmFlops | KernelLaunch | AllReduce1 | CompCommOverlap => return Support::Supported,
+        GemmFlops | KernelLaunch | AllReduce1 | CompCommOverlap | InventoryConsistency => {
+            return Support::Supported;
+        }
     };
     Support::NotImplemented(reason)
 }
@@ -417,7 +419,7 @@ impl Backend for CudaBackend {
                 Ok(_) => Support::Supported,
                 Err(e) => Support::NotImplemented(format!("`gemm_flops` needs cuBLAS: {e}")),
             },
-            CheckName::KernelLaunch => Support::Supported,
+            CheckName::KernelLaunch | CheckName::InventoryConsistency => Support::Supported,
             CheckName::AllReduce1 => match &self.libraries.nccl {
                 Ok(_) => Support::Supported,
                 Err(e) => Support::NotImplemented(format!("`all_reduce_1` needs NCCL: {e}")),
@@ -580,6 +582,7 @@ mod tests {
                     | CheckName::KernelLaunch
                     | CheckName::AllReduce1
                     | CheckName::CompCommOverlap
+                    | CheckName::InventoryConsistency
             ) {
                 continue;
             }

@@ -47,7 +47,9 @@ def agreed_iterations(torch, dist, args, tensor, deadline):
     """Every rank must run the same count: each proposes one from its own warm-up, and
     the smallest wins (the same rule as gpuvet's built-in engine)."""
     warm_up = timed(dist, tensor, max(args["warmup_iterations"], 1))
-    typical = sorted(warm_up[1:] or warm_up)[len(warm_up[1:] or warm_up) // 2]
+    # The first iteration pays for connection warm-up; the others tell the typical time.
+    steady = warm_up[1:] or warm_up
+    typical = sorted(steady)[len(steady) // 2]
     wanted = math.ceil(args["min_seconds"] / typical)
     wanted = min(max(wanted, args["min_iterations"]), max(args["max_iterations"], 1))
     affordable = math.floor(max(deadline - time.monotonic(), 0) * 0.8 / typical)
@@ -93,7 +95,7 @@ def all_reduce(args):
     )
     try:
         small = torch.zeros(args["latency_bytes"] // 4, dtype=torch.float32)
-        count = agreed_iterations(torch, dist, args | {"min_seconds": 0.1}, small, deadline)
+        count = agreed_iterations(torch, dist, dict(args, min_seconds=0.1), small, deadline)
         latency = timed(dist, small, max(count, 20))
         # Zeros stay zeros however often they are summed, so no value overflows.
         large = torch.zeros(args["bytes"] // 4, dtype=torch.float32)

@@ -38,7 +38,11 @@ fn sanity(body: &str) -> String {
 fn pai_sample_is_accepted_unchanged() {
     let config = Config::from_json(PAI_SAMPLE).unwrap();
     let sanity = config.sanity.unwrap();
-    assert_eq!(sanity.checks.as_slice(), CheckName::ALL);
+    let pai_checks: Vec<CheckName> = CheckName::ALL
+        .into_iter()
+        .filter(|name| name.spec().pai_estimate_secs.is_some())
+        .collect();
+    assert_eq!(sanity.checks.as_slice(), pai_checks);
     assert_eq!(sanity.fail_action, FailAction::Retain);
     assert_eq!(sanity.timeout.duration(), Duration::from_secs(6000));
     assert_eq!(
@@ -452,9 +456,46 @@ fn pairing_and_interfaces_are_validated() {
             "`a name` is not a network interface name",
         ),
     ];
+    assert_invalid_settings(&cases);
+}
+
+#[test]
+fn expected_inventory_is_read_and_validated() {
+    let config = Config::from_json(
+        r#"{"gpuvet": {"expected_inventory": {"gpu_count": 8, "model": "NVIDIA H200",
+            "driver_version": "580.65.06"}}}"#,
+    )
+    .unwrap();
+    let expected = &config.settings.expected_inventory;
+    assert_eq!(expected.gpu_count, Some(8));
+    assert_eq!(expected.model.as_deref(), Some("NVIDIA H200"));
+    assert_eq!(expected.cuda_version, None);
+    assert!(Config::default().settings.expected_inventory.is_empty());
+    let cases = [
+        (
+            r#"{"expected_inventory": {"gpu_count": 0}}"#,
+            "gpuvet.expected_inventory.gpu_count",
+            "`0` is out of range",
+        ),
+        (
+            r#"{"expected_inventory": {"driver_version": " "}}"#,
+            "gpuvet.expected_inventory.driver_version",
+            "the expected value is empty",
+        ),
+        (
+            r#"{"expected_inventory": {"gpus": 8}}"#,
+            "gpuvet.expected_inventory.gpus",
+            "unknown field `gpus`",
+        ),
+    ];
+    assert_invalid_settings(&cases);
+}
+
+/// Each `gpuvet` section is refused at its path with a message that starts as given.
+fn assert_invalid_settings(cases: &[(&str, &str, &str)]) {
     for (body, expected_path, expected_message) in cases {
         let (path, message, _) = invalid(&format!(r#"{{"gpuvet": {body}}}"#));
-        assert_eq!(path, expected_path, "{body}");
+        assert_eq!(path, *expected_path, "{body}");
         assert!(message.starts_with(expected_message), "{body}: {message}");
     }
 }

@@ -51,7 +51,10 @@ pub fn catalog(args: CatalogArgs) -> Result<i32, Failure> {
             format!("{:?}", spec.scope),
             format!("{} ({})", spec.metric.name, spec.metric.unit),
             spec.lane.to_string(),
-            format!("{} min", spec.pai_estimate_secs / 60),
+            spec.pai_estimate_secs.map_or_else(
+                || "beyond PAI".to_owned(),
+                |secs| format!("{} min", secs / 60),
+            ),
             spec.description.to_owned(),
         ]);
     }

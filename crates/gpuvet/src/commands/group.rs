@@ -109,6 +109,7 @@ impl Setup<'_> {
             rendezvous_timeout: rendezvous_timeout(&self.args.group)?,
             tolerance: self.tolerance.clone(),
             baselines: self.baselines.clone(),
+            expected_inventory: self.config.settings.expected_inventory.clone(),
             pairing: self.config.settings.pairing,
             collective_bytes: self.config.settings.collective_bytes,
             started_at_ms: now_ms(),

@@ -105,6 +105,7 @@ pub fn execute(
         timeout: setup.timeout,
         tolerance,
         baselines,
+        expected_inventory: config.settings.expected_inventory.clone(),
         work: WorkSpec::from_settings(&config.settings),
         started_at_ms: now_ms(),
         hang_grace: HANG_GRACE,

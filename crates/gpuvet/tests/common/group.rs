@@ -22,6 +22,8 @@ pub struct GroupSpec {
     pub namespaces: Vec<Option<String>>,
     /// Per rank: a token other than the group's.
     pub tokens: Vec<Option<String>>,
+    /// Per rank: the cpu backend's device count (1 unless set).
+    pub cpu_devices: Vec<u32>,
     /// Ranks not to start at all.
     pub absent: Vec<u32>,
     pub extra_args: Vec<String>,
@@ -40,6 +42,7 @@ impl GroupSpec {
             data_addrs: vec![None; nodes as usize],
             namespaces: vec![None; nodes as usize],
             tokens: vec![None; nodes as usize],
+            cpu_devices: vec![1; nodes as usize],
             absent: Vec::new(),
             extra_args: Vec::new(),
             app: None,
@@ -131,7 +134,7 @@ impl Group {
                     "--backend",
                     "cpu",
                     "--cpu-devices",
-                    "1",
+                    &spec.cpu_devices[i].to_string(),
                     "--checks",
                     &spec.checks,
                 ])
