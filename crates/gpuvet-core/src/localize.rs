@@ -59,7 +59,7 @@
 //! Whole-group checks give a source × destination matrix instead: [`localize_matrix`]
 //! applies C4D's rule, a bad row or column is a node and a lone bad cell is a link.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use serde::{Deserialize, Serialize};
 
@@ -643,7 +643,7 @@ fn node_result(
         samples: values,
         error: None,
         wrong_result: None,
-        extra: Default::default(),
+        extra: median_extras(pairs),
     };
     EntityResult {
         entity,
@@ -653,6 +653,24 @@ fn node_result(
         evidence,
         measurement,
     }
+}
+
+/// Each secondary metric of the pairs (algbw, `pytorch_gloo_2`'s latency), as the
+/// median over the pairs that have it. Per-link figures (`recv_wait_s.rank1`) are left
+/// out: `rank1` is a different node in each pair.
+fn median_extras(pairs: &[&PairJudgement]) -> BTreeMap<String, f64> {
+    let mut by_key: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for pair in pairs {
+        for (key, &value) in &pair.result.measurement.extra {
+            if !key.contains(".rank") {
+                by_key.entry(key).or_default().push(value);
+            }
+        }
+    }
+    by_key
+        .into_iter()
+        .filter_map(|(key, values)| Some((key.to_owned(), median(&values)?)))
+        .collect()
 }
 
 /// "a", "a and b", "a, b and c".

@@ -402,3 +402,33 @@ fn text_helpers() {
     assert_eq!(list_some(&["a", "b"], 3), "a and b");
     assert_eq!(first_few(&["a", "b", "c"], 2, "; "), "a; b; and 1 more");
 }
+
+#[test]
+fn a_node_carries_its_pairs_secondary_metrics_but_not_their_per_link_ones() {
+    let (found, _, _) = run(&nodes(4), |p| {
+        let mut measurement = busbw(p, 100.0);
+        let latency = if p.a == "n0" || p.b == "n0" {
+            80.0
+        } else {
+            40.0
+        };
+        measurement.extra.insert("latency_us".to_owned(), latency);
+        measurement
+            .extra
+            .insert("recv_wait_s.rank1".to_owned(), 0.5);
+        measurement
+    });
+    let n0 = found
+        .nodes
+        .iter()
+        .find(|r| r.entity.to_string() == "n0")
+        .unwrap();
+    assert_eq!(n0.measurement.extra.get("latency_us"), Some(&80.0));
+    assert!(!n0.measurement.extra.contains_key("recv_wait_s.rank1"));
+    let n2 = found
+        .nodes
+        .iter()
+        .find(|r| r.entity.to_string() == "n2")
+        .unwrap();
+    assert_eq!(n2.measurement.extra.get("latency_us"), Some(&40.0));
+}
