@@ -166,6 +166,52 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         work: &WorkSpec,
         cancel: &CancelToken,
     ) -> Result<Sample, BackendError>;
+
+    /// Whether this backend has its own transport between nodes (NCCL): then
+    /// [`Backend::group_token`] and [`Backend::all_reduce_across`] work, and the
+    /// coordinator runs cross-node all-reduces through them instead of gpuvet's TCP
+    /// data plane.
+    fn spans_nodes(&self) -> bool {
+        false
+    }
+
+    /// A new token for one collective spanning nodes (NCCL's unique id), made on the
+    /// group's first node; the coordinator hands it to every member.
+    fn group_token(&self) -> Result<Vec<u8>, BackendError> {
+        Err(BackendError::Unsupported(format!(
+            "the `{}` backend has no transport between nodes",
+            self.name()
+        )))
+    }
+
+    /// All-reduce across nodes: every device of this node joins `across` as consecutive
+    /// ranks. busbw as nccl-tests defines it over all `across.world` ranks, with the
+    /// result checked. Every member must run the same work: the iteration count is
+    /// fixed, not measured, so no member waits on a collective another never enqueues.
+    fn all_reduce_across(
+        &self,
+        _across: &Across,
+        _work: &WorkSpec,
+        _cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        Err(BackendError::Unsupported(format!(
+            "the `{}` backend has no transport between nodes",
+            self.name()
+        )))
+    }
+}
+
+/// This node's place in a collective that spans nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Across {
+    /// The check it is measured for (`all_reduce_2` or `all_reduce`).
+    pub check: CheckName,
+    /// The group's token, from [`Backend::group_token`] on its first node.
+    pub token: Vec<u8>,
+    /// Ranks in all: every device of every member.
+    pub world: usize,
+    /// The rank of this node's first device; the others follow in device order.
+    pub first_rank: usize,
 }
 
 /// The backend `select` picked, and why `auto` fell back from a better one.

@@ -15,7 +15,7 @@ use gpuvet_core::config::{Dtype, SimFault, SimScript};
 use gpuvet_core::results::DeviceInfo;
 use gpuvet_core::stats::median;
 
-use crate::{Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
+use crate::{Across, Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
 
 /// Dense bf16 GEMM of an H100 SXM, TFLOPS.
 const NOMINAL_GEMM_TFLOPS: f64 = 700.0;
@@ -23,6 +23,13 @@ const NOMINAL_GEMM_TFLOPS: f64 = 700.0;
 const NOMINAL_LAUNCH_US: f64 = 5.0;
 /// 8-GPU NVLink all-reduce busbw, GB/s.
 const NOMINAL_ALL_REDUCE_BUSBW: f64 = 450.0;
+/// All-reduce busbw across nodes with one 400 Gb/s NIC per GPU, GB/s.
+const NOMINAL_ACROSS_BUSBW: f64 = 45.0;
+/// Opens every group token the sim makes, so a token that was lost or mangled on its
+/// way through the coordinator is caught, as NCCL would fail on it.
+const TOKEN_PREFIX: &[u8] = b"gpuvet-sim-group:";
+/// The size of NCCL's unique id, which the sim's tokens imitate.
+const TOKEN_BYTES: usize = 128;
 
 /// Sizes reported in `params` when the work spec leaves them open.
 const DEFAULT_GEMM_SIZE: u32 = 8192;
@@ -226,6 +233,64 @@ impl Backend for SimBackend {
                     .to_string(),
             ),
             ("ranks".to_owned(), ranks.to_string()),
+        ]);
+        Ok(sample)
+    }
+
+    fn spans_nodes(&self) -> bool {
+        true
+    }
+
+    fn group_token(&self) -> Result<Vec<u8>, BackendError> {
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+        let mut random = SplitMix64::keyed(self.script.seed, &[nanos]);
+        let mut token = TOKEN_PREFIX.to_vec();
+        while token.len() < TOKEN_BYTES {
+            token.extend_from_slice(&random.next_u64().to_le_bytes());
+        }
+        token.truncate(TOKEN_BYTES);
+        Ok(token)
+    }
+
+    /// Plays NCCL across nodes, at the pace of this node's slowest device (the sim
+    /// cannot know the others'; a pair's figure is the lower of its two members').
+    fn all_reduce_across(
+        &self,
+        across: &Across,
+        work: &WorkSpec,
+        _cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        if across.token.len() != TOKEN_BYTES || !across.token.starts_with(TOKEN_PREFIX) {
+            return Err(BackendError::Failed(format!(
+                "the group token ({} bytes) is not one a sim backend made",
+                across.token.len()
+            )));
+        }
+        let devices: Vec<u32> = self.devices.iter().map(|d| d.index).collect();
+        let slowest = devices
+            .iter()
+            .map(|&device| self.speed(device))
+            .reduce(f64::min)
+            .unwrap_or(1.0);
+        let key = SplitMix64::keyed(across.first_rank as u64, &[across.world as u64]).next_u64();
+        let mut sample =
+            self.measure(across.check, &devices, key, NOMINAL_ACROSS_BUSBW * slowest)?;
+        sample.extra.insert(
+            "algbw".to_owned(),
+            sample.value / crate::all_reduce_busbw(1.0, across.world),
+        );
+        sample.params = BTreeMap::from([
+            (
+                "bytes".to_owned(),
+                work.collective_bytes
+                    .unwrap_or(DEFAULT_COLLECTIVE_BYTES)
+                    .to_string(),
+            ),
+            ("ranks".to_owned(), across.world.to_string()),
+            ("first_rank".to_owned(), across.first_rank.to_string()),
+            ("transport".to_owned(), "sim".to_owned()),
         ]);
         Ok(sample)
     }
@@ -549,5 +614,43 @@ mod tests {
             backend.all_reduce_local(&[0, 9], &WorkSpec::default(), &cancel),
             Err(BackendError::Failed(_))
         ));
+    }
+
+    #[test]
+    fn across_nodes_runs_on_its_own_token_at_the_slowest_device_s_pace() {
+        let backend = SimBackend::new(SimScript {
+            devices: 2,
+            speed: BTreeMap::from([(1, 0.5)]),
+            ..SimScript::default()
+        });
+        assert!(backend.spans_nodes());
+        let cancel = CancelToken::new();
+        let token = backend.group_token().unwrap();
+        assert_eq!(token.len(), TOKEN_BYTES);
+        assert_ne!(
+            token,
+            backend.group_token().unwrap(),
+            "every group gets its own"
+        );
+        let mut across = Across {
+            check: CheckName::AllReduce2,
+            token,
+            world: 4,
+            first_rank: 2,
+        };
+        let sample = backend
+            .all_reduce_across(&across, &WorkSpec::default(), &cancel)
+            .unwrap();
+        assert_eq!(sample.value, NOMINAL_ACROSS_BUSBW * 0.5);
+        assert_eq!(sample.params["ranks"], "4");
+        assert_eq!(sample.params["first_rank"], "2");
+        across.token = vec![0; TOKEN_BYTES];
+        let err = backend
+            .all_reduce_across(&across, &WorkSpec::default(), &cancel)
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("not one a sim backend made"),
+            "{err}"
+        );
     }
 }

@@ -20,7 +20,7 @@ use gpuvet_runner::{human_duration, scope_skip_reason};
 
 use crate::session::{GroupEvent, Member, Session};
 use crate::wire::Directive;
-use crate::{connectivity, local, pairs, whole};
+use crate::{connectivity, local, native, pairs, whole};
 
 /// How the group's checks run and are judged.
 #[derive(Debug, Clone)]
@@ -306,23 +306,33 @@ fn skip_reason(session: &Session<'_>, name: CheckName) -> Option<String> {
     scope_skip_reason(name, session.members.len(), devices)
 }
 
-/// Collectives between nodes run over the TCP data plane, which measures what the cpu
-/// backend's devices would use; for GPUs that would misreport NCCL's figures.
+/// Collectives between nodes run over the TCP data plane for the cpu backend, and over
+/// the backends' own transport (NCCL) for the checks it runs; the data plane would
+/// misreport a GPU's figures, so the other collectives are not run on GPUs.
 fn not_implemented(session: &Session<'_>, name: CheckName) -> Option<String> {
     let scope = name.spec().scope;
     let host_network = matches!(
         name,
         CheckName::PytorchGloo2 | CheckName::NetworkConnectivity
     );
-    if !matches!(scope, Scope::NodePairs | Scope::WholeGroup) || host_network {
+    if !matches!(scope, Scope::NodePairs | Scope::WholeGroup)
+        || host_network
+        || native::applies(session, name)
+    {
         return None;
     }
     let other = session.members.iter().find(|m| m.info.backend != "cpu")?;
-    Some(format!(
-        "`{name}` across nodes runs over the TCP data plane for the cpu backend only; `{}` on \
-         {} needs NCCL across nodes, which is not built yet",
-        other.info.backend, other.node
-    ))
+    let why = if !other.info.spans_nodes {
+        format!(
+            "its `{}` backend has no transport between nodes (NCCL did not load)",
+            other.info.backend
+        )
+    } else if native::NATIVE_CHECKS.contains(&name) {
+        "another member's backend has none, and the nodes must use the same one".to_owned()
+    } else {
+        "across nodes the GPU backends run only `all_reduce_2` and `all_reduce` yet".to_owned()
+    };
+    Some(format!("`{name}` cannot run on {}: {why}", other.node))
 }
 
 fn unique_names(members: &mut [Member]) {

@@ -22,6 +22,7 @@ mod error;
 mod host_engine;
 mod interfaces;
 mod local;
+mod native;
 mod node;
 mod pairs;
 mod session;

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::tcp::{
@@ -18,7 +18,8 @@ use gpuvet_backend::tcp::{
     multi_all_reduce, per_rail_busbw, probe_connectivity,
 };
 use gpuvet_backend::torch_gloo::{self, GlooRank};
-use gpuvet_backend::{Backend, BackendError, CancelToken, Sample, WorkSpec};
+use gpuvet_backend::{Across, Backend, BackendError, CancelToken, Sample, WorkSpec};
+use gpuvet_cluster::auth::{from_hex, to_hex};
 use gpuvet_cluster::{Agent, Received};
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
@@ -30,8 +31,8 @@ use crate::error::GroupError;
 use crate::interfaces::{interface_with, ipv4_of};
 use crate::time::unix_ms;
 use crate::wire::{
-    CollectiveOrder, CollectiveReply, Directive, HostEngine, InterfaceProbe, LinkReply, NodeInfo,
-    ProbeReply, ProbeTarget, Reply,
+    CollectiveOrder, CollectiveReply, Directive, HostEngine, InterfaceProbe, LinkReply,
+    NativeGroup, NodeInfo, ProbeReply, ProbeTarget, Reply,
 };
 
 /// This node's data-plane listeners: one for pair and group collectives, one per rail,
@@ -118,6 +119,7 @@ impl DataPlane {
                     error: responder.as_ref().err().cloned(),
                 })
                 .collect(),
+            spans_nodes: backend.spans_nodes(),
         })
     }
 }
@@ -203,6 +205,16 @@ pub fn serve(
                     error: probed.err(),
                 }
             }
+            Directive::GroupToken => match setup.backend.group_token() {
+                Ok(token) => Reply::GroupToken {
+                    token: Some(to_hex(&token)),
+                    error: None,
+                },
+                Err(error) => Reply::GroupToken {
+                    token: None,
+                    error: Some(error.to_string()),
+                },
+            },
             Directive::Probe { targets, budget_ms } => {
                 agent.set_phase(format!("probing {} peers", targets.len()));
                 Reply::Probe {
@@ -279,11 +291,12 @@ fn run_collective(
         bytes: order.bytes,
         ..CollectiveSpec::default()
     };
-    let result = match order.check {
-        CheckName::MultiAllReduce | CheckName::MultiAllReduce2 => {
+    let result = match (&order.native, order.check) {
+        (Some(native), check) => across(setup, check, native, deadline, cancel),
+        (None, CheckName::MultiAllReduce | CheckName::MultiAllReduce2) => {
             rails(plane, order, &spec, deadline, cancel)
         }
-        check => single(setup, plane, order, check, &spec, deadline, cancel),
+        (None, check) => single(setup, plane, order, check, &spec, deadline, cancel),
     };
     match result {
         Ok((sample, links)) => CollectiveReply {
@@ -301,6 +314,72 @@ fn run_collective(
             ..CollectiveReply::default()
         },
     }
+}
+
+/// A collective the backends run among themselves (NCCL). It runs on a thread of its
+/// own, since NCCL can block for good (a member that never joins, a network that drops
+/// its traffic) and ignores the cancel token while it does: at the deadline the thread
+/// is abandoned and the hang reported.
+fn across(
+    setup: &NodeSetup,
+    check: CheckName,
+    native: &NativeGroup,
+    deadline: Instant,
+    cancel: &CancelToken,
+) -> Result<(Sample, Vec<LinkStats>), BackendError> {
+    let token = from_hex(&native.token).ok_or_else(|| {
+        BackendError::Failed("the group token from the coordinator is not hex".to_owned())
+    })?;
+    let work = CollectiveWork {
+        across: Across {
+            check,
+            token,
+            world: native.world,
+            first_rank: native.first_rank,
+        },
+        backend: Arc::clone(&setup.backend),
+        work: setup.work,
+        cancel: cancel.clone(),
+    };
+    let (sender, result) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("{check}-across"))
+        .spawn(move || {
+            let sample = work
+                .backend
+                .all_reduce_across(&work.across, &work.work, &work.cancel);
+            let _ = sender.send(sample);
+        })
+        .map_err(|err| BackendError::Failed(format!("cannot start the collective: {err}")))?;
+    loop {
+        match result.recv_timeout(Duration::from_millis(100)) {
+            Ok(sample) => return sample.map(|sample| (sample, Vec::new())),
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                return Err(BackendError::Failed(
+                    "the collective's thread ended without a result (a bug in gpuvet)".to_owned(),
+                ));
+            }
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+        }
+        cancel.check()?;
+        if Instant::now() >= deadline {
+            return Err(BackendError::Failed(format!(
+                "the {} backend's all-reduce across {} ranks did not finish before the \
+                 deadline: a member never joined it, or the network between the nodes drops \
+                 its traffic",
+                setup.backend.name(),
+                native.world
+            )));
+        }
+    }
+}
+
+/// What the collective's own thread owns.
+struct CollectiveWork {
+    across: Across,
+    backend: Arc<dyn Backend>,
+    work: WorkSpec,
+    cancel: CancelToken,
 }
 
 fn link_reply(link: &LinkStats) -> LinkReply {

@@ -15,8 +15,8 @@ use gpuvet_core::pairing::{NodeId, Pair, PairingMode, Plan, full_round_robin, re
 use gpuvet_core::results::{CheckResult, Lane, Measurement};
 
 use crate::coordinate::CheckContext;
-use crate::host_engine;
 use crate::wire::{CollectiveOrder, CollectiveReply, Directive, HostEngine, Reply};
+use crate::{host_engine, native};
 
 /// Plans after the first; each re-measures or retests only new combinations, so this
 /// is a guard, not a budget (a few bad nodes need two or three).
@@ -117,6 +117,10 @@ fn run_plan(
                 }
                 ranks_of.push((pair.clone(), a, b));
             }
+            if native::applies(context.session, name) {
+                let groups: Vec<Vec<u32>> = ranks_of.iter().map(|(_, a, b)| vec![*a, *b]).collect();
+                native::attach(context, name, &groups, &mut orders)?;
+            }
             let mut answers = context.session.ask(orders, due);
             for (pair, a, b) in &ranks_of {
                 let names = [pair.a.clone(), pair.b.clone()];
@@ -184,6 +188,7 @@ pub(crate) fn order(
         bytes: context.plan.collective_bytes,
         budget_ms,
         engine: HostEngine::default(),
+        native: None,
     }
 }
 

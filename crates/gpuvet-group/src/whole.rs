@@ -13,6 +13,7 @@ use gpuvet_core::results::{CheckResult, Entity, Lane, Measurement, Verdict};
 use gpuvet_core::stats::median;
 
 use crate::coordinate::CheckContext;
+use crate::native;
 use crate::pairs::{collective_error, name_peers, order, shared_params};
 use crate::wire::{CollectiveReply, Directive, Reply};
 
@@ -32,7 +33,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
     let ranks: Vec<u32> = context.session.members.iter().map(|m| m.rank).collect();
     let (budget_ms, due) = context.budget();
     let round = context.session.round();
-    let orders = ranks
+    let mut orders: Vec<(u32, Directive)> = ranks
         .iter()
         .enumerate()
         .map(|(index, &rank)| {
@@ -40,6 +41,12 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
             (rank, Directive::Collective(order))
         })
         .collect();
+    if native::applies(context.session, name)
+        && let Err(result) =
+            native::attach(context, name, std::slice::from_ref(&ranks), &mut orders)
+    {
+        return *result;
+    }
     let mut answers = context.session.ask(orders, due);
     let names: Vec<String> = ranks
         .iter()
@@ -70,9 +77,14 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
     if let Some(Some(reply)) = nodes.first().map(|(_, r)| r) {
         result.params.extend(shared_params(reply));
     }
+    // One rank per node on the data plane; a backend's own transport counts devices.
     result
         .params
-        .insert("ranks".to_owned(), ranks.len().to_string());
+        .entry("ranks".to_owned())
+        .or_insert_with(|| ranks.len().to_string());
+    result
+        .params
+        .insert("nodes".to_owned(), ranks.len().to_string());
     result
 }
 

@@ -24,6 +24,10 @@ pub struct NodeInfo {
     /// A reachability responder on each configured interface.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<InterfaceProbe>,
+    /// Whether the backend has its own transport between nodes (NCCL), which then
+    /// runs the cross-node all-reduces instead of the TCP data plane.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub spans_nodes: bool,
 }
 
 /// Where this node answers probes on one configured interface, or why it cannot.
@@ -51,6 +55,9 @@ pub enum Directive {
     },
     /// Say whether this node's Python imports torch with Gloo, for `pytorch_gloo_2`.
     ProbeTorch { budget_ms: u64 },
+    /// Make the token (NCCL's unique id) of a collective spanning nodes, as the
+    /// group's first member.
+    GroupToken,
     /// The group's verdict: the run is over.
     Finish { report: Box<RunReport> },
 }
@@ -74,6 +81,20 @@ pub struct CollectiveOrder {
     /// For `pytorch_gloo_2`: which engine runs it (the same on every node).
     #[serde(default, skip_serializing_if = "HostEngine::is_builtin")]
     pub engine: HostEngine,
+    /// Set when the backends' own transport runs it (NCCL): this node's place in it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub native: Option<NativeGroup>,
+}
+
+/// A rank's place in a collective the backends run among themselves.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NativeGroup {
+    /// The group's token from its first member, hex-encoded.
+    pub token: String,
+    /// Devices of every member together.
+    pub world: usize,
+    /// The rank of this node's first device.
+    pub first_rank: usize,
 }
 
 /// The engine of `pytorch_gloo_2`.
@@ -117,6 +138,13 @@ pub enum Reply {
         python: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         version: Option<String>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        error: Option<String>,
+    },
+    /// A collective's token (hex), or why none could be made.
+    GroupToken {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        token: Option<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
@@ -193,6 +221,11 @@ mod tests {
             bytes: None,
             budget_ms: 5000,
             engine: HostEngine::TorchGloo,
+            native: Some(NativeGroup {
+                token: "00ff".to_owned(),
+                world: 16,
+                first_rank: 8,
+            }),
         });
         let json = serde_json::to_value(&directive).unwrap();
         assert_eq!(json["op"], "collective");

@@ -362,7 +362,9 @@ fn a_node_with_a_different_device_count_is_named_by_inventory_consistency() {
     let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let mut spec = GroupSpec::loopback(3, "inventory_consistency");
-    spec.cpu_devices = vec![1, 1, 2];
+    spec.backend_args[2] = ["--backend", "cpu", "--cpu-devices", "2"]
+        .map(str::to_owned)
+        .to_vec();
     let finished = Group::start(&scratch, &spec).finish(LIMIT);
     for node in &finished {
         assert_eq!(node.code, Some(1), "every node fails: {}", node.stderr);
@@ -386,4 +388,89 @@ fn a_node_with_a_different_device_count_is_named_by_inventory_consistency() {
         "node `n2` has GPU count `2`; 2 of 3 nodes have `1`"
     );
     assert_eq!(check["params"]["gpu_count"], "1 on n0, n1; 2 on n2");
+}
+
+/// Each rank on the sim backend with two devices, rank `slow` at `speed`, and
+/// `hang_rank` (if any) hanging in `hang_check` across nodes.
+fn sim_group(scratch: &Scratch, nodes: u32, checks: &str, slow: (u32, f64)) -> GroupSpec {
+    let mut spec = GroupSpec::loopback(nodes, checks);
+    for rank in 0..nodes {
+        let speed = if rank == slow.0 { slow.1 } else { 1.0 };
+        let config = scratch.config(
+            &format!("sim{rank}.json"),
+            &format!(
+                r#"{{"gpuvet": {{"backend": "sim", "sim": {{"devices": 2,
+                    "speed": {{"0": {speed}, "1": {speed}}}}}}}}}"#
+            ),
+        );
+        spec.backend_args[rank as usize] =
+            vec!["--config".to_owned(), config.display().to_string()];
+    }
+    spec
+}
+
+#[test]
+fn backends_with_their_own_transport_run_all_reduce_across_nodes_and_localize() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let spec = sim_group(
+        &scratch,
+        4,
+        "all_reduce_2,all_reduce,all_gather_2",
+        (2, 0.5),
+    );
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+    let report = finished[0].report();
+    assert_eq!(findings(&report, "all_reduce_2"), ["n2"], "{report:#}");
+    let check = |name: &str| {
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|c| c["name"] == name)
+            .unwrap()
+            .clone()
+    };
+    let pairs = check("all_reduce_2");
+    // The token went from each pair's first node to both, and the ranks add up.
+    assert_eq!(pairs["params"]["transport"], "sim", "{pairs:#}");
+    assert_eq!(pairs["params"]["ranks"], "4", "{pairs:#}");
+    let ring = check("all_reduce");
+    assert_eq!(ring["params"]["ranks"], "8", "{ring:#}");
+    assert_eq!(ring["params"]["transport"], "sim", "{ring:#}");
+    // The others have no cross-node transport on GPU backends yet, and say so.
+    let gather = check("all_gather_2");
+    assert_eq!(gather["status"], "not_implemented", "{gather:#}");
+    assert!(
+        gather["reason"]
+            .as_str()
+            .unwrap()
+            .contains("run only `all_reduce_2` and `all_reduce`"),
+        "{gather:#}"
+    );
+}
+
+#[test]
+fn a_collective_across_nodes_that_hangs_is_reported_at_the_deadline() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let mut spec = sim_group(&scratch, 2, "all_reduce_2", (0, 1.0));
+    let hang = scratch.config(
+        "hang.json",
+        r#"{"gpuvet": {"backend": "sim", "sim": {"devices": 2,
+            "faults": [{"check": "all_reduce_2", "device": 1, "fault": "hang"}]}}}"#,
+    );
+    spec.backend_args[1] = vec!["--config".to_owned(), hang.display().to_string()];
+    spec.extra_args = vec!["--timeout".to_owned(), "0.25".to_owned()];
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+    for node in &finished {
+        assert_eq!(node.code, Some(1), "{}", node.stderr);
+    }
+    let report = finished[0].report();
+    assert!(
+        report
+            .to_string()
+            .contains("did not finish before the deadline"),
+        "{report:#}"
+    );
 }

@@ -1,6 +1,8 @@
-//! All-reduce across the GPUs of this node over NCCL, measured as nccl-tests does.
+//! All-reduce over NCCL, measured as nccl-tests does: across the GPUs of this node, or
+//! with this node's GPUs as some of the ranks of an all-reduce spanning nodes.
 //!
-//! One process drives every GPU (`ncclCommInitAll`, then one grouped call per
+//! One process drives every GPU of its node (`ncclCommInitAll`, or `ncclCommInitRank`
+//! per GPU with the unique id the coordinator handed out, then one grouped call per
 //! iteration), as `all_reduce_perf -g <n>` does. The message is fp32 sum, out of place,
 //! 4 GiB by default (smaller on GPUs with little memory): large enough for the bus
 //! bandwidth plateau the baselines were measured at. Timing uses events on the first
@@ -23,11 +25,15 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 
 use super::driver_error;
-use super::nccl::{Comms, Nccl, RawStream, datatype};
+use super::nccl::{Comms, Nccl, RawStream, UniqueId, datatype};
 use crate::{BackendError, CancelToken, Sample, all_reduce_busbw};
 
 /// Default message size, as nccl-tests' large-message sweeps reach (`-e 8G` sends 8 GB).
 pub const DEFAULT_BYTES: u64 = 4 << 30;
+/// Across nodes: the same on every node whatever its GPUs' memory (members that
+/// disagree on the size would hang NCCL), and small enough that 25 iterations take
+/// seconds even on a 25 Gb/s network; inter-node busbw plateaus well below it.
+pub const ACROSS_DEFAULT_BYTES: u64 = 1 << 30;
 const WARMUP_ITERATIONS: usize = 5;
 /// nccl-tests' default `-n 20`.
 const MAX_ITERATIONS: usize = 20;
@@ -44,6 +50,20 @@ const PROBES: usize = 16;
 pub fn message_bytes(configured: Option<u64>, smallest_memory: u64) -> u64 {
     let bytes = configured.unwrap_or_else(|| DEFAULT_BYTES.min(smallest_memory / 8).max(1 << 20));
     (bytes / 4).max(1) * 4
+}
+
+/// Where this process's GPUs sit in the all-reduce.
+#[derive(Debug, Clone, Copy)]
+pub enum Membership {
+    /// Every rank is a GPU of this node.
+    ThisNode,
+    /// This node's GPUs are ranks `first_rank..` of `world`, in device order; every
+    /// member runs the same fixed work, since they cannot agree on a measured one.
+    Across {
+        id: UniqueId,
+        world: usize,
+        first_rank: usize,
+    },
 }
 
 /// The sum every output element must hold: 1 + 2 + … + n.
@@ -73,15 +93,22 @@ pub fn first_wrong(rank: usize, offset: usize, values: &[f32], expected: f32) ->
     ))
 }
 
-/// Runs the all-reduce over `contexts` (one per GPU, in rank order).
+/// Runs the all-reduce over `contexts` (one per GPU of this node, in rank order).
 pub fn run(
     nccl: &'static Nccl,
     contexts: &[Arc<CudaContext>],
+    membership: Membership,
     configured_bytes: Option<u64>,
     cancel: &CancelToken,
 ) -> Result<Sample, BackendError> {
     let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
-    let ranks = contexts.len();
+    let local = contexts.len();
+    let (ranks, first_rank) = match membership {
+        Membership::ThisNode => (local, 0),
+        Membership::Across {
+            world, first_rank, ..
+        } => (world, first_rank),
+    };
     let smallest = contexts
         .iter()
         .map(|c| c.total_mem().map(|m| m as u64))
@@ -90,13 +117,20 @@ pub fn run(
         .into_iter()
         .min()
         .unwrap_or(0);
-    let bytes = message_bytes(configured_bytes, smallest);
+    let bytes = match membership {
+        Membership::ThisNode => message_bytes(configured_bytes, smallest),
+        Membership::Across { .. } => message_bytes(
+            Some(configured_bytes.unwrap_or(ACROSS_DEFAULT_BYTES)),
+            smallest,
+        ),
+    };
     let count = (bytes / 4) as usize;
 
-    let mut streams: Vec<Arc<CudaStream>> = Vec::with_capacity(ranks);
-    let mut send: Vec<CudaSlice<f32>> = Vec::with_capacity(ranks);
-    let mut recv: Vec<CudaSlice<f32>> = Vec::with_capacity(ranks);
-    for (rank, ctx) in contexts.iter().enumerate() {
+    let mut streams: Vec<Arc<CudaStream>> = Vec::with_capacity(local);
+    let mut send: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
+    let mut recv: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
+    for (index, ctx) in contexts.iter().enumerate() {
+        let rank = first_rank + index;
         let stream = ctx.new_stream().map_err(err("creating a stream"))?;
         // SAFETY: both buffers are filled right below, before any read.
         let (s, r) = unsafe { (stream.alloc::<f32>(count), stream.alloc::<f32>(count)) };
@@ -133,11 +167,25 @@ pub fn run(
         stream.synchronize().map_err(err("synchronising"))?;
     }
 
-    let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
     let init_started = Instant::now();
-    let mut comms = Comms::init_all(nccl, &ordinals).map_err(BackendError::Failed)?;
+    let mut comms = match membership {
+        Membership::ThisNode => {
+            let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
+            Comms::init_all(nccl, &ordinals)
+        }
+        Membership::Across {
+            id,
+            world,
+            first_rank,
+        } => Comms::init_ranks(nccl, world, id, first_rank, local, |device| {
+            contexts[device]
+                .bind_to_thread()
+                .map_err(|e| driver_error("binding the context", e))
+        }),
+    }
+    .map_err(BackendError::Failed)?;
     let init_secs = init_started.elapsed().as_secs_f64();
-    let pointers: Vec<(u64, u64)> = (0..ranks)
+    let pointers: Vec<(u64, u64)> = (0..local)
         .map(|r| {
             (
                 send[r].device_ptr(&streams[r]).0,
@@ -177,8 +225,11 @@ pub fn run(
         }
         wait_all(&streams, &comms, cancel)?;
         let per_iteration = warm_started.elapsed().as_secs_f64() / WARMUP_ITERATIONS as f64;
-        let iterations = ((TIMED_BUDGET_SECS / per_iteration.max(1e-9)) as usize)
-            .clamp(MIN_ITERATIONS, MAX_ITERATIONS);
+        let iterations = match membership {
+            Membership::ThisNode => ((TIMED_BUDGET_SECS / per_iteration.max(1e-9)) as usize)
+                .clamp(MIN_ITERATIONS, MAX_ITERATIONS),
+            Membership::Across { .. } => MAX_ITERATIONS,
+        };
 
         let first = &streams[0];
         let events = (0..=iterations)
@@ -211,11 +262,12 @@ pub fn run(
 
         let expected = expected_sum(ranks);
         let mut wrong_result = None;
-        'ranks: for (rank, buffer) in recv.iter().enumerate() {
+        'ranks: for (index, buffer) in recv.iter().enumerate() {
             for (offset, len) in probe_offsets(count, PROBE_ELEMENTS, PROBES) {
-                let values = streams[rank]
+                let values = streams[index]
                     .clone_dtoh(&buffer.slice(offset..offset + len))
                     .map_err(err("reading the result"))?;
+                let rank = first_rank + index;
                 if let Some(message) = first_wrong(rank, offset, &values, expected) {
                     wrong_result = Some(message);
                     break 'ranks;
@@ -237,6 +289,10 @@ pub fn run(
         params.insert("dtype".to_owned(), "fp32".to_owned());
         params.insert("op".to_owned(), "sum".to_owned());
         params.insert("ranks".to_owned(), ranks.to_string());
+        if let Membership::Across { first_rank, .. } = membership {
+            params.insert("first_rank".to_owned(), first_rank.to_string());
+            params.insert("transport".to_owned(), "nccl".to_owned());
+        }
         params.insert("iterations".to_owned(), iterations.to_string());
         params.insert(
             "warmup_iterations".to_owned(),

@@ -36,7 +36,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::inventory::keys;
 use gpuvet_core::results::DeviceInfo;
 
-use crate::{Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
+use crate::{Across, Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
 
 /// The oldest driver this build can drive, as `cuDriverGetVersion` reports it: the
 /// workspace builds cudarc with `cuda-13000`, whose bindings call CUDA 13 entry points
@@ -340,10 +340,13 @@ fn load_libraries(dirs: &[PathBuf]) -> Libraries {
 fn not_yet(check: CheckName) -> Support {
     use CheckName::*;
     let reason = match check {
-        AllReduce2 | AllReduce | AllToAll2 | AllGather2 | AllGather | MultiAllReduce2
-        | MultiAllReduce => format!(
-            "`{check}` spans nodes: the cuda backend has no NCCL communicator across nodes yet (the \
-             coordinator would hand NCCL's unique id to every node)"
+        AllReduce2 | AllReduce => format!(
+            "`{check}` spans nodes: it runs when this node is one of a group, over NCCL with the \
+             unique id the coordinator hands to every node"
+        ),
+        AllToAll2 | AllGather2 | AllGather | MultiAllReduce2 | MultiAllReduce => format!(
+            "`{check}` spans nodes: the cuda backend runs only `all_reduce_2` and `all_reduce` \
+             across nodes yet"
         ),
         PytorchGloo2 | NetworkConnectivity => {
             format!("`{check}` tests the host network between the agents of a group, not a GPU")
@@ -357,6 +360,35 @@ fn not_yet(check: CheckName) -> Support {
 }
 
 impl CudaBackend {
+    /// The NCCL all-reduce over `devices` of this node, as `membership` places them.
+    fn all_reduce(
+        &self,
+        devices: &[u32],
+        membership: collective::Membership,
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        let contexts = devices
+            .iter()
+            .map(|d| self.context(*d))
+            .collect::<Result<Vec<_>, _>>()?;
+        collective::run(
+            self.nccl()?,
+            &contexts,
+            membership,
+            work.collective_bytes,
+            cancel,
+        )
+    }
+
+    fn nccl(&self) -> Result<&'static nccl::Nccl, BackendError> {
+        self.libraries
+            .nccl
+            .as_ref()
+            .copied()
+            .map_err(|e| BackendError::Unsupported(format!("NCCL: {e}")))
+    }
+
     fn gpu(&self, device: u32) -> Result<&Gpu, BackendError> {
         self.gpus.get(device as usize).ok_or_else(|| {
             BackendError::Failed(format!(
@@ -511,16 +543,45 @@ impl Backend for CudaBackend {
                     "device list `{devices:?}` names a device twice"
                 )));
             }
-            let nccl = self
-                .libraries
-                .nccl
-                .as_ref()
-                .map_err(|e| BackendError::Unsupported(format!("NCCL: {e}")))?;
-            let contexts = devices
-                .iter()
-                .map(|d| self.context(*d))
-                .collect::<Result<Vec<_>, _>>()?;
-            collective::run(nccl, &contexts, work.collective_bytes, cancel)
+            let membership = collective::Membership::ThisNode;
+            self.all_reduce(devices, membership, work, cancel)
+        })
+    }
+
+    fn spans_nodes(&self) -> bool {
+        self.libraries.nccl.is_ok()
+    }
+
+    fn group_token(&self) -> Result<Vec<u8>, BackendError> {
+        let id = self.nccl()?.unique_id().map_err(BackendError::Failed)?;
+        Ok(id.internal.iter().map(|&byte| byte as u8).collect())
+    }
+
+    fn all_reduce_across(
+        &self,
+        across: &Across,
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        guarded("all_reduce_across", || {
+            let mut id = nccl::UniqueId { internal: [0; 128] };
+            if across.token.len() != id.internal.len() {
+                return Err(BackendError::Failed(format!(
+                    "the group token has {} bytes; NCCL's unique id has {}",
+                    across.token.len(),
+                    id.internal.len()
+                )));
+            }
+            for (slot, &byte) in id.internal.iter_mut().zip(&across.token) {
+                *slot = byte as std::ffi::c_char;
+            }
+            let membership = collective::Membership::Across {
+                id,
+                world: across.world,
+                first_rank: across.first_rank,
+            };
+            let devices: Vec<u32> = (0..self.gpus.len() as u32).collect();
+            self.all_reduce(&devices, membership, work, cancel)
         })
     }
 }

@@ -290,6 +290,48 @@ impl Comms {
         Ok(owned)
     }
 
+    /// Ranks `first_rank..first_rank + devices` of a communicator of `world` ranks
+    /// spanning processes, one per local device, initialised in one NCCL group (as a
+    /// process driving several GPUs must). `bind(i)` makes device `i` current before
+    /// its rank is initialised.
+    pub fn init_ranks(
+        nccl: &'static Nccl,
+        world: usize,
+        id: UniqueId,
+        first_rank: usize,
+        devices: usize,
+        mut bind: impl FnMut(usize) -> Result<(), String>,
+    ) -> Result<Comms, String> {
+        let world = c_int::try_from(world).map_err(|_| "too many ranks".to_owned())?;
+        let mut owned = Comms {
+            nccl,
+            comms: vec![std::ptr::null_mut(); devices],
+            aborted: false,
+        };
+        nccl.group_start()?;
+        let mut result = Ok(());
+        for device in 0..devices {
+            let rank =
+                c_int::try_from(first_rank + device).map_err(|_| "rank out of range".to_owned());
+            result = rank.and_then(|rank| {
+                bind(device)?;
+                // SAFETY: the slot receives the handle; `id` is passed by value.
+                let code =
+                    unsafe { (nccl.comm_init_rank)(&mut owned.comms[device], world, id, rank) };
+                nccl.check("ncclCommInitRank", code)
+            });
+            if result.is_err() {
+                break;
+            }
+        }
+        // The group must be closed even after an error, or NCCL stays inside it.
+        if let Err(err) = result.and(nccl.group_end()) {
+            owned.abort();
+            return Err(err);
+        }
+        Ok(owned)
+    }
+
     pub fn len(&self) -> usize {
         self.comms.len()
     }

@@ -22,8 +22,8 @@ pub struct GroupSpec {
     pub namespaces: Vec<Option<String>>,
     /// Per rank: a token other than the group's.
     pub tokens: Vec<Option<String>>,
-    /// Per rank: the cpu backend's device count (1 unless set).
-    pub cpu_devices: Vec<u32>,
+    /// Per rank: the backend flags (`--backend cpu --cpu-devices 1` unless set).
+    pub backend_args: Vec<Vec<String>>,
     /// Ranks not to start at all.
     pub absent: Vec<u32>,
     pub extra_args: Vec<String>,
@@ -42,7 +42,12 @@ impl GroupSpec {
             data_addrs: vec![None; nodes as usize],
             namespaces: vec![None; nodes as usize],
             tokens: vec![None; nodes as usize],
-            cpu_devices: vec![1; nodes as usize],
+            backend_args: vec![
+                ["--backend", "cpu", "--cpu-devices", "1"]
+                    .map(str::to_owned)
+                    .to_vec();
+                nodes as usize
+            ],
             absent: Vec::new(),
             extra_args: Vec::new(),
             app: None,
@@ -130,14 +135,8 @@ impl Group {
             command
                 .current_dir(scratch.dir.path())
                 .env("GPUVET_STORE", scratch.path(&format!("rank{rank}.db")))
-                .args([
-                    "--backend",
-                    "cpu",
-                    "--cpu-devices",
-                    &spec.cpu_devices[i].to_string(),
-                    "--checks",
-                    &spec.checks,
-                ])
+                .args(&spec.backend_args[i])
+                .args(["--checks", &spec.checks])
                 .args(["--rendezvous-timeout", &spec.rendezvous_secs.to_string()])
                 .args(&spec.extra_args);
             if let Some(ip) = &spec.data_addrs[i] {
