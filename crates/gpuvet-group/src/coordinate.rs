@@ -322,6 +322,14 @@ fn not_implemented(session: &Session<'_>, name: CheckName) -> Option<String> {
         return None;
     }
     let other = session.members.iter().find(|m| m.info.backend != "cpu")?;
+    if let Some((a, b, gpu)) = native::shared_gpu(&session.members)
+        && native::NATIVE_CHECKS.contains(&name)
+    {
+        return Some(format!(
+            "`{name}` cannot run: {a} and {b} drive the same GPU `{gpu}` (nodes on one \
+             machine), and NCCL cannot make one GPU two ranks"
+        ));
+    }
     let why = if !other.info.spans_nodes {
         format!(
             "its `{}` backend has no transport between nodes (NCCL did not load)",

@@ -6,22 +6,47 @@
 //! (NCCL's unique id) and hands each member the token with its ranks: a member's
 //! devices are consecutive ranks, members in group order.
 
+use std::collections::BTreeMap;
+
 use gpuvet_core::catalog::CheckName;
+use gpuvet_core::inventory::keys;
 use gpuvet_core::results::{CheckResult, CheckStatus};
 
 use crate::coordinate::CheckContext;
-use crate::session::Session;
+use crate::session::{Member, Session};
 use crate::wire::{Directive, NativeGroup, Reply};
 
 /// The checks the backends' own transport runs across nodes.
 pub(crate) const NATIVE_CHECKS: [CheckName; 2] = [CheckName::AllReduce2, CheckName::AllReduce];
 
 /// Whether `name` runs on the backends' own transport in this group: every member's
-/// backend has one (the cpu backend has none; its nodes use the data plane).
+/// backend has one (the cpu backend has none; its nodes use the data plane), and no
+/// two members drive the same GPU.
 pub(crate) fn applies(session: &Session<'_>, name: CheckName) -> bool {
     NATIVE_CHECKS.contains(&name)
         && !session.members.is_empty()
         && session.members.iter().all(|m| m.info.spans_nodes)
+        && shared_gpu(&session.members).is_none()
+}
+
+/// Two members that drive the same GPU (by UUID), as nodes on one machine do: NCCL
+/// cannot make one GPU two ranks. Returns both nodes and the GPU.
+pub(crate) fn shared_gpu(members: &[Member]) -> Option<(String, String, String)> {
+    let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
+    for member in members {
+        for device in &member.info.devices {
+            let Some(uuid) = device.details.get(keys::UUID) else {
+                continue;
+            };
+            match owners.insert(uuid, &member.node) {
+                Some(other) if other != member.node => {
+                    return Some((other.to_owned(), member.node.clone(), uuid.clone()));
+                }
+                _ => {}
+            }
+        }
+    }
+    None
 }
 
 /// Gives the collective order of every member of each group (ranks in group order)
@@ -110,6 +135,49 @@ pub(crate) fn places(token: &str, devices: &[usize]) -> Vec<NativeGroup> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::wire::NodeInfo;
+    use gpuvet_core::results::DeviceInfo;
+
+    fn member(rank: u32, gpus: &[&str]) -> Member {
+        let at = "127.0.0.1:1".parse().unwrap();
+        let devices = gpus
+            .iter()
+            .enumerate()
+            .map(|(index, uuid)| DeviceInfo {
+                index: index as u32,
+                name: "NVIDIA H200".to_owned(),
+                memory_bytes: None,
+                details: BTreeMap::from([(keys::UUID.to_owned(), (*uuid).to_owned())]),
+            })
+            .collect();
+        Member {
+            rank,
+            node: format!("n{rank}"),
+            data: at,
+            rails: Vec::new(),
+            probe: at,
+            info: NodeInfo {
+                backend: "cuda".to_owned(),
+                devices,
+                host_id: String::new(),
+                rail_ports: Vec::new(),
+                probe_port: 1,
+                interfaces: Vec::new(),
+                spans_nodes: true,
+            },
+        }
+    }
+
+    #[test]
+    fn nodes_driving_the_same_gpu_are_found() {
+        let apart = [member(0, &["GPU-a", "GPU-b"]), member(1, &["GPU-c"])];
+        assert_eq!(shared_gpu(&apart), None);
+        let together = [member(0, &["GPU-a", "GPU-b"]), member(1, &["GPU-b"])];
+        assert_eq!(
+            shared_gpu(&together),
+            Some(("n0".to_owned(), "n1".to_owned(), "GPU-b".to_owned()))
+        );
+    }
 
     #[test]
     fn members_take_consecutive_ranks_in_group_order() {
