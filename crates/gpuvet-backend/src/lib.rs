@@ -168,8 +168,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     ) -> Result<Sample, BackendError>;
 
     /// Whether this backend has its own transport between nodes (NCCL): then
-    /// [`Backend::group_token`] and [`Backend::all_reduce_across`] work, and the
-    /// coordinator runs cross-node all-reduces through them instead of gpuvet's TCP
+    /// [`Backend::group_token`] and [`Backend::collective_across`] work, and the
+    /// coordinator runs cross-node collectives through them instead of gpuvet's TCP
     /// data plane.
     fn spans_nodes(&self) -> bool {
         false
@@ -184,11 +184,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         )))
     }
 
-    /// All-reduce across nodes: every device of this node joins `across` as consecutive
-    /// ranks. busbw as nccl-tests defines it over all `across.world` ranks, with the
-    /// result checked. Every member must run the same work: the iteration count is
-    /// fixed, not measured, so no member waits on a collective another never enqueues.
-    fn all_reduce_across(
+    /// The collective of `across.check` (an all-reduce, all-gather or all-to-all)
+    /// across nodes: every device of this node joins `across` as consecutive ranks.
+    /// busbw as nccl-tests defines it over all `across.world` ranks, with the result
+    /// checked. Every member must run the same work: the iteration count is fixed, not
+    /// measured, so no member waits on a collective another never enqueues.
+    fn collective_across(
         &self,
         _across: &Across,
         _work: &WorkSpec,
@@ -204,7 +205,8 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
 /// This node's place in a collective that spans nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Across {
-    /// The check it is measured for (`all_reduce_2` or `all_reduce`).
+    /// The check it is measured for, which says the collective (`all_gather_2`: an
+    /// all-gather).
     pub check: CheckName,
     /// The group's token, from [`Backend::group_token`] on its first node.
     pub token: Vec<u8>,

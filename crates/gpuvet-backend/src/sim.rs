@@ -256,7 +256,7 @@ impl Backend for SimBackend {
 
     /// Plays NCCL across nodes, at the pace of this node's slowest device (the sim
     /// cannot know the others'; a pair's figure is the lower of its two members').
-    fn all_reduce_across(
+    fn collective_across(
         &self,
         across: &Across,
         work: &WorkSpec,
@@ -277,10 +277,15 @@ impl Backend for SimBackend {
         let key = SplitMix64::keyed(across.first_rank as u64, &[across.world as u64]).next_u64();
         let mut sample =
             self.measure(across.check, &devices, key, NOMINAL_ACROSS_BUSBW * slowest)?;
-        sample.extra.insert(
-            "algbw".to_owned(),
-            sample.value / crate::all_reduce_busbw(1.0, across.world),
-        );
+        let busbw_per_algbw = match across.check {
+            CheckName::AllReduce2 | CheckName::AllReduce => {
+                crate::all_reduce_busbw(1.0, across.world)
+            }
+            _ => crate::all_gather_busbw(1.0, across.world),
+        };
+        sample
+            .extra
+            .insert("algbw".to_owned(), sample.value / busbw_per_algbw);
         sample.params = BTreeMap::from([
             (
                 "bytes".to_owned(),
@@ -639,14 +644,14 @@ mod tests {
             first_rank: 2,
         };
         let sample = backend
-            .all_reduce_across(&across, &WorkSpec::default(), &cancel)
+            .collective_across(&across, &WorkSpec::default(), &cancel)
             .unwrap();
         assert_eq!(sample.value, NOMINAL_ACROSS_BUSBW * 0.5);
         assert_eq!(sample.params["ranks"], "4");
         assert_eq!(sample.params["first_rank"], "2");
         across.token = vec![0; TOKEN_BYTES];
         let err = backend
-            .all_reduce_across(&across, &WorkSpec::default(), &cancel)
+            .collective_across(&across, &WorkSpec::default(), &cancel)
             .unwrap_err();
         assert!(
             err.to_string().contains("not one a sim backend made"),

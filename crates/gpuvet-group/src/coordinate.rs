@@ -338,7 +338,9 @@ fn not_implemented(session: &Session<'_>, name: CheckName) -> Option<String> {
     } else if native::NATIVE_CHECKS.contains(&name) {
         "another member's backend has none, and the nodes must use the same one".to_owned()
     } else {
-        "across nodes the GPU backends run only `all_reduce_2` and `all_reduce` yet".to_owned()
+        "across nodes the GPU backends do not run `multi_all_reduce` yet (one communicator \
+         per rail)"
+            .to_owned()
     };
     Some(format!("`{name}` cannot run on {}: {why}", other.node))
 }

@@ -17,7 +17,13 @@ use crate::session::{Member, Session};
 use crate::wire::{Directive, NativeGroup, Reply};
 
 /// The checks the backends' own transport runs across nodes.
-pub(crate) const NATIVE_CHECKS: [CheckName; 2] = [CheckName::AllReduce2, CheckName::AllReduce];
+pub(crate) const NATIVE_CHECKS: [CheckName; 5] = [
+    CheckName::AllReduce2,
+    CheckName::AllReduce,
+    CheckName::AllGather2,
+    CheckName::AllGather,
+    CheckName::AllToAll2,
+];
 
 /// Whether `name` runs on the backends' own transport in this group: every member's
 /// backend has one (the cpu backend has none; its nodes use the data plane), and no

@@ -347,7 +347,7 @@ fn across(
         .spawn(move || {
             let sample = work
                 .backend
-                .all_reduce_across(&work.across, &work.work, &work.cancel);
+                .collective_across(&work.across, &work.work, &work.cancel);
             let _ = sender.send(sample);
         })
         .map_err(|err| BackendError::Failed(format!("cannot start the collective: {err}")))?;

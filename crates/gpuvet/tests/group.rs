@@ -410,13 +410,13 @@ fn sim_group(scratch: &Scratch, nodes: u32, checks: &str, slow: (u32, f64)) -> G
 }
 
 #[test]
-fn backends_with_their_own_transport_run_all_reduce_across_nodes_and_localize() {
+fn backends_with_their_own_transport_run_collectives_across_nodes_and_localize() {
     let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
     let spec = sim_group(
         &scratch,
         4,
-        "all_reduce_2,all_reduce,all_gather_2",
+        "all_reduce_2,all_reduce,all_gather_2,all_to_all_2,multi_all_reduce_2",
         (2, 0.5),
     );
     let finished = Group::start(&scratch, &spec).finish(LIMIT);
@@ -438,15 +438,19 @@ fn backends_with_their_own_transport_run_all_reduce_across_nodes_and_localize() 
     let ring = check("all_reduce");
     assert_eq!(ring["params"]["ranks"], "8", "{ring:#}");
     assert_eq!(ring["params"]["transport"], "sim", "{ring:#}");
-    // The others have no cross-node transport on GPU backends yet, and say so.
-    let gather = check("all_gather_2");
-    assert_eq!(gather["status"], "not_implemented", "{gather:#}");
+    for name in ["all_gather_2", "all_to_all_2"] {
+        assert_eq!(findings(&report, name), ["n2"], "{report:#}");
+        assert_eq!(check(name)["params"]["transport"], "sim", "{report:#}");
+    }
+    // One communicator per rail is not built for GPU backends yet, and says so.
+    let rails = check("multi_all_reduce_2");
+    assert_eq!(rails["status"], "not_implemented", "{rails:#}");
     assert!(
-        gather["reason"]
+        rails["reason"]
             .as_str()
             .unwrap()
-            .contains("run only `all_reduce_2` and `all_reduce`"),
-        "{gather:#}"
+            .contains("one communicator per rail"),
+        "{rails:#}"
     );
 }
 

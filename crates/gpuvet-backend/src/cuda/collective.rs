@@ -1,5 +1,6 @@
-//! All-reduce over NCCL, measured as nccl-tests does: across the GPUs of this node, or
-//! with this node's GPUs as some of the ranks of an all-reduce spanning nodes.
+//! Collectives over NCCL, measured as nccl-tests does: an all-reduce across the GPUs of
+//! this node, or an all-reduce, all-gather or all-to-all with this node's GPUs as some
+//! of the ranks of a collective spanning nodes.
 //!
 //! One process drives every GPU of its node (`ncclCommInitAll`, or `ncclCommInitRank`
 //! per GPU with the unique id the coordinator handed out, then one grouped call per
@@ -10,8 +11,10 @@
 //! timed loop, so there is no host round trip in the measurement.
 //!
 //! The check of the result is exact: rank r sends the value r+1 everywhere, so every
-//! element of every output must be n(n+1)/2, which fp32 holds exactly whatever the
-//! reduction order. Outputs start as NaN so an operation that never ran is caught.
+//! element of an all-reduce's output must be n(n+1)/2, which fp32 holds exactly
+//! whatever the reduction order, and chunk r of an all-gather's or all-to-all's output
+//! must hold r+1. Outputs start as NaN so an operation that never ran is caught. An
+//! all-to-all is grouped sends and receives, since NCCL has no single call for it.
 //!
 //! A hung peer or link never returns from NCCL on its own. Waiting therefore polls
 //! events, the cancel token and NCCL's asynchronous error; on either of the latter it
@@ -26,7 +29,7 @@ use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 
 use super::driver_error;
 use super::nccl::{Comms, Nccl, RawStream, UniqueId, datatype};
-use crate::{BackendError, CancelToken, Sample, all_reduce_busbw};
+use crate::{BackendError, CancelToken, Sample, all_gather_busbw, all_reduce_busbw};
 
 /// Default message size, as nccl-tests' large-message sweeps reach (`-e 8G` sends 8 GB).
 pub const DEFAULT_BYTES: u64 = 4 << 30;
@@ -66,6 +69,47 @@ pub enum Membership {
     },
 }
 
+/// Which collective runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    AllReduce,
+    AllGather,
+    AllToAll,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::AllReduce => "all-reduce",
+            Kind::AllGather => "all-gather",
+            Kind::AllToAll => "all-to-all",
+        }
+    }
+
+    /// Elements in the output, rounded so every rank's chunk is the same size.
+    pub fn output_count(self, count: usize, ranks: usize) -> usize {
+        match self {
+            Kind::AllReduce => count.max(1),
+            Kind::AllGather | Kind::AllToAll => (count / ranks.max(1)).max(1) * ranks.max(1),
+        }
+    }
+
+    /// What output element `element` must hold, with `chunk` elements per rank.
+    pub fn expected(self, element: usize, ranks: usize, chunk: usize) -> f32 {
+        match self {
+            Kind::AllReduce => expected_sum(ranks),
+            Kind::AllGather | Kind::AllToAll => (element / chunk.max(1) + 1) as f32,
+        }
+    }
+
+    fn busbw(self, algbw: f64, ranks: usize) -> f64 {
+        match self {
+            Kind::AllReduce => all_reduce_busbw(algbw, ranks),
+            Kind::AllGather | Kind::AllToAll => all_gather_busbw(algbw, ranks),
+        }
+    }
+}
+
 /// The sum every output element must hold: 1 + 2 + … + n.
 pub fn expected_sum(ranks: usize) -> f32 {
     (ranks * (ranks + 1) / 2) as f32
@@ -84,20 +128,30 @@ pub fn probe_offsets(count: usize, probe: usize, probes: usize) -> Vec<(usize, u
     out
 }
 
-/// The first wrong element, as a message.
-pub fn first_wrong(rank: usize, offset: usize, values: &[f32], expected: f32) -> Option<String> {
-    let (at, got) = values.iter().enumerate().find(|(_, v)| **v != expected)?;
+/// The first wrong element, as a message; `expected(e)` is what element `e` must hold.
+pub fn first_wrong(
+    rank: usize,
+    offset: usize,
+    values: &[f32],
+    expected: impl Fn(usize) -> f32,
+) -> Option<String> {
+    let (at, got, want) = values
+        .iter()
+        .enumerate()
+        .map(|(at, got)| (at, got, expected(offset + at)))
+        .find(|(_, got, want)| *got != want)?;
     Some(format!(
-        "rank `{rank}` element `{}` is `{got}` but the sum must be `{expected}`",
+        "rank `{rank}` element `{}` is `{got}` but must be `{want}`",
         offset + at
     ))
 }
 
-/// Runs the all-reduce over `contexts` (one per GPU of this node, in rank order).
+/// Runs `kind` over `contexts` (one per GPU of this node, in rank order).
 pub fn run(
     nccl: &'static Nccl,
     contexts: &[Arc<CudaContext>],
     membership: Membership,
+    kind: Kind,
     configured_bytes: Option<u64>,
     cancel: &CancelToken,
 ) -> Result<Sample, BackendError> {
@@ -124,7 +178,13 @@ pub fn run(
             smallest,
         ),
     };
-    let count = (bytes / 4) as usize;
+    let count = kind.output_count((bytes / 4) as usize, ranks);
+    let bytes = count as u64 * 4;
+    let chunk = count / ranks.max(1);
+    let send_count = match kind {
+        Kind::AllGather => chunk,
+        Kind::AllReduce | Kind::AllToAll => count,
+    };
 
     let mut streams: Vec<Arc<CudaStream>> = Vec::with_capacity(local);
     let mut send: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
@@ -133,19 +193,20 @@ pub fn run(
         let rank = first_rank + index;
         let stream = ctx.new_stream().map_err(err("creating a stream"))?;
         // SAFETY: both buffers are filled right below, before any read.
-        let (s, r) = unsafe { (stream.alloc::<f32>(count), stream.alloc::<f32>(count)) };
+        let (s, r) = unsafe { (stream.alloc::<f32>(send_count), stream.alloc::<f32>(count)) };
         let (s, r) = (
             s.map_err(err("allocating the send buffer"))?,
             r.map_err(err("allocating the receive buffer"))?,
         );
         let fill = (rank as f32 + 1.0).to_bits();
-        // SAFETY: each buffer holds `count` u32-sized elements on this stream's context.
+        // SAFETY: the buffers hold `send_count` and `count` u32-sized elements on this
+        // stream's context.
         unsafe {
             ctx.bind_to_thread().map_err(err("binding the context"))?;
             cudarc::driver::sys::cuMemsetD32Async(
                 s.device_ptr(&stream).0,
                 fill,
-                count,
+                send_count,
                 stream.cu_stream(),
             )
             .result()
@@ -197,17 +258,19 @@ pub fn run(
     let enqueue = |comms: &Comms| -> Result<(), String> {
         nccl.group_start()?;
         let mut result = Ok(());
-        for (rank, (s, r)) in pointers.iter().enumerate() {
-            // SAFETY: live buffers of `count` f32 on rank `rank`'s GPU and stream.
+        for (index, (s, r)) in pointers.iter().enumerate() {
+            let stream = streams[index].cu_stream() as RawStream;
+            // SAFETY: live buffers of `send_count` and `count` f32 on this GPU and stream.
             result = unsafe {
-                comms.all_reduce(
-                    rank,
-                    *s,
-                    *r,
-                    count,
-                    datatype::FLOAT32,
-                    streams[rank].cu_stream() as RawStream,
-                )
+                match kind {
+                    Kind::AllReduce => {
+                        comms.all_reduce(index, *s, *r, count, datatype::FLOAT32, stream)
+                    }
+                    Kind::AllGather => {
+                        comms.all_gather(index, *s, *r, chunk, datatype::FLOAT32, stream)
+                    }
+                    Kind::AllToAll => all_to_all(comms, index, (*s, *r), chunk, ranks, stream),
+                }
             };
             if result.is_err() {
                 break;
@@ -223,7 +286,7 @@ pub fn run(
         for _ in 0..WARMUP_ITERATIONS {
             enqueue(&comms).map_err(BackendError::Failed)?;
         }
-        wait_all(&streams, &comms, cancel)?;
+        wait_all(&streams, &comms, kind, cancel)?;
         let per_iteration = warm_started.elapsed().as_secs_f64() / WARMUP_ITERATIONS as f64;
         let iterations = match membership {
             Membership::ThisNode => ((TIMED_BUDGET_SECS / per_iteration.max(1e-9)) as usize)
@@ -241,7 +304,7 @@ pub fn run(
             enqueue(&comms).map_err(BackendError::Failed)?;
             event.record(first).map_err(err("recording an event"))?;
         }
-        wait_all(&streams, &comms, cancel)?;
+        wait_all(&streams, &comms, kind, cancel)?;
 
         let mut samples = Vec::with_capacity(iterations);
         let mut total_secs = 0.0;
@@ -252,15 +315,11 @@ pub fn run(
                     .map_err(err("reading event times"))?,
             ) / 1000.0;
             total_secs += secs;
-            samples.push(all_reduce_busbw(
-                bytes as f64 / secs.max(1e-12) / 1e9,
-                ranks,
-            ));
+            samples.push(kind.busbw(bytes as f64 / secs.max(1e-12) / 1e9, ranks));
         }
         let algbw = bytes as f64 * iterations as f64 / total_secs.max(1e-12) / 1e9;
-        let busbw = all_reduce_busbw(algbw, ranks);
+        let busbw = kind.busbw(algbw, ranks);
 
-        let expected = expected_sum(ranks);
         let mut wrong_result = None;
         'ranks: for (index, buffer) in recv.iter().enumerate() {
             for (offset, len) in probe_offsets(count, PROBE_ELEMENTS, PROBES) {
@@ -268,6 +327,7 @@ pub fn run(
                     .clone_dtoh(&buffer.slice(offset..offset + len))
                     .map_err(err("reading the result"))?;
                 let rank = first_rank + index;
+                let expected = |element| kind.expected(element, ranks, chunk);
                 if let Some(message) = first_wrong(rank, offset, &values, expected) {
                     wrong_result = Some(message);
                     break 'ranks;
@@ -287,7 +347,10 @@ pub fn run(
         params.insert("bytes".to_owned(), bytes.to_string());
         params.insert("count".to_owned(), count.to_string());
         params.insert("dtype".to_owned(), "fp32".to_owned());
-        params.insert("op".to_owned(), "sum".to_owned());
+        params.insert("collective".to_owned(), kind.label().to_owned());
+        if kind == Kind::AllReduce {
+            params.insert("op".to_owned(), "sum".to_owned());
+        }
         params.insert("ranks".to_owned(), ranks.to_string());
         if let Membership::Across { first_rank, .. } = membership {
             params.insert("first_rank".to_owned(), first_rank.to_string());
@@ -318,11 +381,52 @@ pub fn run(
     outcome
 }
 
+/// One rank's part of an all-to-all: chunk p of its input to rank p, and chunk p of
+/// its output from rank p, as grouped sends and receives.
+///
+/// # Safety
+/// `buffers` are live device buffers of `ranks × chunk` f32 on communicator `index`'s
+/// GPU, and `stream` a stream of that GPU; the caller is inside an NCCL group.
+unsafe fn all_to_all(
+    comms: &Comms,
+    index: usize,
+    (send, recv): (u64, u64),
+    chunk: usize,
+    ranks: usize,
+    stream: RawStream,
+) -> Result<(), String> {
+    for peer in 0..ranks {
+        let offset = (peer * chunk * size_of::<f32>()) as u64;
+        let peer_rank = i32::try_from(peer).map_err(|_| "rank out of range".to_owned())?;
+        // SAFETY: the chunk lies inside both buffers; the rest is the caller's promise.
+        unsafe {
+            comms.send(
+                index,
+                send + offset,
+                chunk,
+                datatype::FLOAT32,
+                peer_rank,
+                stream,
+            )?;
+            comms.recv(
+                index,
+                recv + offset,
+                chunk,
+                datatype::FLOAT32,
+                peer_rank,
+                stream,
+            )?;
+        }
+    }
+    Ok(())
+}
+
 /// Waits until every stream has run what was enqueued, watching for cancellation and
 /// NCCL's asynchronous errors; aborting is left to the caller.
 fn wait_all(
     streams: &[Arc<CudaStream>],
     comms: &Comms,
+    kind: Kind,
     cancel: &CancelToken,
 ) -> Result<(), BackendError> {
     let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
@@ -351,7 +455,8 @@ fn wait_all(
                 && let Some(error) = comms.async_error()
             {
                 return Err(BackendError::Failed(format!(
-                    "NCCL reported an error while the all-reduce ran: {error}"
+                    "NCCL reported an error while the {} ran: {error}",
+                    kind.label()
                 )));
             }
             std::thread::sleep(std::time::Duration::from_micros(200));
@@ -378,16 +483,34 @@ mod tests {
     fn the_expected_sum_is_exact_in_fp32() {
         assert_eq!(expected_sum(8), 36.0);
         assert_eq!(expected_sum(2), 3.0);
-        assert_eq!(first_wrong(1, 100, &[36.0, 36.0], 36.0), None);
+        assert_eq!(first_wrong(1, 100, &[36.0, 36.0], |_| 36.0), None);
         assert_eq!(
-            first_wrong(3, 100, &[36.0, 35.0], 36.0).unwrap(),
-            "rank `3` element `101` is `35` but the sum must be `36`"
+            first_wrong(3, 100, &[36.0, 35.0], |_| 36.0).unwrap(),
+            "rank `3` element `101` is `35` but must be `36`"
         );
         assert!(
-            first_wrong(0, 0, &[f32::NAN], 36.0)
+            first_wrong(0, 0, &[f32::NAN], |_| 36.0)
                 .unwrap()
                 .contains("`NaN`")
         );
+    }
+
+    #[test]
+    fn gathers_and_exchanges_expect_each_rank_s_chunk() {
+        // 10 elements over 4 ranks: 8, two per rank.
+        assert_eq!(Kind::AllGather.output_count(10, 4), 8);
+        assert_eq!(Kind::AllToAll.output_count(3, 4), 4);
+        assert_eq!(Kind::AllReduce.output_count(10, 4), 10);
+        let expected: Vec<f32> = (0..8).map(|e| Kind::AllGather.expected(e, 4, 2)).collect();
+        assert_eq!(expected, [1.0, 1.0, 2.0, 2.0, 3.0, 3.0, 4.0, 4.0]);
+        assert_eq!(Kind::AllReduce.expected(7, 4, 2), 10.0);
+        let wrong = first_wrong(2, 4, &[3.0, 4.0], |e| Kind::AllToAll.expected(e, 4, 2));
+        assert_eq!(
+            wrong.as_deref(),
+            Some("rank `2` element `5` is `4` but must be `3`")
+        );
+        assert_eq!(Kind::AllGather.busbw(8.0, 4), 6.0);
+        assert_eq!(Kind::AllReduce.busbw(8.0, 4), 12.0);
     }
 
     #[test]

@@ -340,13 +340,13 @@ fn load_libraries(dirs: &[PathBuf]) -> Libraries {
 fn not_yet(check: CheckName) -> Support {
     use CheckName::*;
     let reason = match check {
-        AllReduce2 | AllReduce => format!(
+        AllReduce2 | AllReduce | AllToAll2 | AllGather2 | AllGather => format!(
             "`{check}` spans nodes: it runs when this node is one of a group, over NCCL with the \
              unique id the coordinator hands to every node"
         ),
-        AllToAll2 | AllGather2 | AllGather | MultiAllReduce2 | MultiAllReduce => format!(
-            "`{check}` spans nodes: the cuda backend runs only `all_reduce_2` and `all_reduce` \
-             across nodes yet"
+        MultiAllReduce2 | MultiAllReduce => format!(
+            "`{check}` spans nodes with one communicator per rail, which the cuda backend does \
+             not build yet"
         ),
         PytorchGloo2 | NetworkConnectivity => {
             format!("`{check}` tests the host network between the agents of a group, not a GPU")
@@ -360,11 +360,12 @@ fn not_yet(check: CheckName) -> Support {
 }
 
 impl CudaBackend {
-    /// The NCCL all-reduce over `devices` of this node, as `membership` places them.
-    fn all_reduce(
+    /// An NCCL collective over `devices` of this node, as `membership` places them.
+    fn collective(
         &self,
         devices: &[u32],
         membership: collective::Membership,
+        kind: collective::Kind,
         work: &WorkSpec,
         cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
@@ -376,6 +377,7 @@ impl CudaBackend {
             self.nccl()?,
             &contexts,
             membership,
+            kind,
             work.collective_bytes,
             cancel,
         )
@@ -544,7 +546,13 @@ impl Backend for CudaBackend {
                 )));
             }
             let membership = collective::Membership::ThisNode;
-            self.all_reduce(devices, membership, work, cancel)
+            self.collective(
+                devices,
+                membership,
+                collective::Kind::AllReduce,
+                work,
+                cancel,
+            )
         })
     }
 
@@ -557,13 +565,13 @@ impl Backend for CudaBackend {
         Ok(id.internal.iter().map(|&byte| byte as u8).collect())
     }
 
-    fn all_reduce_across(
+    fn collective_across(
         &self,
         across: &Across,
         work: &WorkSpec,
         cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
-        guarded("all_reduce_across", || {
+        guarded("collective_across", || {
             let mut id = nccl::UniqueId { internal: [0; 128] };
             if across.token.len() != id.internal.len() {
                 return Err(BackendError::Failed(format!(
@@ -580,8 +588,18 @@ impl Backend for CudaBackend {
                 world: across.world,
                 first_rank: across.first_rank,
             };
+            let kind = match across.check {
+                CheckName::AllReduce2 | CheckName::AllReduce => collective::Kind::AllReduce,
+                CheckName::AllGather2 | CheckName::AllGather => collective::Kind::AllGather,
+                CheckName::AllToAll2 => collective::Kind::AllToAll,
+                other => {
+                    return Err(BackendError::Unsupported(format!(
+                        "`{other}` is not a collective the cuda backend runs across nodes"
+                    )));
+                }
+            };
             let devices: Vec<u32> = (0..self.gpus.len() as u32).collect();
-            self.all_reduce(&devices, membership, work, cancel)
+            self.collective(&devices, membership, kind, work, cancel)
         })
     }
 }
