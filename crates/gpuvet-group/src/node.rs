@@ -1,6 +1,7 @@
 //! The agent's side of a group run: bind the data plane, then do what the coordinator
-//! asks (a local check, a collective with other agents, a reachability probe) until it
-//! sends the group's verdict.
+//! asks (a local check; a collective with other agents over the data plane, PyTorch's
+//! Gloo or the backend's own transport; a reachability probe; a torch probe; a token
+//! for the backend's transport) until it sends the group's verdict.
 //!
 //! Every piece of work is bounded by the budget the coordinator gives it, and is
 //! cancelled as soon as the link to the coordinator ends, so an agent whose coordinator
