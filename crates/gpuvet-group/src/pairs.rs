@@ -134,6 +134,19 @@ fn run_plan(
             if !answers.missing.is_empty() {
                 return Err(Box::new(context.interrupted(name, answers.timed_out)));
             }
+            // Errors are ordered by when they happened, so on one clock.
+            for (&rank, reply) in answers.replies.iter_mut() {
+                if let Reply::Collective(CollectiveReply {
+                    failed_at_ms: Some(ms),
+                    ..
+                }) = reply
+                {
+                    *ms = context
+                        .session
+                        .on_coordinator_clock(rank, *ms)
+                        .unwrap_or(*ms);
+                }
+            }
             for (pair, a, b) in ranks_of {
                 let replies = [answers.replies.get(&a), answers.replies.get(&b)];
                 if let Some(Reply::Collective(reply)) = replies[0] {
@@ -227,7 +240,8 @@ pub(crate) fn collective_error(reply: &Reply) -> Option<(String, Option<u64>)> {
 }
 
 /// One pair test from its two members' replies: the lower of the two values (both
-/// timed the same collective), or the first error either side met.
+/// timed the same collective), or both sides' errors, the earlier first (times on the
+/// coordinator's clock).
 fn pair_measurement(pair: &Pair, replies: [Option<&Reply>; 2]) -> Measurement {
     let entity = pair.entity();
     let mut values = Vec::new();

@@ -241,6 +241,14 @@ impl<'a> Session<'a> {
 
     /// Records what each rank that failed or went silent did, once a member was lost:
     /// they only waited on it.
+    /// A time on `rank`'s clock (Unix milliseconds) on the coordinator's, when the
+    /// agent's clock offset is known.
+    pub(crate) fn on_coordinator_clock(&self, rank: u32, ms: u64) -> Option<u64> {
+        self.coordinator
+            .clock_offset(rank)
+            .map(|clock| clock.to_coordinator_ms(ms))
+    }
+
     pub(crate) fn record_secondary(
         &mut self,
         answers: &Answers,
@@ -253,11 +261,7 @@ impl<'a> Session<'a> {
         for (&rank, reply) in &answers.replies {
             if let Some((error, failed_at_ms)) = error_of(reply) {
                 let time_ms = failed_at_ms
-                    .and_then(|ms| {
-                        self.coordinator
-                            .clock_offset(rank)
-                            .map(|clock| clock.to_coordinator_ms(ms))
-                    })
+                    .and_then(|ms| self.on_coordinator_clock(rank, ms))
                     .unwrap_or_else(unix_ms);
                 incidents.push(Incident {
                     rank,
