@@ -25,7 +25,7 @@ pub struct NodeInfo {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<InterfaceProbe>,
     /// Whether the backend has its own transport between nodes (NCCL), which then
-    /// runs the cross-node all-reduces instead of the TCP data plane.
+    /// runs the cross-node collectives instead of the TCP data plane.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub spans_nodes: bool,
 }
