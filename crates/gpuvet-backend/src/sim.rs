@@ -83,6 +83,15 @@ impl SimBackend {
             .map(|&(_, device, fault)| (device, fault))
     }
 
+    /// A collective runs at the pace of its slowest member.
+    fn slowest(&self, devices: &[u32]) -> f64 {
+        devices
+            .iter()
+            .map(|&device| self.speed(device))
+            .reduce(f64::min)
+            .unwrap_or(1.0)
+    }
+
     fn check_device(&self, device: u32) -> Result<(), BackendError> {
         crate::check_device("sim", device, self.script.devices)
     }
@@ -208,12 +217,7 @@ impl Backend for SimBackend {
         _cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
         crate::check_local_group("sim", devices, self.script.devices)?;
-        // A collective runs at the pace of its slowest member.
-        let slowest = devices
-            .iter()
-            .map(|&device| self.speed(device))
-            .fold(f64::INFINITY, f64::min);
-        let nominal = NOMINAL_ALL_REDUCE_BUSBW * slowest;
+        let nominal = NOMINAL_ALL_REDUCE_BUSBW * self.slowest(devices);
         let device_set_key = SplitMix64::keyed(
             0,
             &devices.iter().map(|&d| u64::from(d)).collect::<Vec<_>>(),
@@ -225,15 +229,7 @@ impl Backend for SimBackend {
         sample
             .extra
             .insert("algbw".to_owned(), sample.value / algbw_per_busbw);
-        sample.params = BTreeMap::from([
-            (
-                "bytes".to_owned(),
-                work.collective_bytes
-                    .unwrap_or(DEFAULT_COLLECTIVE_BYTES)
-                    .to_string(),
-            ),
-            ("ranks".to_owned(), ranks.to_string()),
-        ]);
+        sample.params = collective_params(work, ranks);
         Ok(sample)
     }
 
@@ -269,11 +265,7 @@ impl Backend for SimBackend {
             )));
         }
         let devices: Vec<u32> = self.devices.iter().map(|d| d.index).collect();
-        let slowest = devices
-            .iter()
-            .map(|&device| self.speed(device))
-            .reduce(f64::min)
-            .unwrap_or(1.0);
+        let slowest = self.slowest(&devices);
         let key = SplitMix64::keyed(across.first_rank as u64, &[across.world as u64]).next_u64();
         let mut sample =
             self.measure(across.check, &devices, key, NOMINAL_ACROSS_BUSBW * slowest)?;
@@ -286,19 +278,28 @@ impl Backend for SimBackend {
         sample
             .extra
             .insert("algbw".to_owned(), sample.value / busbw_per_algbw);
-        sample.params = BTreeMap::from([
-            (
-                "bytes".to_owned(),
-                work.collective_bytes
-                    .unwrap_or(DEFAULT_COLLECTIVE_BYTES)
-                    .to_string(),
-            ),
-            ("ranks".to_owned(), across.world.to_string()),
-            ("first_rank".to_owned(), across.first_rank.to_string()),
-            ("transport".to_owned(), "sim".to_owned()),
-        ]);
+        sample.params = collective_params(work, across.world);
+        sample
+            .params
+            .insert("first_rank".to_owned(), across.first_rank.to_string());
+        sample
+            .params
+            .insert("transport".to_owned(), "sim".to_owned());
         Ok(sample)
     }
+}
+
+/// A collective's size and ranks, as its params report them.
+fn collective_params(work: &WorkSpec, ranks: usize) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (
+            "bytes".to_owned(),
+            work.collective_bytes
+                .unwrap_or(DEFAULT_COLLECTIVE_BYTES)
+                .to_string(),
+        ),
+        ("ranks".to_owned(), ranks.to_string()),
+    ])
 }
 
 /// The scripted `hang`: never returns and ignores the cancel token, as a wedged GPU does.

@@ -52,11 +52,10 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>) -> CheckResult {
             (member.rank, Directive::Probe { targets, budget_ms })
         })
         .collect();
-    let answers = context.session.ask(orders, due);
-    context.session.record_secondary(&answers, |_| None);
-    if !answers.missing.is_empty() {
-        return context.interrupted(name, answers.timed_out);
-    }
+    let answers = match context.ask_all(name, orders, due) {
+        Ok(answers) => answers,
+        Err(result) => return *result,
+    };
     let nodes: Vec<(u32, String)> = members.iter().map(|m| (m.rank, m.node.clone())).collect();
     let mut entities = Vec::new();
     for network in &networks {

@@ -18,7 +18,7 @@ use gpuvet_core::results::{
 };
 use gpuvet_runner::{human_duration, scope_skip_reason};
 
-use crate::session::{GroupEvent, Member, Session};
+use crate::session::{Answers, GroupEvent, Member, Session};
 use crate::wire::Directive;
 use crate::{connectivity, local, native, pairs, whole};
 
@@ -260,6 +260,24 @@ impl CheckContext<'_, '_> {
                 .iter()
                 .any(|b| !a.info.host_id.is_empty() && a.info.host_id == b.info.host_id)
         })
+    }
+
+    /// Sends the orders and waits for every answer until `due`. `Err` carries the
+    /// check's result when a member was lost or time ran out (the others' errors are
+    /// then recorded as secondary).
+    pub(crate) fn ask_all(
+        &mut self,
+        name: CheckName,
+        orders: Vec<(u32, Directive)>,
+        due: Instant,
+    ) -> Result<Answers, Box<CheckResult>> {
+        let answers = self.session.ask(orders, due);
+        self.session.record_secondary(&answers, |_| None);
+        if answers.missing.is_empty() {
+            Ok(answers)
+        } else {
+            Err(Box::new(self.interrupted(name, answers.timed_out)))
+        }
     }
 
     /// The result for a check that ran out of time or lost a member, with what it did

@@ -38,13 +38,7 @@ pub(crate) fn choose(context: &mut CheckContext<'_, '_>) -> Result<EngineChoice,
         .iter()
         .map(|m| (m.rank, Directive::ProbeTorch { budget_ms }))
         .collect();
-    let answers = context.session.ask(orders, due);
-    context.session.record_secondary(&answers, |_| None);
-    if !answers.missing.is_empty() {
-        return Err(Box::new(
-            context.interrupted(CheckName::PytorchGloo2, answers.timed_out),
-        ));
-    }
+    let answers = context.ask_all(CheckName::PytorchGloo2, orders, due)?;
     let nodes: Vec<(String, Option<&Reply>)> = context
         .session
         .members

@@ -34,11 +34,10 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
                 )
             })
             .collect();
-        let answers = context.session.ask(orders, due);
-        context.session.record_secondary(&answers, |_| None);
-        if !answers.missing.is_empty() {
-            return context.interrupted(name, answers.timed_out);
-        }
+        let answers = match context.ask_all(name, orders, due) {
+            Ok(answers) => answers,
+            Err(result) => return *result,
+        };
         for (rank, reply) in answers.replies {
             per_node.push(match reply {
                 Reply::Local { result } => *result,

@@ -69,11 +69,7 @@ pub(crate) fn attach(
         .iter()
         .filter_map(|group| group.first().map(|&first| (first, Directive::GroupToken)))
         .collect();
-    let answers = context.session.ask(asks, due);
-    context.session.record_secondary(&answers, |_| None);
-    if !answers.missing.is_empty() {
-        return Err(Box::new(context.interrupted(name, answers.timed_out)));
-    }
+    let answers = context.ask_all(name, asks, due)?;
     for group in groups {
         let Some(&first) = group.first() else {
             continue;
