@@ -184,10 +184,12 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         )))
     }
 
-    /// The collective of `across.check` (an all-reduce, all-gather or all-to-all)
-    /// across nodes: every device of this node joins `across` as consecutive ranks.
-    /// busbw as nccl-tests defines it over all `across.world` ranks, with the result
-    /// checked. Every member must run the same work: the iteration count is fixed, not
+    /// The collective of `across.check` across nodes, with this node's devices placed
+    /// as `across.ranks` says: all of them as consecutive ranks of one collective (an
+    /// all-reduce, all-gather or all-to-all), or device i in rail i's all-reduce, every
+    /// rail at once (`multi_all_reduce`). busbw as nccl-tests defines it (the slowest
+    /// rail's, with each rail's in `extra` as `rail{i}`), with the result checked.
+    /// Every member must run the same work: the iteration count is fixed, not
     /// measured, so no member waits on a collective another never enqueues.
     fn collective_across(
         &self,
@@ -208,12 +210,46 @@ pub struct Across {
     /// The check it is measured for, which says the collective (`all_gather_2`: an
     /// all-gather).
     pub check: CheckName,
-    /// The group's token, from [`Backend::group_token`] on its first node.
-    pub token: Vec<u8>,
-    /// Ranks in all: every device of every member.
-    pub world: usize,
-    /// The rank of this node's first device; the others follow in device order.
-    pub first_rank: usize,
+    pub ranks: AcrossRanks,
+}
+
+/// Which ranks this node's devices are, in the collectives of an [`Across`]. Tokens
+/// come from [`Backend::group_token`] on the group's first node.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AcrossRanks {
+    /// One collective over every device of every member: this node's devices are
+    /// ranks `first_rank..` of `world`, in device order.
+    Devices {
+        token: Vec<u8>,
+        world: usize,
+        first_rank: usize,
+    },
+    /// One all-reduce per rail, all at once: device i of every member joins rail i,
+    /// whose token is `tokens[i]`, as rank `node` of `nodes`. Devices beyond the
+    /// rails sit out.
+    Rails {
+        tokens: Vec<Vec<u8>>,
+        nodes: usize,
+        node: usize,
+    },
+}
+
+impl AcrossRanks {
+    /// Ranks in each collective.
+    pub fn world(&self) -> usize {
+        match self {
+            AcrossRanks::Devices { world, .. } => *world,
+            AcrossRanks::Rails { nodes, .. } => *nodes,
+        }
+    }
+
+    /// Every token, one per collective.
+    pub fn tokens(&self) -> Vec<&[u8]> {
+        match self {
+            AcrossRanks::Devices { token, .. } => vec![token.as_slice()],
+            AcrossRanks::Rails { tokens, .. } => tokens.iter().map(Vec::as_slice).collect(),
+        }
+    }
 }
 
 /// The backend `select` picked, and why `auto` fell back from a better one.

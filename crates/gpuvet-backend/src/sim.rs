@@ -15,7 +15,7 @@ use gpuvet_core::config::{Dtype, SimFault, SimScript};
 use gpuvet_core::results::DeviceInfo;
 use gpuvet_core::stats::median;
 
-use crate::{Across, Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
+use crate::{Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
 
 /// Dense bf16 GEMM of an H100 SXM, TFLOPS.
 const NOMINAL_GEMM_TFLOPS: f64 = 700.0;
@@ -250,41 +250,88 @@ impl Backend for SimBackend {
         Ok(token)
     }
 
-    /// Plays NCCL across nodes, at the pace of this node's slowest device (the sim
-    /// cannot know the others'; a pair's figure is the lower of its two members').
+    /// Plays NCCL across nodes, at the pace of this node's slowest device in the
+    /// collective (the sim cannot know the others'; a pair's figure is the lower of
+    /// its two members'), or each rail at its own device's pace.
     fn collective_across(
         &self,
         across: &Across,
         work: &WorkSpec,
         _cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
-        if across.token.len() != TOKEN_BYTES || !across.token.starts_with(TOKEN_PREFIX) {
-            return Err(BackendError::Failed(format!(
-                "the group token ({} bytes) is not one a sim backend made",
-                across.token.len()
-            )));
-        }
-        let devices: Vec<u32> = self.devices.iter().map(|d| d.index).collect();
-        let slowest = self.slowest(&devices);
-        let key = SplitMix64::keyed(across.first_rank as u64, &[across.world as u64]).next_u64();
-        let mut sample =
-            self.measure(across.check, &devices, key, NOMINAL_ACROSS_BUSBW * slowest)?;
-        let busbw_per_algbw = match across.check {
-            CheckName::AllReduce2 | CheckName::AllReduce => {
-                crate::all_reduce_busbw(1.0, across.world)
+        for token in across.ranks.tokens() {
+            if token.len() != TOKEN_BYTES || !token.starts_with(TOKEN_PREFIX) {
+                return Err(BackendError::Failed(format!(
+                    "the group token ({} bytes) is not one a sim backend made",
+                    token.len()
+                )));
             }
-            _ => crate::all_gather_busbw(1.0, across.world),
+        }
+        let world = across.ranks.world();
+        let busbw_per_algbw = match across.check {
+            CheckName::AllGather2 | CheckName::AllGather | CheckName::AllToAll2 => {
+                crate::all_gather_busbw(1.0, world)
+            }
+            _ => crate::all_reduce_busbw(1.0, world),
+        };
+        let mut sample = match &across.ranks {
+            AcrossRanks::Devices { first_rank, .. } => {
+                let devices: Vec<u32> = self.devices.iter().map(|d| d.index).collect();
+                let key = SplitMix64::keyed(*first_rank as u64, &[world as u64]).next_u64();
+                let nominal = NOMINAL_ACROSS_BUSBW * self.slowest(&devices);
+                let mut sample = self.measure(across.check, &devices, key, nominal)?;
+                sample.params = collective_params(work, world);
+                sample
+                    .params
+                    .insert("first_rank".to_owned(), first_rank.to_string());
+                sample
+            }
+            AcrossRanks::Rails { tokens, node, .. } => {
+                self.rails_across(across.check, tokens.len(), *node, work, world)?
+            }
         };
         sample
             .extra
             .insert("algbw".to_owned(), sample.value / busbw_per_algbw);
-        sample.params = collective_params(work, across.world);
-        sample
-            .params
-            .insert("first_rank".to_owned(), across.first_rank.to_string());
         sample
             .params
             .insert("transport".to_owned(), "sim".to_owned());
+        Ok(sample)
+    }
+}
+
+impl SimBackend {
+    /// One all-reduce per rail, device i on rail i: the slowest rail's sample, with
+    /// every rail's busbw in `extra`.
+    fn rails_across(
+        &self,
+        check: CheckName,
+        rails: usize,
+        node: usize,
+        work: &WorkSpec,
+        nodes: usize,
+    ) -> Result<Sample, BackendError> {
+        if rails == 0 || rails > self.devices.len() {
+            return Err(BackendError::Failed(format!(
+                "asked for {rails} rails, and this node has {} devices",
+                self.devices.len()
+            )));
+        }
+        let mut slowest: Option<Sample> = None;
+        let mut per_rail = BTreeMap::new();
+        for rail in 0..rails as u32 {
+            let key = SplitMix64::keyed(node as u64, &[nodes as u64, u64::from(rail)]).next_u64();
+            let nominal = NOMINAL_ACROSS_BUSBW * self.speed(rail);
+            let sample = self.measure(check, &[rail], key, nominal)?;
+            per_rail.insert(format!("rail{rail}"), sample.value);
+            if slowest.as_ref().is_none_or(|s| sample.value < s.value) {
+                slowest = Some(sample);
+            }
+        }
+        let mut sample = slowest.unwrap_or_default();
+        sample.extra.extend(per_rail);
+        sample.params = collective_params(work, nodes);
+        sample.params.insert("rails".to_owned(), rails.to_string());
         Ok(sample)
     }
 }
@@ -640,9 +687,11 @@ mod tests {
         );
         let mut across = Across {
             check: CheckName::AllReduce2,
-            token,
-            world: 4,
-            first_rank: 2,
+            ranks: AcrossRanks::Devices {
+                token,
+                world: 4,
+                first_rank: 2,
+            },
         };
         let sample = backend
             .collective_across(&across, &WorkSpec::default(), &cancel)
@@ -650,13 +699,70 @@ mod tests {
         assert_eq!(sample.value, NOMINAL_ACROSS_BUSBW * 0.5);
         assert_eq!(sample.params["ranks"], "4");
         assert_eq!(sample.params["first_rank"], "2");
-        across.token = vec![0; TOKEN_BYTES];
+        across.ranks = AcrossRanks::Devices {
+            token: vec![0; TOKEN_BYTES],
+            world: 4,
+            first_rank: 2,
+        };
         let err = backend
             .collective_across(&across, &WorkSpec::default(), &cancel)
             .unwrap_err();
         assert!(
             err.to_string().contains("not one a sim backend made"),
             "{err}"
+        );
+    }
+
+    #[test]
+    fn rails_across_nodes_run_each_at_its_own_device_s_pace() {
+        let backend = SimBackend::new(SimScript {
+            devices: 3,
+            speed: BTreeMap::from([(1, 0.25)]),
+            ..SimScript::default()
+        });
+        let cancel = CancelToken::new();
+        let token = || backend.group_token().unwrap();
+        let across = Across {
+            check: CheckName::MultiAllReduce2,
+            ranks: AcrossRanks::Rails {
+                tokens: vec![token(), token()],
+                nodes: 2,
+                node: 1,
+            },
+        };
+        let sample = backend
+            .collective_across(&across, &WorkSpec::default(), &cancel)
+            .unwrap();
+        assert_eq!(sample.value, NOMINAL_ACROSS_BUSBW * 0.25);
+        assert_eq!(sample.extra["rail0"], NOMINAL_ACROSS_BUSBW);
+        assert_eq!(sample.extra["rail1"], NOMINAL_ACROSS_BUSBW * 0.25);
+        assert!(!sample.extra.contains_key("rail2"), "device 2 sits out");
+        assert_eq!(sample.params["rails"], "2");
+        assert_eq!(sample.params["ranks"], "2");
+
+        let mut too_many = across.clone();
+        too_many.ranks = AcrossRanks::Rails {
+            tokens: vec![token(); 4],
+            nodes: 2,
+            node: 1,
+        };
+        let err = backend
+            .collective_across(&too_many, &WorkSpec::default(), &cancel)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "asked for 4 rails, and this node has 3 devices"
+        );
+        let mut mangled = across;
+        mangled.ranks = AcrossRanks::Rails {
+            tokens: vec![token(), vec![7; TOKEN_BYTES]],
+            nodes: 2,
+            node: 1,
+        };
+        assert!(
+            backend
+                .collective_across(&mangled, &WorkSpec::default(), &cancel)
+                .is_err()
         );
     }
 }

@@ -353,12 +353,8 @@ fn not_implemented(session: &Session<'_>, name: CheckName) -> Option<String> {
             "its `{}` backend has no transport between nodes (NCCL did not load)",
             other.info.backend
         )
-    } else if native::NATIVE_CHECKS.contains(&name) {
-        "another member's backend has none, and the nodes must use the same one".to_owned()
     } else {
-        "across nodes the GPU backends do not run `multi_all_reduce` yet (one communicator \
-         per rail)"
-            .to_owned()
+        "another member's backend has none, and the nodes must use the same one".to_owned()
     };
     Some(format!("`{name}` cannot run on {}: {why}", other.node))
 }

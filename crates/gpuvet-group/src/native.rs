@@ -4,7 +4,9 @@
 //!
 //! Before each batch, the coordinator asks every group's first member for a token
 //! (NCCL's unique id) and hands each member the token with its ranks: a member's
-//! devices are consecutive ranks, members in group order.
+//! devices are consecutive ranks, members in group order. `multi_all_reduce` takes one
+//! token per rail instead: device i of every member is on rail i, as many rails as the
+//! member with the fewest devices has, and each member is one rank per rail.
 
 use std::collections::BTreeMap;
 
@@ -17,13 +19,20 @@ use crate::session::{Member, Session};
 use crate::wire::{Directive, NativeGroup, Reply};
 
 /// The checks the backends' own transport runs across nodes.
-pub(crate) const NATIVE_CHECKS: [CheckName; 5] = [
+pub(crate) const NATIVE_CHECKS: [CheckName; 7] = [
     CheckName::AllReduce2,
     CheckName::AllReduce,
     CheckName::AllGather2,
     CheckName::AllGather,
     CheckName::AllToAll2,
+    CheckName::MultiAllReduce2,
+    CheckName::MultiAllReduce,
 ];
+
+/// Whether `name` runs one collective per rail.
+fn per_rail(name: CheckName) -> bool {
+    matches!(name, CheckName::MultiAllReduce2 | CheckName::MultiAllReduce)
+}
 
 /// Whether `name` runs on the backends' own transport in this group: every member's
 /// backend has one (the cpu backend has none; its nodes use the data plane), and no
@@ -56,7 +65,7 @@ pub(crate) fn shared_gpu(members: &[Member]) -> Option<(String, String, String)>
 }
 
 /// Gives the collective order of every member of each group (ranks in group order)
-/// the group's token and the member's ranks. `Err` carries the check's result when a
+/// the group's tokens and the member's ranks. `Err` carries the check's result when a
 /// member was lost, time ran out, or a token could not be made.
 pub(crate) fn attach(
     context: &mut CheckContext<'_, '_>,
@@ -65,37 +74,8 @@ pub(crate) fn attach(
     orders: &mut [(u32, Directive)],
 ) -> Result<(), Box<CheckResult>> {
     let (_, due) = context.budget();
-    let asks = groups
-        .iter()
-        .filter_map(|group| group.first().map(|&first| (first, Directive::GroupToken)))
-        .collect();
-    let answers = context.ask_all(name, asks, due)?;
-    for group in groups {
-        let Some(&first) = group.first() else {
-            continue;
-        };
-        let token = match answers.replies.get(&first) {
-            Some(Reply::GroupToken {
-                token: Some(token), ..
-            }) => token.clone(),
-            other => {
-                let why = match other {
-                    Some(Reply::GroupToken {
-                        error: Some(error), ..
-                    }) => error.clone(),
-                    other => format!("it answered `{other:?}`"),
-                };
-                return Err(Box::new(CheckResult::without_work(
-                    name,
-                    CheckStatus::Failed,
-                    format!(
-                        "{} could not make the token of a collective across nodes: {why}",
-                        context.session.node_name(first)
-                    ),
-                )));
-            }
-        };
-        let devices: Vec<usize> = group
+    let devices = |context: &CheckContext<'_, '_>, group: &[u32]| -> Vec<usize> {
+        group
             .iter()
             .map(|&rank| {
                 context
@@ -103,8 +83,65 @@ pub(crate) fn attach(
                     .member(rank)
                     .map_or(0, |m| m.info.devices.len())
             })
-            .collect();
-        for (place, native) in places(&token, &devices).into_iter().enumerate() {
+            .collect()
+    };
+    let failed = |context: &CheckContext<'_, '_>, first: u32, why: String| {
+        Box::new(CheckResult::without_work(
+            name,
+            CheckStatus::Failed,
+            format!(
+                "{} could not make the token of a collective across nodes: {why}",
+                context.session.node_name(first)
+            ),
+        ))
+    };
+    // Tokens per group: one, or one per rail.
+    let mut counts = Vec::with_capacity(groups.len());
+    for group in groups {
+        let count = if per_rail(name) {
+            devices(context, group).into_iter().min().unwrap_or(0)
+        } else {
+            1
+        };
+        if let (Some(&first), 0) = (group.first(), count) {
+            let why = "a member has no devices to put on a rail".to_owned();
+            return Err(failed(context, first, why));
+        }
+        counts.push(count);
+    }
+    let asks = groups
+        .iter()
+        .zip(&counts)
+        .filter_map(|(group, &count)| {
+            group
+                .first()
+                .map(|&first| (first, Directive::GroupToken { count }))
+        })
+        .collect();
+    let answers = context.ask_all(name, asks, due)?;
+    for (group, &count) in groups.iter().zip(&counts) {
+        let Some(&first) = group.first() else {
+            continue;
+        };
+        let tokens = match answers.replies.get(&first) {
+            Some(Reply::GroupToken {
+                tokens,
+                error: None,
+            }) if tokens.len() == count => tokens.clone(),
+            Some(Reply::GroupToken {
+                error: Some(error), ..
+            }) => return Err(failed(context, first, error.clone())),
+            other => {
+                let why = format!("asked for {count} tokens, it answered `{other:?}`");
+                return Err(failed(context, first, why));
+            }
+        };
+        let places = if per_rail(name) {
+            rail_places(&tokens, group.len())
+        } else {
+            places(&tokens[0], &devices(context, group))
+        };
+        for (place, native) in places.into_iter().enumerate() {
             let rank = group[place];
             for (to, directive) in orders.iter_mut() {
                 if let (true, Directive::Collective(order)) = (*to == rank, directive) {
@@ -123,13 +160,24 @@ pub(crate) fn places(token: &str, devices: &[usize]) -> Vec<NativeGroup> {
     devices
         .iter()
         .map(|&count| {
-            let place = NativeGroup {
+            let place = NativeGroup::Devices {
                 token: token.to_owned(),
                 world,
                 first_rank,
             };
             first_rank += count;
             place
+        })
+        .collect()
+}
+
+/// Each of `nodes` members' place on every rail: rank `node` of `nodes`.
+pub(crate) fn rail_places(tokens: &[String], nodes: usize) -> Vec<NativeGroup> {
+    (0..nodes)
+        .map(|node| NativeGroup::Rails {
+            tokens: tokens.to_vec(),
+            nodes,
+            node,
         })
         .collect()
 }
@@ -184,8 +232,31 @@ mod tests {
     #[test]
     fn members_take_consecutive_ranks_in_group_order() {
         let places = places("ab", &[8, 4, 8]);
-        let firsts: Vec<usize> = places.iter().map(|p| p.first_rank).collect();
-        assert_eq!(firsts, [0, 8, 12]);
-        assert!(places.iter().all(|p| p.world == 20 && p.token == "ab"));
+        let expected: Vec<NativeGroup> = [0, 8, 12]
+            .into_iter()
+            .map(|first_rank| NativeGroup::Devices {
+                token: "ab".to_owned(),
+                world: 20,
+                first_rank,
+            })
+            .collect();
+        assert_eq!(places, expected);
+    }
+
+    #[test]
+    fn on_rails_each_member_is_one_rank_of_every_rail() {
+        let tokens = vec!["a0".to_owned(), "a1".to_owned()];
+        let places = rail_places(&tokens, 3);
+        assert_eq!(places.len(), 3);
+        assert_eq!(
+            places[2],
+            NativeGroup::Rails {
+                tokens,
+                nodes: 3,
+                node: 2
+            }
+        );
+        assert!(per_rail(CheckName::MultiAllReduce2) && per_rail(CheckName::MultiAllReduce));
+        assert!(!per_rail(CheckName::AllReduce2));
     }
 }

@@ -19,7 +19,7 @@ use gpuvet_backend::tcp::{
     multi_all_reduce, per_rail_busbw, probe_connectivity,
 };
 use gpuvet_backend::torch_gloo::{self, GlooRank};
-use gpuvet_backend::{Across, Backend, BackendError, CancelToken, Sample, WorkSpec};
+use gpuvet_backend::{Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, WorkSpec};
 use gpuvet_cluster::auth::{from_hex, to_hex};
 use gpuvet_cluster::{Agent, Received};
 use gpuvet_core::analysis::{Limit, Tolerances};
@@ -206,16 +206,21 @@ pub fn serve(
                     error: probed.err(),
                 }
             }
-            Directive::GroupToken => match setup.backend.group_token() {
-                Ok(token) => Reply::GroupToken {
-                    token: Some(to_hex(&token)),
-                    error: None,
-                },
-                Err(error) => Reply::GroupToken {
-                    token: None,
-                    error: Some(error.to_string()),
-                },
-            },
+            Directive::GroupToken { count } => {
+                let tokens: Result<Vec<String>, _> = (0..count)
+                    .map(|_| setup.backend.group_token().map(|token| to_hex(&token)))
+                    .collect();
+                match tokens {
+                    Ok(tokens) => Reply::GroupToken {
+                        tokens,
+                        error: None,
+                    },
+                    Err(error) => Reply::GroupToken {
+                        tokens: Vec::new(),
+                        error: Some(error.to_string()),
+                    },
+                }
+            }
             Directive::Probe { targets, budget_ms } => {
                 agent.set_phase(format!("probing {} peers", targets.len()));
                 Reply::Probe {
@@ -328,16 +333,42 @@ fn across(
     deadline: Instant,
     cancel: &CancelToken,
 ) -> Result<(Sample, Vec<LinkStats>), BackendError> {
-    let token = from_hex(&native.token).ok_or_else(|| {
-        BackendError::Failed("the group token from the coordinator is not hex".to_owned())
-    })?;
-    let work = CollectiveWork {
-        across: Across {
-            check,
-            token,
-            world: native.world,
-            first_rank: native.first_rank,
+    let token = |hex: &str| {
+        from_hex(hex).ok_or_else(|| {
+            BackendError::Failed("a group token from the coordinator is not hex".to_owned())
+        })
+    };
+    let ranks = match native {
+        NativeGroup::Devices {
+            token: hex,
+            world,
+            first_rank,
+        } => AcrossRanks::Devices {
+            token: token(hex)?,
+            world: *world,
+            first_rank: *first_rank,
         },
+        NativeGroup::Rails {
+            tokens,
+            nodes,
+            node,
+        } => AcrossRanks::Rails {
+            tokens: tokens
+                .iter()
+                .map(|hex| token(hex))
+                .collect::<Result<_, _>>()?,
+            nodes: *nodes,
+            node: *node,
+        },
+    };
+    let what = match &ranks {
+        AcrossRanks::Devices { world, .. } => format!("`{check}` across {world} ranks"),
+        AcrossRanks::Rails { tokens, nodes, .. } => {
+            format!("`{check}` on {} rails across {nodes} nodes", tokens.len())
+        }
+    };
+    let work = CollectiveWork {
+        across: Across { check, ranks },
         backend: Arc::clone(&setup.backend),
         work: setup.work,
         cancel: cancel.clone(),
@@ -365,11 +396,9 @@ fn across(
         cancel.check()?;
         if Instant::now() >= deadline {
             return Err(BackendError::Failed(format!(
-                "the {} backend's all-reduce across {} ranks did not finish before the \
-                 deadline: a member never joined it, or the network between the nodes drops \
-                 its traffic",
+                "the {} backend's {what} did not finish before the deadline: a member never \
+                 joined it, or the network between the nodes drops its traffic",
                 setup.backend.name(),
-                native.world
             )));
         }
     }

@@ -55,9 +55,9 @@ pub enum Directive {
     },
     /// Say whether this node's Python imports torch with Gloo, for `pytorch_gloo_2`.
     ProbeTorch { budget_ms: u64 },
-    /// Make the token (NCCL's unique id) of a collective spanning nodes, as the
-    /// group's first member.
-    GroupToken,
+    /// Make `count` tokens (NCCL's unique ids) of collectives spanning nodes, as the
+    /// group's first member: one per collective (per rail for `multi_all_reduce`).
+    GroupToken { count: usize },
     /// The group's verdict: the run is over.
     Finish { report: Box<RunReport> },
 }
@@ -86,15 +86,26 @@ pub struct CollectiveOrder {
     pub native: Option<NativeGroup>,
 }
 
-/// A rank's place in a collective the backends run among themselves.
+/// A node's place in the collectives the backends run among themselves. Tokens come
+/// from the group's first member, hex-encoded.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NativeGroup {
-    /// The group's token from its first member, hex-encoded.
-    pub token: String,
-    /// Devices of every member together.
-    pub world: usize,
-    /// The rank of this node's first device.
-    pub first_rank: usize,
+#[serde(tag = "ranks", rename_all = "snake_case")]
+pub enum NativeGroup {
+    /// One collective over every device of every member.
+    Devices {
+        token: String,
+        /// Devices of every member together.
+        world: usize,
+        /// The rank of this node's first device.
+        first_rank: usize,
+    },
+    /// One all-reduce per rail: device i of every member on rail i (`tokens[i]`),
+    /// as rank `node` of `nodes`.
+    Rails {
+        tokens: Vec<String>,
+        nodes: usize,
+        node: usize,
+    },
 }
 
 /// The engine of `pytorch_gloo_2`.
@@ -143,8 +154,8 @@ pub enum Reply {
     },
     /// A collective's token (hex), or why none could be made.
     GroupToken {
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        token: Option<String>,
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tokens: Vec<String>,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         error: Option<String>,
     },
@@ -221,7 +232,7 @@ mod tests {
             bytes: None,
             budget_ms: 5000,
             engine: HostEngine::TorchGloo,
-            native: Some(NativeGroup {
+            native: Some(NativeGroup::Devices {
                 token: "00ff".to_owned(),
                 world: 16,
                 first_rank: 8,
@@ -231,8 +242,18 @@ mod tests {
         assert_eq!(json["op"], "collective");
         assert_eq!(json["check"], "all_reduce_2");
         assert_eq!(json["engine"], "torch_gloo");
+        assert_eq!(json["native"]["ranks"], "devices");
         let back: Directive = serde_json::from_value(json).unwrap();
         assert_eq!(back, directive);
+
+        let rails = NativeGroup::Rails {
+            tokens: vec!["00".to_owned(), "01".to_owned()],
+            nodes: 4,
+            node: 3,
+        };
+        let json = serde_json::to_value(&rails).unwrap();
+        assert_eq!(json["ranks"], "rails");
+        assert_eq!(serde_json::from_value::<NativeGroup>(json).unwrap(), rails);
     }
 
     #[test]

@@ -416,7 +416,7 @@ fn backends_with_their_own_transport_run_collectives_across_nodes_and_localize()
     let spec = sim_group(
         &scratch,
         4,
-        "all_reduce_2,all_reduce,all_gather_2,all_to_all_2,multi_all_reduce_2",
+        "all_reduce_2,all_reduce,all_gather_2,all_to_all_2,multi_all_reduce_2,multi_all_reduce",
         (2, 0.5),
     );
     let finished = Group::start(&scratch, &spec).finish(LIMIT);
@@ -442,27 +442,42 @@ fn backends_with_their_own_transport_run_collectives_across_nodes_and_localize()
         assert_eq!(findings(&report, name), ["n2"], "{report:#}");
         assert_eq!(check(name)["params"]["transport"], "sim", "{report:#}");
     }
-    // One communicator per rail is not built for GPU backends yet, and says so.
-    let rails = check("multi_all_reduce_2");
-    assert_eq!(rails["status"], "not_implemented", "{rails:#}");
-    assert!(
-        rails["reason"]
-            .as_str()
-            .unwrap()
-            .contains("one communicator per rail"),
-        "{rails:#}"
+    // One communicator per rail: each pair's two nodes are the two ranks of each of
+    // their two rails, and the ring's four nodes the four ranks of each.
+    assert_eq!(
+        findings(&report, "multi_all_reduce_2"),
+        ["n2"],
+        "{report:#}"
     );
+    let rails = check("multi_all_reduce_2");
+    assert_eq!(rails["params"]["transport"], "sim", "{rails:#}");
+    assert_eq!(rails["params"]["rails"], "2", "{rails:#}");
+    assert_eq!(rails["params"]["ranks"], "2", "{rails:#}");
+    let rail = |node: &str, rail: &str| {
+        rails["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|e| e["entity"]["node"] == node)
+            .map(|e| e["measurement"]["extra"][rail].as_f64().unwrap())
+            .unwrap()
+    };
+    assert_eq!(rail("n2", "rail1") * 2.0, rail("n0", "rail1"), "{rails:#}");
+    let ring = check("multi_all_reduce");
+    assert_eq!(ring["params"]["ranks"], "4", "{ring:#}");
+    assert_eq!(ring["params"]["transport"], "sim", "{ring:#}");
 }
 
 #[test]
 fn a_collective_across_nodes_that_hangs_is_reported_at_the_deadline() {
     let _turn = common::one_at_a_time();
     let scratch = Scratch::temp();
-    let mut spec = sim_group(&scratch, 2, "all_reduce_2", (0, 1.0));
+    // Rails: the tokens of both reach the agents, and the hang is still caught.
+    let mut spec = sim_group(&scratch, 2, "multi_all_reduce_2", (0, 1.0));
     let hang = scratch.config(
         "hang.json",
         r#"{"gpuvet": {"backend": "sim", "sim": {"devices": 2,
-            "faults": [{"check": "all_reduce_2", "device": 1, "fault": "hang"}]}}}"#,
+            "faults": [{"check": "multi_all_reduce_2", "device": 1, "fault": "hang"}]}}}"#,
     );
     spec.backend_args[1] = vec!["--config".to_owned(), hang.display().to_string()];
     spec.extra_args = vec!["--timeout".to_owned(), "0.25".to_owned()];
@@ -472,9 +487,9 @@ fn a_collective_across_nodes_that_hangs_is_reported_at_the_deadline() {
     }
     let report = finished[0].report();
     assert!(
-        report
-            .to_string()
-            .contains("did not finish before the deadline"),
+        report.to_string().contains(
+            "`multi_all_reduce_2` on 2 rails across 2 nodes did not finish before the deadline"
+        ),
         "{report:#}"
     );
 }

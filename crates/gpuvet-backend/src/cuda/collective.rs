@@ -1,6 +1,7 @@
 //! Collectives over NCCL, measured as nccl-tests does: an all-reduce across the GPUs of
-//! this node, or an all-reduce, all-gather or all-to-all with this node's GPUs as some
-//! of the ranks of a collective spanning nodes.
+//! this node, an all-reduce, all-gather or all-to-all with this node's GPUs as some
+//! of the ranks of a collective spanning nodes, or one all-reduce per rail across nodes
+//! (GPU i of every node on rail i), every rail at once and each timed on its own.
 //!
 //! One process drives every GPU of its node (`ncclCommInitAll`, or `ncclCommInitRank`
 //! per GPU with the unique id the coordinator handed out, then one grouped call per
@@ -55,8 +56,8 @@ pub fn message_bytes(configured: Option<u64>, smallest_memory: u64) -> u64 {
     (bytes / 4).max(1) * 4
 }
 
-/// Where this process's GPUs sit in the all-reduce.
-#[derive(Debug, Clone, Copy)]
+/// Where this process's GPUs sit in the collective.
+#[derive(Debug, Clone)]
 pub enum Membership {
     /// Every rank is a GPU of this node.
     ThisNode,
@@ -67,6 +68,37 @@ pub enum Membership {
         world: usize,
         first_rank: usize,
     },
+    /// GPU i is rank `node` of `nodes` in rail i's communicator, made from `ids[i]`;
+    /// the same fixed work as `Across`.
+    Rails {
+        ids: Vec<UniqueId>,
+        nodes: usize,
+        node: usize,
+    },
+}
+
+impl Membership {
+    /// Ranks in each communicator, with `local` GPUs on this node.
+    pub fn ranks(&self, local: usize) -> usize {
+        match self {
+            Membership::ThisNode => local,
+            Membership::Across { world, .. } => *world,
+            Membership::Rails { nodes, .. } => *nodes,
+        }
+    }
+
+    /// The rank of this node's GPU `device` in its communicator.
+    pub fn rank_of(&self, device: usize) -> usize {
+        match self {
+            Membership::ThisNode => device,
+            Membership::Across { first_rank, .. } => first_rank + device,
+            Membership::Rails { node, .. } => *node,
+        }
+    }
+
+    fn spans_nodes(&self) -> bool {
+        !matches!(self, Membership::ThisNode)
+    }
 }
 
 /// Which collective runs.
@@ -146,23 +178,27 @@ pub fn first_wrong(
     ))
 }
 
-/// Runs `kind` over `contexts` (one per GPU of this node, in rank order).
+/// Runs `kind` over `contexts` (one per GPU of this node, in rank order; with rails,
+/// one per rail).
 pub fn run(
     nccl: &'static Nccl,
     contexts: &[Arc<CudaContext>],
-    membership: Membership,
+    membership: &Membership,
     kind: Kind,
     configured_bytes: Option<u64>,
     cancel: &CancelToken,
 ) -> Result<Sample, BackendError> {
     let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
     let local = contexts.len();
-    let (ranks, first_rank) = match membership {
-        Membership::ThisNode => (local, 0),
-        Membership::Across {
-            world, first_rank, ..
-        } => (world, first_rank),
-    };
+    if let Membership::Rails { ids, .. } = membership
+        && (ids.len() != local || kind != Kind::AllReduce)
+    {
+        return Err(BackendError::Failed(format!(
+            "rails run one all-reduce per GPU: {} ids for {local} GPUs (a bug in gpuvet)",
+            ids.len()
+        )));
+    }
+    let ranks = membership.ranks(local);
     let smallest = contexts
         .iter()
         .map(|c| c.total_mem().map(|m| m as u64))
@@ -171,12 +207,13 @@ pub fn run(
         .into_iter()
         .min()
         .unwrap_or(0);
-    let bytes = match membership {
-        Membership::ThisNode => message_bytes(configured_bytes, smallest),
-        Membership::Across { .. } => message_bytes(
+    let bytes = if membership.spans_nodes() {
+        message_bytes(
             Some(configured_bytes.unwrap_or(ACROSS_DEFAULT_BYTES)),
             smallest,
-        ),
+        )
+    } else {
+        message_bytes(configured_bytes, smallest)
     };
     let count = kind.output_count((bytes / 4) as usize, ranks);
     let bytes = count as u64 * 4;
@@ -190,7 +227,7 @@ pub fn run(
     let mut send: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
     let mut recv: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
     for (index, ctx) in contexts.iter().enumerate() {
-        let rank = first_rank + index;
+        let rank = membership.rank_of(index);
         let stream = ctx.new_stream().map_err(err("creating a stream"))?;
         // SAFETY: both buffers are filled right below, before any read.
         let (s, r) = unsafe { (stream.alloc::<f32>(send_count), stream.alloc::<f32>(count)) };
@@ -228,21 +265,28 @@ pub fn run(
         stream.synchronize().map_err(err("synchronising"))?;
     }
 
+    // Device i joins with `ids[i]`: the one id of a collective over every GPU, or its
+    // rail's.
+    let init_across = |ids: Vec<UniqueId>| {
+        let places: Vec<(UniqueId, usize)> = ids
+            .into_iter()
+            .enumerate()
+            .map(|(device, id)| (id, membership.rank_of(device)))
+            .collect();
+        Comms::init_ranks(nccl, ranks, &places, |device| {
+            contexts[device]
+                .bind_to_thread()
+                .map_err(|e| driver_error("binding the context", e))
+        })
+    };
     let init_started = Instant::now();
     let mut comms = match membership {
         Membership::ThisNode => {
             let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
             Comms::init_all(nccl, &ordinals)
         }
-        Membership::Across {
-            id,
-            world,
-            first_rank,
-        } => Comms::init_ranks(nccl, world, id, first_rank, local, |device| {
-            contexts[device]
-                .bind_to_thread()
-                .map_err(|e| driver_error("binding the context", e))
-        }),
+        Membership::Across { id, .. } => init_across(vec![*id; local]),
+        Membership::Rails { ids, .. } => init_across(ids.clone()),
     }
     .map_err(BackendError::Failed)?;
     let init_secs = init_started.elapsed().as_secs_f64();
@@ -288,37 +332,60 @@ pub fn run(
         }
         wait_all(&streams, &comms, kind, cancel)?;
         let per_iteration = warm_started.elapsed().as_secs_f64() / WARMUP_ITERATIONS as f64;
-        let iterations = match membership {
-            Membership::ThisNode => ((TIMED_BUDGET_SECS / per_iteration.max(1e-9)) as usize)
-                .clamp(MIN_ITERATIONS, MAX_ITERATIONS),
-            Membership::Across { .. } => MAX_ITERATIONS,
+        let iterations = if membership.spans_nodes() {
+            MAX_ITERATIONS
+        } else {
+            ((TIMED_BUDGET_SECS / per_iteration.max(1e-9)) as usize)
+                .clamp(MIN_ITERATIONS, MAX_ITERATIONS)
         };
 
-        let first = &streams[0];
-        let events = (0..=iterations)
-            .map(|_| contexts[0].new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))
+        // One collective is timed on the first GPU's stream; rails each on their own.
+        let timed = match membership {
+            Membership::Rails { .. } => local,
+            _ => 1,
+        };
+        let events = (0..timed)
+            .map(|index| {
+                (0..=iterations)
+                    .map(|_| contexts[index].new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))
+                    .collect::<Result<Vec<_>, _>>()
+            })
             .collect::<Result<Vec<_>, _>>()
             .map_err(err("creating events"))?;
-        events[0].record(first).map_err(err("recording an event"))?;
-        for event in &events[1..] {
+        let record = |iteration: usize| -> Result<(), BackendError> {
+            for (index, stream_events) in events.iter().enumerate() {
+                stream_events[iteration]
+                    .record(&streams[index])
+                    .map_err(err("recording an event"))?;
+            }
+            Ok(())
+        };
+        record(0)?;
+        for iteration in 1..=iterations {
             enqueue(&comms).map_err(BackendError::Failed)?;
-            event.record(first).map_err(err("recording an event"))?;
+            record(iteration)?;
         }
         wait_all(&streams, &comms, kind, cancel)?;
 
-        let mut samples = Vec::with_capacity(iterations);
-        let mut total_secs = 0.0;
-        for pair in events.windows(2) {
-            let secs = f64::from(
-                pair[0]
+        let mut timings = Vec::with_capacity(timed);
+        for stream_events in &events {
+            let mut seconds = Vec::with_capacity(iterations);
+            for pair in stream_events.windows(2) {
+                let ms = pair[0]
                     .elapsed_ms(&pair[1])
-                    .map_err(err("reading event times"))?,
-            ) / 1000.0;
-            total_secs += secs;
-            samples.push(kind.busbw(bytes as f64 / secs.max(1e-12) / 1e9, ranks));
+                    .map_err(err("reading event times"))?;
+                seconds.push(f64::from(ms) / 1000.0);
+            }
+            timings.push(Timing::of(&seconds, bytes, kind, ranks));
         }
-        let algbw = bytes as f64 * iterations as f64 / total_secs.max(1e-12) / 1e9;
-        let busbw = kind.busbw(algbw, ranks);
+        let slowest = slowest_timing(&timings)
+            .ok_or_else(|| BackendError::Failed("no stream was timed".to_owned()))?;
+        let Timing {
+            algbw,
+            busbw,
+            ref samples,
+            total_secs,
+        } = timings[slowest];
 
         let mut wrong_result = None;
         'ranks: for (index, buffer) in recv.iter().enumerate() {
@@ -326,7 +393,7 @@ pub fn run(
                 let values = streams[index]
                     .clone_dtoh(&buffer.slice(offset..offset + len))
                     .map_err(err("reading the result"))?;
-                let rank = first_rank + index;
+                let rank = membership.rank_of(index);
                 let expected = |element| kind.expected(element, ranks, chunk);
                 if let Some(message) = first_wrong(rank, offset, &values, expected) {
                     wrong_result = Some(message);
@@ -343,6 +410,11 @@ pub fn run(
             total_secs / iterations as f64 * 1e6,
         );
         extra.insert("init_secs".to_owned(), init_secs);
+        if let Membership::Rails { .. } = membership {
+            for (rail, timing) in timings.iter().enumerate() {
+                extra.insert(format!("rail{rail}"), timing.busbw);
+            }
+        }
         let mut params = BTreeMap::new();
         params.insert("bytes".to_owned(), bytes.to_string());
         params.insert("count".to_owned(), count.to_string());
@@ -352,8 +424,16 @@ pub fn run(
             params.insert("op".to_owned(), "sum".to_owned());
         }
         params.insert("ranks".to_owned(), ranks.to_string());
-        if let Membership::Across { first_rank, .. } = membership {
-            params.insert("first_rank".to_owned(), first_rank.to_string());
+        match membership {
+            Membership::ThisNode => {}
+            Membership::Across { first_rank, .. } => {
+                params.insert("first_rank".to_owned(), first_rank.to_string());
+            }
+            Membership::Rails { .. } => {
+                params.insert("rails".to_owned(), local.to_string());
+            }
+        }
+        if membership.spans_nodes() {
             params.insert("transport".to_owned(), "nccl".to_owned());
         }
         params.insert("iterations".to_owned(), iterations.to_string());
@@ -365,7 +445,7 @@ pub fn run(
         params.insert("nccl_library".to_owned(), nccl.path.display().to_string());
         Ok(Sample {
             value: busbw,
-            samples,
+            samples: samples.clone(),
             wrong_result,
             extra,
             params,
@@ -379,6 +459,38 @@ pub fn run(
     }
     drop(comms);
     outcome
+}
+
+/// One stream's timed loop.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Timing {
+    pub algbw: f64,
+    pub busbw: f64,
+    /// busbw of each iteration.
+    pub samples: Vec<f64>,
+    pub total_secs: f64,
+}
+
+impl Timing {
+    /// From each iteration's seconds, moving `bytes` among `ranks`.
+    pub fn of(seconds: &[f64], bytes: u64, kind: Kind, ranks: usize) -> Timing {
+        let total_secs: f64 = seconds.iter().sum();
+        let algbw = bytes as f64 * seconds.len() as f64 / total_secs.max(1e-12) / 1e9;
+        Timing {
+            algbw,
+            busbw: kind.busbw(algbw, ranks),
+            samples: seconds
+                .iter()
+                .map(|secs| kind.busbw(bytes as f64 / secs.max(1e-12) / 1e9, ranks))
+                .collect(),
+            total_secs,
+        }
+    }
+}
+
+/// The index of the lowest busbw: the rail that sets the check's figure.
+pub fn slowest_timing(timings: &[Timing]) -> Option<usize> {
+    (0..timings.len()).min_by(|&a, &b| timings[a].busbw.total_cmp(&timings[b].busbw))
 }
 
 /// One rank's part of an all-to-all: chunk p of its input to rank p, and chunk p of
@@ -511,6 +623,42 @@ mod tests {
         );
         assert_eq!(Kind::AllGather.busbw(8.0, 4), 6.0);
         assert_eq!(Kind::AllReduce.busbw(8.0, 4), 12.0);
+    }
+
+    #[test]
+    fn each_stream_is_timed_and_the_slowest_sets_the_figure() {
+        // 1 GB in 0.5 s and 1.5 s: 1 GB/s algbw; an all-reduce of 2 ranks moves as much.
+        let even = Timing::of(&[0.5, 1.5], 1_000_000_000, Kind::AllReduce, 2);
+        assert_eq!(even.algbw, 1.0);
+        assert_eq!(even.busbw, 1.0);
+        assert_eq!(even.samples, [2.0, 1.0 / 1.5]);
+        assert_eq!(even.total_secs, 2.0);
+        let slow = Timing::of(&[2.0, 2.0], 1_000_000_000, Kind::AllReduce, 2);
+        assert_eq!(slow.busbw, 0.5);
+        assert_eq!(slowest_timing(&[even.clone(), slow, even]), Some(1));
+        assert_eq!(slowest_timing(&[]), None);
+    }
+
+    #[test]
+    fn each_gpu_takes_its_rank_in_its_communicator() {
+        let id = UniqueId { internal: [0; 128] };
+        let spread = Membership::Across {
+            id,
+            world: 16,
+            first_rank: 8,
+        };
+        assert_eq!((spread.ranks(8), spread.rank_of(3)), (16, 11));
+        let rails = Membership::Rails {
+            ids: vec![id; 4],
+            nodes: 3,
+            node: 2,
+        };
+        assert_eq!(
+            (rails.ranks(4), rails.rank_of(0), rails.rank_of(3)),
+            (3, 2, 2)
+        );
+        assert_eq!(Membership::ThisNode.rank_of(5), 5);
+        assert_eq!(Membership::ThisNode.ranks(8), 8);
     }
 
     #[test]

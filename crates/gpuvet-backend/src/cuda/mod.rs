@@ -36,7 +36,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::inventory::keys;
 use gpuvet_core::results::DeviceInfo;
 
-use crate::{Across, Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
+use crate::{Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
 
 /// The oldest driver this build can drive, as `cuDriverGetVersion` reports it: the
 /// workspace builds cudarc with `cuda-13000`, whose bindings call CUDA 13 entry points
@@ -345,8 +345,9 @@ fn not_yet(check: CheckName) -> Support {
              unique id the coordinator hands to every node"
         ),
         MultiAllReduce2 | MultiAllReduce => format!(
-            "`{check}` spans nodes with one communicator per rail, which the cuda backend does \
-             not build yet"
+            "`{check}` spans nodes: it runs when this node is one of a group, over NCCL with one \
+             communicator per rail (GPU i of every node), each from a unique id the \
+             coordinator hands out"
         ),
         PytorchGloo2 | NetworkConnectivity => {
             format!("`{check}` tests the host network between the agents of a group, not a GPU")
@@ -364,7 +365,7 @@ impl CudaBackend {
     fn collective(
         &self,
         devices: &[u32],
-        membership: collective::Membership,
+        membership: &collective::Membership,
         kind: collective::Kind,
         work: &WorkSpec,
         cancel: &CancelToken,
@@ -545,10 +546,9 @@ impl Backend for CudaBackend {
                     "device list `{devices:?}` names a device twice"
                 )));
             }
-            let membership = collective::Membership::ThisNode;
             self.collective(
                 devices,
-                membership,
+                &collective::Membership::ThisNode,
                 collective::Kind::AllReduce,
                 work,
                 cancel,
@@ -572,24 +572,11 @@ impl Backend for CudaBackend {
         cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
         guarded("collective_across", || {
-            let mut id = nccl::UniqueId { internal: [0; 128] };
-            if across.token.len() != id.internal.len() {
-                return Err(BackendError::Failed(format!(
-                    "the group token has {} bytes; NCCL's unique id has {}",
-                    across.token.len(),
-                    id.internal.len()
-                )));
-            }
-            for (slot, &byte) in id.internal.iter_mut().zip(&across.token) {
-                *slot = byte as std::ffi::c_char;
-            }
-            let membership = collective::Membership::Across {
-                id,
-                world: across.world,
-                first_rank: across.first_rank,
-            };
             let kind = match across.check {
-                CheckName::AllReduce2 | CheckName::AllReduce => collective::Kind::AllReduce,
+                CheckName::AllReduce2
+                | CheckName::AllReduce
+                | CheckName::MultiAllReduce2
+                | CheckName::MultiAllReduce => collective::Kind::AllReduce,
                 CheckName::AllGather2 | CheckName::AllGather => collective::Kind::AllGather,
                 CheckName::AllToAll2 => collective::Kind::AllToAll,
                 other => {
@@ -598,10 +585,63 @@ impl Backend for CudaBackend {
                     )));
                 }
             };
-            let devices: Vec<u32> = (0..self.gpus.len() as u32).collect();
-            self.collective(&devices, membership, kind, work, cancel)
+            let (devices, membership) = match &across.ranks {
+                AcrossRanks::Devices {
+                    token,
+                    world,
+                    first_rank,
+                } => (
+                    self.gpus.len(),
+                    collective::Membership::Across {
+                        id: unique_id(token)?,
+                        world: *world,
+                        first_rank: *first_rank,
+                    },
+                ),
+                AcrossRanks::Rails {
+                    tokens,
+                    nodes,
+                    node,
+                } => {
+                    if tokens.is_empty() || tokens.len() > self.gpus.len() {
+                        return Err(BackendError::Failed(format!(
+                            "asked for {} rails, and this node has {} GPUs",
+                            tokens.len(),
+                            self.gpus.len()
+                        )));
+                    }
+                    let ids = tokens
+                        .iter()
+                        .map(|token| unique_id(token))
+                        .collect::<Result<_, _>>()?;
+                    let membership = collective::Membership::Rails {
+                        ids,
+                        nodes: *nodes,
+                        node: *node,
+                    };
+                    (tokens.len(), membership)
+                }
+            };
+            let devices: Vec<u32> = (0..devices as u32).collect();
+            self.collective(&devices, &membership, kind, work, cancel)
         })
     }
+}
+
+/// NCCL's unique id from a group token.
+fn unique_id(token: &[u8]) -> Result<nccl::UniqueId, BackendError> {
+    let mut id = nccl::UniqueId { internal: [0; 128] };
+    if token.len() != id.internal.len() {
+        return Err(BackendError::Failed(format!(
+            "the group token has {} bytes; NCCL's unique id has {}",
+            token.len(),
+            id.internal.len()
+        )));
+    }
+    for (slot, &byte) in id.internal.iter_mut().zip(token) {
+        *slot = byte as std::ffi::c_char;
+    }
+    Ok(id)
 }
 
 #[cfg(test)]

@@ -266,53 +266,28 @@ impl Comms {
         Ok(owned)
     }
 
-    /// One rank of a communicator spanning processes; the caller has bound the device.
-    pub fn init_rank(
-        nccl: &'static Nccl,
-        ranks: usize,
-        id: UniqueId,
-        rank: usize,
-    ) -> Result<Comms, String> {
-        let mut comm: RawComm = std::ptr::null_mut();
-        let ranks = c_int::try_from(ranks).map_err(|_| "too many ranks".to_owned())?;
-        let rank = c_int::try_from(rank).map_err(|_| "rank out of range".to_owned())?;
-        // SAFETY: `comm` receives the handle; `id` is passed by value as NCCL expects.
-        let result = unsafe { (nccl.comm_init_rank)(&mut comm, ranks, id, rank) };
-        let mut owned = Comms {
-            nccl,
-            comms: vec![comm],
-            aborted: false,
-        };
-        if let Err(err) = nccl.check("ncclCommInitRank", result) {
-            owned.abort();
-            return Err(err);
-        }
-        Ok(owned)
-    }
-
-    /// Ranks `first_rank..first_rank + devices` of a communicator of `world` ranks
-    /// spanning processes, one per local device, initialised in one NCCL group (as a
-    /// process driving several GPUs must). `bind(i)` makes device `i` current before
-    /// its rank is initialised.
+    /// One rank per local device of communicators of `world` ranks spanning
+    /// processes: device i joins the communicator of `places[i].0` as rank
+    /// `places[i].1`. One id for every device makes one communicator (its ranks
+    /// consecutive); one id per device makes one per rail. They are initialised in one
+    /// NCCL group, as a process driving several GPUs must. `bind(i)` makes device `i`
+    /// current before its rank is initialised.
     pub fn init_ranks(
         nccl: &'static Nccl,
         world: usize,
-        id: UniqueId,
-        first_rank: usize,
-        devices: usize,
+        places: &[(UniqueId, usize)],
         mut bind: impl FnMut(usize) -> Result<(), String>,
     ) -> Result<Comms, String> {
         let world = c_int::try_from(world).map_err(|_| "too many ranks".to_owned())?;
         let mut owned = Comms {
             nccl,
-            comms: vec![std::ptr::null_mut(); devices],
+            comms: vec![std::ptr::null_mut(); places.len()],
             aborted: false,
         };
         nccl.group_start()?;
         let mut result = Ok(());
-        for device in 0..devices {
-            let rank =
-                c_int::try_from(first_rank + device).map_err(|_| "rank out of range".to_owned());
+        for (device, &(id, rank)) in places.iter().enumerate() {
+            let rank = c_int::try_from(rank).map_err(|_| "rank out of range".to_owned());
             result = rank.and_then(|rank| {
                 bind(device)?;
                 // SAFETY: the slot receives the handle; `id` is passed by value.
