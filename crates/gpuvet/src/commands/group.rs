@@ -24,6 +24,7 @@ use gpuvet_group::{
 };
 use gpuvet_runner::RunnerEvent;
 
+use super::local_gpus;
 use crate::cli::{GroupArgs, SanityArgs};
 use crate::failure::{Failure, note, warn};
 use crate::identity::now_ms;
@@ -207,9 +208,24 @@ pub fn with_local_nodes(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure>
     let port = coordinator.local_addr().port();
     let exe = std::env::current_exe()
         .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
+    let gpus = match local_gpus::split(setup.backend.name(), setup.backend.devices(), n as usize) {
+        Ok(gpus) => {
+            for (rank, visible) in gpus.iter().enumerate() {
+                note(format!("local-{rank} drives GPUs `{visible}`"));
+            }
+            gpus
+        }
+        Err(why) => {
+            if setup.backend.name() == "cuda" {
+                note(format!("local agents share the GPUs: {why}"));
+            }
+            Vec::new()
+        }
+    };
     let mut children = Vec::with_capacity(n as usize);
     for rank in 0..n {
-        match spawn_local_agent(&exe, setup, rank, n, port, &token) {
+        let visible = gpus.get(rank as usize).map(String::as_str);
+        match spawn_local_agent(&exe, setup, rank, n, port, &token, visible) {
             Ok(child) => children.push(child),
             Err(err) => {
                 kill_all(&mut children);
@@ -238,9 +254,13 @@ fn spawn_local_agent(
     n: u32,
     port: u16,
     token: &Token,
+    visible_gpus: Option<&str>,
 ) -> std::io::Result<Child> {
     let args = setup.args;
     let mut command = Command::new(exe);
+    if let Some(visible) = visible_gpus {
+        command.env("CUDA_VISIBLE_DEVICES", visible);
+    }
     command.args(["check", "--no-store", "--json", "--join-only"]);
     if let Some(config) = &args.config {
         command.arg("--config").arg(config);

@@ -5,6 +5,7 @@ mod check;
 mod events;
 mod fr;
 mod group;
+mod local_gpus;
 mod results;
 mod run;
 mod sanity;

@@ -1,0 +1,84 @@
+//! Which GPUs each `--local-nodes` agent drives. On a machine with at least as many
+//! GPUs as agents, each agent gets its own contiguous share through
+//! `CUDA_VISIBLE_DEVICES`, so the agents are nodes with GPUs of their own (and NCCL can
+//! run between them) instead of each driving every GPU of the machine.
+
+use gpuvet_core::inventory::keys;
+use gpuvet_core::results::DeviceInfo;
+
+/// The GPUs of each of `agents` agents, as `CUDA_VISIBLE_DEVICES` values (UUIDs, which
+/// stay right whatever the parent's own `CUDA_VISIBLE_DEVICES` was), or why they share
+/// every GPU instead.
+pub fn split(backend: &str, devices: &[DeviceInfo], agents: usize) -> Result<Vec<String>, String> {
+    if backend != "cuda" {
+        return Err(format!("the `{backend}` backend has no GPUs to split"));
+    }
+    if devices.len() < agents {
+        return Err(format!(
+            "fewer GPUs ({}) than agents ({agents}): every agent drives all of them",
+            devices.len()
+        ));
+    }
+    let uuids = devices
+        .iter()
+        .map(|device| device.details.get(keys::UUID).cloned())
+        .collect::<Option<Vec<String>>>()
+        .ok_or("a GPU has no UUID: every agent drives all of them")?;
+    // The first `extra` agents take one more GPU each.
+    let (share, extra) = (uuids.len() / agents, uuids.len() % agents);
+    let mut next = 0;
+    Ok((0..agents)
+        .map(|agent| {
+            let take = share + usize::from(agent < extra);
+            let visible = uuids[next..next + take].join(",");
+            next += take;
+            visible
+        })
+        .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn gpus(count: u32) -> Vec<DeviceInfo> {
+        (0..count)
+            .map(|index| DeviceInfo {
+                index,
+                name: "NVIDIA H200".to_owned(),
+                memory_bytes: None,
+                details: BTreeMap::from([(keys::UUID.to_owned(), format!("GPU-{index}"))]),
+            })
+            .collect()
+    }
+
+    #[test]
+    fn each_agent_gets_a_contiguous_share() {
+        assert_eq!(
+            split("cuda", &gpus(8), 2).unwrap(),
+            ["GPU-0,GPU-1,GPU-2,GPU-3", "GPU-4,GPU-5,GPU-6,GPU-7"]
+        );
+        assert_eq!(
+            split("cuda", &gpus(5), 3).unwrap(),
+            ["GPU-0,GPU-1", "GPU-2,GPU-3", "GPU-4"]
+        );
+    }
+
+    #[test]
+    fn agents_share_when_they_cannot_split() {
+        let fewer = split("cuda", &gpus(1), 2).unwrap_err();
+        assert_eq!(
+            fewer,
+            "fewer GPUs (1) than agents (2): every agent drives all of them"
+        );
+        assert!(split("cpu", &gpus(8), 2).is_err());
+        let mut anonymous = gpus(2);
+        anonymous[1].details.clear();
+        assert!(
+            split("cuda", &anonymous, 2)
+                .unwrap_err()
+                .contains("no UUID")
+        );
+    }
+}
