@@ -11,7 +11,9 @@
 #   1. build the release binary (cargo build --release -p gpuvet);
 #   2. gpuvet check --backend cuda --json with gemm_flops,kernel_launch,all_reduce_1
 #      (all_reduce_1 is skipped when there is one GPU), then 10 s of `gpuvet watch` on
-#      NVML with its /metrics page (informational);
+#      NVML with its /metrics page (informational); with 2 or more GPUs, also
+#      `--local-nodes 2` (each agent its own half of the GPUs) for the collectives
+#      across nodes over NCCL, per rail included (informational, report-nccl.json);
 #   3. torch.matmul bf16 8192^3 on GPU 0, if torch imports;
 #   4. print gpuvet's GEMM TFLOPS on GPU 0, torch's, and the ratio (goal >= 0.97),
 #      the launch latency and all_reduce_1's busbw; write summary.json.
@@ -122,6 +124,19 @@ sleep 5
 timeout 10 curl -s http://127.0.0.1:9401/metrics >"$OUT/metrics.txt" 2>&1 \
     || log "could not fetch /metrics (curl missing or the server did not start)"
 wait "$watch_pid" || log "gpuvet watch exited with $?"
+
+# 2c. The collectives across nodes over NCCL, with two local agents that each drive
+# half of the GPUs. One GPU cannot be two NCCL ranks, so this needs two or more.
+nccl_checks=all_reduce_2,all_gather_2,all_to_all_2,multi_all_reduce_2,all_reduce,multi_all_reduce
+if [[ "${smi_count:-0}" -ge 2 ]]; then
+    log "running gpuvet check --local-nodes 2 over NCCL ($nccl_checks)"
+    nccl_rc=0
+    timeout 300 "$BIN" check --local-nodes 2 --backend cuda --no-store --json \
+        --checks "$nccl_checks" >"$OUT/report-nccl.json" 2>"$OUT/gpuvet-nccl.log" || nccl_rc=$?
+    log "gpuvet --local-nodes 2 exited with $nccl_rc"
+else
+    log "one GPU: the collectives across nodes over NCCL need two or more, skipped"
+fi
 
 # 3. torch.matmul on the same GPU (device 0, which gpuvet also measured).
 cat >"$OUT/torch_matmul.py" <<'EOF'
@@ -235,6 +250,17 @@ if ar and ar[0][1].get("value") is not None:
     print(f"all_reduce_1: busbw {ar[0][1]['value']:.1f} GB/s")
 elif "all_reduce_1" in checks:
     print(f"all_reduce_1: {checks['all_reduce_1'].get('status')} ({checks['all_reduce_1'].get('reason')})")
+nccl = load("report-nccl.json") if os.path.exists(os.path.join(out, "report-nccl.json")) else None
+if nccl is not None:
+    summary["across_nodes"] = {}
+    for c in nccl.get("checks", []):
+        vals = [e.get("measurement", {}).get("value") for e in c.get("entities", [])]
+        vals = [v for v in vals if v is not None]
+        shown = ", ".join(f"{v:.4g}" for v in vals)
+        print(f"  across 2 local agents, {c.get('name')}: {c.get('status')} {shown} "
+              f"{c.get('params', {}).get('transport', '')} {c.get('reason') or ''}")
+        summary["across_nodes"][c.get("name")] = {"status": c.get("status"), "values": vals,
+                                                  "params": c.get("params"), "reason": c.get("reason")}
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
 sys.exit(0 if ok else 1)
