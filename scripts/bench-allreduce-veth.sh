@@ -11,9 +11,10 @@
 #
 # A second reference says how much of the gap any collective would have: a plain
 # full-duplex stream with no reduction and no protocol (examples/duplex_stream.rs),
-# through 64 MiB of real data as a collective's, once on two blocking threads per end
-# (as gpuvet's engine) and once on one polling thread (as iperf3 3.12), and once
-# through a 128 KiB buffer that stays in cache, as iperf3's does.
+# each direction on its own connection as in gpuvet's data plane and iperf3: through
+# 64 MiB of real data as a collective's, once on two blocking threads per end (as
+# gpuvet's engine) and once on one polling thread (as iperf3 3.12), and once through a
+# 128 KiB buffer that stays in cache, as iperf3's does.
 #
 # Each "node" is pinned to its own core (PIN=0 turns this off), for iperf3 and gpuvet
 # alike: two namespaces on one small VM otherwise share every core, and how the

@@ -1,10 +1,9 @@
 //! The ceiling a collective over one TCP link can reach, for the veth benchmark: two
-//! processes stream to each other at once over one connection, with no reduction or
-//! protocol at all.
+//! processes stream to each other at once, with no reduction or protocol at all.
 //!
 //! ```text
-//! duplex_stream --listen 10.0.0.2:29700 [--buffer 64M] [--threads 2] [--seconds 5]
-//! duplex_stream --connect 10.0.0.2:29700 [--buffer 64M] [--threads 2] [--seconds 5]
+//! duplex_stream --listen 10.0.0.2:29700 [--buffer 64M] [--threads 2] [--connections 2] [--seconds 5]
+//! duplex_stream --connect 10.0.0.2:29700 [--buffer 64M] [--threads 2] [--connections 2] [--seconds 5]
 //! ```
 //!
 //! `--buffer` is the memory each direction cycles through, up to 512 KiB per system
@@ -12,7 +11,10 @@
 //! one (`64M`, the default) makes the kernel copy real data to and from memory, as a
 //! collective does. `--threads 2` writes and reads on two blocking threads, as gpuvet's
 //! TCP engine does; `--threads 1` on one thread with non-blocking calls and `poll`, as
-//! iperf3 3.12 does. Output: `recv_gbps=` (Gbit/s received while both directions ran).
+//! iperf3 3.12 does. `--connections 2` sends each direction on its own one-way
+//! connection, as gpuvet's data plane and iperf3 `--bidir` do; `--connections 1` both
+//! on one, where a reader and a writer contend for the socket's lock. Output:
+//! `recv_gbps=` (Gbit/s received while both directions ran).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -27,6 +29,7 @@ struct Options {
     connect: Option<SocketAddr>,
     buffer: usize,
     one_thread: bool,
+    one_connection: bool,
     seconds: f64,
 }
 
@@ -45,6 +48,7 @@ fn parse() -> Result<Options, String> {
         connect: None,
         buffer: 64 << 20,
         one_thread: false,
+        one_connection: false,
         seconds: 5.0,
     };
     let mut args = std::env::args().skip(1);
@@ -66,6 +70,13 @@ fn parse() -> Result<Options, String> {
                     _ => return Err(bad("1 or 2")),
                 }
             }
+            "--connections" => {
+                options.one_connection = match value.as_str() {
+                    "1" => true,
+                    "2" => false,
+                    _ => return Err(bad("1 or 2")),
+                }
+            }
             "--seconds" => {
                 options.seconds = value
                     .parse()
@@ -82,12 +93,40 @@ fn parse() -> Result<Options, String> {
     Ok(options)
 }
 
-fn stream(options: &Options) -> std::io::Result<TcpStream> {
+/// The connection this end writes on and the one it reads from: one each way, or the
+/// same one. Each of the connector's connections opens with a byte that says which
+/// way it goes (0: the connector writes), so the listener need not trust the order.
+fn connections(options: &Options) -> std::io::Result<(TcpStream, TcpStream)> {
+    let count = if options.one_connection { 1 } else { 2 };
+    let mut streams = Vec::with_capacity(count);
     if let Some(addr) = options.listen {
-        let (stream, _) = TcpListener::bind(addr)?.accept()?;
-        return Ok(stream);
+        let listener = TcpListener::bind(addr)?;
+        for _ in 0..count {
+            let (mut stream, _) = listener.accept()?;
+            let mut way = [0u8];
+            stream.read_exact(&mut way)?;
+            streams.push((way[0], stream));
+        }
+        // The listener reads what the connector writes (way 0).
+        streams.sort_by_key(|(way, _)| std::cmp::Reverse(*way));
+    } else {
+        let addr = options.connect.expect("parse checks one is set");
+        for way in 0..count as u8 {
+            let mut stream = connect(addr)?;
+            stream.write_all(&[way])?;
+            streams.push((way, stream));
+        }
     }
-    let addr = options.connect.expect("parse checks one is set");
+    for (_, stream) in &streams {
+        // As gpuvet's data plane sets it.
+        stream.set_nodelay(true)?;
+    }
+    let writer = streams[0].1.try_clone()?;
+    let reader = streams.pop().expect("at least one connection").1;
+    Ok((writer, reader))
+}
+
+fn connect(addr: SocketAddr) -> std::io::Result<TcpStream> {
     let until = Instant::now() + Duration::from_secs(10);
     loop {
         match TcpStream::connect(addr) {
@@ -121,19 +160,15 @@ fn main() -> ExitCode {
 }
 
 fn run(options: &Options) -> std::io::Result<f64> {
-    let stream = stream(options)?;
-    // As gpuvet's data plane sets it.
-    stream.set_nodelay(true)?;
+    let (mut writer, mut reader) = connections(options)?;
     let seconds = Duration::from_secs_f64(options.seconds);
     let buffer = options.buffer;
     let chunk = CHUNK.min(buffer);
     // Whole chunks only, so every call moves a full one.
     let cycle = buffer - buffer % chunk;
     if options.one_thread {
-        return one_thread(stream, seconds, chunk, cycle);
+        return one_thread((writer, reader), seconds, chunk, cycle);
     }
-    let mut writer = stream.try_clone()?;
-    let mut reader = stream;
     let sender = std::thread::spawn(move || -> std::io::Result<()> {
         let data: Vec<u8> = (0..cycle).map(|i| i as u8).collect();
         let started = Instant::now();
@@ -170,13 +205,14 @@ fn run(options: &Options) -> std::io::Result<f64> {
 /// Both directions on this thread: write and read whatever the socket takes, and wait
 /// in `poll` only when neither moved a byte.
 fn one_thread(
-    mut stream: TcpStream,
+    (mut writer, mut reader): (TcpStream, TcpStream),
     seconds: Duration,
     chunk: usize,
     cycle: usize,
 ) -> std::io::Result<f64> {
     use std::os::fd::AsRawFd;
-    stream.set_nonblocking(true)?;
+    writer.set_nonblocking(true)?;
+    reader.set_nonblocking(true)?;
     let out: Vec<u8> = (0..cycle).map(|i| i as u8).collect();
     let mut data = vec![0u8; cycle];
     let (mut send_at, mut send_end, mut recv_at) = (0usize, chunk, 0usize);
@@ -188,10 +224,10 @@ fn one_thread(
         let mut progressed = false;
         if writing {
             if started.elapsed() >= seconds + Duration::from_millis(500) {
-                stream.shutdown(std::net::Shutdown::Write)?;
+                writer.shutdown(std::net::Shutdown::Write)?;
                 writing = false;
             } else {
-                match stream.write(&out[send_at..send_end]) {
+                match writer.write(&out[send_at..send_end]) {
                     Ok(n) => {
                         progressed = true;
                         send_at += n;
@@ -206,7 +242,7 @@ fn one_thread(
             }
         }
         let end = (recv_at + chunk).min(cycle);
-        match stream.read(&mut data[recv_at..end]) {
+        match reader.read(&mut data[recv_at..end]) {
             Ok(0) => break,
             Ok(n) => {
                 progressed = true;
@@ -220,13 +256,20 @@ fn one_thread(
             Err(e) => return Err(e),
         }
         if !progressed {
-            let mut fd = libc::pollfd {
-                fd: stream.as_raw_fd(),
-                events: libc::POLLIN | if writing { libc::POLLOUT } else { 0 },
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            unsafe { libc::poll(&mut fd, 1, 100) };
+            let mut fds = [
+                libc::pollfd {
+                    fd: reader.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: writer.as_raw_fd(),
+                    events: if writing { libc::POLLOUT } else { 0 },
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two valid pollfds.
+            unsafe { libc::poll(fds.as_mut_ptr(), 2, 100) };
         }
     }
     Ok(measured.unwrap_or(received as f64 * 8.0 / started.elapsed().as_secs_f64() / 1e9))
