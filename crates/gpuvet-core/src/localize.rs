@@ -549,6 +549,10 @@ impl Context<'_> {
             ));
         }
         let mut result = node_result(node, verdict, lane, reason, &bad);
+        let threshold = result.evidence.threshold_pct.unwrap_or(5.0);
+        if let Some(note) = rail_note(&result.measurement.extra, threshold, self.unit) {
+            result.reason.push_str(&format!("; {note}"));
+        }
         result.evidence.remeasured = bad.len() > 1;
         result.measurement.error = bad.iter().find_map(|j| j.result.measurement.error.clone());
         result.measurement.wrong_result = bad
@@ -653,6 +657,39 @@ fn node_result(
         evidence,
         measurement,
     }
+}
+
+/// For a check with rails (`multi_all_reduce_2`: `rail0`, `rail1`, … in `extra`),
+/// whether one rail is behind the culprit's slowness or all of them are: the slowest
+/// rail when it is more than `threshold_pct` below the median of the others, else that
+/// the rails are alike. `None` without two rails.
+pub fn rail_note(extra: &BTreeMap<String, f64>, threshold_pct: f64, unit: &str) -> Option<String> {
+    let mut rails: Vec<(u32, f64)> = extra
+        .iter()
+        .filter_map(|(key, &value)| Some((key.strip_prefix("rail")?.parse().ok()?, value)))
+        .filter(|(_, value)| value.is_finite())
+        .collect();
+    if rails.len() < 2 {
+        return None;
+    }
+    rails.sort_by(|a, b| a.1.total_cmp(&b.1));
+    let (slowest, value) = rails[0];
+    let others: Vec<f64> = rails[1..].iter().map(|&(_, v)| v).collect();
+    let others_median = median(&others)?;
+    if value < others_median * (1.0 - threshold_pct / 100.0) {
+        return Some(format!(
+            "its slowest rail is `rail{slowest}` at {} {unit}, against {} {unit} on its other \
+             rails",
+            fmt_value(value),
+            fmt_value(others_median)
+        ));
+    }
+    let all: Vec<f64> = rails.iter().map(|&(_, v)| v).collect();
+    Some(format!(
+        "its {} rails are alike ({} {unit} median), so the node is slow, not one rail",
+        rails.len(),
+        fmt_value(median(&all)?)
+    ))
 }
 
 /// Each secondary metric of the pairs (algbw, `pytorch_gloo_2`'s latency), as the

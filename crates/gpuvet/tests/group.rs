@@ -392,6 +392,7 @@ fn a_node_with_a_different_device_count_is_named_by_inventory_consistency() {
 
 /// Each rank on the sim backend with two devices, rank `slow` at `speed`, and
 /// `hang_rank` (if any) hanging in `hang_check` across nodes.
+/// Sim nodes with two devices each; device 1 of node `slow.0` runs at `slow.1`.
 fn sim_group(scratch: &Scratch, nodes: u32, checks: &str, slow: (u32, f64)) -> GroupSpec {
     let mut spec = GroupSpec::loopback(nodes, checks);
     for rank in 0..nodes {
@@ -400,7 +401,7 @@ fn sim_group(scratch: &Scratch, nodes: u32, checks: &str, slow: (u32, f64)) -> G
             &format!("sim{rank}.json"),
             &format!(
                 r#"{{"gpuvet": {{"backend": "sim", "sim": {{"devices": 2,
-                    "speed": {{"0": {speed}, "1": {speed}}}}}}}}}"#
+                    "speed": {{"1": {speed}}}}}}}}}"#
             ),
         );
         spec.backend_args[rank as usize] =
@@ -463,6 +464,20 @@ fn backends_with_their_own_transport_run_collectives_across_nodes_and_localize()
             .unwrap()
     };
     assert_eq!(rail("n2", "rail1") * 2.0, rail("n0", "rail1"), "{rails:#}");
+    assert_eq!(rail("n2", "rail0"), rail("n0", "rail0"), "{rails:#}");
+    let n2 = rails["entities"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["entity"]["node"] == "n2")
+        .unwrap();
+    assert!(
+        n2["reason"]
+            .as_str()
+            .unwrap()
+            .contains("its slowest rail is `rail1`"),
+        "{n2:#}"
+    );
     let ring = check("multi_all_reduce");
     assert_eq!(ring["params"]["ranks"], "4", "{ring:#}");
     assert_eq!(ring["params"]["transport"], "sim", "{ring:#}");

@@ -432,3 +432,39 @@ fn a_node_carries_its_pairs_secondary_metrics_but_not_their_per_link_ones() {
         .unwrap();
     assert_eq!(n2.measurement.extra.get("latency_us"), Some(&40.0));
 }
+
+#[test]
+fn a_culprit_s_rails_say_whether_one_rail_or_the_node_is_slow() {
+    let extra = |rails: &[f64]| -> BTreeMap<String, f64> {
+        let mut extra: BTreeMap<String, f64> = rails
+            .iter()
+            .enumerate()
+            .map(|(i, &v)| (format!("rail{i}"), v))
+            .collect();
+        extra.insert("algbw".to_owned(), 1.0);
+        extra
+    };
+    assert_eq!(
+        rail_note(&extra(&[45.0, 22.5, 44.0, 46.0]), 5.0, "GB/s").as_deref(),
+        Some("its slowest rail is `rail1` at 22.5 GB/s, against 45.0 GB/s on its other rails")
+    );
+    assert_eq!(
+        rail_note(&extra(&[22.5, 22.0, 22.4]), 5.0, "GB/s").as_deref(),
+        Some("its 3 rails are alike (22.4 GB/s median), so the node is slow, not one rail")
+    );
+    // Within the threshold, one rail a little behind is not singled out.
+    assert!(
+        rail_note(&extra(&[45.0, 43.5]), 5.0, "GB/s")
+            .unwrap()
+            .contains("alike")
+    );
+    assert_eq!(rail_note(&extra(&[45.0]), 5.0, "GB/s"), None);
+    assert_eq!(rail_note(&extra(&[]), 5.0, "GB/s"), None);
+    // `rail10` sorts before `rail2` as text; it is still rail 10.
+    let many: Vec<f64> = (0..11).map(|i| if i == 10 { 1.0 } else { 40.0 }).collect();
+    assert!(
+        rail_note(&extra(&many), 5.0, "GB/s")
+            .unwrap()
+            .contains("`rail10` at 1.00 GB/s")
+    );
+}
