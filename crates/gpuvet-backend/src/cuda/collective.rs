@@ -99,6 +99,28 @@ impl Membership {
     fn spans_nodes(&self) -> bool {
         !matches!(self, Membership::ThisNode)
     }
+
+    /// Refuses places NCCL would reject with a bare "invalid argument", for `local`
+    /// GPUs on this node.
+    pub fn check(&self, local: usize) -> Result<(), String> {
+        let fits = match self {
+            Membership::ThisNode => local >= 1,
+            Membership::Across {
+                world, first_rank, ..
+            } => local >= 1 && first_rank + local <= *world && *world >= 2,
+            Membership::Rails { ids, nodes, node } => {
+                ids.len() == local && local >= 1 && node < nodes && *nodes >= 2
+            }
+        };
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "this node's {local} GPUs cannot take the ranks {self:?} gives them (a bug in \
+                 gpuvet)"
+            ))
+        }
+    }
 }
 
 /// Which collective runs.
@@ -190,14 +212,13 @@ pub fn run(
 ) -> Result<Sample, BackendError> {
     let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
     let local = contexts.len();
-    if let Membership::Rails { ids, .. } = membership
-        && (ids.len() != local || kind != Kind::AllReduce)
-    {
+    if matches!(membership, Membership::Rails { .. }) && kind != Kind::AllReduce {
         return Err(BackendError::Failed(format!(
-            "rails run one all-reduce per GPU: {} ids for {local} GPUs (a bug in gpuvet)",
-            ids.len()
+            "rails run all-reduces, not a {} (a bug in gpuvet)",
+            kind.label()
         )));
     }
+    membership.check(local).map_err(BackendError::Failed)?;
     let ranks = membership.ranks(local);
     let smallest = contexts
         .iter()
@@ -223,6 +244,7 @@ pub fn run(
         Kind::AllReduce | Kind::AllToAll => count,
     };
 
+    grant_pool_access(contexts).map_err(BackendError::Failed)?;
     let mut streams: Vec<Arc<CudaStream>> = Vec::with_capacity(local);
     let mut send: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
     let mut recv: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
@@ -326,12 +348,17 @@ pub fn run(
     };
 
     let outcome = (|| -> Result<Sample, BackendError> {
+        // The first iteration also sets up NCCL's connections (lazily, since 2.22), so
+        // only the rest of the warm-up sizes the timed loop.
+        enqueue(&comms).map_err(BackendError::Failed)?;
+        wait_all(&streams, &comms, kind, cancel)?;
         let warm_started = Instant::now();
-        for _ in 0..WARMUP_ITERATIONS {
+        for _ in 1..WARMUP_ITERATIONS {
             enqueue(&comms).map_err(BackendError::Failed)?;
         }
         wait_all(&streams, &comms, kind, cancel)?;
-        let per_iteration = warm_started.elapsed().as_secs_f64() / WARMUP_ITERATIONS as f64;
+        let per_iteration =
+            warm_started.elapsed().as_secs_f64() / (WARMUP_ITERATIONS - 1).max(1) as f64;
         let iterations = if membership.spans_nodes() {
             MAX_ITERATIONS
         } else {
@@ -459,6 +486,54 @@ pub fn run(
     }
     drop(comms);
     outcome
+}
+
+/// Lets each GPU of `contexts` read and write the buffers the others allocate.
+///
+/// cudarc allocates stream-ordered (`cuMemAllocAsync`) from each device's default
+/// memory pool, and peer access as NCCL enables it does not open pool memory to other
+/// GPUs. NCCL's kernels read and write a peer's buffers directly when both ranks live
+/// in one process, as every GPU of this node does here, so without this they would
+/// fault. PyTorch's `cudaMallocAsync` allocator does the same for the same reason.
+fn grant_pool_access(contexts: &[Arc<CudaContext>]) -> Result<(), String> {
+    use cudarc::driver::sys;
+    if contexts.len() < 2 {
+        return Ok(());
+    }
+    for owner in contexts.iter().filter(|c| c.has_async_alloc()) {
+        let mut access = Vec::with_capacity(contexts.len() - 1);
+        for peer in contexts.iter().filter(|p| p.ordinal() != owner.ordinal()) {
+            let mut can = 0;
+            // SAFETY: writes one int; both are devices the driver enumerated.
+            unsafe { sys::cuDeviceCanAccessPeer(&mut can, peer.cu_device(), owner.cu_device()) }
+                .result()
+                .map_err(|e| driver_error("asking whether GPUs can reach each other", e))?;
+            if can != 0 {
+                access.push(sys::CUmemAccessDesc {
+                    location: sys::CUmemLocation {
+                        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+                        id: peer.ordinal() as i32,
+                    },
+                    flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+                });
+            }
+        }
+        if access.is_empty() {
+            continue;
+        }
+        let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+        // SAFETY: writes one pool handle of a device the driver enumerated; `access`
+        // holds `access.len()` descriptors.
+        unsafe {
+            sys::cuDeviceGetDefaultMemPool(&mut pool, owner.cu_device())
+                .result()
+                .map_err(|e| driver_error("finding a GPU's memory pool", e))?;
+            sys::cuMemPoolSetAccess(pool, access.as_ptr(), access.len())
+                .result()
+                .map_err(|e| driver_error("opening a GPU's memory pool to its peers", e))?;
+        }
+    }
+    Ok(())
 }
 
 /// One stream's timed loop.
@@ -659,6 +734,34 @@ mod tests {
         );
         assert_eq!(Membership::ThisNode.rank_of(5), 5);
         assert_eq!(Membership::ThisNode.ranks(8), 8);
+    }
+
+    #[test]
+    fn places_nccl_would_reject_are_refused() {
+        let id = UniqueId { internal: [0; 128] };
+        let across = |world, first_rank| Membership::Across {
+            id,
+            world,
+            first_rank,
+        };
+        assert!(across(16, 8).check(8).is_ok());
+        assert!(across(16, 9).check(8).is_err(), "ranks 9..17 of 16");
+        assert!(across(1, 0).check(1).is_err(), "one rank spans no nodes");
+        let rails = |count, nodes, node| Membership::Rails {
+            ids: vec![id; count],
+            nodes,
+            node,
+        };
+        assert!(rails(8, 2, 1).check(8).is_ok());
+        assert!(rails(8, 2, 2).check(8).is_err(), "node 2 of 2");
+        assert!(rails(4, 2, 0).check(8).is_err(), "4 ids for 8 GPUs");
+        assert!(rails(1, 1, 0).check(1).is_err(), "one node");
+        assert!(Membership::ThisNode.check(0).is_err());
+        let message = rails(8, 2, 2).check(8).unwrap_err();
+        assert!(
+            message.starts_with("this node's 8 GPUs cannot take"),
+            "{message}"
+        );
     }
 
     #[test]

@@ -238,8 +238,8 @@ impl Nccl {
     }
 }
 
-/// Communicators owned together; `Drop` destroys them (or aborts them after a failure)
-/// and never panics.
+/// Communicators owned together; `Drop` destroys them (or aborts them after a failure
+/// or during a panic) and never panics.
 #[derive(Debug)]
 pub struct Comms {
     nccl: &'static Nccl,
@@ -463,6 +463,11 @@ impl Comms {
 
 impl Drop for Comms {
     fn drop(&mut self) {
+        // Unwinding from a panic mid-collective: kernels may still be running, and
+        // destroying would wait on them (or on peers) for good.
+        if std::thread::panicking() && !self.aborted {
+            self.abort();
+        }
         if self.aborted {
             return;
         }
