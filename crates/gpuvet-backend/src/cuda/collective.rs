@@ -485,7 +485,18 @@ pub fn run(
         comms.abort();
     }
     drop(comms);
-    outcome
+    drop((send, recv, streams));
+    // Freeing records a failure in the context (cudarc's drops cannot return one), where
+    // the next check on that GPU would find it. After an abort it is this failure's
+    // echo and is cleared; after a clean run it is reported here.
+    let leftover = contexts.iter().find_map(|ctx| ctx.check_err().err());
+    match (outcome, leftover) {
+        (Ok(_), Some(e)) => Err(BackendError::Failed(driver_error(
+            "freeing the collective's buffers",
+            e,
+        ))),
+        (outcome, _) => outcome,
+    }
 }
 
 /// Lets each GPU of `contexts` read and write the buffers the others allocate.
