@@ -326,6 +326,25 @@ pub(crate) fn check_local_group(
     Ok(())
 }
 
+/// One figure from per-rail all-reduces run at once: the slowest rail's sample, with
+/// every rail's busbw in `extra` as `rail{i}` and their count in `params`. The first
+/// rail that failed fails it.
+pub fn slowest_rail(results: Vec<Result<Sample, BackendError>>) -> Result<Sample, BackendError> {
+    let per_rail = tcp::per_rail_busbw(&results);
+    let rails = results.len();
+    let mut slowest: Option<Sample> = None;
+    for result in results {
+        let sample = result?;
+        if slowest.as_ref().is_none_or(|s| sample.value < s.value) {
+            slowest = Some(sample);
+        }
+    }
+    let mut sample = slowest.ok_or_else(|| BackendError::Failed("no rail ran".to_owned()))?;
+    sample.extra.extend(per_rail);
+    sample.params.insert("rails".to_owned(), rails.to_string());
+    Ok(sample)
+}
+
 /// busbw of an all-reduce, as nccl-tests defines it: algbw × 2(n−1)/n.
 pub fn all_reduce_busbw(algbw: f64, ranks: usize) -> f64 {
     if ranks == 0 {

@@ -317,21 +317,16 @@ impl SimBackend {
                 self.devices.len()
             )));
         }
-        let mut slowest: Option<Sample> = None;
-        let mut per_rail = BTreeMap::new();
-        for rail in 0..rails as u32 {
-            let key = SplitMix64::keyed(node as u64, &[nodes as u64, u64::from(rail)]).next_u64();
-            let nominal = NOMINAL_ACROSS_BUSBW * self.speed(rail);
-            let sample = self.measure(check, &[rail], key, nominal)?;
-            per_rail.insert(format!("rail{rail}"), sample.value);
-            if slowest.as_ref().is_none_or(|s| sample.value < s.value) {
-                slowest = Some(sample);
-            }
-        }
-        let mut sample = slowest.unwrap_or_default();
-        sample.extra.extend(per_rail);
-        sample.params = collective_params(work, nodes);
-        sample.params.insert("rails".to_owned(), rails.to_string());
+        let results = (0..rails as u32)
+            .map(|rail| {
+                let key =
+                    SplitMix64::keyed(node as u64, &[nodes as u64, u64::from(rail)]).next_u64();
+                let nominal = NOMINAL_ACROSS_BUSBW * self.speed(rail);
+                self.measure(check, &[rail], key, nominal)
+            })
+            .collect();
+        let mut sample = crate::slowest_rail(results)?;
+        sample.params.extend(collective_params(work, nodes));
         Ok(sample)
     }
 }

@@ -16,10 +16,12 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::tcp::{
     CollectiveSpec, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
-    multi_all_reduce, per_rail_busbw, probe_connectivity,
+    multi_all_reduce, probe_connectivity,
 };
 use gpuvet_backend::torch_gloo::{self, GlooRank};
-use gpuvet_backend::{Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, WorkSpec};
+use gpuvet_backend::{
+    Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, WorkSpec, slowest_rail,
+};
 use gpuvet_cluster::auth::{from_hex, to_hex};
 use gpuvet_cluster::{Agent, Received};
 use gpuvet_core::analysis::{Limit, Tolerances};
@@ -491,20 +493,7 @@ fn rails(
             .map_err(|error| BackendError::Failed(format!("rail {rail}: {error}")))?;
         groups.push(group);
     }
-    let results = multi_all_reduce(&mut groups, spec, deadline, cancel);
-    let per_rail = per_rail_busbw(&results);
-    let mut slowest: Option<Sample> = None;
-    for result in results {
-        let sample = result?;
-        if slowest.as_ref().is_none_or(|s| sample.value < s.value) {
-            slowest = Some(sample);
-        }
-    }
-    let mut sample = slowest.ok_or_else(|| BackendError::Failed("no rail ran".to_owned()))?;
-    sample.extra.extend(per_rail);
-    sample
-        .params
-        .insert("rails".to_owned(), groups.len().to_string());
+    let sample = slowest_rail(multi_all_reduce(&mut groups, spec, deadline, cancel))?;
     let links = groups
         .iter()
         .flat_map(|group| group.last_link_stats().iter().cloned())
