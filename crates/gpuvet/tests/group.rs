@@ -124,17 +124,20 @@ fn a_wrong_token_is_refused_with_a_clear_message() {
     let scratch = Scratch::temp();
     let mut spec = GroupSpec::loopback(4, "all_reduce_2");
     spec.tokens[3] = Some("not-the-group-secret".to_owned());
-    spec.rendezvous_secs = 4.0;
+    // Long enough for every honest rank to join on a loaded machine; the coordinator
+    // waits it out for the refused rank, so it is the test's length.
+    spec.rendezvous_secs = 6.0;
     let finished = Group::start(&scratch, &spec).finish(LIMIT);
 
     let intruder = rank(&finished, 3);
+    let coordinator = rank(&finished, 0);
     assert_eq!(intruder.code, Some(1));
     assert!(
         intruder.stderr.contains("refused") && intruder.stderr.contains("`GPUVET_TOKEN` differs"),
-        "{}",
-        intruder.stderr
+        "intruder: {}\ncoordinator: {}",
+        intruder.stderr,
+        coordinator.stderr
     );
-    let coordinator = rank(&finished, 0);
     assert!(
         coordinator.stderr.contains("refused") && coordinator.stderr.contains("(rank 3, n3)"),
         "{}",

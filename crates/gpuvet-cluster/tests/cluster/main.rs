@@ -9,8 +9,10 @@ mod liveness;
 mod membership;
 mod processes;
 
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
+
+pub use gpuvet_testkit::free_port;
 
 use gpuvet_cluster::auth::{agent_proof, from_hex, random_nonce, to_hex};
 use gpuvet_cluster::protocol::{Hello, Message, read_message, write_message};
@@ -120,15 +122,6 @@ pub fn is_member_event(
     kind: fn(&MemberEventKind) -> bool,
 ) -> bool {
     matches!(event, CoordinatorEvent::Member(member) if member.rank == rank && kind(&member.kind))
-}
-
-/// A free loopback port, for a listener that starts later.
-pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 /// A hand-made client that speaks the protocol by itself, to misbehave after joining.

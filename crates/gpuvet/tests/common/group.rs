@@ -5,6 +5,8 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use gpuvet_testkit::free_port;
+
 use super::Scratch;
 
 /// How to start the group.
@@ -53,14 +55,6 @@ impl GroupSpec {
             app: None,
         }
     }
-}
-
-/// A port that was free a moment ago.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port()
 }
 
 #[derive(Debug)]
