@@ -6,6 +6,14 @@
 #   OUT=<dir>          where the report, logs and summary go (default ./gpu-smoke-out)
 #   GPUVET_BIN=<path>  use this binary instead of building one
 #   CARGO_OFFLINE=1    build with --offline (no network on the machine)
+#   GPUVET_SMOKE_WATCH_SECS=<n>     how long `gpuvet watch` runs (default 10)
+#   GPUVET_SMOKE_METRICS_PORT=<n>   its /metrics port on 127.0.0.1 (default 9401)
+#
+# On a machine without Rust (the lent GPU machines have none, and cannot download
+# crates), build here and send the binary along; the script uses
+# target/release/gpuvet when there is no cargo:
+#   cargo build --release -p gpuvet      # here; glibc here must not be newer than there
+#   then, there: scripts/gpu-smoke.sh    # with target/release/gpuvet carried along
 #
 # Steps, each under a timeout:
 #   1. build the release binary (cargo build --release -p gpuvet);
@@ -63,6 +71,14 @@ fi
 if [[ -n "${GPUVET_BIN:-}" ]]; then
     BIN="$GPUVET_BIN"
     log "using prebuilt $BIN"
+elif ! command -v cargo >/dev/null 2>&1; then
+    BIN="$ROOT/target/release/gpuvet"
+    if [[ ! -x "$BIN" ]]; then
+        log "no cargo on this machine and no prebuilt $BIN"
+        log "hint: build it where Rust is (cargo build --release -p gpuvet) and bring target/release/gpuvet, or set GPUVET_BIN"
+        exit 1
+    fi
+    log "no cargo here: using the prebuilt $BIN"
 else
     log "building the release binary"
     build_flags=(--release -p gpuvet)
@@ -112,16 +128,18 @@ if [[ $gpuvet_rc -eq 124 ]]; then log "gpuvet timed out"; fi
 # 2b. The runtime check's NVML source on a real driver: ten seconds of `gpuvet watch`
 # (findings as JSON lines, the /metrics page once). Informational: its exit code does
 # not decide the smoke test.
-cat >"$OUT/watch.json" <<'JSON'
+watch_secs="${GPUVET_SMOKE_WATCH_SECS:-10}"
+metrics_port="${GPUVET_SMOKE_METRICS_PORT:-9401}"
+cat >"$OUT/watch.json" <<JSON
 { "gpuvet": { "watch": { "kmsg": "off", "nvml": true, "nccl_ras": "off",
-                          "metrics_addr": "127.0.0.1:9401" } } }
+                          "metrics_addr": "127.0.0.1:$metrics_port" } } }
 JSON
-log "running gpuvet watch for 10 s (NVML)"
-GPUVET_STORE="$OUT/watch.db" timeout 60 "$BIN" watch --config "$OUT/watch.json" --json \
-    --duration 10 >"$OUT/watch-findings.jsonl" 2>"$OUT/watch.log" &
+log "running gpuvet watch for $watch_secs s (NVML)"
+GPUVET_STORE="$OUT/watch.db" timeout $((watch_secs + 50)) "$BIN" watch --config "$OUT/watch.json" \
+    --json --duration "$watch_secs" >"$OUT/watch-findings.jsonl" 2>"$OUT/watch.log" &
 watch_pid=$!
-sleep 5
-timeout 10 curl -s http://127.0.0.1:9401/metrics >"$OUT/metrics.txt" 2>&1 \
+sleep "$(awk -v s="$watch_secs" 'BEGIN{print s/2}')"
+timeout 10 curl -s "http://127.0.0.1:$metrics_port/metrics" >"$OUT/metrics.txt" 2>&1 \
     || log "could not fetch /metrics (curl missing or the server did not start)"
 wait "$watch_pid" || log "gpuvet watch exited with $?"
 

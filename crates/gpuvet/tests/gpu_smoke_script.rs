@@ -1,0 +1,174 @@
+//! `scripts/gpu-smoke.sh` end to end on a machine without a GPU, with a fake
+//! `nvidia-smi`: the one script a GPU session runs must not first meet its own bugs
+//! there. It writes a valid config from what `nvidia-smi` says, runs every step,
+//! survives the cuda backend being unavailable, and leaves a summary in `$OUT`.
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use common::Scratch;
+use gpuvet_core::exit_codes::BACKEND_UNAVAILABLE;
+
+/// Answers the three questions the script asks of `nvidia-smi`, as one H200 would.
+const FAKE_NVIDIA_SMI: &str = r#"#!/bin/sh
+case "$*" in
+  "-L") echo "GPU 0: NVIDIA H200 (UUID: GPU-00000000-1111-2222-3333-444444444444)" ;;
+  *driver_version*) echo "580.159.03" ;;
+  *) echo "fake nvidia-smi: $*" ;;
+esac
+"#;
+
+fn repo_root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .and_then(Path::parent)
+        .expect("crates/gpuvet sits two levels below the repository root")
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
+}
+
+fn read_json(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&read(path))
+        .unwrap_or_else(|err| panic!("{} is not JSON: {err}", path.display()))
+}
+
+/// A scratch directory with a fake `nvidia-smi` in `bin/`.
+fn scratch_with_fake_nvidia_smi() -> Scratch {
+    let scratch = Scratch::temp();
+    let fake_bin = scratch.path("bin");
+    std::fs::create_dir(&fake_bin).unwrap();
+    let smi = fake_bin.join("nvidia-smi");
+    std::fs::write(&smi, FAKE_NVIDIA_SMI).unwrap();
+    std::fs::set_permissions(&smi, std::fs::Permissions::from_mode(0o755)).unwrap();
+    scratch
+}
+
+/// `bash SCRIPT` with the fake `nvidia-smi` first on `path`, writing to `scratch/out`.
+fn smoke(scratch: &Scratch, script: &Path, path: &str) -> Command {
+    let mut command = Command::new("bash");
+    command
+        .arg(script)
+        .current_dir(scratch.dir.path())
+        .env("PATH", format!("{}:{path}", scratch.path("bin").display()))
+        .env("OUT", scratch.path("out"))
+        .env("GPUVET_SMOKE_WATCH_SECS", "2")
+        .env(
+            "GPUVET_SMOKE_METRICS_PORT",
+            gpuvet_testkit::free_port().to_string(),
+        )
+        .env_remove("GPUVET_BIN")
+        .env_remove("GPUVET_CUDA_LIBRARY_PATH");
+    command
+}
+
+#[test]
+fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
+    let scratch = scratch_with_fake_nvidia_smi();
+    let out = scratch.path("out");
+    let run = smoke(
+        &scratch,
+        &repo_root().join("scripts/gpu-smoke.sh"),
+        &std::env::var("PATH").unwrap_or_default(),
+    )
+    .env("GPUVET_BIN", env!("CARGO_BIN_EXE_gpuvet"))
+    .output()
+    .expect("running bash");
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let context = format!("stdout: {stdout}\nstderr: {stderr}");
+
+    // No cuda backend here, so the smoke test fails, and says how far it got.
+    assert_eq!(run.status.code(), Some(1), "{context}");
+    let config = read_json(&out.join("config.json"));
+    assert_eq!(
+        config["gpuvet"]["expected_inventory"],
+        serde_json::json!({ "gpu_count": 1, "driver_version": "580.159.03" }),
+        "{context}"
+    );
+    assert_eq!(config["gpuvet"]["backend"], "cuda");
+    assert!(
+        read(&out.join("gpuvet.log")).contains("the `cuda` backend is not available"),
+        "{context}"
+    );
+    let log = read(&out.join("smoke.log"));
+    for step in [
+        "using prebuilt",
+        &format!("gpuvet exited with {BACKEND_UNAVAILABLE}"),
+        "running gpuvet watch for 2 s (NVML)",
+        "one GPU: the collectives across nodes over NCCL need two or more, skipped",
+    ] {
+        assert!(log.contains(step), "no `{step}` in the log:\n{log}");
+    }
+    assert!(
+        !log.contains("no python"),
+        "the summary needs python3: {log}"
+    );
+
+    let summary = read_json(&out.join("summary.json"));
+    assert_eq!(summary["gpuvet_exit_code"], BACKEND_UNAVAILABLE);
+    assert_eq!(summary["backend"], serde_json::Value::Null);
+    assert_eq!(summary["torch"]["available"], false, "{summary:#}");
+    assert!(
+        stdout.contains("GEMM ratio not measured"),
+        "the summary says why there is no ratio: {context}"
+    );
+    // The watch step ran against the real binary and said why it could not watch.
+    assert!(
+        read(&out.join("watch.log")).contains("NVML is not available"),
+        "{context}"
+    );
+}
+
+/// The lent GPU machines have no Rust: the script takes the binary that was built
+/// elsewhere and brought to `target/release/gpuvet`, and says what to do without one.
+#[test]
+#[allow(clippy::print_stderr)] // a skipped test says why, in the test output
+fn without_cargo_the_smoke_script_uses_a_prebuilt_binary_or_says_how_to_bring_one() {
+    let system_path = "/usr/bin:/bin";
+    if system_path
+        .split(':')
+        .any(|dir| Path::new(dir).join("cargo").exists())
+    {
+        eprintln!("skipped: cargo is installed system-wide, so it cannot be hidden");
+        return;
+    }
+    let scratch = scratch_with_fake_nvidia_smi();
+    let repo = scratch.path("repo");
+    std::fs::create_dir_all(repo.join("scripts")).unwrap();
+    let script = repo.join("scripts/gpu-smoke.sh");
+    std::fs::copy(repo_root().join("scripts/gpu-smoke.sh"), &script).unwrap();
+
+    let missing = smoke(&scratch, &script, system_path)
+        .output()
+        .expect("running bash");
+    let stderr = String::from_utf8_lossy(&missing.stderr);
+    assert_eq!(missing.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no cargo on this machine and no prebuilt")
+            && stderr.contains("hint: build it where Rust is"),
+        "{stderr}"
+    );
+
+    std::fs::create_dir_all(repo.join("target/release")).unwrap();
+    std::os::unix::fs::symlink(
+        env!("CARGO_BIN_EXE_gpuvet"),
+        repo.join("target/release/gpuvet"),
+    )
+    .unwrap();
+    let prebuilt = smoke(&scratch, &script, system_path)
+        .output()
+        .expect("running bash");
+    let log = read(&scratch.path("out/smoke.log"));
+    assert_eq!(prebuilt.status.code(), Some(1), "{log}");
+    assert!(log.contains("no cargo here: using the prebuilt"), "{log}");
+    assert!(
+        log.contains(&format!("gpuvet exited with {BACKEND_UNAVAILABLE}")),
+        "{log}"
+    );
+    assert!(scratch.path("out/summary.json").exists(), "{log}");
+}
