@@ -3,7 +3,10 @@
 # with torch.matmul on the same GPU, in the same run.
 #
 # Usage: scripts/gpu-smoke.sh            (from the repository root)
-#   OUT=<dir>          where the report, logs and summary go (default ./gpu-smoke-out)
+#   OUT=<dir>          where the results go (default ./gpu-smoke-out): summary.json,
+#                      report.json, smoke.log and gpu-smoke.tar.gz (every file below)
+#   GPUVET_SMOKE_WORK=<dir>  where every report and log is written (default $OUT/files);
+#                      outside $OUT, $OUT holds just the four files above
 #   GPUVET_BIN=<path>  use this binary instead of building one
 #   CARGO_OFFLINE=1    build with --offline (no network on the machine)
 #   GPUVET_SMOKE_WATCH_SECS=<n>     how long `gpuvet watch` runs (default 10)
@@ -14,11 +17,14 @@
 # target/release/gpuvet when there is no cargo:
 #   cargo build --release -p gpuvet      # here; glibc here must not be newer than there
 #   then, there: scripts/gpu-smoke.sh    # with target/release/gpuvet carried along
+# Where only a few files come back from $OUT, set GPUVET_SMOKE_WORK outside it:
+#   GPUVET_SMOKE_WORK=/tmp/gpu-smoke scripts/gpu-smoke.sh   # $OUT gets four files
 #
 # Steps, each under a timeout:
 #   1. build the release binary (cargo build --release -p gpuvet);
 #   2. gpuvet check --backend cuda --json with gemm_flops,kernel_launch,all_reduce_1
-#      (all_reduce_1 is skipped when there is one GPU), then 10 s of `gpuvet watch` on
+#      (all_reduce_1 is skipped when there is one GPU), gemm_flops again in fp8, fp16,
+#      tf32 and fp32 (informational), then 10 s of `gpuvet watch` on
 #      NVML with its /metrics page (informational); with 2 or more GPUs, also
 #      `--local-nodes 2` (each agent its own half of the GPUs) for the collectives
 #      across nodes over NCCL, per rail included (informational, report-nccl.json);
@@ -33,15 +39,31 @@ set -euo pipefail
 OUT="${OUT:-./gpu-smoke-out}"
 mkdir -p "$OUT"
 OUT="$(cd "$OUT" && pwd)"
+WORK="${GPUVET_SMOKE_WORK:-$OUT/files}"
+mkdir -p "$WORK"
+WORK="$(cd "$WORK" && pwd)"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 
-log() { printf '[gpu-smoke] %s\n' "$*" | tee -a "$OUT/smoke.log" >&2; }
+log() { printf '[gpu-smoke] %s\n' "$*" | tee -a "$WORK/smoke.log" >&2; }
 
-log "output: $OUT"
+# Whatever happens, $OUT ends with the summary, the main report, the log and every
+# file packed in one archive.
+finish() {
+    local rc=$?
+    for f in summary.json report.json smoke.log; do
+        if [[ -f "$WORK/$f" && "$WORK" != "$OUT" ]]; then cp "$WORK/$f" "$OUT/$f"; fi
+    done
+    tar -czf "$OUT/gpu-smoke.tar.gz" -C "$(dirname "$WORK")" "$(basename "$WORK")" 2>/dev/null \
+        || printf '[gpu-smoke] could not pack %s\n' "$WORK" >&2
+    exit "$rc"
+}
+trap finish EXIT
+
+log "output: $OUT (every file: $WORK)"
 if command -v nvidia-smi >/dev/null 2>&1; then
-    timeout 30 nvidia-smi >"$OUT/nvidia-smi.txt" 2>&1 || log "nvidia-smi failed (rc $?)"
-    timeout 30 nvidia-smi topo -m >"$OUT/nvidia-smi-topo.txt" 2>&1 || true
+    timeout 30 nvidia-smi >"$WORK/nvidia-smi.txt" 2>&1 || log "nvidia-smi failed (rc $?)"
+    timeout 30 nvidia-smi topo -m >"$WORK/nvidia-smi-topo.txt" 2>&1 || true
 else
     log "nvidia-smi not found"
 fi
@@ -83,9 +105,9 @@ else
     log "building the release binary"
     build_flags=(--release -p gpuvet)
     if [[ -n "${CARGO_OFFLINE:-}" ]]; then build_flags+=(--offline); fi
-    if ! timeout 900 cargo build "${build_flags[@]}" >"$OUT/build.log" 2>&1; then
-        log "cargo build failed; see $OUT/build.log"
-        tail -n 30 "$OUT/build.log" >&2
+    if ! timeout 900 cargo build "${build_flags[@]}" >"$WORK/build.log" 2>&1; then
+        log "cargo build failed; see $WORK/build.log"
+        tail -n 30 "$WORK/build.log" >&2
         exit 1
     fi
     BIN="$ROOT/target/release/gpuvet"
@@ -104,7 +126,7 @@ if [[ -n "$smi_driver" ]]; then
     expected+="\"driver_version\": \"$smi_driver\""
 fi
 expected+="}"
-cat >"$OUT/config.json" <<EOF
+cat >"$WORK/config.json" <<EOF
 {
   "aimaster": {
     "sanity_check": {
@@ -119,45 +141,58 @@ EOF
 log "running gpuvet check --backend cuda"
 gpuvet_rc=0
 started=$(date +%s.%N)
-timeout 420 "$BIN" check --config "$OUT/config.json" --backend cuda --json \
-    >"$OUT/report.json" 2>"$OUT/gpuvet.log" || gpuvet_rc=$?
+timeout 420 "$BIN" check --config "$WORK/config.json" --backend cuda --json \
+    >"$WORK/report.json" 2>"$WORK/gpuvet.log" || gpuvet_rc=$?
 ended=$(date +%s.%N)
 log "gpuvet exited with $gpuvet_rc after $(awk -v a="$started" -v b="$ended" 'BEGIN{printf "%.1f", b-a}') s"
 if [[ $gpuvet_rc -eq 124 ]]; then log "gpuvet timed out"; fi
 
-# 2b. The runtime check's NVML source on a real driver: ten seconds of `gpuvet watch`
+# 2b. gemm_flops in the other precisions (bf16 ran above): fp8 through cuBLASLt, fp16,
+# tf32 and fp32 through cuBLAS. Informational; a GPU without fp8 reports it unsupported.
+for dtype in fp8 fp16 tf32 fp32; do
+    cat >"$WORK/config-$dtype.json" <<EOF
+{ "gpuvet": { "backend": "cuda", "gemm": { "dtype": "$dtype" } } }
+EOF
+    dtype_rc=0
+    timeout 120 "$BIN" check --config "$WORK/config-$dtype.json" --backend cuda --no-store \
+        --json --checks gemm_flops >"$WORK/report-gemm-$dtype.json" \
+        2>"$WORK/gpuvet-gemm-$dtype.log" || dtype_rc=$?
+    log "gemm_flops in $dtype: gpuvet exited with $dtype_rc"
+done
+
+# 2c. The runtime check's NVML source on a real driver: ten seconds of `gpuvet watch`
 # (findings as JSON lines, the /metrics page once). Informational: its exit code does
 # not decide the smoke test.
 watch_secs="${GPUVET_SMOKE_WATCH_SECS:-10}"
 metrics_port="${GPUVET_SMOKE_METRICS_PORT:-9401}"
-cat >"$OUT/watch.json" <<JSON
+cat >"$WORK/watch.json" <<JSON
 { "gpuvet": { "watch": { "kmsg": "off", "nvml": true, "nccl_ras": "off",
                           "metrics_addr": "127.0.0.1:$metrics_port" } } }
 JSON
 log "running gpuvet watch for $watch_secs s (NVML)"
-GPUVET_STORE="$OUT/watch.db" timeout $((watch_secs + 50)) "$BIN" watch --config "$OUT/watch.json" \
-    --json --duration "$watch_secs" >"$OUT/watch-findings.jsonl" 2>"$OUT/watch.log" &
+GPUVET_STORE="$WORK/watch.db" timeout $((watch_secs + 50)) "$BIN" watch --config "$WORK/watch.json" \
+    --json --duration "$watch_secs" >"$WORK/watch-findings.jsonl" 2>"$WORK/watch.log" &
 watch_pid=$!
 sleep "$(awk -v s="$watch_secs" 'BEGIN{print s/2}')"
-timeout 10 curl -s "http://127.0.0.1:$metrics_port/metrics" >"$OUT/metrics.txt" 2>&1 \
+timeout 10 curl -s "http://127.0.0.1:$metrics_port/metrics" >"$WORK/metrics.txt" 2>&1 \
     || log "could not fetch /metrics (curl missing or the server did not start)"
 wait "$watch_pid" || log "gpuvet watch exited with $?"
 
-# 2c. The collectives across nodes over NCCL, with two local agents that each drive
+# 2d. The collectives across nodes over NCCL, with two local agents that each drive
 # half of the GPUs. One GPU cannot be two NCCL ranks, so this needs two or more.
 nccl_checks=all_reduce_2,all_gather_2,all_to_all_2,multi_all_reduce_2,all_reduce,multi_all_reduce
 if [[ "${smi_count:-0}" -ge 2 ]]; then
     log "running gpuvet check --local-nodes 2 over NCCL ($nccl_checks)"
     nccl_rc=0
     timeout 300 "$BIN" check --local-nodes 2 --backend cuda --no-store --json \
-        --checks "$nccl_checks" >"$OUT/report-nccl.json" 2>"$OUT/gpuvet-nccl.log" || nccl_rc=$?
+        --checks "$nccl_checks" >"$WORK/report-nccl.json" 2>"$WORK/gpuvet-nccl.log" || nccl_rc=$?
     log "gpuvet --local-nodes 2 exited with $nccl_rc"
 else
     log "one GPU: the collectives across nodes over NCCL need two or more, skipped"
 fi
 
 # 3. torch.matmul on the same GPU (device 0, which gpuvet also measured).
-cat >"$OUT/torch_matmul.py" <<'EOF'
+cat >"$WORK/torch_matmul.py" <<'EOF'
 import json, sys, time
 result = {"available": False}
 try:
@@ -205,19 +240,19 @@ print(json.dumps(result))
 EOF
 if [[ -n "$PYTHON" ]]; then
     log "measuring torch.matmul bf16 8192^3 on cuda:0"
-    timeout 240 "$PYTHON" "$OUT/torch_matmul.py" >"$OUT/torch.json" 2>"$OUT/torch.log" \
-        || echo "{\"available\": false, \"reason\": \"the torch measurement failed (rc $?), see torch.log\"}" >"$OUT/torch.json"
+    timeout 240 "$PYTHON" "$WORK/torch_matmul.py" >"$WORK/torch.json" 2>"$WORK/torch.log" \
+        || echo "{\"available\": false, \"reason\": \"the torch measurement failed (rc $?), see torch.log\"}" >"$WORK/torch.json"
 else
-    echo '{"available": false, "reason": "no python interpreter on this machine"}' >"$OUT/torch.json"
+    echo '{"available": false, "reason": "no python interpreter on this machine"}' >"$WORK/torch.json"
 fi
 
 # 4. Summary.
 if [[ -z "$PYTHON" ]]; then
-    log "no python to summarise with; raw report in $OUT/report.json"
-    cat "$OUT/report.json"
+    log "no python to summarise with; raw report in $WORK/report.json"
+    cat "$WORK/report.json"
     exit 1
 fi
-timeout 60 "$PYTHON" - "$OUT" "$gpuvet_rc" <<'EOF'
+timeout 60 "$PYTHON" - "$WORK" "$gpuvet_rc" <<'EOF'
 import json, os, statistics, sys
 out, rc = sys.argv[1], int(sys.argv[2])
 def load(name):
@@ -263,6 +298,19 @@ if launch:
     if walls:
         print(f"kernel launch: wall {statistics.median(walls):.2f} us/launch"
               + (f", event {statistics.median(events):.2f} us" if events else "") + " (median over GPUs)")
+summary["gemm_by_dtype"] = {}
+for dtype in ["fp8", "fp16", "tf32", "fp32"]:
+    rep = load(f"report-gemm-{dtype}.json")
+    c = next((c for c in rep.get("checks", []) if c.get("name") == "gemm_flops"), None)
+    if c is None:
+        print(f"gemm_flops {dtype}: no report ({rep.get('error', 'no gemm_flops in it')})")
+        continue
+    vals = [e.get("measurement", {}).get("value") for e in c.get("entities", [])]
+    vals = [v for v in vals if v is not None]
+    shown = ", ".join(f"{v:.1f}" for v in vals)
+    print(f"gemm_flops {dtype}: {c.get('status')} {shown} TFLOPS {c.get('reason') or ''}")
+    summary["gemm_by_dtype"][dtype] = {"status": c.get("status"), "values": vals,
+                                       "reason": c.get("reason"), "params": c.get("params")}
 ar = values("all_reduce_1")
 if ar and ar[0][1].get("value") is not None:
     print(f"all_reduce_1: busbw {ar[0][1]['value']:.1f} GB/s")

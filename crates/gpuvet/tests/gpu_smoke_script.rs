@@ -70,12 +70,14 @@ fn smoke(scratch: &Scratch, script: &Path, path: &str) -> Command {
 fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
     let scratch = scratch_with_fake_nvidia_smi();
     let out = scratch.path("out");
+    let work = scratch.path("work");
     let run = smoke(
         &scratch,
         &repo_root().join("scripts/gpu-smoke.sh"),
         &std::env::var("PATH").unwrap_or_default(),
     )
     .env("GPUVET_BIN", env!("CARGO_BIN_EXE_gpuvet"))
+    .env("GPUVET_SMOKE_WORK", &work)
     .output()
     .expect("running bash");
     let stderr = String::from_utf8_lossy(&run.stderr);
@@ -84,7 +86,7 @@ fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
 
     // No cuda backend here, so the smoke test fails, and says how far it got.
     assert_eq!(run.status.code(), Some(1), "{context}");
-    let config = read_json(&out.join("config.json"));
+    let config = read_json(&work.join("config.json"));
     assert_eq!(
         config["gpuvet"]["expected_inventory"],
         serde_json::json!({ "gpu_count": 1, "driver_version": "580.159.03" }),
@@ -92,15 +94,17 @@ fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
     );
     assert_eq!(config["gpuvet"]["backend"], "cuda");
     assert!(
-        read(&out.join("gpuvet.log")).contains("the `cuda` backend is not available"),
+        read(&work.join("gpuvet.log")).contains("the `cuda` backend is not available"),
         "{context}"
     );
-    let log = read(&out.join("smoke.log"));
+    let log = read(&work.join("smoke.log"));
     for step in [
         "using prebuilt",
         &format!("gpuvet exited with {BACKEND_UNAVAILABLE}"),
         "running gpuvet watch for 2 s (NVML)",
         "one GPU: the collectives across nodes over NCCL need two or more, skipped",
+        &format!("gemm_flops in fp8: gpuvet exited with {BACKEND_UNAVAILABLE}"),
+        &format!("gemm_flops in fp32: gpuvet exited with {BACKEND_UNAVAILABLE}"),
     ] {
         assert!(log.contains(step), "no `{step}` in the log:\n{log}");
     }
@@ -108,6 +112,39 @@ fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
         !log.contains("no python"),
         "the summary needs python3: {log}"
     );
+
+    // A machine that returns a few files from `$OUT` gets the results and one archive.
+    let mut returned: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    returned.sort();
+    assert_eq!(
+        returned,
+        [
+            "gpu-smoke.tar.gz",
+            "report.json",
+            "smoke.log",
+            "summary.json"
+        ],
+        "{context}"
+    );
+    let listing = Command::new("tar")
+        .arg("-tzf")
+        .arg(out.join("gpu-smoke.tar.gz"))
+        .output()
+        .expect("running tar");
+    let listing = String::from_utf8_lossy(&listing.stdout);
+    for file in [
+        "work/config.json",
+        "work/report-gemm-fp8.json",
+        "work/watch.log",
+    ] {
+        assert!(
+            listing.contains(file),
+            "no `{file}` in the archive: {listing}"
+        );
+    }
 
     let summary = read_json(&out.join("summary.json"));
     assert_eq!(summary["gpuvet_exit_code"], BACKEND_UNAVAILABLE);
@@ -117,9 +154,13 @@ fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
         stdout.contains("GEMM ratio not measured"),
         "the summary says why there is no ratio: {context}"
     );
+    assert!(
+        stdout.contains("gemm_flops fp8: no report"),
+        "the summary covers every precision: {context}"
+    );
     // The watch step ran against the real binary and said why it could not watch.
     assert!(
-        read(&out.join("watch.log")).contains("NVML is not available"),
+        read(&work.join("watch.log")).contains("NVML is not available"),
         "{context}"
     );
 }
@@ -163,12 +204,13 @@ fn without_cargo_the_smoke_script_uses_a_prebuilt_binary_or_says_how_to_bring_on
     let prebuilt = smoke(&scratch, &script, system_path)
         .output()
         .expect("running bash");
-    let log = read(&scratch.path("out/smoke.log"));
+    let log = read(&scratch.path("out/files/smoke.log"));
     assert_eq!(prebuilt.status.code(), Some(1), "{log}");
     assert!(log.contains("no cargo here: using the prebuilt"), "{log}");
     assert!(
         log.contains(&format!("gpuvet exited with {BACKEND_UNAVAILABLE}")),
         "{log}"
     );
+    assert!(scratch.path("out/files/summary.json").exists(), "{log}");
     assert!(scratch.path("out/summary.json").exists(), "{log}");
 }

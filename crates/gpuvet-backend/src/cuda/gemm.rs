@@ -38,6 +38,11 @@ pub const DEFAULT_SIZE: usize = 8192;
 const WORKSPACE_BYTES: usize = 32 << 20;
 /// Warm-up time: clocks and power settle, cuBLAS picks and loads its kernel.
 const WARMUP: Duration = Duration::from_millis(500);
+/// GEMMs per warm-up chunk; the pace of the timed run comes from the last chunk.
+const WARMUP_CHUNK: usize = 4;
+/// A GEMM this slow takes long enough that loading cuBLAS's kernels, which the first
+/// chunk pays for, does not distort its pace.
+const SLOW_GEMM_SECS: f64 = 0.25;
 /// Target length of the timed run.
 const TIMED: Duration = Duration::from_secs(1);
 const MIN_ITERATIONS: usize = 10;
@@ -140,6 +145,13 @@ pub fn tflops(m: usize, n: usize, k: usize, seconds: f64) -> f64 {
         return 0.0;
     }
     2.0 * m as f64 * n as f64 * k as f64 / seconds / 1e12
+}
+
+/// Whether the warm-up has run long enough. The first chunk pays for cuBLAS's
+/// heuristics and lazy kernel loading, so the pace the timed run is sized from must
+/// come from a later one, unless GEMMs are so slow that the loading is noise.
+pub fn warmup_is_over(elapsed: Duration, iterations: usize, seconds_per_gemm: f64) -> bool {
+    elapsed >= WARMUP && (iterations > WARMUP_CHUNK || seconds_per_gemm >= SLOW_GEMM_SECS)
 }
 
 /// How many timed iterations fill `TIMED`, given the warm-up's time per GEMM.
@@ -796,16 +808,16 @@ pub fn run(
     let mut seconds_per_gemm;
     loop {
         let chunk_start = Instant::now();
-        for _ in 0..4 {
+        for _ in 0..WARMUP_CHUNK {
             engine.enqueue()?;
         }
         let done = stream
             .record_event(None)
             .map_err(err("recording an event"))?;
         poll_event(&done, cancel, || {})?;
-        warmup_iterations += 4;
-        seconds_per_gemm = chunk_start.elapsed().as_secs_f64() / 4.0;
-        if warm_start.elapsed() >= WARMUP {
+        warmup_iterations += WARMUP_CHUNK;
+        seconds_per_gemm = chunk_start.elapsed().as_secs_f64() / WARMUP_CHUNK as f64;
+        if warmup_is_over(warm_start.elapsed(), warmup_iterations, seconds_per_gemm) {
             break;
         }
     }
@@ -934,6 +946,21 @@ mod tests {
                 .unwrap_err()
                 .starts_with("bf16 GEMM needs")
         );
+    }
+
+    #[test]
+    fn the_warmup_sizes_the_timed_run_from_a_chunk_after_the_first() {
+        let long = WARMUP + Duration::from_millis(1);
+        // A first chunk that took the whole warm-up (kernel loading) is not enough.
+        assert!(!warmup_is_over(long, WARMUP_CHUNK, 0.15));
+        assert!(warmup_is_over(long, 2 * WARMUP_CHUNK, 0.001));
+        assert!(!warmup_is_over(
+            Duration::from_millis(100),
+            8 * WARMUP_CHUNK,
+            0.001
+        ));
+        // GEMMs slow enough that loading is noise need no second chunk.
+        assert!(warmup_is_over(long, WARMUP_CHUNK, SLOW_GEMM_SECS));
     }
 
     #[test]

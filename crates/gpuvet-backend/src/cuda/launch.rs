@@ -19,7 +19,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaFunction};
 use cudarc::nvrtc::Ptx;
 
-use super::driver_error;
+use super::{driver_error, poll_event};
 use crate::{BackendError, CancelToken, Sample};
 
 pub const KERNEL_NAME: &str = "gpuvet_empty";
@@ -147,7 +147,12 @@ pub fn run(
     for _ in 0..WARMUP_LAUNCHES {
         launch().map_err(err("launching the kernel"))?;
     }
-    stream.synchronize().map_err(err("synchronising"))?;
+    // A GPU that never finishes the warm-up is seen here, cancellably; the wall mode
+    // below blocks in `synchronize`, because that wait is what it measures.
+    let warmed = stream
+        .record_event(None)
+        .map_err(err("recording an event"))?;
+    poll_event(&warmed, cancel, || {})?;
 
     // Event mode.
     let start = ctx
@@ -162,7 +167,7 @@ pub fn run(
         start.record(&stream).map_err(err("recording an event"))?;
         launch().map_err(err("launching the kernel"))?;
         stop.record(&stream).map_err(err("recording an event"))?;
-        stop.synchronize().map_err(err("waiting for the kernel"))?;
+        poll_event(&stop, cancel, || {})?;
         event_us.push(
             f64::from(
                 start
