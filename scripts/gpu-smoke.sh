@@ -15,7 +15,9 @@
 # On a machine without Rust (the lent GPU machines have none, and cannot download
 # crates), build here and send the binary along; the script uses
 # target/release/gpuvet when there is no cargo:
-#   cargo build --release -p gpuvet      # here; glibc here must not be newer than there
+#   CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release -p gpuvet
+#                                        # here (11 MB, not 73 with line tables); glibc
+#                                        # here must not be newer than there
 #   then, there: scripts/gpu-smoke.sh    # with target/release/gpuvet carried along
 # Where only a few files come back from $OUT, set GPUVET_SMOKE_WORK outside it:
 #   GPUVET_SMOKE_WORK=/tmp/gpu-smoke scripts/gpu-smoke.sh   # $OUT gets four files
