@@ -99,7 +99,7 @@ elif ! command -v cargo >/dev/null 2>&1; then
     BIN="$ROOT/target/release/gpuvet"
     if [[ ! -x "$BIN" ]]; then
         log "no cargo on this machine and no prebuilt $BIN"
-        log "hint: build it where Rust is (cargo build --release -p gpuvet) and bring target/release/gpuvet, or set GPUVET_BIN"
+        log "hint: build it where Rust is (CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release -p gpuvet) and bring target/release/gpuvet, or set GPUVET_BIN"
         exit 1
     fi
     log "no cargo here: using the prebuilt $BIN"
