@@ -167,6 +167,21 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         cancel: &CancelToken,
     ) -> Result<Sample, BackendError>;
 
+    /// All-gather across the given devices of this node: busbw in GB/s, as nccl-tests
+    /// defines it, with the result checked. What `all_gather` measures when the group
+    /// is this one node.
+    fn all_gather_local(
+        &self,
+        _devices: &[u32],
+        _work: &WorkSpec,
+        _cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        Err(BackendError::Unsupported(format!(
+            "the `{}` backend has no all-gather among a node's devices",
+            self.name()
+        )))
+    }
+
     /// Whether this backend has its own transport between nodes (NCCL): then
     /// [`Backend::group_token`] and [`Backend::collective_across`] work, and the
     /// coordinator runs cross-node collectives through them instead of gpuvet's TCP
@@ -312,14 +327,14 @@ pub(crate) fn check_local_group(
 ) -> Result<(), BackendError> {
     if devices.len() < 2 {
         return Err(BackendError::Unsupported(
-            "all-reduce needs at least 2 devices".to_owned(),
+            "a collective among a node's devices needs at least 2 of them".to_owned(),
         ));
     }
     for (position, &device) in devices.iter().enumerate() {
         check_device(backend, device, count)?;
         if devices[..position].contains(&device) {
             return Err(BackendError::Failed(format!(
-                "device {device} is listed twice for the all-reduce"
+                "device {device} is listed twice for the collective"
             )));
         }
     }

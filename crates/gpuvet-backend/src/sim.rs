@@ -216,21 +216,16 @@ impl Backend for SimBackend {
         work: &WorkSpec,
         _cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
-        crate::check_local_group("sim", devices, self.script.devices)?;
-        let nominal = NOMINAL_ALL_REDUCE_BUSBW * self.slowest(devices);
-        let device_set_key = SplitMix64::keyed(
-            0,
-            &devices.iter().map(|&d| u64::from(d)).collect::<Vec<_>>(),
-        )
-        .next_u64();
-        let mut sample = self.measure(CheckName::AllReduce1, devices, device_set_key, nominal)?;
-        let ranks = devices.len();
-        let algbw_per_busbw = crate::all_reduce_busbw(1.0, ranks);
-        sample
-            .extra
-            .insert("algbw".to_owned(), sample.value / algbw_per_busbw);
-        sample.params = collective_params(work, ranks);
-        Ok(sample)
+        self.local_collective(CheckName::AllReduce1, devices, work)
+    }
+
+    fn all_gather_local(
+        &self,
+        devices: &[u32],
+        work: &WorkSpec,
+        _cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        self.local_collective(CheckName::AllGather, devices, work)
     }
 
     fn spans_nodes(&self) -> bool {
@@ -301,6 +296,34 @@ impl Backend for SimBackend {
 }
 
 impl SimBackend {
+    /// A collective among this node's `devices`, at the slowest one's pace; `check`
+    /// keys its noise and scripted faults and says the collective.
+    fn local_collective(
+        &self,
+        check: CheckName,
+        devices: &[u32],
+        work: &WorkSpec,
+    ) -> Result<Sample, BackendError> {
+        crate::check_local_group("sim", devices, self.script.devices)?;
+        let nominal = NOMINAL_ALL_REDUCE_BUSBW * self.slowest(devices);
+        let device_set_key = SplitMix64::keyed(
+            0,
+            &devices.iter().map(|&d| u64::from(d)).collect::<Vec<_>>(),
+        )
+        .next_u64();
+        let mut sample = self.measure(check, devices, device_set_key, nominal)?;
+        let ranks = devices.len();
+        let busbw_per_algbw = match check {
+            CheckName::AllGather => crate::all_gather_busbw(1.0, ranks),
+            _ => crate::all_reduce_busbw(1.0, ranks),
+        };
+        sample
+            .extra
+            .insert("algbw".to_owned(), sample.value / busbw_per_algbw);
+        sample.params = collective_params(work, ranks);
+        Ok(sample)
+    }
+
     /// One all-reduce per rail, device i on rail i: the slowest rail's sample, with
     /// every rail's busbw in `extra`.
     fn rails_across(
@@ -648,14 +671,14 @@ mod tests {
         assert_eq!(
             backend.all_reduce_local(&[0], &WorkSpec::default(), &cancel),
             Err(BackendError::Unsupported(
-                "all-reduce needs at least 2 devices".to_owned()
+                "a collective among a node's devices needs at least 2 of them".to_owned()
             ))
         );
         assert!(matches!(gemm(&backend, 4), Err(BackendError::Failed(_))));
         assert_eq!(
             backend.all_reduce_local(&[2, 2], &WorkSpec::default(), &cancel),
             Err(BackendError::Failed(
-                "device 2 is listed twice for the all-reduce".to_owned()
+                "device 2 is listed twice for the collective".to_owned()
             ))
         );
         assert!(matches!(

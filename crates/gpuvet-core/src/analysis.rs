@@ -97,7 +97,7 @@ pub fn judge(
     measurements: &[Measurement],
     policy: &JudgePolicy,
 ) -> Vec<EntityResult> {
-    let usable: Vec<Option<f64>> = measurements.iter().map(usable_value).collect();
+    let usable: Vec<Option<f64>> = measurements.iter().map(|m| usable_value(spec, m)).collect();
     measurements
         .iter()
         .enumerate()
@@ -113,18 +113,28 @@ pub fn judge(
         .collect()
 }
 
-fn usable_value(measurement: &Measurement) -> Option<f64> {
+fn usable_value(spec: &CheckSpec, measurement: &Measurement) -> Option<f64> {
     match measurement.value {
         Some(v)
             if measurement.error.is_none()
                 && measurement.wrong_result.is_none()
-                && v.is_finite()
-                && v > 0.0 =>
+                && is_work(spec, v) =>
         {
             Some(v)
         }
         _ => None,
     }
+}
+
+/// Whether `value` shows work done: finite, and above zero unless zero is a valid
+/// result of the metric (a slowdown of 0 %).
+fn is_work(spec: &CheckSpec, value: f64) -> bool {
+    value.is_finite()
+        && if spec.metric.zero_means_no_work {
+            value > 0.0
+        } else {
+            value >= 0.0
+        }
 }
 
 fn judge_one(
@@ -156,7 +166,7 @@ fn judge_one(
         return verdict_with(Verdict::Faulty, format!("wrong result: {wrong}"), evidence);
     }
     let value = match measurement.value {
-        Some(v) if v.is_finite() && v > 0.0 => v,
+        Some(v) if is_work(spec, v) => v,
         Some(v) => {
             return verdict_with(
                 Verdict::Faulty,
@@ -195,6 +205,14 @@ fn judge_one(
             evidence,
         );
     };
+    // A share of zero cannot be exceeded by a fraction of itself: only the limit applies.
+    if reference <= 0.0 {
+        return verdict_with(
+            Verdict::Ok,
+            format!("the peer median is 0 {unit}; within the baseline"),
+            evidence,
+        );
+    }
     let noise = noise(measurement);
     let threshold = policy.tolerance + noise;
     let deficit = deficit(spec.metric.direction, value, reference);
@@ -386,6 +404,43 @@ mod tests {
         assert!(results[2].reason.starts_with("no work done"));
         // Faulty entities are not suspects: re-measuring does not excuse a wrong result.
         assert!(suspects(&results).is_empty());
+    }
+
+    #[test]
+    fn a_slowdown_of_zero_is_the_best_result_not_zero_work() {
+        // Compute and communication overlapped fully, or a load spike slowed the run
+        // alone: either way work was done.
+        let spec = CheckName::CompCommOverlap.spec();
+        let node = |name: &str, value: f64| {
+            Measurement::ok(Entity::Node { node: name.into() }, value, vec![value; 4])
+        };
+        let results = judge(spec, &[node("a", 0.0)], &LOOSE);
+        assert_eq!(results[0].verdict, Verdict::Ok, "{}", results[0].reason);
+        // Against peers at 0 %, a node at 0 % or 3 % is compared with the limit only.
+        let results = judge(
+            spec,
+            &[node("a", 0.0), node("b", 0.0), node("c", 3.0)],
+            &LOOSE,
+        );
+        assert_eq!(verdicts(&results), [Verdict::Ok; 3]);
+        // A ceiling still catches a real slowdown.
+        let ceiling = JudgePolicy {
+            tolerance: 0.05,
+            limit: Some(Limit::Ceiling(50.0)),
+        };
+        assert_eq!(
+            judge(spec, &[node("a", 80.0)], &ceiling)[0].verdict,
+            Verdict::Slow
+        );
+        // Nonsense is still faulty.
+        assert_eq!(
+            judge(spec, &[node("a", f64::NAN)], &LOOSE)[0].verdict,
+            Verdict::Faulty
+        );
+        assert_eq!(
+            judge(spec, &[node("a", -1.0)], &LOOSE)[0].verdict,
+            Verdict::Faulty
+        );
     }
 
     #[test]

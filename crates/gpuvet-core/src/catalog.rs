@@ -63,6 +63,9 @@ pub struct MetricSpec {
     pub name: &'static str,
     pub unit: &'static str,
     pub direction: Direction,
+    /// Whether a value of zero means that no work was done (0 TFLOPS, 0 GB/s): the
+    /// entity is then faulty. A slowdown of 0 % or 0 mismatches is the best value.
+    pub zero_means_no_work: bool,
 }
 
 /// Everything the catalog knows about one check.
@@ -83,41 +86,49 @@ const TFLOPS: MetricSpec = MetricSpec {
     name: "tflops",
     unit: "TFLOPS",
     direction: Direction::HigherIsBetter,
+    zero_means_no_work: true,
 };
 const LAUNCH_US: MetricSpec = MetricSpec {
     name: "launch_latency",
     unit: "us",
     direction: Direction::LowerIsBetter,
+    zero_means_no_work: true,
 };
 const BUSBW: MetricSpec = MetricSpec {
     name: "busbw",
     unit: "GB/s",
     direction: Direction::HigherIsBetter,
+    zero_means_no_work: true,
 };
 const RAIL_BUSBW: MetricSpec = MetricSpec {
     name: "rail_busbw",
     unit: "GB/s",
     direction: Direction::HigherIsBetter,
+    zero_means_no_work: true,
 };
 const GLOO_BW: MetricSpec = MetricSpec {
     name: "bandwidth",
     unit: "GB/s",
     direction: Direction::HigherIsBetter,
+    zero_means_no_work: true,
 };
 const SUCCESS_RATE: MetricSpec = MetricSpec {
     name: "success_rate",
     unit: "%",
     direction: Direction::HigherIsBetter,
+    zero_means_no_work: true,
 };
 const SLOWDOWN: MetricSpec = MetricSpec {
     name: "slowdown",
     unit: "%",
     direction: Direction::LowerIsBetter,
+    zero_means_no_work: false,
 };
 const MISMATCHES: MetricSpec = MetricSpec {
     name: "mismatches",
     unit: "facts",
     direction: Direction::LowerIsBetter,
+    zero_means_no_work: false,
 };
 
 /// The whole catalog: PAI's checks in the order of its sample config, then gpuvet's own.

@@ -110,6 +110,10 @@ pub fn run_group(
             };
             match name.spec().scope {
                 Scope::EachDevice | Scope::EachNode => local::run(&mut context, name),
+                // A group of one node is its devices: its runner does the collective.
+                Scope::WholeGroup if context.session.members.len() == 1 => {
+                    local::run(&mut context, name)
+                }
                 Scope::NodePairs => pairs::run(&mut context, name),
                 Scope::WholeGroup => whole::run(&mut context, name),
                 Scope::AllNodePairs => connectivity::run(&mut context),

@@ -51,7 +51,11 @@ fn units(backend: &dyn Backend, plan: &RunPlan, name: CheckName) -> Vec<Unit> {
     let node = &plan.attempt.node;
     let indices: Vec<u32> = backend.devices().iter().map(|d| d.index).collect();
     match name {
-        CheckName::AllReduce1 | CheckName::CompCommOverlap => vec![Unit {
+        // `all_reduce` and `all_gather` come here only when this node is the group.
+        CheckName::AllReduce1
+        | CheckName::CompCommOverlap
+        | CheckName::AllReduce
+        | CheckName::AllGather => vec![Unit {
             entity: Entity::Node { node: node.clone() },
             devices: indices,
         }],
@@ -123,6 +127,12 @@ fn measure_and_judge(
     if !suspect_indices.is_empty() {
         params.insert("remeasured".to_owned(), suspect_indices.len().to_string());
     }
+    if crate::runs_among_local_devices(name, plan.nodes) {
+        params.insert(
+            "group".to_owned(),
+            "this node's devices (a group of 1 node)".to_owned(),
+        );
+    }
     Some(CheckResult {
         params,
         ..CheckResult::judged(name, check_status(&entities), entities)
@@ -169,7 +179,10 @@ fn measure(
                 let work = || match name {
                     CheckName::GemmFlops => backend.gemm(devices[0], &work, &cancel),
                     CheckName::KernelLaunch => backend.kernel_launch(devices[0], &work, &cancel),
-                    CheckName::AllReduce1 => backend.all_reduce_local(&devices, &work, &cancel),
+                    CheckName::AllReduce1 | CheckName::AllReduce => {
+                        backend.all_reduce_local(&devices, &work, &cancel)
+                    }
+                    CheckName::AllGather => backend.all_gather_local(&devices, &work, &cancel),
                     CheckName::CompCommOverlap => {
                         crate::overlap::comp_comm_overlap(&*backend, &devices, &work, &cancel)
                     }

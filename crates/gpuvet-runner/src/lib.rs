@@ -15,7 +15,7 @@ mod overlap;
 mod plan;
 
 pub use check::{HANG_FACTOR, HANG_GRACE};
-pub use plan::{RunPlan, scope_skip_reason};
+pub use plan::{RunPlan, runs_among_local_devices, scope_skip_reason};
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -83,7 +83,9 @@ pub fn run(
             )
         } else if let Some(reason) = scope_skip_reason(name, plan.nodes, backend.devices().len()) {
             CheckResult::without_work(name, CheckStatus::Skipped, reason)
-        } else if let Support::NotImplemented(reason) = backend.supports(name) {
+        } else if let Support::NotImplemented(reason) = backend.supports(name)
+            && !runs_among_local_devices(name, plan.nodes)
+        {
             CheckResult::without_work(name, CheckStatus::NotImplemented, reason)
         } else if name == CheckName::InventoryConsistency {
             // Facts the backend already read, not work: nothing to time or cancel.

@@ -35,6 +35,21 @@ pub(crate) fn comp_comm_overlap(
         (gemm, comm)
     });
     let (gemm_overlapped, comm_overlapped) = (gemm_overlapped?, comm_overlapped?);
+    // The headline is a ratio, so zero work must be caught here: a slowdown of 0 % is
+    // the best result, not a sign that nothing ran.
+    for (what, sample, unit) in [
+        ("the GEMM alone", &gemm_alone, "TFLOPS"),
+        ("the all-reduce alone", &comm_alone, "GB/s"),
+        ("the overlapped GEMM", &gemm_overlapped, "TFLOPS"),
+        ("the overlapped all-reduce", &comm_overlapped, "GB/s"),
+    ] {
+        if !(sample.value.is_finite() && sample.value > 0.0) {
+            return Err(BackendError::Failed(format!(
+                "no work done: {what} measured {} {unit}",
+                sample.value
+            )));
+        }
+    }
 
     let gemm_slowdown = slowdown_pct(gemm_alone.value, gemm_overlapped.value);
     let comm_slowdown = slowdown_pct(comm_alone.value, comm_overlapped.value);

@@ -31,6 +31,12 @@ pub struct RunPlan {
     pub hang_grace: Duration,
 }
 
+/// Whether the runner itself runs `check` as a collective among this node's devices:
+/// a whole-group collective when the group is this one node.
+pub fn runs_among_local_devices(check: CheckName, nodes: usize) -> bool {
+    nodes == 1 && matches!(check, CheckName::AllReduce | CheckName::AllGather)
+}
+
 /// Why a check cannot exist in a group of this shape, or `None` when it can.
 pub fn scope_skip_reason(
     check: CheckName,
@@ -57,6 +63,13 @@ pub fn scope_skip_reason(
             "needs at least 2 devices in the group; it has {}",
             plural(nodes * devices_per_node, "device")
         )),
+        // A rail is GPU i of every node; on one node each rail is a single GPU, and
+        // `all_reduce` already covers the node's GPUs together.
+        Scope::WholeGroup if nodes < 2 && check == CheckName::MultiAllReduce => Some(
+            "runs one all-reduce per rail between nodes (GPU i of every node); a group of \
+             1 node has no rail between nodes"
+                .to_owned(),
+        ),
         Scope::EachDevice if devices_per_node == 0 => Some("this node has no devices".to_owned()),
         _ => None,
     }
@@ -85,6 +98,13 @@ mod tests {
             Some("needs at least 2 devices in the group; it has 1 device")
         );
         assert_eq!(
+            scope_skip_reason(CheckName::MultiAllReduce, 1, 8).as_deref(),
+            Some(
+                "runs one all-reduce per rail between nodes (GPU i of every node); a group \
+                 of 1 node has no rail between nodes"
+            )
+        );
+        assert_eq!(
             scope_skip_reason(CheckName::GemmFlops, 1, 0).as_deref(),
             Some("this node has no devices")
         );
@@ -95,6 +115,9 @@ mod tests {
         assert_eq!(scope_skip_reason(CheckName::AllReduce2, 2, 1), None);
         assert_eq!(scope_skip_reason(CheckName::AllReduce1, 1, 2), None);
         assert_eq!(scope_skip_reason(CheckName::AllReduce, 2, 1), None);
+        assert_eq!(scope_skip_reason(CheckName::AllReduce, 1, 2), None);
+        assert_eq!(scope_skip_reason(CheckName::AllGather, 1, 2), None);
+        assert_eq!(scope_skip_reason(CheckName::MultiAllReduce, 2, 1), None);
         assert_eq!(scope_skip_reason(CheckName::GemmFlops, 1, 1), None);
         assert_eq!(scope_skip_reason(CheckName::CompCommOverlap, 1, 2), None);
     }

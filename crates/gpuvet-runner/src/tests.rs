@@ -95,9 +95,10 @@ impl Backend for ScriptedBackend {
 
     fn supports(&self, check: CheckName) -> Support {
         match check {
-            CheckName::GemmFlops | CheckName::KernelLaunch | CheckName::AllReduce1 => {
-                Support::Supported
-            }
+            CheckName::GemmFlops
+            | CheckName::KernelLaunch
+            | CheckName::AllReduce1
+            | CheckName::CompCommOverlap => Support::Supported,
             _ => Support::NotImplemented("not scripted".into()),
         }
     }
@@ -213,16 +214,80 @@ fn a_healthy_node_passes_and_impossible_scopes_are_skipped() {
 fn unsupported_checks_are_not_implemented_never_passed() {
     let report = run_quietly(
         ScriptedBackend::new(2),
-        &plan(
-            &[CheckName::AllGather, CheckName::GemmFlops],
-            Duration::from_secs(60),
-        ),
+        &RunPlan {
+            nodes: 2,
+            ..plan(
+                &[CheckName::AllGather, CheckName::GemmFlops],
+                Duration::from_secs(60),
+            )
+        },
     );
     assert_eq!(
         statuses(&report),
         [CheckStatus::NotImplemented, CheckStatus::Passed]
     );
     assert_eq!(report.outcome, Outcome::Incomplete);
+}
+
+#[test]
+fn on_one_node_the_group_collectives_run_among_its_devices() {
+    let report = run_quietly(
+        ScriptedBackend::new(2),
+        &plan(
+            &[
+                CheckName::AllReduce,
+                CheckName::AllGather,
+                CheckName::MultiAllReduce,
+            ],
+            Duration::from_secs(60),
+        ),
+    );
+    // `all_reduce` is the node's all-reduce; this backend has no local all-gather, so
+    // that check is skipped with the backend's reason; a rail needs two nodes.
+    assert_eq!(
+        statuses(&report),
+        [
+            CheckStatus::Passed,
+            CheckStatus::Skipped,
+            CheckStatus::Skipped
+        ]
+    );
+    let all_reduce = &report.checks[0];
+    assert_eq!(all_reduce.entities.len(), 1);
+    assert_eq!(all_reduce.entities[0].entity.to_string(), "n0");
+    assert_eq!(
+        all_reduce.params["group"],
+        "this node's devices (a group of 1 node)"
+    );
+    assert_eq!(
+        report.checks[1].reason.as_deref(),
+        Some("the `scripted` backend has no all-gather among a node's devices")
+    );
+    assert_eq!(report.outcome, Outcome::Passed);
+}
+
+#[test]
+fn overlap_without_slowdown_passes_and_zero_work_underneath_is_faulty() {
+    // Every rate the same alone and overlapped: a slowdown of 0 %, the best result.
+    let report = run_quietly(
+        ScriptedBackend::new(2),
+        &plan(&[CheckName::CompCommOverlap], Duration::from_secs(60)),
+    );
+    assert_eq!(statuses(&report), [CheckStatus::Passed]);
+    assert_eq!(report.checks[0].entities[0].measurement.value, Some(0.0));
+
+    // A GEMM that computed nothing makes the ratio meaningless: that is faulty.
+    let report = run_quietly(
+        ScriptedBackend::new(2).gemm_on(0, Behaviour::Value(0.0)),
+        &plan(&[CheckName::CompCommOverlap], Duration::from_secs(60)),
+    );
+    assert_eq!(statuses(&report), [CheckStatus::Failed]);
+    let node = &report.checks[0].entities[0];
+    assert_eq!(node.verdict, Verdict::Faulty);
+    assert_eq!(
+        node.reason,
+        "error: no work done: the GEMM alone measured 0 TFLOPS"
+    );
 }
 
 #[test]

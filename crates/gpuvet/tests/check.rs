@@ -6,7 +6,7 @@ mod common;
 use common::{Scratch, json, stderr, stdout};
 
 #[test]
-fn cpu_backend_measures_real_numbers_and_names_what_it_cannot_run() {
+fn cpu_backend_measures_real_numbers_and_skips_what_one_node_cannot_run() {
     let scratch = Scratch::temp();
     let output = scratch
         .gpuvet()
@@ -26,11 +26,19 @@ fn cpu_backend_measures_real_numbers_and_names_what_it_cannot_run() {
         .iter()
         .map(|c| c["status"].as_str().unwrap())
         .collect();
-    // The three local checks ran; a slow core on a busy machine may fail one, but each
+    // The local checks ran, and `all_gather` among the node's devices, since the node
+    // is the whole group; a slow core on a busy machine may fail one, but each
     // measured a positive number.
-    for (i, name) in ["gemm_flops", "kernel_launch", "all_reduce_1"]
-        .iter()
-        .enumerate()
+    for (i, name) in [
+        "gemm_flops",
+        "kernel_launch",
+        "all_reduce_1",
+        "",
+        "all_gather",
+    ]
+    .iter()
+    .enumerate()
+    .filter(|(_, name)| !name.is_empty())
     {
         assert_eq!(checks[i]["name"], *name);
         assert!(
@@ -54,17 +62,73 @@ fn cpu_backend_measures_real_numbers_and_names_what_it_cannot_run() {
         checks[3]["reason"],
         "needs at least 2 nodes; this group has 1 node"
     );
-    assert_eq!(status[4], "not_implemented");
-    let expected_code = if status[..3].iter().all(|s| *s == "passed") {
-        3
+    assert_eq!(checks[4]["entities"][0]["entity"]["kind"], "node");
+    assert_eq!(
+        checks[4]["params"]["group"],
+        "this node's devices (a group of 1 node)"
+    );
+    let expected_code = if status.iter().all(|s| *s == "passed" || *s == "skipped") {
+        0
     } else {
         1
     };
     assert_eq!(
         output.status.code(),
         Some(expected_code),
-        "incomplete (3) unless a check failed (1)"
+        "passed (0) unless a check failed (1)\n{report:#}"
     );
+}
+
+/// PAI's own sample config, verbatim: all 13 checks, on one node.
+const PAI_SAMPLE: &str = r#"{
+    "aimaster": {
+        "runtime_check": { "fail_action": "retain", "micro_benchmarks": "c4d" },
+        "sanity_check": {
+            "fail_action": "retain",
+            "micro_benchmarks": "gemm_flops,all_reduce_1,all_reduce_2,kernel_launch,all_reduce,all_to_all_2,all_gather_2,all_gather,multi_all_reduce_2,multi_all_reduce,pytorch_gloo_2,network_connectivity,comp_comm_overlap",
+            "timeout": 100
+        }
+    }
+}"#;
+
+#[test]
+fn one_node_gives_every_check_of_the_pai_sample_a_verdict() {
+    for backend in ["cpu", "sim"] {
+        let scratch = Scratch::temp();
+        let config = scratch.config("pai.json", PAI_SAMPLE);
+        let output = scratch
+            .gpuvet()
+            .args(["check", "--json", "--backend", backend, "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        let report = json(&output);
+        let checks = report["checks"].as_array().unwrap();
+        assert_eq!(checks.len(), 13);
+        for check in checks {
+            assert_ne!(check["status"], "not_implemented", "{backend}: {check:#}");
+        }
+        let status_of = |name: &str| {
+            checks.iter().find(|c| c["name"] == name).unwrap()["status"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        };
+        // The whole group is this node: its devices run the group's collectives, and a
+        // rail (GPU i of every node) has nothing to cross.
+        assert_ne!(status_of("all_reduce"), "skipped", "{backend}");
+        assert_ne!(status_of("all_gather"), "skipped", "{backend}");
+        assert_eq!(status_of("multi_all_reduce"), "skipped", "{backend}");
+        // A healthy node passes; on the cpu backend a core that looks slow is measured
+        // again before it could fail the run.
+        assert_eq!(
+            output.status.code(),
+            Some(0),
+            "{backend}: {report:#}\n{}",
+            stderr(&output)
+        );
+        assert_eq!(report["outcome"], "passed");
+    }
 }
 
 #[test]

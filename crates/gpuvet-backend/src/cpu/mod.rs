@@ -3,12 +3,13 @@
 //! Hosts without GPUs (CI, laptops, CPU inference nodes) run the same checks. Each
 //! logical device is one host thread: GEMM runs single-threaded with the `gemm` crate,
 //! launch latency is the hand-off latency of an empty task to a worker thread, and the
-//! local all-reduce is a shared-memory reduce-scatter plus all-gather among one thread
-//! per device.
+//! local all-reduce and all-gather run in shared memory among one thread per device.
 
-mod all_reduce;
 mod gemm;
 mod launch;
+mod local_collective;
+
+use local_collective::Collective;
 
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
@@ -138,7 +139,17 @@ impl Backend for CpuBackend {
         cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
         crate::check_local_group("cpu", devices, self.devices.len() as u32)?;
-        all_reduce::run(devices, work, cancel)
+        local_collective::run(Collective::AllReduce, devices, work, cancel)
+    }
+
+    fn all_gather_local(
+        &self,
+        devices: &[u32],
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        crate::check_local_group("cpu", devices, self.devices.len() as u32)?;
+        local_collective::run(Collective::AllGather, devices, work, cancel)
     }
 }
 
@@ -262,7 +273,7 @@ mod tests {
         assert_eq!(
             backend.all_reduce_local(&[1, 1], &work, &cancel),
             Err(BackendError::Failed(
-                "device 1 is listed twice for the all-reduce".to_owned()
+                "device 1 is listed twice for the collective".to_owned()
             ))
         );
     }
@@ -273,7 +284,7 @@ mod tests {
         assert_eq!(
             backend.all_reduce_local(&[0], &WorkSpec::default(), &CancelToken::new()),
             Err(BackendError::Unsupported(
-                "all-reduce needs at least 2 devices".to_owned()
+                "a collective among a node's devices needs at least 2 of them".to_owned()
             ))
         );
     }

@@ -361,6 +361,36 @@ fn not_yet(check: CheckName) -> Support {
 }
 
 impl CudaBackend {
+    /// An NCCL collective among `devices` of this node, all in this process.
+    fn local_collective(
+        &self,
+        devices: &[u32],
+        kind: collective::Kind,
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        if devices.len() < 2 {
+            return Err(BackendError::Unsupported(
+                "a collective among a node's GPUs needs at least two of them".to_owned(),
+            ));
+        }
+        let mut sorted = devices.to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != devices.len() {
+            return Err(BackendError::Failed(format!(
+                "device list `{devices:?}` names a device twice"
+            )));
+        }
+        self.collective(
+            devices,
+            &collective::Membership::ThisNode,
+            kind,
+            work,
+            cancel,
+        )
+    }
+
     /// An NCCL collective over `devices` of this node, as `membership` places them.
     fn collective(
         &self,
@@ -533,26 +563,18 @@ impl Backend for CudaBackend {
         cancel: &CancelToken,
     ) -> Result<Sample, BackendError> {
         guarded("all_reduce_local", || {
-            if devices.len() < 2 {
-                return Err(BackendError::Unsupported(
-                    "an all-reduce needs at least two GPUs".to_owned(),
-                ));
-            }
-            let mut sorted = devices.to_vec();
-            sorted.sort_unstable();
-            sorted.dedup();
-            if sorted.len() != devices.len() {
-                return Err(BackendError::Failed(format!(
-                    "device list `{devices:?}` names a device twice"
-                )));
-            }
-            self.collective(
-                devices,
-                &collective::Membership::ThisNode,
-                collective::Kind::AllReduce,
-                work,
-                cancel,
-            )
+            self.local_collective(devices, collective::Kind::AllReduce, work, cancel)
+        })
+    }
+
+    fn all_gather_local(
+        &self,
+        devices: &[u32],
+        work: &WorkSpec,
+        cancel: &CancelToken,
+    ) -> Result<Sample, BackendError> {
+        guarded("all_gather_local", || {
+            self.local_collective(devices, collective::Kind::AllGather, work, cancel)
         })
     }
 

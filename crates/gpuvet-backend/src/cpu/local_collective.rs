@@ -1,10 +1,11 @@
-//! All-reduce among a node's logical devices through shared memory.
+//! All-reduce and all-gather among a node's logical devices through shared memory.
 //!
-//! One thread per device (a rank). Each iteration is a reduce-scatter, where rank r sums
-//! chunk r of every input into chunk r of its own result, then an all-gather, where
-//! every rank copies the other ranks' reduced chunks into its result. Barriers separate
-//! the phases, so no lock is ever contended: the locks only prove to the compiler that
-//! the phases do not overlap.
+//! One thread per device (a rank). Each all-reduce iteration is a reduce-scatter, where
+//! rank r sums chunk r of every input into chunk r of its own result, then an
+//! all-gather, where every rank copies the other ranks' reduced chunks into its result.
+//! An all-gather iteration is the same without the sums: rank r copies chunk r of its
+//! own input into its result, then gathers. Barriers separate the phases, so no lock is
+//! ever contended: the locks only prove to the compiler that the phases do not overlap.
 //!
 //! A coordinating thread (the caller) decides before each iteration whether the ranks
 //! go on or stop, and publishes the decision before the start barrier, so every rank
@@ -37,6 +38,7 @@ const ELEMENT_BYTES: usize = size_of::<f32>();
 /// What the rank threads share for the whole run.
 #[derive(Debug)]
 struct Shared<'a> {
+    collective: Collective,
     inputs: &'a [Vec<f32>],
     /// `outputs[rank][chunk]`: each rank's result, split the way ranks reduce it.
     outputs: &'a [Vec<RwLock<Vec<f32>>>],
@@ -48,7 +50,41 @@ struct Shared<'a> {
     stop: AtomicBool,
 }
 
+/// Which collective the ranks run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Collective {
+    AllReduce,
+    AllGather,
+}
+
+impl Collective {
+    fn label(self) -> &'static str {
+        match self {
+            Collective::AllReduce => "all-reduce",
+            Collective::AllGather => "all-gather",
+        }
+    }
+
+    /// busbw as nccl-tests defines it for this collective.
+    fn busbw(self, algbw: f64, ranks: usize) -> f64 {
+        match self {
+            Collective::AllReduce => crate::all_reduce_busbw(algbw, ranks),
+            Collective::AllGather => crate::all_gather_busbw(algbw, ranks),
+        }
+    }
+
+    /// What element `index` of every rank's result must hold; `owner` is the rank whose
+    /// chunk holds it.
+    fn expected(self, ranks: usize, owner: usize, index: usize) -> f32 {
+        match self {
+            Collective::AllReduce => expected_sum(ranks, index),
+            Collective::AllGather => input_value(owner, index),
+        }
+    }
+}
+
 pub(super) fn run(
+    collective: Collective,
     devices: &[u32],
     work: &WorkSpec,
     cancel: &CancelToken,
@@ -63,7 +99,7 @@ pub(super) fn run(
     let chunks = chunk_ranges(elements, ranks);
     let inputs = (0..ranks)
         .map(|rank| {
-            try_filled(elements, "an all-reduce input", |index| {
+            try_filled(elements, "a collective's input", |index| {
                 input_value(rank, index)
             })
         })
@@ -73,7 +109,7 @@ pub(super) fn run(
             chunks
                 .iter()
                 .map(|chunk| {
-                    try_filled(chunk.len(), "an all-reduce result", |_| 0.0).map(RwLock::new)
+                    try_filled(chunk.len(), "a collective's result", |_| 0.0).map(RwLock::new)
                 })
                 .collect::<Result<Vec<_>, _>>()
         })
@@ -81,6 +117,7 @@ pub(super) fn run(
     cancel.check()?;
 
     let shared = Shared {
+        collective,
         inputs: &inputs,
         outputs: &outputs,
         chunks: &chunks,
@@ -107,20 +144,21 @@ pub(super) fn run(
         .collect();
     let samples: Vec<f64> = algbw
         .iter()
-        .map(|&algbw| crate::all_reduce_busbw(algbw, ranks))
+        .map(|&algbw| collective.busbw(algbw, ranks))
         .collect();
+    let algorithm = match collective {
+        Collective::AllReduce => "reduce-scatter + all-gather in shared memory",
+        Collective::AllGather => "all-gather in shared memory",
+    };
     Ok(Sample {
         value: median(&samples).unwrap_or(0.0),
-        wrong_result: first_wrong_element(devices, &results, &chunks),
+        wrong_result: first_wrong_element(collective, devices, &results, &chunks),
         extra: BTreeMap::from([("algbw".to_owned(), median(&algbw).unwrap_or(0.0))]),
         params: BTreeMap::from([
             ("bytes".to_owned(), bytes.to_string()),
             ("ranks".to_owned(), ranks.to_string()),
             ("iterations".to_owned(), samples.len().to_string()),
-            (
-                "algorithm".to_owned(),
-                "reduce-scatter + all-gather in shared memory".to_owned(),
-            ),
+            ("algorithm".to_owned(), algorithm.to_owned()),
         ]),
         samples,
     })
@@ -142,7 +180,7 @@ fn coordinate(
         for (rank, device) in devices.iter().enumerate() {
             let (gate, gate_receiver) = mpsc::channel::<()>();
             thread::Builder::new()
-                .name(format!("gpuvet-all-reduce-{device}"))
+                .name(format!("gpuvet-{}-{device}", shared.collective.label()))
                 .spawn_scoped(scope, move || {
                     if gate_receiver.recv().is_ok() {
                         run_rank(rank, shared);
@@ -150,7 +188,8 @@ fn coordinate(
                 })
                 .map_err(|error| {
                     BackendError::Failed(format!(
-                        "could not start the all-reduce thread of device {device}: {error}"
+                        "could not start the {} thread of device {device}: {error}",
+                        shared.collective.label()
                     ))
                 })?;
             gates.push(gate);
@@ -189,14 +228,18 @@ fn coordinate(
     })
 }
 
-/// One rank's loop: wait for the go, reduce its chunk, gather the others.
+/// One rank's loop: wait for the go, reduce (or contribute) its chunk, gather the
+/// others.
 fn run_rank(rank: usize, shared: &Shared<'_>) {
     loop {
         shared.start.wait();
         if shared.stop.load(Ordering::SeqCst) {
             return;
         }
-        reduce_scatter(rank, shared);
+        match shared.collective {
+            Collective::AllReduce => reduce_scatter(rank, shared),
+            Collective::AllGather => contribute(rank, shared),
+        }
         shared.middle.wait();
         all_gather(rank, shared);
         shared.end.wait();
@@ -217,6 +260,12 @@ fn reduce_scatter(rank: usize, shared: &Shared<'_>) {
             *sum += value;
         }
     }
+}
+
+/// Copies chunk `rank` of this rank's input into its result: its share of an all-gather.
+fn contribute(rank: usize, shared: &Shared<'_>) {
+    let range = shared.chunks[rank].clone();
+    write(&shared.outputs[rank][rank]).copy_from_slice(&shared.inputs[rank][range]);
 }
 
 /// Copies every other rank's reduced chunk into this rank's result, starting with the
@@ -264,22 +313,35 @@ fn expected_sum(ranks: usize, index: usize) -> f32 {
     (ranks * (ranks + 1) / 2 + ranks * (index % 7)) as f32
 }
 
-/// The first element of any rank's result that is not the exact sum, as a message.
+/// The first element of any rank's result that is not what the collective must give,
+/// as a message.
 fn first_wrong_element(
+    collective: Collective,
     devices: &[u32],
     results: &[Vec<Vec<f32>>],
     chunks: &[Range<usize>],
 ) -> Option<String> {
     let ranks = results.len();
     devices.iter().zip(results).find_map(|(device, result)| {
-        chunks.iter().zip(result).find_map(|(range, values)| {
-            range.clone().zip(values).find_map(|(index, &value)| {
-                let expected = expected_sum(ranks, index);
-                (value != expected).then(|| {
-                    format!("device {device} holds {value} at element {index} but the sum over {ranks} ranks is {expected}")
+        chunks
+            .iter()
+            .zip(result)
+            .enumerate()
+            .find_map(|(owner, (range, values))| {
+                range.clone().zip(values).find_map(|(index, &value)| {
+                    let expected = collective.expected(ranks, owner, index);
+                    (value != expected).then(|| match collective {
+                        Collective::AllReduce => format!(
+                            "device {device} holds {value} at element {index} but the sum over \
+                         {ranks} ranks is {expected}"
+                        ),
+                        Collective::AllGather => format!(
+                            "device {device} holds {value} at element {index} but rank {owner} \
+                         sent {expected}"
+                        ),
+                    })
                 })
             })
-        })
     })
 }
 
@@ -297,7 +359,7 @@ mod tests {
 
     #[test]
     fn two_ranks_reduce_correctly() {
-        let sample = run(&[0, 1], &SMALL, &CancelToken::new()).unwrap();
+        let sample = run(Collective::AllReduce, &[0, 1], &SMALL, &CancelToken::new()).unwrap();
         assert_eq!(sample.wrong_result, None);
         assert!(sample.value > 0.0 && sample.value.is_finite(), "{sample:?}");
         assert!(sample.samples.len() >= BUDGET.min_iterations);
@@ -310,7 +372,13 @@ mod tests {
     #[test]
     fn three_ranks_reduce_correctly_with_uneven_chunks() {
         // 64 KiB is 16384 elements, which 3 ranks cannot split evenly.
-        let sample = run(&[4, 1, 2], &SMALL, &CancelToken::new()).unwrap();
+        let sample = run(
+            Collective::AllReduce,
+            &[4, 1, 2],
+            &SMALL,
+            &CancelToken::new(),
+        )
+        .unwrap();
         assert_eq!(sample.wrong_result, None);
         assert!(sample.value > 0.0, "{sample:?}");
         assert!(sample.extra["algbw"] > 0.0);
@@ -322,7 +390,13 @@ mod tests {
             collective_bytes: Some(1),
             ..SMALL
         };
-        let sample = run(&[0, 1, 2], &tiny, &CancelToken::new()).unwrap();
+        let sample = run(
+            Collective::AllReduce,
+            &[0, 1, 2],
+            &tiny,
+            &CancelToken::new(),
+        )
+        .unwrap();
         assert_eq!(sample.wrong_result, None);
         assert_eq!(sample.params["bytes"], "4");
     }
@@ -332,7 +406,12 @@ mod tests {
         let cancel = CancelToken::new();
         cancel.cancel();
         assert_eq!(
-            run(&[0, 1], &WorkSpec::default(), &cancel),
+            run(
+                Collective::AllReduce,
+                &[0, 1],
+                &WorkSpec::default(),
+                &cancel
+            ),
             Err(BackendError::Cancelled)
         );
     }
@@ -349,10 +428,51 @@ mod tests {
         });
         // Returning at all shows that no rank was left at a barrier.
         assert_eq!(
-            run(&[0, 1, 2], &WorkSpec::default(), &cancel),
+            run(
+                Collective::AllReduce,
+                &[0, 1, 2],
+                &WorkSpec::default(),
+                &cancel
+            ),
             Err(BackendError::Cancelled)
         );
         cancelling.join().unwrap();
+    }
+
+    #[test]
+    fn ranks_gather_every_chunk_in_order() {
+        for devices in [&[0, 1][..], &[4, 1, 2][..]] {
+            let sample = run(Collective::AllGather, devices, &SMALL, &CancelToken::new()).unwrap();
+            assert_eq!(sample.wrong_result, None);
+            assert!(sample.value > 0.0 && sample.value.is_finite(), "{sample:?}");
+            assert_eq!(sample.params["algorithm"], "all-gather in shared memory");
+            // busbw is algbw × (n−1)/n for an all-gather.
+            let n = devices.len() as f64;
+            let algbw = sample.extra["algbw"];
+            let busbw_of_median_algbw = algbw * (n - 1.0) / n;
+            assert!((sample.value - busbw_of_median_algbw).abs() <= 1e-9 * algbw.max(1.0));
+        }
+    }
+
+    #[test]
+    fn a_gathered_chunk_from_the_wrong_rank_is_caught() {
+        let chunks = chunk_ranges(10, 2);
+        let correct: Vec<Vec<f32>> = chunks
+            .iter()
+            .enumerate()
+            .map(|(owner, range)| range.clone().map(|i| input_value(owner, i)).collect())
+            .collect();
+        let mut results = vec![correct.clone(), correct];
+        assert_eq!(
+            first_wrong_element(Collective::AllGather, &[0, 1], &results, &chunks),
+            None
+        );
+        // Device 0 kept its own data where rank 1's chunk belongs.
+        results[0][1] = chunks[1].clone().map(|i| input_value(0, i)).collect();
+        assert_eq!(
+            first_wrong_element(Collective::AllGather, &[0, 1], &results, &chunks).as_deref(),
+            Some("device 0 holds 6 at element 5 but rank 1 sent 7")
+        );
     }
 
     #[test]
@@ -380,10 +500,13 @@ mod tests {
             .map(|range| range.clone().map(|index| expected_sum(2, index)).collect())
             .collect();
         let mut results = vec![correct.clone(), correct];
-        assert_eq!(first_wrong_element(&[3, 5], &results, &chunks), None);
+        assert_eq!(
+            first_wrong_element(Collective::AllReduce, &[3, 5], &results, &chunks),
+            None
+        );
         results[1][1][2] += 1.0; // element 7 of device 5's result
         assert_eq!(
-            first_wrong_element(&[3, 5], &results, &chunks).as_deref(),
+            first_wrong_element(Collective::AllReduce, &[3, 5], &results, &chunks).as_deref(),
             Some("device 5 holds 4 at element 7 but the sum over 2 ranks is 3")
         );
     }
