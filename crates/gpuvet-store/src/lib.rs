@@ -1,5 +1,5 @@
-//! gpuvet's SQLite store of attempts, sanity-check reports, per-check results and
-//! deployment events.
+//! gpuvet's SQLite store of attempts, sanity-check reports, per-check results,
+//! deployment events, and the runtime check's state between restarts.
 //!
 //! One file, in WAL mode with a busy timeout, so that several gpuvet processes on one
 //! node (the sanity checks, the runtime check, a `gpuvet check` by hand) write to it at
@@ -9,7 +9,8 @@
 //!
 //! Reports, check results and event details are kept as the JSON of the core types
 //! (their serialized form is API) and decoded on the way out; a row that no longer
-//! decodes is an error naming its table and id, never silently skipped.
+//! decodes is an error naming its table and id, never silently skipped. The runtime
+//! check's state is opaque JSON here: its type lives with the runtime check.
 //!
 //! ```no_run
 //! # use gpuvet_store::{Store, EventFilter};
@@ -31,6 +32,7 @@ use gpuvet_core::events::{Attempt, Event, EventKind, NewEvent};
 use gpuvet_core::results::{CheckResult, Lane, RunReport};
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, Row, TransactionBehavior, params};
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
 use crate::error::During;
@@ -266,35 +268,89 @@ impl Store {
     ) -> Result<Event, StoreError> {
         const ACTION: &str = "record an event in the store";
         let details = encode("event details", &event.details)?;
-        let id: i64 = self
-            .conn
-            .prepare_cached(
-                "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message, details)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 RETURNING id",
-            )
-            .and_then(|mut insert| {
-                insert.query_row(
-                    params![
-                        event.time_ms,
-                        attempt.job_id,
-                        attempt.attempt,
-                        attempt.node,
-                        attempt.instance,
-                        event.kind.as_str(),
-                        event.lane.map(Lane::as_str),
-                        event.message,
-                        details,
-                    ],
-                    |row| row.get(0),
-                )
-            })
-            .during(ACTION)?;
+        let id = insert_event(&self.conn, attempt, event, &details).during(ACTION)?;
         Ok(Event {
             id,
             attempt: attempt.clone(),
             event: event.clone(),
         })
+    }
+
+    /// Records runtime events of `attempt` and, when given, replaces the runtime
+    /// check's saved state of its job and node, in one transaction: a state that says
+    /// a finding was reported is never stored without the finding's event, nor the
+    /// event without the state. Returns the events as stored.
+    pub fn record_runtime<S: Serialize + ?Sized>(
+        &mut self,
+        attempt: &Attempt,
+        events: &[NewEvent],
+        state: Option<&S>,
+        now_ms: u64,
+    ) -> Result<Vec<Event>, StoreError> {
+        const ACTION: &str = "record the runtime check's events and state in the store";
+        let details = events
+            .iter()
+            .map(|e| encode("event details", &e.details))
+            .collect::<Result<Vec<_>, _>>()?;
+        let state_json = state
+            .map(|s| encode("runtime check state", s))
+            .transpose()?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .during(ACTION)?;
+        let mut stored = Vec::with_capacity(events.len());
+        for (event, details) in events.iter().zip(details) {
+            let id = insert_event(&tx, attempt, event, &details).during(ACTION)?;
+            stored.push(Event {
+                id,
+                attempt: attempt.clone(),
+                event: event.clone(),
+            });
+        }
+        if let Some(json) = state_json {
+            tx.prepare_cached(
+                "INSERT INTO watch_state (job_id, node, saved_at_ms, state_json)
+                 VALUES (?1, ?2, ?3, ?4)
+                 ON CONFLICT (job_id, node) DO UPDATE
+                 SET saved_at_ms = excluded.saved_at_ms, state_json = excluded.state_json",
+            )
+            .and_then(|mut upsert| {
+                upsert.execute(params![attempt.job_id, attempt.node, now_ms, json])
+            })
+            .during(ACTION)?;
+        }
+        tx.commit().during(ACTION)?;
+        Ok(stored)
+    }
+
+    /// The runtime check's state last saved for `job_id` on `node`, with the time it
+    /// was saved; `None` when none was.
+    pub fn watch_state<S: DeserializeOwned>(
+        &self,
+        job_id: &str,
+        node: &str,
+    ) -> Result<Option<(u64, S)>, StoreError> {
+        let row = self
+            .conn
+            .prepare_cached(
+                "SELECT id, saved_at_ms, state_json FROM watch_state WHERE job_id = ?1 AND node = ?2",
+            )
+            .and_then(|mut select| {
+                select
+                    .query_map(params![job_id, node], |row| {
+                        Ok((
+                            row.get::<_, i64>(0)?,
+                            row.get::<_, u64>(1)?,
+                            row.get::<_, String>(2)?,
+                        ))
+                    })?
+                    .next()
+                    .transpose()
+            })
+            .during("read the runtime check's state from the store")?;
+        row.map(|(id, saved_at_ms, json)| Ok((saved_at_ms, decode("watch_state", id, &json)?)))
+            .transpose()
     }
 
     /// The events that match `filter`, in time order (then in the order recorded).
@@ -397,6 +453,34 @@ impl Store {
             .map(|(id, json)| decode("runs", id, &json))
             .collect()
     }
+}
+
+/// Inserts one event row (its details already encoded) and returns its id.
+fn insert_event(
+    conn: &Connection,
+    attempt: &Attempt,
+    event: &NewEvent,
+    details: &str,
+) -> rusqlite::Result<i64> {
+    conn.prepare_cached(
+        "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message, details)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+         RETURNING id",
+    )?
+    .query_row(
+        params![
+            event.time_ms,
+            attempt.job_id,
+            attempt.attempt,
+            attempt.node,
+            attempt.instance,
+            event.kind.as_str(),
+            event.lane.map(Lane::as_str),
+            event.message,
+            details,
+        ],
+        |row| row.get(0),
+    )
 }
 
 /// Refuses a report recorded under another attempt: it would mix tries.

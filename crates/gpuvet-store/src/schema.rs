@@ -27,7 +27,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 1] = [V1];
+const MIGRATIONS: [&str; 2] = [V1, V2];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -87,6 +87,20 @@ CREATE TABLE events (
 CREATE INDEX events_by_job ON events (job_id, attempt, time_ms);
 CREATE INDEX events_by_kind ON events (kind, time_ms);
 CREATE INDEX events_by_time ON events (time_ms);
+";
+
+/// The runtime check's memory: one row per job and node, the JSON of the XID policy's
+/// state, so that a restarted watcher neither forgets nor repeats an escalation.
+const V2: &str = "
+-- Written in the same transaction as the events it explains; replaced on every save.
+CREATE TABLE watch_state (
+    id          INTEGER PRIMARY KEY,
+    job_id      TEXT    NOT NULL,
+    node        TEXT    NOT NULL,
+    saved_at_ms INTEGER NOT NULL,
+    state_json  TEXT    NOT NULL,
+    UNIQUE (job_id, node)
+);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

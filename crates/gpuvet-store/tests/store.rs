@@ -801,3 +801,193 @@ fn a_report_of_an_attempt_begun_elsewhere_adds_the_attempt() {
     assert_eq!(results.len(), 3);
     assert!(results.iter().all(|r| r.attempt == attempt));
 }
+
+/// An XID policy state as the runtime check saves it (its form is the watcher's; the
+/// store keeps any JSON).
+fn watch_state(level: u64) -> serde_json::Value {
+    json!({ "format": 1, "records": [{ "xid": 79, "level": level, "emitted": true }] })
+}
+
+#[test]
+fn runtime_events_and_state_are_recorded_together_and_read_back() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    assert_eq!(
+        store.watch_state::<serde_json::Value>("job", "n0").unwrap(),
+        None
+    );
+    let events = [
+        event(1, EventKind::RuntimeCheckFailed, "xid 79"),
+        event(2, EventKind::RuntimeCheckFailed, "xid 79 again"),
+    ];
+    let stored = store
+        .record_runtime(&attempt, &events, Some(&watch_state(1)), 10)
+        .unwrap();
+    assert_eq!(stored.len(), 2);
+    assert_eq!(stored[1].event, events[1]);
+    assert_eq!(
+        messages(&store.events(&EventFilter::default()).unwrap()),
+        ["xid 79", "xid 79 again"]
+    );
+    assert_eq!(
+        store.watch_state("job", "n0").unwrap(),
+        Some((10, watch_state(1)))
+    );
+
+    // A later save replaces the state; a step with no findings saves the state alone,
+    // one with no state only the events.
+    store
+        .record_runtime(&attempt, &[], Some(&watch_state(2)), 20)
+        .unwrap();
+    store
+        .record_runtime::<serde_json::Value>(
+            &attempt,
+            &[event(3, EventKind::RuntimeCheckFailed, "ecc")],
+            None,
+            30,
+        )
+        .unwrap();
+    drop(store);
+    let store = Store::open(&path).unwrap();
+    assert_eq!(
+        store.watch_state("job", "n0").unwrap(),
+        Some((20, watch_state(2)))
+    );
+    assert_eq!(store.events(&EventFilter::default()).unwrap().len(), 3);
+    // Kept per job and node.
+    assert_eq!(
+        store.watch_state::<serde_json::Value>("job", "n1").unwrap(),
+        None
+    );
+    assert_eq!(
+        store
+            .watch_state::<serde_json::Value>("other", "n0")
+            .unwrap(),
+        None
+    );
+    let rows: i64 = raw(&path)
+        .query_row("SELECT count(*) FROM watch_state", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 1);
+}
+
+#[test]
+fn runtime_events_and_state_are_stored_whole_or_not_at_all() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    store
+        .record_runtime(&attempt, &[], Some(&watch_state(0)), 1)
+        .unwrap();
+    // The state's write fails after the events' inserts, in the same transaction.
+    raw(&path)
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE UPDATE ON watch_state
+             BEGIN SELECT RAISE(ABORT, 'refused by test'); END;",
+        )
+        .unwrap();
+    let err = store
+        .record_runtime(
+            &attempt,
+            &[event(2, EventKind::RuntimeCheckFailed, "escalated")],
+            Some(&watch_state(1)),
+            2,
+        )
+        .unwrap_err();
+    assert!(matches!(err, StoreError::Sqlite { .. }), "{err:?}");
+    assert!(
+        err.to_string()
+            .starts_with("cannot record the runtime check's events and state in the store: "),
+        "{err}"
+    );
+    assert!(store.events(&EventFilter::default()).unwrap().is_empty());
+    assert_eq!(
+        store.watch_state("job", "n0").unwrap(),
+        Some((1, watch_state(0)))
+    );
+}
+
+#[test]
+fn a_saved_state_that_no_longer_decodes_names_its_row() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    store
+        .record_runtime(&attempt, &[], Some(&watch_state(0)), 1)
+        .unwrap();
+    raw(&path)
+        .execute("UPDATE watch_state SET state_json = '{\"format\": '", [])
+        .unwrap();
+    let err = store
+        .watch_state::<serde_json::Value>("job", "n0")
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::Decode {
+                table: "watch_state",
+                id: 1,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.hint().is_some());
+}
+
+#[test]
+fn a_version_1_store_is_migrated_and_keeps_its_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("gpuvet.db");
+    // A store as the previous gpuvet left it: schema version 1, with an attempt and
+    // an event.
+    {
+        let conn = raw(&path);
+        conn.execute_batch(include_str!("fixtures/schema_v1.sql"))
+            .unwrap();
+        conn.execute_batch(
+            "PRAGMA application_id = 1735423604; PRAGMA user_version = 1;
+             INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
+             VALUES ('job', 'n0', 'pod-0', 1, 5);
+             INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message, details)
+             VALUES (7, 'job', 1, 'n0', 'pod-0', 'RuntimeCheckFailed', 'host', 'xid 79', '{}');",
+        )
+        .unwrap();
+    }
+    let has_state_table = || -> bool {
+        raw(&path)
+            .query_row(
+                "SELECT count(*) FROM sqlite_schema WHERE name = 'watch_state'",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .unwrap()
+            == 1
+    };
+    assert!(!has_state_table());
+
+    let mut store = Store::open(&path).unwrap();
+    let version: u32 = raw(&path)
+        .pragma_query_value(None, "user_version", |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, SCHEMA_VERSION);
+    assert!(has_state_table());
+    assert_eq!(
+        messages(&store.events(&EventFilter::default()).unwrap()),
+        ["xid 79"]
+    );
+    assert_eq!(
+        store.watch_state::<serde_json::Value>("job", "n0").unwrap(),
+        None
+    );
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 8).unwrap();
+    assert_eq!(attempt.attempt, 2);
+    store
+        .record_runtime(&attempt, &[], Some(&watch_state(1)), 9)
+        .unwrap();
+    drop(store);
+    // Opened again: already current, nothing migrates twice.
+    let store = Store::open(&path).unwrap();
+    assert_eq!(
+        store.watch_state("job", "n0").unwrap(),
+        Some((9, watch_state(1)))
+    );
+}

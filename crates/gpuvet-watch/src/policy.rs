@@ -25,6 +25,12 @@
 //! Health conditions (ECC, throttling, a hung probe, ...) go through
 //! [`XidPolicy::observe_condition`]: one finding per (check, GPU, boot), updated only
 //! when its severity rises.
+//!
+//! **Restarts.** [`XidPolicy::export`] writes all of the above down as a
+//! [`PolicyState`] (plain data) and [`XidPolicy::restore`] picks it up again, so a
+//! restarted watcher neither forgets the incidents that count toward an escalation nor
+//! reports a finding or an escalation a second time. The caller stores it; this module
+//! does no I/O.
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fmt;
@@ -315,10 +321,16 @@ impl Default for PolicyConfig {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Decision {
+/// What became of an incident.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Decision {
+    /// Held: not quiet long enough yet.
     Pending,
+    /// One GPU's own incident: counts toward its escalation.
     PerGpu,
+    /// Part of a node-wide burst: reported once per boot, never escalated.
+    #[serde(rename = "node_wide")]
     Spread,
 }
 
@@ -354,6 +366,9 @@ struct Record {
     level: usize,
     /// The last finding emitted, refreshed by `snapshot`.
     last_finding: Option<RuntimeFinding>,
+    /// Restored from a [`PolicyState`]: sightings up to this time were counted before
+    /// the restart, and a log read again from its start shows them again.
+    replayed_until_ms: Option<u64>,
 }
 
 impl Record {
@@ -388,6 +403,15 @@ struct Condition {
 /// Bound on the unpaired sightings remembered per (GPU, XID, source).
 const MAX_UNPAIRED: usize = 256;
 
+/// The [`PolicyState::format`] this gpuvet writes and reads.
+pub const POLICY_STATE_FORMAT: u32 = 1;
+
+/// A kernel-log line read again after a restart lands this close to its first time
+/// (`/dev/kmsg` places it by the boot time, which is re-derived from `/proc/uptime`
+/// with 10 ms steps). Far below [`PolicyConfig::incident_gap_ms`], so a new line
+/// dropped as a replay would only have joined the last incident anyway.
+pub const REPLAY_SLACK_MS: u64 = 1_000;
+
 /// The XID and condition policy of one node. Feed it with [`XidPolicy::observe`] and
 /// [`XidPolicy::observe_condition`], and call [`XidPolicy::tick`] (about once a second)
 /// to collect XID findings that are due.
@@ -403,6 +427,9 @@ pub struct XidPolicy {
     conditions: BTreeMap<(String, String, String), Condition>,
     /// (GPU key, XID) with an undecided incident.
     pending: BTreeSet<(String, u32)>,
+    /// Grows with every change a restarted watcher would need (see
+    /// [`XidPolicy::revision`]).
+    revision: u64,
 }
 
 impl XidPolicy {
@@ -459,10 +486,20 @@ impl XidPolicy {
         let gpu = self.canonical(&obs.gpu);
         let key = gpu.key();
         let t = obs.time_ms;
+        let record_key = (key.clone(), obs.xid, obs.boot_id.clone());
+        let replayed = self
+            .records
+            .get(&record_key)
+            .and_then(|r| r.replayed_until_ms)
+            .is_some_and(|until| t <= until);
+        if replayed {
+            // Counted before the restart: the log was read again from its start.
+            return;
+        }
+        self.revision += 1;
         let config = &self.config;
         let gx = self.history.entry((key.clone(), obs.xid)).or_default();
 
-        let record_key = (key.clone(), obs.xid, obs.boot_id.clone());
         if pair_with_other_source(gx, &obs.source, t, config.cross_source_ms) {
             // The same event, seen by a second source: note it, don't count it.
             if let Some(r) = self.records.get_mut(&record_key) {
@@ -530,6 +567,7 @@ impl XidPolicy {
             emitted: false,
             level: 0,
             last_finding: None,
+            replayed_until_ms: None,
         });
         r.gpu = gpu;
         r.count += 1;
@@ -556,6 +594,9 @@ impl XidPolicy {
             }
         }
         due.sort();
+        if !due.is_empty() {
+            self.revision += 1;
+        }
         let mut out = Vec::new();
         for (_, key, xid, i) in due {
             // An earlier decision in this tick may have settled it as part of a burst.
@@ -771,6 +812,7 @@ impl XidPolicy {
         );
         match self.conditions.get_mut(&key) {
             None => {
+                self.revision += 1;
                 self.conditions.insert(
                     key,
                     Condition {
@@ -787,6 +829,7 @@ impl XidPolicy {
                 f.last_ms = f.last_ms.max(finding.last_ms);
                 f.value = finding.value.or(f.value);
                 if finding.severity > c.reported {
+                    self.revision += 1;
                     f.severity = finding.severity;
                     f.action = f.action.max(finding.action);
                     f.lane = finding.lane;
@@ -829,6 +872,291 @@ impl XidPolicy {
         out.sort_by(|a, b| (a.first_ms, &a.check).cmp(&(b.first_ms, &b.check)));
         out
     }
+
+    /// Grows whenever the policy changes in a way a restarted watcher needs to know:
+    /// a counted sighting, a decision, a new or worse condition. A condition seen again
+    /// at the same severity only adds to its count and leaves it alone, so a lasting
+    /// condition does not ask for a save on every poll.
+    pub fn revision(&self) -> u64 {
+        self.revision
+    }
+
+    /// Everything a restarted watcher needs, as plain data: every incident kept for
+    /// escalation (pending ones too), what was reported per (GPU, XID, boot), the
+    /// node-wide bursts and the health conditions. GPU registrations are left out:
+    /// the sources report their inventory again.
+    pub fn export(&self) -> PolicyState {
+        let mut incidents = Vec::new();
+        for ((gpu_key, xid), gx) in &self.history {
+            incidents.extend(gx.incidents.iter().map(|inc| IncidentState {
+                gpu_key: gpu_key.clone(),
+                xid: *xid,
+                boot_id: inc.boot.clone(),
+                start_ms: inc.start_ms,
+                last_ms: inc.last_ms,
+                count: inc.count,
+                decision: inc.decision,
+            }));
+        }
+        let records = self
+            .records
+            .iter()
+            .map(|((_, xid, boot), r)| XidRecordState {
+                gpu: r.gpu.clone(),
+                xid: *xid,
+                boot_id: boot.clone(),
+                first_ms: r.first_ms,
+                last_ms: r.last_ms,
+                count: r.count,
+                pid: r.pid,
+                text: r.text.clone(),
+                sources: r.sources.clone(),
+                emitted: r.emitted,
+                level: r.level,
+                finding: r.last_finding.clone(),
+            })
+            .collect();
+        let node_wide = self
+            .episodes
+            .iter()
+            .map(|((xid, boot), ep)| NodeWideState {
+                xid: *xid,
+                boot_id: boot.clone(),
+                gpus: ep.gpus.values().cloned().collect(),
+                first_ms: ep.first_ms,
+                last_ms: ep.last_ms,
+                count: ep.count,
+                sources: ep.sources.clone(),
+                finding: ep.finding.clone(),
+            })
+            .collect();
+        let conditions = self
+            .conditions
+            .values()
+            .map(|c| ConditionState {
+                finding: c.finding.clone(),
+                reported: c.reported,
+            })
+            .collect();
+        PolicyState {
+            format: POLICY_STATE_FORMAT,
+            incidents,
+            records,
+            node_wide,
+            conditions,
+        }
+    }
+
+    /// Picks up a state [`XidPolicy::export`] wrote before a restart; call it on a new
+    /// policy, before the first sighting. `now_ms` and `boot_id` (this boot's) decide
+    /// what has expired:
+    ///
+    /// - incidents older than the longest escalation window (24 h) are dropped, as a
+    ///   running policy drops them, unless still undecided: those are decided at the
+    ///   next tick, so an incident seen just before a crash is still reported;
+    /// - what was reported in this boot is kept for the whole boot (the dedup is per
+    ///   boot, and `/dev/kmsg` still holds the boot's old lines);
+    /// - what was reported in an earlier boot is kept while it is younger than the
+    ///   window, then dropped: a new boot reports afresh, though its incidents still
+    ///   count toward escalation, as they do in a running policy.
+    ///
+    /// Sightings up to the last one counted before the restart (plus
+    /// [`REPLAY_SLACK_MS`]) are taken for replays of the log and not counted again.
+    /// A state of another [`PolicyState::format`] restores nothing.
+    pub fn restore(&mut self, state: PolicyState, now_ms: u64, boot_id: &str) -> Restored {
+        let mut restored = Restored::default();
+        if state.format != POLICY_STATE_FORMAT {
+            restored.unknown_format = Some(state.format);
+            return restored;
+        }
+        let window = longest_window();
+        let young = |last_ms: u64| last_ms.saturating_add(window) >= now_ms;
+        let keep = |boot: &str, last_ms: u64| boot == boot_id || young(last_ms);
+        for inc in state.incidents {
+            if inc.decision != Decision::Pending && !young(inc.last_ms) {
+                restored.expired += 1;
+                continue;
+            }
+            if inc.decision == Decision::Pending {
+                self.pending.insert((inc.gpu_key.clone(), inc.xid));
+            }
+            self.history
+                .entry((inc.gpu_key, inc.xid))
+                .or_default()
+                .incidents
+                .push_back(Incident {
+                    start_ms: inc.start_ms,
+                    last_ms: inc.last_ms,
+                    count: inc.count,
+                    boot: inc.boot_id,
+                    decision: inc.decision,
+                });
+            restored.incidents += 1;
+        }
+        for r in state.records {
+            if !keep(&r.boot_id, r.last_ms) {
+                restored.expired += 1;
+                continue;
+            }
+            self.records.insert(
+                (r.gpu.key(), r.xid, r.boot_id),
+                Record {
+                    gpu: r.gpu,
+                    first_ms: r.first_ms,
+                    last_ms: r.last_ms,
+                    count: r.count,
+                    pid: r.pid,
+                    text: r.text,
+                    sources: r.sources,
+                    emitted: r.emitted,
+                    level: r.level,
+                    last_finding: r.finding,
+                    replayed_until_ms: Some(r.last_ms.saturating_add(REPLAY_SLACK_MS)),
+                },
+            );
+            restored.records += 1;
+        }
+        for ep in state.node_wide {
+            if !keep(&ep.boot_id, ep.last_ms) {
+                restored.expired += 1;
+                continue;
+            }
+            self.episodes.insert(
+                (ep.xid, ep.boot_id),
+                Episode {
+                    gpus: ep.gpus.into_iter().map(|g| (g.key(), g)).collect(),
+                    first_ms: ep.first_ms,
+                    last_ms: ep.last_ms,
+                    count: ep.count,
+                    sources: ep.sources,
+                    finding: ep.finding,
+                },
+            );
+            restored.node_wide += 1;
+        }
+        for c in state.conditions {
+            if !keep(&c.finding.boot_id, c.finding.last_ms) {
+                restored.expired += 1;
+                continue;
+            }
+            let key = (
+                c.finding.check.clone(),
+                c.finding.gpu.as_ref().map(GpuId::key).unwrap_or_default(),
+                c.finding.boot_id.clone(),
+            );
+            self.conditions.insert(
+                key,
+                Condition {
+                    finding: c.finding,
+                    reported: c.reported,
+                },
+            );
+            restored.conditions += 1;
+        }
+        restored
+    }
+}
+
+/// What [`XidPolicy::restore`] took over and what it let expire.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Restored {
+    pub incidents: usize,
+    pub records: usize,
+    pub node_wide: usize,
+    pub conditions: usize,
+    /// Entries older than the escalation window (of earlier boots), dropped.
+    pub expired: usize,
+    /// The state was written in this format, which this gpuvet does not read.
+    pub unknown_format: Option<u32>,
+}
+
+/// The policy's memory, as plain data to store between runs ([`XidPolicy::export`],
+/// [`XidPolicy::restore`]). Its JSON is what the store keeps.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PolicyState {
+    /// [`POLICY_STATE_FORMAT`] when written; another value is not restored.
+    pub format: u32,
+    #[serde(default)]
+    pub incidents: Vec<IncidentState>,
+    #[serde(default)]
+    pub records: Vec<XidRecordState>,
+    #[serde(default)]
+    pub node_wide: Vec<NodeWideState>,
+    #[serde(default)]
+    pub conditions: Vec<ConditionState>,
+}
+
+impl Default for PolicyState {
+    fn default() -> Self {
+        PolicyState {
+            format: POLICY_STATE_FORMAT,
+            incidents: Vec::new(),
+            records: Vec::new(),
+            node_wide: Vec::new(),
+            conditions: Vec::new(),
+        }
+    }
+}
+
+/// One incident of one XID on one GPU: what escalation counts.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IncidentState {
+    /// [`GpuId::key`].
+    pub gpu_key: String,
+    pub xid: u32,
+    #[serde(default)]
+    pub boot_id: String,
+    pub start_ms: u64,
+    pub last_ms: u64,
+    pub count: u64,
+    pub decision: Decision,
+}
+
+/// One (GPU, XID, boot): its counts and what was reported about it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct XidRecordState {
+    pub gpu: GpuId,
+    pub xid: u32,
+    #[serde(default)]
+    pub boot_id: String,
+    pub first_ms: u64,
+    pub last_ms: u64,
+    pub count: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(default)]
+    pub text: String,
+    #[serde(default)]
+    pub sources: BTreeSet<String>,
+    /// A finding was reported.
+    pub emitted: bool,
+    /// Escalation steps reported (0: none).
+    pub level: usize,
+    /// The last finding reported.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finding: Option<RuntimeFinding>,
+}
+
+/// One node-wide burst of an XID in one boot, reported once.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct NodeWideState {
+    pub xid: u32,
+    #[serde(default)]
+    pub boot_id: String,
+    pub gpus: Vec<GpuId>,
+    pub first_ms: u64,
+    pub last_ms: u64,
+    pub count: u64,
+    #[serde(default)]
+    pub sources: BTreeSet<String>,
+    pub finding: RuntimeFinding,
+}
+
+/// One health condition per (check, GPU, boot), and the severity reported for it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConditionState {
+    pub finding: RuntimeFinding,
+    pub reported: Severity,
 }
 
 /// The longest escalation window in the catalog: how long incidents are kept.

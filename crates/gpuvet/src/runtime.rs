@@ -1,6 +1,12 @@
 //! The runtime check `c4d` as the binary runs it: build the watcher from the config's
 //! sources, record each finding as a `RuntimeCheckFailed` event, and stop cleanly.
 //! `gpuvet watch` runs it in the foreground; `gpuvet run` in the background of the app.
+//!
+//! The XID policy's memory (incidents toward escalation, what was already reported)
+//! lives in the store, one row per job and node: restored at the start, and saved with
+//! the events of every step that changed it, in one transaction. So a watcher
+//! restarted by its supervisor (or a `gpuvet run` restarted with its app) neither
+//! forgets an XID storm nor reports it again.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -12,11 +18,11 @@ use gpuvet_core::config::{NcclRas, WatchSettings};
 use gpuvet_core::events::{Attempt, EventKind, NewEvent};
 use gpuvet_store::Store;
 use gpuvet_watch::health::{
-    NvmlOptions, NvmlSource, Watchdog, Watcher, WatcherConfig, WatcherHandle,
+    NvmlOptions, NvmlSource, StepOutput, Watchdog, Watcher, WatcherConfig, WatcherHandle,
 };
 use gpuvet_watch::kmsg::{KmsgOptions, KmsgSource};
 use gpuvet_watch::metrics::{Metrics, MetricsServer};
-use gpuvet_watch::policy::{RuntimeFinding, Severity};
+use gpuvet_watch::policy::{PolicyState, RuntimeFinding, Severity};
 use gpuvet_watch::ras::{RasClient, RasSource};
 
 use crate::failure::{note, warn};
@@ -30,6 +36,10 @@ const RAS_EVERY_POLLS: u64 = 5;
 /// A RAS query longer than this counts as a hung probe (the client's own deadline is
 /// 15 s; RAS waits up to 5 s for peers before it answers).
 const RAS_PROBE_TIMEOUT: Duration = Duration::from_secs(20);
+/// Unix ms of the boot a kernel-log file comes from: places its timestamps on the wall
+/// clock as `/dev/kmsg`'s are (a replayed saved log; the restart tests). Unset, a
+/// file's lines get the time they are read.
+const KMSG_BOOT_TIME_ENV: &str = "GPUVET_KMSG_BOOT_TIME_MS";
 
 /// Where each finding is shown besides the store.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -168,7 +178,11 @@ impl RuntimeWatch {
             }
         }
         if let Some(path) = &settings.kmsg {
-            match KmsgSource::open(Path::new(path), KmsgOptions::default()) {
+            let options = KmsgOptions {
+                boot_time_ms: kmsg_boot_time(),
+                ..KmsgOptions::default()
+            };
+            match KmsgSource::open(Path::new(path), options) {
                 Ok(source) => {
                     watcher.add_source(source);
                     sources += 1;
@@ -180,10 +194,11 @@ impl RuntimeWatch {
             warn("c4d: no health source is available, so nothing is watched");
             return None;
         }
-        let (tx, rx) = mpsc::channel::<RuntimeFinding>();
+        restore_state(&mut watcher, store, attempt);
+        let (tx, rx) = mpsc::channel::<StepOutput>();
         let recorder = spawn_recorder(store.to_owned(), attempt.clone(), rx, echo, kill);
-        let watcher = match watcher.spawn(move |finding| {
-            let _ = tx.send(finding);
+        let watcher = match watcher.spawn_with_state(move |step| {
+            let _ = tx.send(step);
         }) {
             Ok(handle) => handle,
             Err(err) => {
@@ -210,13 +225,65 @@ impl RuntimeWatch {
     }
 }
 
-/// Records findings as events. A store that refuses a write keeps the event pending
-/// and retries with the next one; whatever is still pending at the end goes to stderr
-/// as JSON, so nothing is lost silently.
+/// Picks up the policy state an earlier run saved for this job and node. A store that
+/// cannot be read, or a state that does not decode, is said on stderr and the watch
+/// starts without it: watching matters more than remembering.
+fn restore_state(watcher: &mut Watcher, store: &Path, attempt: &Attempt) {
+    let loaded = Store::open(store)
+        .and_then(|store| store.watch_state::<PolicyState>(&attempt.job_id, &attempt.node));
+    let state = match loaded {
+        Ok(Some((_, state))) => state,
+        Ok(None) => return,
+        Err(err) => {
+            warn(format!(
+                "c4d: cannot restore the escalation history of job `{}` on `{}`; starting \
+                 without it: {err}",
+                attempt.job_id, attempt.node
+            ));
+            return;
+        }
+    };
+    let restored = watcher.restore(state, now_ms());
+    if let Some(format) = restored.unknown_format {
+        warn(format!(
+            "c4d: the saved escalation history is in format `{format}`, which this gpuvet \
+             does not read; starting without it"
+        ));
+    } else if restored.incidents + restored.records + restored.node_wide + restored.conditions > 0 {
+        note(format!(
+            "c4d: restored the escalation history: {} incidents, {} XID records, {} node-wide \
+             bursts, {} conditions ({} expired)",
+            restored.incidents,
+            restored.records,
+            restored.node_wide,
+            restored.conditions,
+            restored.expired
+        ));
+    }
+}
+
+/// `GPUVET_KMSG_BOOT_TIME_MS`, when set and a number.
+fn kmsg_boot_time() -> Option<u64> {
+    let value = std::env::var(KMSG_BOOT_TIME_ENV).ok()?;
+    match value.trim().parse() {
+        Ok(ms) => Some(ms),
+        Err(_) => {
+            warn(format!(
+                "c4d: ignoring `{KMSG_BOOT_TIME_ENV}={value}`: expected Unix milliseconds"
+            ));
+            None
+        }
+    }
+}
+
+/// Records each step's findings as events, with the policy state when it changed, in
+/// one transaction. A store that refuses the write keeps both pending and retries with
+/// the next step; whatever is still pending at the end goes to stderr, so nothing is
+/// lost silently.
 fn spawn_recorder(
     store_path: PathBuf,
     attempt: Attempt,
-    findings: mpsc::Receiver<RuntimeFinding>,
+    steps: mpsc::Receiver<StepOutput>,
     echo: Echo,
     kill: Option<KillSwitch>,
 ) -> JoinHandle<u64> {
@@ -225,34 +292,40 @@ fn spawn_recorder(
         .spawn(move || {
             let mut store = Store::open(&store_path);
             let mut pending: Vec<NewEvent> = Vec::new();
+            let mut unsaved: Option<PolicyState> = None;
             let mut recorded = 0;
-            for finding in findings {
-                show(&finding, echo);
-                pending.push(event_of(&finding));
-                if let Ok(store) = store.as_mut() {
-                    while let Some(event) = pending.first() {
-                        match store.record_event(&attempt, event) {
-                            Ok(_) => {
-                                pending.remove(0);
-                                recorded += 1;
-                            }
-                            Err(err) => {
-                                warn(format!(
-                                    "c4d: cannot record an event yet ({err}); will retry"
-                                ));
-                                break;
-                            }
-                        }
-                    }
-                } else if let Err(err) = &store {
+            for step in steps {
+                pending.extend(step.findings.iter().map(event_of));
+                if step.state.is_some() {
+                    unsaved = step.state;
+                }
+                if let Err(err) = &store {
                     warn(format!("c4d: the store is not available ({err}); retrying"));
                     store = Store::open(&store_path);
                 }
+                if let Ok(store) = store.as_mut() {
+                    match store.record_runtime(&attempt, &pending, unsaved.as_ref(), now_ms()) {
+                        Ok(events) => {
+                            recorded += events.len() as u64;
+                            pending.clear();
+                            unsaved = None;
+                        }
+                        Err(err) => warn(format!(
+                            "c4d: cannot record in the store yet ({err}); will retry"
+                        )),
+                    }
+                }
+                // Shown once written: a finding on screen is one a restart won't repeat.
+                for finding in &step.findings {
+                    show(finding, echo);
+                }
                 // After recording, so the event that explains the stop comes first.
-                if let Some(kill) = &kill
-                    && finding.severity == Severity::Fail
-                {
-                    kill.fire(&finding);
+                if let Some(kill) = &kill {
+                    for finding in &step.findings {
+                        if finding.severity == Severity::Fail {
+                            kill.fire(finding);
+                        }
+                    }
                 }
             }
             for event in pending {
@@ -260,6 +333,12 @@ fn spawn_recorder(
                     "c4d: event not recorded: {}",
                     serde_json::to_string(&event).unwrap_or_else(|_| event.message.clone())
                 ));
+            }
+            if unsaved.is_some() {
+                warn(
+                    "c4d: the escalation history was not saved; a restarted watcher may report \
+                     this run's findings again",
+                );
             }
             recorded
         })

@@ -1,6 +1,7 @@
 //! The runtime check `c4d` in `gpuvet run` and `gpuvet watch`, fed by a recorded
 //! kernel log (the real kmsg reader on a file): findings become `RuntimeCheckFailed`
-//! events while the app keeps running, and the app's exit code is returned.
+//! events while the app keeps running, and the app's exit code is returned; a watch
+//! restarted against the same store keeps its escalation history.
 
 mod common;
 
@@ -19,6 +20,151 @@ fn watch_config(scratch: &Scratch, kmsg: &std::path::Path) -> std::path::PathBuf
             kmsg.display()
         ),
     )
+}
+
+/// Places a kernel-log file's `[s.us]` timestamps on the wall clock (`gpuvet watch`
+/// reads `/dev/kmsg` that way), so a test can put incidents minutes apart.
+const KMSG_BOOT_TIME_ENV: &str = "GPUVET_KMSG_BOOT_TIME_MS";
+
+/// A boot an hour ago: every line below (minutes after it) is in the past, so each
+/// incident is decided at the first poll that reads it, however slow the machine.
+fn boot_an_hour_ago() -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    (now - 3_600_000).to_string()
+}
+
+/// One XID line on GPU 0000:3b:00, `kernel_s` seconds after boot.
+fn xid_line(kernel_s: u64, xid: u32) -> String {
+    format!("[ {kernel_s}.000000] NVRM: Xid (PCI:0000:3b:00): {xid}, pid=1, test error\n")
+}
+
+fn json_lines(text: &str) -> Vec<serde_json::Value> {
+    text.lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect()
+}
+
+#[test]
+fn a_killed_watch_restarted_still_escalates_the_storm_it_had_seen() {
+    use std::io::{BufRead, BufReader};
+
+    let scratch = Scratch::temp();
+    let kmsg = scratch.path("kmsg.log");
+    let config = watch_config(&scratch, &kmsg);
+    let boot = boot_an_hour_ago();
+    // XID 95 escalates at the fifth incident on one GPU in a day. Three incidents,
+    // 100 s apart (a new incident after 60 s): only the first sighting is reported.
+    let lines: String = [100, 200, 300].map(|s| xid_line(s, 95)).concat();
+    std::fs::write(&kmsg, lines).unwrap();
+    let mut child = scratch
+        .gpuvet()
+        .args(["watch", "--json", "--duration", "60", "--config"])
+        .arg(&config)
+        .env(KMSG_BOOT_TIME_ENV, &boot)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout_lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    // A finding is shown once it is in the store.
+    let first = stdout_lines
+        .next()
+        .expect("gpuvet watch reports the first sighting")
+        .unwrap();
+    let first: serde_json::Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(
+        (first["xid"].as_u64(), first["escalated"].as_bool()),
+        (Some(95), Some(false))
+    );
+    // Killed like a crash or the OOM killer would: nothing runs at the stop.
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // The supervisor restarts it; meanwhile the kernel's ring buffer has moved on and
+    // holds only two new incidents. The fifth in a day escalates.
+    let lines: String = [400, 500].map(|s| xid_line(s, 95)).concat();
+    std::fs::write(&kmsg, lines).unwrap();
+    let output = scratch
+        .gpuvet()
+        .args(["watch", "--json", "--duration", "2", "--config"])
+        .arg(&config)
+        .env(KMSG_BOOT_TIME_ENV, &boot)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let findings = json_lines(&stdout(&output));
+    assert_eq!(findings.len(), 1, "{findings:#?}\n{}", stderr(&output));
+    let f = &findings[0];
+    assert_eq!(f["escalated"], true, "{f}");
+    assert_eq!(f["action"], "contact_support");
+    assert_eq!(f["count"], 5);
+    assert!(
+        f["message"].as_str().unwrap().contains("5 incidents"),
+        "{}",
+        f["message"]
+    );
+    let escalated: Vec<bool> = scratch
+        .events()
+        .iter()
+        .map(|e| e["details"]["escalated"].as_bool().unwrap())
+        .collect();
+    assert_eq!(escalated, [false, true]);
+}
+
+#[test]
+fn a_restarted_watch_reading_the_log_again_reports_nothing_again() {
+    let scratch = Scratch::temp();
+    let kmsg = scratch.path("kmsg.log");
+    let config = watch_config(&scratch, &kmsg);
+    let boot = boot_an_hour_ago();
+    let watch = || {
+        let output = scratch
+            .gpuvet()
+            .args(["watch", "--json", "--duration", "2", "--config"])
+            .arg(&config)
+            .env(KMSG_BOOT_TIME_ENV, &boot)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        output
+    };
+    // XID 119 (GSP): reported, then escalated to a reboot at the second incident, and
+    // to contact support at the fifth.
+    let mut log: String = [100, 200].map(|s| xid_line(s, 119)).concat();
+    std::fs::write(&kmsg, &log).unwrap();
+    let steps: Vec<(String, bool)> = json_lines(&stdout(&watch()))
+        .iter()
+        .map(|f| {
+            (
+                f["action"].as_str().unwrap().to_owned(),
+                f["escalated"] == true,
+            )
+        })
+        .collect();
+    assert_eq!(
+        steps,
+        [
+            ("reset_gpu".to_owned(), false),
+            ("reboot_node".to_owned(), true)
+        ]
+    );
+
+    // Restarted, it reads the whole log again (as it reads `/dev/kmsg` from the start),
+    // with one incident more: still the first step, which was reported already. Were
+    // the old lines counted again, this would make five and escalate.
+    log.push_str(&xid_line(300, 119));
+    std::fs::write(&kmsg, &log).unwrap();
+    let output = watch();
+    assert_eq!(stdout(&output), "", "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("restored the escalation history"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(scratch.events().len(), 2);
 }
 
 #[test]

@@ -30,7 +30,7 @@ pub use eval::{HealthEvaluator, HealthThresholds, evaluate_reading, evaluate_sam
 pub use fake::{FakeSource, FakeStep};
 pub use nvml::{NvmlOptions, NvmlSource};
 pub use watchdog::{Watchdog, WatchdogStats};
-pub use watcher::{Watcher, WatcherConfig, WatcherHandle};
+pub use watcher::{StepOutput, Watcher, WatcherConfig, WatcherHandle};
 
 /// Errors of the health sources and the watcher.
 #[derive(Debug, thiserror::Error)]

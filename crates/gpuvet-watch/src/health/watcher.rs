@@ -1,7 +1,9 @@
 //! The watcher: polls every health source (about once a second), routes XID sightings
 //! through the policy and samples through the health rules, and yields only new
 //! findings. [`Watcher::step`] is synchronous and takes the time, for tests;
-//! [`Watcher::spawn`] runs it on a thread until stopped.
+//! [`Watcher::spawn`] runs it on a thread until stopped, and
+//! [`Watcher::spawn_with_state`] also hands over the policy's state whenever it
+//! changed, for the caller to save with the findings it explains.
 
 use std::sync::Arc;
 use std::sync::mpsc::{self, RecvTimeoutError, Sender};
@@ -15,7 +17,7 @@ use super::{
     unix_ms,
 };
 use crate::metrics::Metrics;
-use crate::policy::{PolicyConfig, RuntimeFinding, Severity, XidPolicy};
+use crate::policy::{PolicyConfig, PolicyState, Restored, RuntimeFinding, Severity, XidPolicy};
 use crate::xid::ActionClass;
 
 /// The watcher's settings.
@@ -50,6 +52,8 @@ pub struct Watcher {
     steps: u64,
     /// Updated on every step, reading and finding when set.
     metrics: Option<Arc<Metrics>>,
+    /// The policy's revision when its state was last handed out (or restored).
+    saved_revision: u64,
 }
 
 impl std::fmt::Debug for Watcher {
@@ -73,7 +77,31 @@ impl Watcher {
             interval: config.interval,
             steps: 0,
             metrics: None,
+            saved_revision: 0,
         }
+    }
+
+    /// Picks up the policy state saved before a restart (see
+    /// [`XidPolicy::restore`]), judged against this watcher's boot id. Call it before
+    /// the first step.
+    pub fn restore(&mut self, state: PolicyState, now_ms: u64) -> Restored {
+        let restored = self.policy.restore(state, now_ms, &self.boot_id);
+        self.saved_revision = self.policy.revision();
+        if let Some(m) = &self.metrics {
+            m.observe_snapshot(&self.policy.snapshot());
+        }
+        restored
+    }
+
+    /// The policy's state if it changed since the last call (or the restore): what
+    /// to save so that a restart picks up where this watcher is.
+    pub fn changed_state(&mut self) -> Option<PolicyState> {
+        let revision = self.policy.revision();
+        if revision == self.saved_revision {
+            return None;
+        }
+        self.saved_revision = revision;
+        Some(self.policy.export())
     }
 
     /// Feeds `metrics` (the `/metrics` endpoint's state) from now on: every sample
@@ -200,6 +228,28 @@ impl Watcher {
     where
         F: FnMut(RuntimeFinding) + Send + 'static,
     {
+        self.run(false, move |out: StepOutput| {
+            out.findings.into_iter().for_each(&mut on_finding);
+        })
+    }
+
+    /// Like [`Watcher::spawn`], but hands over each step's findings together with the
+    /// policy's state when it changed, so the caller saves both at once: a crash
+    /// between two steps then loses nothing and repeats nothing. Steps with neither
+    /// are not handed over; the last one, after the flush at the stop, always
+    /// carries the state (with the counts that changed no decision).
+    pub fn spawn_with_state<F>(self, on_step: F) -> Result<WatcherHandle, HealthError>
+    where
+        F: FnMut(StepOutput) + Send + 'static,
+    {
+        self.run(true, on_step)
+    }
+
+    /// The watcher's thread; exports the policy's state only `with_state`.
+    fn run<F>(self, with_state: bool, mut on_step: F) -> Result<WatcherHandle, HealthError>
+    where
+        F: FnMut(StepOutput) + Send + 'static,
+    {
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
         let mut watcher = self;
         let thread = thread::Builder::new()
@@ -209,17 +259,26 @@ impl Watcher {
                     m.set_up(true);
                 }
                 loop {
-                    for f in watcher.step(unix_ms()) {
-                        on_finding(f);
+                    let findings = watcher.step(unix_ms());
+                    let state = if with_state {
+                        watcher.changed_state()
+                    } else {
+                        None
+                    };
+                    if !findings.is_empty() || state.is_some() {
+                        on_step(StepOutput { findings, state });
                     }
                     match stop_rx.recv_timeout(watcher.interval) {
                         Err(RecvTimeoutError::Timeout) => continue,
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => break,
                     }
                 }
-                for f in watcher.flush() {
-                    on_finding(f);
-                }
+                let findings = watcher.flush();
+                let state = with_state.then(|| {
+                    watcher.saved_revision = watcher.policy.revision();
+                    watcher.policy.export()
+                });
+                on_step(StepOutput { findings, state });
                 if let Some(m) = &watcher.metrics {
                     m.set_up(false);
                 }
@@ -231,6 +290,15 @@ impl Watcher {
             thread,
         })
     }
+}
+
+/// One step of a spawned watcher (see [`Watcher::spawn_with_state`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepOutput {
+    /// The findings that are new.
+    pub findings: Vec<RuntimeFinding>,
+    /// The policy's state, when it changed since the last step that carried one.
+    pub state: Option<PolicyState>,
 }
 
 /// A running watcher.

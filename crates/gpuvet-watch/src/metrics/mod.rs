@@ -333,21 +333,20 @@ impl Writer<'_> {
 
 /// Label values escape `\`, `"` and newlines (the text format's rules).
 fn escape_label_value(v: &str, out: &mut String) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
+    escape(v, true, out);
 }
 
 /// HELP text escapes `\` and newlines.
 fn escape_help(v: &str, out: &mut String) {
+    escape(v, false, out);
+}
+
+/// The text format's escapes: `\` and newlines always, `"` in label values.
+fn escape(v: &str, quotes: bool, out: &mut String) {
     for c in v.chars() {
         match c {
             '\\' => out.push_str("\\\\"),
+            '"' if quotes => out.push_str("\\\""),
             '\n' => out.push_str("\\n"),
             c => out.push(c),
         }
@@ -367,6 +366,39 @@ fn gpu_labels(id: &GpuId) -> Labels {
         l.push(("device", format!("nvidia{i}")));
     }
     l
+}
+
+/// `labels` and one more.
+fn with_label(labels: &Labels, name: &'static str, value: String) -> Labels {
+    let mut l = Vec::with_capacity(labels.len() + 1);
+    l.extend_from_slice(labels);
+    l.push((name, value));
+    l
+}
+
+/// One series without labels (node-level values).
+fn unlabelled(value: Num) -> Vec<(Labels, Num)> {
+    vec![(Vec::new(), value)]
+}
+
+/// Counts summed per key (e.g. over boots), in key order.
+fn sum_by<K: Ord>(counts: impl IntoIterator<Item = (K, u64)>) -> BTreeMap<K, u64> {
+    let mut sums = BTreeMap::new();
+    for (k, n) in counts {
+        *sums.entry(k).or_default() += n;
+    }
+    sums
+}
+
+/// A counter family's series: one per key, labelled by `labels`.
+fn counts<K>(
+    counts: impl IntoIterator<Item = (K, u64)>,
+    labels: impl Fn(K) -> Labels,
+) -> Vec<(Labels, Num)> {
+    counts
+        .into_iter()
+        .map(|(k, n)| (labels(k), Num::U(n)))
+        .collect()
 }
 
 fn b(v: bool) -> Num {
@@ -547,9 +579,7 @@ fn render_gpus(st: &State, w: &mut Writer<'_>) {
             .map(|(bit, r)| (r.as_str(), bits & bit != 0))
             .chain(std::iter::once(("UNKNOWN", bits & !known != 0)));
         for (reason, set) in each {
-            let mut l = l.clone();
-            l.push(("reason", reason.to_owned()));
-            reasons.push((l, b(set)));
+            reasons.push((with_label(l, "reason", reason.to_owned()), b(set)));
         }
     }
     w.family(
@@ -565,9 +595,7 @@ fn render_gpus(st: &State, w: &mut Writer<'_>) {
         let mut sorted: Vec<&NvLinkState> = s.nvlink.links.iter().collect();
         sorted.sort_by_key(|k| k.link);
         for link in sorted {
-            let mut l = l.clone();
-            l.push(("link", link.link.to_string()));
-            links.push((l, b(link.active)));
+            links.push((with_label(l, "link", link.link.to_string()), b(link.active)));
         }
     }
     w.family(
@@ -591,19 +619,11 @@ fn render_gpus(st: &State, w: &mut Writer<'_>) {
 }
 
 fn render_counters(st: &State, w: &mut Writer<'_>) {
-    // Sum over boots: one series per (GPU, XID).
-    let mut xid: BTreeMap<(&GpuId, u32), u64> = BTreeMap::new();
-    for ((_, x, _), (gpu, n)) in &st.xid {
-        *xid.entry((gpu, *x)).or_default() += n;
-    }
-    let series = xid
-        .into_iter()
-        .map(|((gpu, x), n)| {
-            let mut l = gpu_labels(gpu);
-            l.push(("xid", x.to_string()));
-            (l, Num::U(n))
-        })
-        .collect();
+    // Summed over boots: one series per (GPU, XID).
+    let xid = sum_by(st.xid.iter().map(|((_, x, _), (gpu, n))| ((gpu, *x), *n)));
+    let series = counts(xid, |(gpu, x)| {
+        with_label(&gpu_labels(gpu), "xid", x.to_string())
+    });
     w.family(
         "gpuvet_xid_events_total",
         Kind::Counter,
@@ -612,14 +632,8 @@ fn render_counters(st: &State, w: &mut Writer<'_>) {
         series,
     );
 
-    let mut node_wide: BTreeMap<u32, u64> = BTreeMap::new();
-    for ((x, _), n) in &st.xid_node_wide {
-        *node_wide.entry(*x).or_default() += n;
-    }
-    let series = node_wide
-        .into_iter()
-        .map(|(x, n)| (vec![("xid", x.to_string())], Num::U(n)))
-        .collect();
+    let node_wide = sum_by(st.xid_node_wide.iter().map(|((x, _), n)| (*x, *n)));
+    let series = counts(node_wide, |x| vec![("xid", x.to_string())]);
     w.family(
         "gpuvet_xid_node_wide_events_total",
         Kind::Counter,
@@ -628,19 +642,17 @@ fn render_counters(st: &State, w: &mut Writer<'_>) {
         series,
     );
 
-    let series = st
-        .findings
-        .iter()
-        .map(|((check, lane, severity, action), n)| {
-            let l = vec![
+    let series = counts(
+        st.findings.iter().map(|(k, n)| (k, *n)),
+        |(check, lane, severity, action)| {
+            vec![
                 ("check", check.clone()),
                 ("lane", (*lane).to_owned()),
                 ("severity", (*severity).to_owned()),
                 ("action", (*action).to_owned()),
-            ];
-            (l, Num::U(*n))
-        })
-        .collect();
+            ]
+        },
+    );
     w.family(
         "gpuvet_runtime_findings_total",
         Kind::Counter,
@@ -653,13 +665,11 @@ fn render_counters(st: &State, w: &mut Writer<'_>) {
         "gpuvet_watch_polls_total",
         Kind::Counter,
         "Watcher steps (one poll of every health source).",
-        vec![(Vec::new(), Num::U(st.polls))],
+        unlabelled(Num::U(st.polls)),
     );
-    let series = st
-        .source_errors
-        .iter()
-        .map(|(s, n)| (vec![("source", s.clone())], Num::U(*n)))
-        .collect();
+    let series = counts(st.source_errors.iter().map(|(s, n)| (s, *n)), |s| {
+        vec![("source", s.clone())]
+    });
     w.family(
         "gpuvet_watch_source_errors_total",
         Kind::Counter,
@@ -670,20 +680,20 @@ fn render_counters(st: &State, w: &mut Writer<'_>) {
         "gpuvet_watch_probe_hung_total",
         Kind::Counter,
         "Probes (NVML calls) that did not return within the watchdog's timeout.",
-        vec![(Vec::new(), Num::U(st.probe_hung))],
+        unlabelled(Num::U(st.probe_hung)),
     );
     w.family(
         "gpuvet_watch_up",
         Kind::Gauge,
         "Whether the watcher is running (1).",
-        vec![(Vec::new(), b(st.up))],
+        unlabelled(b(st.up)),
     );
     if let Some(ms) = st.last_poll_ms {
         w.family(
             "gpuvet_watch_last_poll_timestamp_seconds",
             Kind::Gauge,
             "Unix time of the watcher's last step: a stale value means a stuck watcher.",
-            vec![(Vec::new(), Num::F(ms as f64 / 1000.0))],
+            unlabelled(Num::F(ms as f64 / 1000.0)),
         );
     }
 }
