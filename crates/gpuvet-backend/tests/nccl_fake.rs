@@ -74,9 +74,12 @@ fn skip(why: &str) {
 /// so tests running at once do not see each other's counts), and its controls.
 struct Fake {
     nccl: &'static Nccl,
-    set: unsafe extern "C" fn(*const c_char, c_int),
-    count: unsafe extern "C" fn(*const c_char) -> c_longlong,
+    set: SetFn,
+    count: CountFn,
 }
+
+type SetFn = unsafe extern "C" fn(*const c_char, c_int);
+type CountFn = unsafe extern "C" fn(*const c_char) -> c_longlong;
 
 impl Fake {
     fn load(build: &Path, dir: &Path) -> Fake {
@@ -90,10 +93,10 @@ impl Fake {
         unsafe {
             Fake {
                 nccl,
-                set: std::mem::transmute::<*mut std::ffi::c_void, _>(
+                set: std::mem::transmute::<*mut std::ffi::c_void, SetFn>(
                     handle.symbol("fake_nccl_set").unwrap(),
                 ),
-                count: std::mem::transmute::<*mut std::ffi::c_void, _>(
+                count: std::mem::transmute::<*mut std::ffi::c_void, CountFn>(
                     handle.symbol("fake_nccl_count").unwrap(),
                 ),
             }
