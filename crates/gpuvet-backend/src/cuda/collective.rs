@@ -5,11 +5,11 @@
 //!
 //! One process drives every GPU of its node (one rank per GPU, created in one NCCL
 //! group from a fresh unique id or the one the coordinator handed out, then one grouped
-//! call per iteration), as `all_reduce_perf -g <n>` does. The message is fp32 sum, out of place,
-//! 4 GiB by default (smaller on GPUs with little memory): large enough for the bus
-//! bandwidth plateau the baselines were measured at. Timing uses events on the first
-//! GPU's stream between consecutive iterations, enqueued back to back like nccl-tests'
-//! timed loop, so there is no host round trip in the measurement.
+//! call per iteration), as `all_reduce_perf -g <n>` does. The message is fp32 sum, out
+//! of place, 4 GiB by default (smaller on GPUs with little memory): large enough for
+//! the bus bandwidth plateau the baselines were measured at. Timing uses events on the
+//! first GPU's stream between consecutive iterations, enqueued back to back like
+//! nccl-tests' timed loop, so there is no host round trip in the measurement.
 //!
 //! The check of the result is exact: rank r sends the value r+1 everywhere, so every
 //! element of an all-reduce's output must be n(n+1)/2, which fp32 holds exactly
@@ -290,7 +290,7 @@ pub fn run(
     }
 
     // Device i joins with `ids[i]`: the one id of a collective over every GPU, or its
-    // rail's. Within this node one fresh id serves, as `ncclCommInitAll` would use.
+    // rail's. Within this node a fresh id serves, as inside `ncclCommInitAll`.
     let limits = Limits::default();
     let ids = match membership {
         Membership::ThisNode => vec![nccl.unique_id().map_err(BackendError::Failed)?; local],
