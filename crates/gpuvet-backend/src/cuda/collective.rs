@@ -3,13 +3,13 @@
 //! of the ranks of a collective spanning nodes, or one all-reduce per rail across nodes
 //! (GPU i of every node on rail i), every rail at once and each timed on its own.
 //!
-//! One process drives every GPU of its node (`ncclCommInitAll`, or `ncclCommInitRank`
-//! per GPU with the unique id the coordinator handed out, then one grouped call per
-//! iteration), as `all_reduce_perf -g <n>` does. The message is fp32 sum, out of place,
-//! 4 GiB by default (smaller on GPUs with little memory): large enough for the bus
-//! bandwidth plateau the baselines were measured at. Timing uses events on the first
-//! GPU's stream between consecutive iterations, enqueued back to back like nccl-tests'
-//! timed loop, so there is no host round trip in the measurement.
+//! One process drives every GPU of its node (one rank per GPU, created in one NCCL
+//! group from a fresh unique id or the one the coordinator handed out, then one grouped
+//! call per iteration), as `all_reduce_perf -g <n>` does. The message is fp32 sum, out
+//! of place, 4 GiB by default (smaller on GPUs with little memory): large enough for
+//! the bus bandwidth plateau the baselines were measured at. Timing uses events on the
+//! first GPU's stream between consecutive iterations, enqueued back to back like
+//! nccl-tests' timed loop, so there is no host round trip in the measurement.
 //!
 //! The check of the result is exact: rank r sends the value r+1 everywhere, so every
 //! element of an all-reduce's output must be n(n+1)/2, which fp32 holds exactly
@@ -17,9 +17,11 @@
 //! must hold r+1. Outputs start as NaN so an operation that never ran is caught. An
 //! all-to-all is grouped sends and receives, since NCCL has no single call for it.
 //!
-//! A hung peer or link never returns from NCCL on its own. Waiting therefore polls
-//! events, the cancel token and NCCL's asynchronous error; on either of the latter it
-//! aborts the communicators, which ends the kernels, and returns.
+//! A hung peer or link never returns from NCCL on its own. The communicators are
+//! therefore non-blocking where NCCL allows (see [`super::nccl`]), and every wait (for
+//! the communicators, for a launch, for the streams) polls NCCL's asynchronous error,
+//! the cancel token and a time limit; on any of them it aborts the communicators, which
+//! ends the kernels, and returns.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -29,7 +31,7 @@ use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream, DevicePtr};
 
 use super::driver_error;
-use super::nccl::{Comms, Nccl, RawStream, UniqueId, datatype};
+use super::nccl::{Comms, Limits, Nccl, RawStream, UniqueId, datatype};
 use crate::{BackendError, CancelToken, Sample, all_gather_busbw, all_reduce_busbw};
 
 /// Default message size, as nccl-tests' large-message sweeps reach (`-e 8G` sends 8 GB).
@@ -288,29 +290,25 @@ pub fn run(
     }
 
     // Device i joins with `ids[i]`: the one id of a collective over every GPU, or its
-    // rail's.
-    let init_across = |ids: Vec<UniqueId>| {
-        let places: Vec<(UniqueId, usize)> = ids
-            .into_iter()
-            .enumerate()
-            .map(|(device, id)| (id, membership.rank_of(device)))
-            .collect();
-        Comms::init_ranks(nccl, ranks, &places, |device| {
-            contexts[device]
-                .bind_to_thread()
-                .map_err(|e| driver_error("binding the context", e))
-        })
+    // rail's. Within this node a fresh id serves, as inside `ncclCommInitAll`.
+    let limits = Limits::default();
+    let ids = match membership {
+        Membership::ThisNode => vec![nccl.unique_id().map_err(BackendError::Failed)?; local],
+        Membership::Across { id, .. } => vec![*id; local],
+        Membership::Rails { ids, .. } => ids.clone(),
     };
+    let places: Vec<(UniqueId, usize)> = ids
+        .into_iter()
+        .enumerate()
+        .map(|(device, id)| (id, membership.rank_of(device)))
+        .collect();
     let init_started = Instant::now();
-    let mut comms = match membership {
-        Membership::ThisNode => {
-            let ordinals: Vec<i32> = contexts.iter().map(|c| c.ordinal() as i32).collect();
-            Comms::init_all(nccl, &ordinals)
-        }
-        Membership::Across { id, .. } => init_across(vec![*id; local]),
-        Membership::Rails { ids, .. } => init_across(ids.clone()),
-    }
-    .map_err(BackendError::Failed)?;
+    let bind = |device: usize| {
+        contexts[device]
+            .bind_to_thread()
+            .map_err(|e| driver_error("binding the context", e))
+    };
+    let mut comms = Comms::init(nccl, ranks, &places, bind, &limits, cancel)?;
     let init_secs = init_started.elapsed().as_secs_f64();
     let pointers: Vec<(u64, u64)> = (0..local)
         .map(|r| {
@@ -321,42 +319,38 @@ pub fn run(
         })
         .collect();
 
-    let enqueue = |comms: &Comms| -> Result<(), String> {
-        nccl.group_start()?;
-        let mut result = Ok(());
-        for (index, (s, r)) in pointers.iter().enumerate() {
-            let stream = streams[index].cu_stream() as RawStream;
-            // SAFETY: live buffers of `send_count` and `count` f32 on this GPU and stream.
-            result = unsafe {
-                match kind {
-                    Kind::AllReduce => {
-                        comms.all_reduce(index, *s, *r, count, datatype::FLOAT32, stream)
+    let launch = |comms: &mut Comms| -> Result<(), BackendError> {
+        comms.launch(&format!("the {}", kind.label()), &limits, cancel, |comms| {
+            for (index, (s, r)) in pointers.iter().enumerate() {
+                let stream = streams[index].cu_stream() as RawStream;
+                // SAFETY: live buffers of `send_count` and `count` f32 on this GPU and
+                // stream.
+                unsafe {
+                    match kind {
+                        Kind::AllReduce => {
+                            comms.all_reduce(index, *s, *r, count, datatype::FLOAT32, stream)
+                        }
+                        Kind::AllGather => {
+                            comms.all_gather(index, *s, *r, chunk, datatype::FLOAT32, stream)
+                        }
+                        Kind::AllToAll => all_to_all(comms, index, (*s, *r), chunk, ranks, stream),
                     }
-                    Kind::AllGather => {
-                        comms.all_gather(index, *s, *r, chunk, datatype::FLOAT32, stream)
-                    }
-                    Kind::AllToAll => all_to_all(comms, index, (*s, *r), chunk, ranks, stream),
-                }
-            };
-            if result.is_err() {
-                break;
+                }?;
             }
-        }
-        // The group must be closed even after an error, or NCCL stays inside it.
-        let end = nccl.group_end();
-        result.and(end)
+            Ok(())
+        })
     };
 
     let outcome = (|| -> Result<Sample, BackendError> {
         // The first iteration also sets up NCCL's connections (lazily, since 2.22), so
         // only the rest of the warm-up sizes the timed loop.
-        enqueue(&comms).map_err(BackendError::Failed)?;
-        wait_all(&streams, &comms, kind, cancel)?;
+        launch(&mut comms)?;
+        wait_all(&streams, &mut comms, kind, &limits, cancel)?;
         let warm_started = Instant::now();
         for _ in 1..WARMUP_ITERATIONS {
-            enqueue(&comms).map_err(BackendError::Failed)?;
+            launch(&mut comms)?;
         }
-        wait_all(&streams, &comms, kind, cancel)?;
+        wait_all(&streams, &mut comms, kind, &limits, cancel)?;
         let per_iteration =
             warm_started.elapsed().as_secs_f64() / (WARMUP_ITERATIONS - 1).max(1) as f64;
         let iterations = if membership.spans_nodes() {
@@ -389,10 +383,12 @@ pub fn run(
         };
         record(0)?;
         for iteration in 1..=iterations {
-            enqueue(&comms).map_err(BackendError::Failed)?;
+            // Recorded once NCCL has launched the iteration: with non-blocking
+            // communicators its kernels may reach the stream after the group closes.
+            launch(&mut comms)?;
             record(iteration)?;
         }
-        wait_all(&streams, &comms, kind, cancel)?;
+        wait_all(&streams, &mut comms, kind, &limits, cancel)?;
 
         let mut timings = Vec::with_capacity(timed);
         for stream_events in &events {
@@ -470,6 +466,7 @@ pub fn run(
         );
         params.insert("nccl_version".to_owned(), nccl.version_string());
         params.insert("nccl_library".to_owned(), nccl.path.display().to_string());
+        params.insert("nccl_mode".to_owned(), nccl.mode());
         Ok(Sample {
             value: busbw,
             samples: samples.clone(),
@@ -619,48 +616,46 @@ unsafe fn all_to_all(
     Ok(())
 }
 
-/// Waits until every stream has run what was enqueued, watching for cancellation and
-/// NCCL's asynchronous errors; aborting is left to the caller.
+/// Waits until every stream has run what was launched, watching for cancellation,
+/// NCCL's asynchronous errors and the step limit; on any of them the communicators are
+/// aborted, which ends their kernels.
 fn wait_all(
     streams: &[Arc<CudaStream>],
-    comms: &Comms,
+    comms: &mut Comms,
     kind: Kind,
+    limits: &Limits,
     cancel: &CancelToken,
 ) -> Result<(), BackendError> {
-    let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
     let events = streams
         .iter()
         .map(|s| s.record_event(None))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(err("recording an event"))?;
-    let mut polls: u64 = 0;
-    for event in &events {
-        // NCCL switches the current device as it works; query each event in its own context.
-        event
-            .context()
-            .bind_to_thread()
-            .map_err(err("binding the context"))?;
-        loop {
-            if event
-                .try_is_complete()
-                .map_err(err("waiting for the all-reduce"))?
-            {
-                break;
+        .map_err(|e| BackendError::Failed(driver_error("recording an event", e)))?;
+    // Events complete in any order; the first not yet seen complete is looked at next.
+    let mut next = 0;
+    comms.wait(
+        &format!("the {}", kind.label()),
+        limits.step,
+        cancel,
+        || {
+            while let Some(event) = events.get(next) {
+                // NCCL switches the current device as it works; query each event in its own
+                // context.
+                event
+                    .context()
+                    .bind_to_thread()
+                    .map_err(|e| driver_error("binding the context", e))?;
+                if !event
+                    .try_is_complete()
+                    .map_err(|e| driver_error("waiting for the streams", e))?
+                {
+                    return Ok(false);
+                }
+                next += 1;
             }
-            cancel.check()?;
-            polls += 1;
-            if polls % 64 == 0
-                && let Some(error) = comms.async_error()
-            {
-                return Err(BackendError::Failed(format!(
-                    "NCCL reported an error while the {} ran: {error}",
-                    kind.label()
-                )));
-            }
-            std::thread::sleep(std::time::Duration::from_micros(200));
-        }
-    }
-    Ok(())
+            Ok(true)
+        },
+    )
 }
 
 #[cfg(test)]

@@ -1,4 +1,5 @@
-//! NCCL, loaded by gpuvet itself rather than through cudarc.
+//! NCCL, loaded by gpuvet itself rather than through cudarc, with communicators that
+//! can be aborted.
 //!
 //! Why not cudarc's `nccl` module: it opens the library by bare name from a fixed list
 //! (`libnccl.so`, `libnccl.so.13`, ...) that lacks `libnccl.so.2`, the only name pip's
@@ -8,14 +9,26 @@
 //! NCCL's result codes as a Rust enum, so a code from a newer NCCL would be undefined
 //! behaviour. gpuvet therefore opens the file it finds (`GPUVET_NCCL_LIBRARY`, else the
 //! search in [`super::libs`], else the loader's own path) and calls the dozen functions
-//! it needs through plain C types. Communicators are released by [`Comms`]'s `Drop`,
-//! which never panics.
+//! it needs through plain C types, declared once in [`nccl_symbols!`].
+//!
+//! A peer that never joins or a link that stops hangs NCCL for good, so communicators
+//! are created non-blocking (`ncclCommInitRankConfig` with `blocking = 0`, NCCL 2.14+):
+//! every call returns at once, possibly with `ncclInProgress`, and gpuvet polls
+//! `ncclCommGetAsyncError` until each communicator leaves that state. [`wait_until`] is
+//! that loop: it ends when the look succeeds or fails, when the [`CancelToken`] is set
+//! (the coordinator aborted the run) or at a deadline, and [`Comms`] then calls
+//! `ncclCommAbort`, as NCCL's documentation prescribes for a hung or failed
+//! communicator. An NCCL without `ncclCommInitRankConfig` is driven blocking, as
+//! before; [`Nccl::mode`] says so in the check's parameters. Communicators are
+//! released by [`Comms`]'s `Drop`, which never panics.
 
-use std::ffi::{CStr, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_int, c_uint, c_void};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::time::{Duration, Instant};
 
 use super::libs::{self, Handle};
+use crate::{BackendError, CancelToken};
 
 /// A file to load NCCL from, overriding the search.
 pub const NCCL_LIBRARY_ENV: &str = "GPUVET_NCCL_LIBRARY";
@@ -26,6 +39,19 @@ type NcclResult = c_int;
 pub type RawComm = *mut c_void;
 /// `cudaStream_t`, the same pointer as the driver's `CUstream`.
 pub type RawStream = *mut c_void;
+
+/// The `ncclResult_t` values gpuvet acts on.
+pub mod code {
+    use std::ffi::c_int;
+    pub const SUCCESS: c_int = 0;
+    /// A peer or the network failed.
+    pub const REMOTE_ERROR: c_int = 6;
+    /// A non-blocking call still running: not a fault.
+    pub const IN_PROGRESS: c_int = 7;
+}
+
+/// `NCCL_VERSION(2, 14, 0)`: `ncclCommInitRankConfig` and non-blocking communicators.
+pub const NONBLOCKING_SINCE: u32 = 21400;
 
 /// `ncclUniqueId`: 128 opaque bytes, passed by value.
 #[repr(C)]
@@ -51,35 +77,104 @@ pub mod datatype {
 /// `ncclRedOp_t::ncclSum`.
 pub const SUM: c_int = 0;
 
-type GetVersionFn = unsafe extern "C" fn(*mut c_int) -> NcclResult;
-type GetErrorStringFn = unsafe extern "C" fn(NcclResult) -> *const c_char;
-type GetUniqueIdFn = unsafe extern "C" fn(*mut UniqueId) -> NcclResult;
-type CommInitAllFn = unsafe extern "C" fn(*mut RawComm, c_int, *const c_int) -> NcclResult;
-type CommInitRankFn = unsafe extern "C" fn(*mut RawComm, c_int, UniqueId, c_int) -> NcclResult;
-type CommFn = unsafe extern "C" fn(RawComm) -> NcclResult;
-type CommGetAsyncErrorFn = unsafe extern "C" fn(RawComm, *mut NcclResult) -> NcclResult;
-type GroupFn = unsafe extern "C" fn() -> NcclResult;
-type AllReduceFn = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    c_int,
-    RawComm,
-    RawStream,
-) -> NcclResult;
-type AllGatherFn = unsafe extern "C" fn(
-    *const c_void,
-    *mut c_void,
-    usize,
-    c_int,
-    RawComm,
-    RawStream,
-) -> NcclResult;
-type SendFn =
-    unsafe extern "C" fn(*const c_void, usize, c_int, c_int, RawComm, RawStream) -> NcclResult;
-type RecvFn =
-    unsafe extern "C" fn(*mut c_void, usize, c_int, c_int, RawComm, RawStream) -> NcclResult;
+/// The head of `ncclConfig_t` as NCCL 2.14 defined it, which every later NCCL accepts:
+/// `parseCommConfig` starts from `NCCL_CONFIG_INITIALIZER`'s defaults, copies only
+/// `size` bytes over them, checks `magic`, and resets every field newer than `version`
+/// to its default. So this prefix asks for exactly one thing, `blocking = 0`, whatever
+/// NCCL loads. The fourth int is where C puts padding; it is `cgaClusterSize` since
+/// 2.17, ignored for a 2.14 config, and set to "undefined" so no byte is left unset.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct Config {
+    size: usize,
+    magic: c_uint,
+    version: c_uint,
+    blocking: c_int,
+    cga_cluster_size: c_int,
+}
+
+/// `NCCL_API_MAGIC`, which `NCCL_CONFIG_INITIALIZER` writes.
+const CONFIG_MAGIC: c_uint = 0xcafe_beef;
+/// `NCCL_CONFIG_UNDEF_INT`.
+const CONFIG_UNDEF_INT: c_int = c_int::MIN;
+
+impl Config {
+    pub fn nonblocking() -> Config {
+        Config {
+            size: size_of::<Config>(),
+            magic: CONFIG_MAGIC,
+            version: NONBLOCKING_SINCE,
+            blocking: 0,
+            cga_cluster_size: CONFIG_UNDEF_INT,
+        }
+    }
+}
+
+/// Declares the functions gpuvet calls, each once with its C signature and NCCL's
+/// name: the table's fields and its loader come from this one list. Optional ones are
+/// `None` in an NCCL too old to have them.
+macro_rules! nccl_symbols {
+    (
+        required { $( $field:ident = $name:literal: fn($($arg:ty),* $(,)?) -> $ret:ty; )* }
+        optional { $( $ofield:ident = $oname:literal: fn($($oarg:ty),* $(,)?) -> $oret:ty; )* }
+    ) => {
+        /// NCCL's functions as gpuvet calls them.
+        #[derive(Debug, Clone, Copy)]
+        struct Symbols {
+            $( $field: unsafe extern "C" fn($($arg),*) -> $ret, )*
+            $( $ofield: Option<unsafe extern "C" fn($($oarg),*) -> $oret>, )*
+        }
+
+        impl Symbols {
+            /// # Safety
+            /// `handle` must be an NCCL, whose functions have the signatures above.
+            unsafe fn resolve(handle: &Handle) -> Result<Symbols, String> {
+                // SAFETY: each type is the one `nccl.h` declares for the name.
+                unsafe {
+                    Ok(Symbols {
+                        $( $field: cast(handle.symbol($name)?), )*
+                        $( $ofield: handle.symbol($oname).ok().map(|a| cast(a)), )*
+                    })
+                }
+            }
+        }
+    };
+}
+
+nccl_symbols! {
+    required {
+        get_version = "ncclGetVersion": fn(*mut c_int) -> NcclResult;
+        get_error_string = "ncclGetErrorString": fn(NcclResult) -> *const c_char;
+        get_unique_id = "ncclGetUniqueId": fn(*mut UniqueId) -> NcclResult;
+        comm_init_rank = "ncclCommInitRank": fn(*mut RawComm, c_int, UniqueId, c_int) -> NcclResult;
+        comm_destroy = "ncclCommDestroy": fn(RawComm) -> NcclResult;
+        comm_abort = "ncclCommAbort": fn(RawComm) -> NcclResult;
+        comm_get_async_error = "ncclCommGetAsyncError": fn(RawComm, *mut NcclResult) -> NcclResult;
+        group_start = "ncclGroupStart": fn() -> NcclResult;
+        group_end = "ncclGroupEnd": fn() -> NcclResult;
+        all_reduce = "ncclAllReduce":
+            fn(*const c_void, *mut c_void, usize, c_int, c_int, RawComm, RawStream) -> NcclResult;
+        all_gather = "ncclAllGather":
+            fn(*const c_void, *mut c_void, usize, c_int, RawComm, RawStream) -> NcclResult;
+        send = "ncclSend": fn(*const c_void, usize, c_int, c_int, RawComm, RawStream) -> NcclResult;
+        recv = "ncclRecv": fn(*mut c_void, usize, c_int, c_int, RawComm, RawStream) -> NcclResult;
+    }
+    optional {
+        // NCCL 2.14+.
+        comm_init_rank_config = "ncclCommInitRankConfig":
+            fn(*mut RawComm, c_int, UniqueId, c_int, *mut Config) -> NcclResult;
+        // NCCL 2.13+: the detail behind a code (which peer, which link).
+        get_last_error = "ncclGetLastError": fn(RawComm) -> *const c_char;
+    }
+}
+
+/// # Safety
+/// `F` must be the function pointer type of the C function at `address`.
+unsafe fn cast<F: Copy>(address: *mut c_void) -> F {
+    debug_assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
+    // SAFETY: the caller names the right type; a function pointer has a data pointer's size.
+    unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) }
+}
 
 /// The loaded library and the functions gpuvet calls.
 #[derive(Debug)]
@@ -87,19 +182,7 @@ pub struct Nccl {
     pub path: PathBuf,
     /// `(major, minor, patch)`.
     pub version: (u32, u32, u32),
-    get_error_string: GetErrorStringFn,
-    get_unique_id: GetUniqueIdFn,
-    comm_init_all: CommInitAllFn,
-    comm_init_rank: CommInitRankFn,
-    comm_destroy: CommFn,
-    comm_abort: CommFn,
-    comm_get_async_error: CommGetAsyncErrorFn,
-    group_start: GroupFn,
-    group_end: GroupFn,
-    all_reduce: AllReduceFn,
-    all_gather: AllGatherFn,
-    send: SendFn,
-    recv: RecvFn,
+    api: Symbols,
 }
 
 /// NCCL's version code: `major*10000 + minor*100 + patch` since 2.9, `major*1000 +
@@ -136,7 +219,7 @@ pub fn load(dirs: &[PathBuf]) -> Result<&'static Nccl, String> {
             let tried = candidates(override_path.as_deref(), dirs);
             let mut errors = Vec::new();
             for candidate in &tried {
-                match open(candidate) {
+                match Nccl::open(candidate) {
                     Ok(nccl) => return Ok(nccl),
                     Err(err) => errors.push(err),
                 }
@@ -156,85 +239,200 @@ pub fn load(dirs: &[PathBuf]) -> Result<&'static Nccl, String> {
         .map_err(Clone::clone)
 }
 
-fn open(path: &Path) -> Result<Nccl, String> {
-    let handle = libs::dlopen_global(path)?;
-    // SAFETY: each symbol is cast to the signature `nccl.h` declares for it.
-    unsafe {
-        let get_version: GetVersionFn = symbol(&handle, "ncclGetVersion")?;
+impl Nccl {
+    /// Loads NCCL from `path`, without [`load`]'s once-per-process cache.
+    pub fn open(path: &Path) -> Result<Nccl, String> {
+        let handle = libs::dlopen_global(path)?;
+        // SAFETY: a library found as NCCL; `resolve` casts each symbol to its `nccl.h` type.
+        let api = unsafe { Symbols::resolve(&handle) }?;
         let mut code: c_int = 0;
-        let result = get_version(&mut code);
-        if result != 0 {
+        // SAFETY: writes one int.
+        let result = unsafe { (api.get_version)(&mut code) };
+        if result != code::SUCCESS {
             return Err(format!("`ncclGetVersion` failed with code `{result}`"));
         }
         Ok(Nccl {
             path: path.to_owned(),
             version: decode_version(code),
-            get_error_string: symbol(&handle, "ncclGetErrorString")?,
-            get_unique_id: symbol(&handle, "ncclGetUniqueId")?,
-            comm_init_all: symbol(&handle, "ncclCommInitAll")?,
-            comm_init_rank: symbol(&handle, "ncclCommInitRank")?,
-            comm_destroy: symbol(&handle, "ncclCommDestroy")?,
-            comm_abort: symbol(&handle, "ncclCommAbort")?,
-            comm_get_async_error: symbol(&handle, "ncclCommGetAsyncError")?,
-            group_start: symbol(&handle, "ncclGroupStart")?,
-            group_end: symbol(&handle, "ncclGroupEnd")?,
-            all_reduce: symbol(&handle, "ncclAllReduce")?,
-            all_gather: symbol(&handle, "ncclAllGather")?,
-            send: symbol(&handle, "ncclSend")?,
-            recv: symbol(&handle, "ncclRecv")?,
+            api,
         })
     }
-}
 
-/// # Safety
-/// `F` must be the function pointer type of the C function named `name`.
-unsafe fn symbol<F: Copy>(handle: &Handle, name: &str) -> Result<F, String> {
-    let address = handle.symbol(name)?;
-    debug_assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
-    // SAFETY: the caller names the right type; a function pointer has a data pointer's size.
-    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&address) })
-}
-
-impl Nccl {
     pub fn version_string(&self) -> String {
         let (major, minor, patch) = self.version;
         format!("{major}.{minor}.{patch}")
     }
 
+    /// Whether communicators are created non-blocking, and so can be aborted while they
+    /// initialise.
+    pub fn nonblocking(&self) -> bool {
+        self.api.comm_init_rank_config.is_some()
+    }
+
+    /// How communicators are driven, for a check's parameters.
+    pub fn mode(&self) -> String {
+        if self.nonblocking() {
+            "non-blocking".to_owned()
+        } else {
+            format!(
+                "blocking (NCCL {} has no `ncclCommInitRankConfig`, which 2.14 added; a hung \
+                 initialisation cannot be aborted)",
+                self.version_string()
+            )
+        }
+    }
+
+    /// NCCL's text for `result`, with its last error's detail where it keeps one.
+    fn describe(&self, result: NcclResult, comm: RawComm) -> String {
+        // SAFETY: ncclGetErrorString returns a static string (or null for unknown codes).
+        let text = unsafe { c_text((self.api.get_error_string)(result)) };
+        let text = text.unwrap_or_else(|| "unknown error".to_owned());
+        // SAFETY: NCCL accepts any handle here (2.13+ ignores it) and returns a string it
+        // owns, valid until its next error.
+        let last = self
+            .api
+            .get_last_error
+            .and_then(|last| unsafe { c_text(last(comm)) })
+            .filter(|last| !last.trim().is_empty());
+        match last {
+            Some(last) => format!(
+                "{text} (code `{result}`; NCCL's last error: `{}`)",
+                last.trim()
+            ),
+            None => format!("{text} (code `{result}`)"),
+        }
+    }
+
     /// `Ok` for success, else an error naming the call and NCCL's own message.
     fn check(&self, call: &str, result: NcclResult) -> Result<(), String> {
-        if result == 0 {
+        if result == code::SUCCESS {
             return Ok(());
         }
-        // SAFETY: ncclGetErrorString returns a static string (or null for unknown codes).
-        let text = unsafe { (self.get_error_string)(result) };
-        let text = if text.is_null() {
-            "unknown error".to_owned()
-        } else {
-            // SAFETY: non-null, NUL-terminated, static.
-            unsafe { CStr::from_ptr(text) }
-                .to_string_lossy()
-                .into_owned()
-        };
-        Err(format!("`{call}` failed: {text} (code `{result}`)"))
+        Err(format!(
+            "`{call}` failed: {}",
+            self.describe(result, std::ptr::null_mut())
+        ))
+    }
+
+    /// As [`Nccl::check`], but `ncclInProgress` is success too: a non-blocking call that
+    /// returned before its work was done, which polling then follows.
+    fn check_started(&self, call: &str, result: NcclResult) -> Result<(), String> {
+        if result == code::IN_PROGRESS {
+            return Ok(());
+        }
+        self.check(call, result)
     }
 
     /// A new unique id, for communicators that span processes (the coordinator sends it).
     pub fn unique_id(&self) -> Result<UniqueId, String> {
         let mut id = UniqueId { internal: [0; 128] };
         // SAFETY: writes 128 bytes into `id`.
-        self.check("ncclGetUniqueId", unsafe { (self.get_unique_id)(&mut id) })?;
+        self.check("ncclGetUniqueId", unsafe {
+            (self.api.get_unique_id)(&mut id)
+        })?;
         Ok(id)
     }
 
     pub fn group_start(&self) -> Result<(), String> {
         // SAFETY: no arguments.
-        self.check("ncclGroupStart", unsafe { (self.group_start)() })
+        self.check("ncclGroupStart", unsafe { (self.api.group_start)() })
     }
 
+    /// Closes a group; with non-blocking communicators its work may still be starting.
     pub fn group_end(&self) -> Result<(), String> {
         // SAFETY: no arguments.
-        self.check("ncclGroupEnd", unsafe { (self.group_end)() })
+        self.check_started("ncclGroupEnd", unsafe { (self.api.group_end)() })
+    }
+}
+
+/// # Safety
+/// `text` is null or a NUL-terminated string that stays valid while it is copied.
+unsafe fn c_text(text: *const c_char) -> Option<String> {
+    if text.is_null() {
+        return None;
+    }
+    // SAFETY: non-null and NUL-terminated, by the caller's promise.
+    Some(
+        unsafe { CStr::from_ptr(text) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// How long each wait may last before the communicators are aborted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Creating the communicators: every rank of every node must join.
+    pub init: Duration,
+    /// Launching one grouped operation, or running what was launched.
+    pub step: Duration,
+}
+
+impl Default for Limits {
+    /// Generous: NCCL's own bootstrap takes seconds at a few hundred ranks, and the
+    /// largest default message runs in well under a second per iteration. The overall
+    /// timeout still cancels sooner when it is shorter.
+    fn default() -> Self {
+        Limits {
+            init: Duration::from_secs(120),
+            step: Duration::from_secs(120),
+        }
+    }
+}
+
+/// What one look at the communicators (and at whatever else is awaited) found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Progress {
+    Pending,
+    Done,
+    Failed(String),
+}
+
+/// Why a wait ended without success.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Stop {
+    Failed(String),
+    TimedOut,
+    Cancelled,
+}
+
+/// The decision after one look: `None` to look again. A result the look found wins
+/// over a cancel or a deadline that came at the same time.
+pub fn decide(
+    progress: Progress,
+    cancelled: bool,
+    past_deadline: bool,
+) -> Option<Result<(), Stop>> {
+    match progress {
+        Progress::Done => Some(Ok(())),
+        Progress::Failed(why) => Some(Err(Stop::Failed(why))),
+        Progress::Pending if cancelled => Some(Err(Stop::Cancelled)),
+        Progress::Pending if past_deadline => Some(Err(Stop::TimedOut)),
+        Progress::Pending => None,
+    }
+}
+
+/// Shortest and longest pause between looks: the first looks come quickly, since a
+/// launch usually completes at once, and a long wait costs little CPU.
+const FIRST_PAUSE: Duration = Duration::from_micros(20);
+const LONGEST_PAUSE: Duration = Duration::from_millis(1);
+
+/// Looks until [`decide`] ends the wait, at most `limit` from now.
+pub fn wait_until(
+    limit: Duration,
+    cancel: &CancelToken,
+    mut look: impl FnMut() -> Progress,
+) -> Result<(), Stop> {
+    // A limit too large for the clock means no deadline.
+    let deadline = Instant::now().checked_add(limit);
+    let mut pause = Duration::ZERO;
+    loop {
+        let past = deadline.is_some_and(|deadline| Instant::now() >= deadline);
+        if let Some(end) = decide(look(), cancel.is_cancelled(), past) {
+            return end;
+        }
+        std::thread::sleep(pause);
+        pause = (pause * 2).clamp(FIRST_PAUSE, LONGEST_PAUSE);
     }
 }
 
@@ -248,63 +446,162 @@ pub struct Comms {
 }
 
 impl Comms {
-    /// One communicator per local device, all in this process (`ncclCommInitAll`).
-    pub fn init_all(nccl: &'static Nccl, ordinals: &[i32]) -> Result<Comms, String> {
-        let mut comms = vec![std::ptr::null_mut(); ordinals.len()];
-        let n = c_int::try_from(ordinals.len()).map_err(|_| "too many devices".to_owned())?;
-        // SAFETY: `comms` has room for one handle per ordinal.
-        let result = unsafe { (nccl.comm_init_all)(comms.as_mut_ptr(), n, ordinals.as_ptr()) };
-        let mut owned = Comms {
-            nccl,
-            comms,
-            aborted: false,
-        };
-        if let Err(err) = nccl.check("ncclCommInitAll", result) {
-            owned.abort();
-            return Err(err);
-        }
-        Ok(owned)
-    }
-
-    /// One rank per local device of communicators of `world` ranks spanning
-    /// processes: device i joins the communicator of `places[i].0` as rank
-    /// `places[i].1`. One id for every device makes one communicator (its ranks
-    /// consecutive); one id per device makes one per rail. They are initialised in one
-    /// NCCL group, as a process driving several GPUs must. `bind(i)` makes device `i`
-    /// current before its rank is initialised.
-    pub fn init_ranks(
+    /// One rank per local device of communicators of `world` ranks: device i joins
+    /// the communicator of `places[i].0` as rank `places[i].1`. One id for every
+    /// device makes one communicator (its ranks consecutive; all of them, for a
+    /// collective within this node); one id per device makes one per rail. They are
+    /// created in one NCCL group, as a process driving several GPUs must (the
+    /// single-process `ncclCommInitAll` has no non-blocking form, and NCCL documents it
+    /// as this loop). `bind(i)` makes device `i` current before its rank is created.
+    ///
+    /// Non-blocking, this returns once every communicator is ready, and aborts them all
+    /// when one fails, at `limits.init`, or when `cancel` is set.
+    pub fn init(
         nccl: &'static Nccl,
         world: usize,
         places: &[(UniqueId, usize)],
         mut bind: impl FnMut(usize) -> Result<(), String>,
-    ) -> Result<Comms, String> {
-        let world = c_int::try_from(world).map_err(|_| "too many ranks".to_owned())?;
+        limits: &Limits,
+        cancel: &CancelToken,
+    ) -> Result<Comms, BackendError> {
+        let world = c_int::try_from(world)
+            .map_err(|_| BackendError::Failed(format!("`{world}` ranks are too many")))?;
         let mut owned = Comms {
             nccl,
             comms: vec![std::ptr::null_mut(); places.len()],
             aborted: false,
         };
-        nccl.group_start()?;
-        let mut result = Ok(());
-        for (device, &(id, rank)) in places.iter().enumerate() {
-            let rank = c_int::try_from(rank).map_err(|_| "rank out of range".to_owned());
-            result = rank.and_then(|rank| {
-                bind(device)?;
-                // SAFETY: the slot receives the handle; `id` is passed by value.
-                let code =
-                    unsafe { (nccl.comm_init_rank)(&mut owned.comms[device], world, id, rank) };
-                nccl.check("ncclCommInitRank", code)
-            });
-            if result.is_err() {
-                break;
+        // NCCL copies the config during the call; it lives until the group closes anyway.
+        let mut config = Config::nonblocking();
+        let started = nccl.group_start().and_then(|()| {
+            let mut result = Ok(());
+            for (device, &(id, rank)) in places.iter().enumerate() {
+                result = c_int::try_from(rank)
+                    .map_err(|_| format!("rank `{rank}` is out of range"))
+                    .and_then(|rank| {
+                        bind(device)?;
+                        let slot = &mut owned.comms[device];
+                        match nccl.api.comm_init_rank_config {
+                            // SAFETY: the slot receives the handle; `id` is passed by
+                            // value; `config` outlives the call.
+                            Some(init) => nccl.check_started("ncclCommInitRankConfig", unsafe {
+                                init(slot, world, id, rank, &mut config)
+                            }),
+                            // SAFETY: as above.
+                            None => nccl.check("ncclCommInitRank", unsafe {
+                                (nccl.api.comm_init_rank)(slot, world, id, rank)
+                            }),
+                        }
+                    });
+                if result.is_err() {
+                    break;
+                }
+            }
+            // The group must be closed even after an error, or NCCL stays inside it.
+            result.and(nccl.group_end())
+        });
+        if let Err(err) = started {
+            owned.abort();
+            return Err(BackendError::Failed(format!(
+                "creating NCCL's communicators failed: {err}"
+            )));
+        }
+        owned.wait("creating NCCL's communicators", limits.init, cancel, || {
+            Ok(true)
+        })?;
+        Ok(owned)
+    }
+
+    /// Runs `enqueue` inside one NCCL group and waits until NCCL has launched it onto
+    /// the streams (at once when blocking). Everything is aborted on an error, at
+    /// `limits.step`, or when `cancel` is set.
+    pub fn launch(
+        &mut self,
+        what: &str,
+        limits: &Limits,
+        cancel: &CancelToken,
+        enqueue: impl FnOnce(&Comms) -> Result<(), String>,
+    ) -> Result<(), BackendError> {
+        let started = self.nccl.group_start().and_then(|()| {
+            let result = enqueue(self);
+            // The group must be closed even after an error, or NCCL stays inside it.
+            let end = self.nccl.group_end();
+            result.and(end)
+        });
+        if let Err(err) = started {
+            self.abort();
+            return Err(BackendError::Failed(format!(
+                "launching {what} failed: {err}"
+            )));
+        }
+        self.wait(&format!("launching {what}"), limits.step, cancel, || {
+            Ok(true)
+        })
+    }
+
+    /// Waits until `done()` says what was launched has run and no communicator is still
+    /// in progress. An asynchronous error, an error from `done`, `limit` or `cancel`
+    /// aborts every communicator and ends the wait with an error naming `what`.
+    pub fn wait(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        cancel: &CancelToken,
+        mut done: impl FnMut() -> Result<bool, String>,
+    ) -> Result<(), BackendError> {
+        let outcome = wait_until(limit, cancel, || match self.progress() {
+            Progress::Done => match done() {
+                Ok(true) => Progress::Done,
+                Ok(false) => Progress::Pending,
+                Err(err) => Progress::Failed(err),
+            },
+            other => other,
+        });
+        let Err(stop) = outcome else {
+            return Ok(());
+        };
+        // A hung or failed communicator never recovers; aborting ends its kernels and
+        // threads, so the caller can free its buffers and report.
+        self.abort();
+        Err(match stop {
+            Stop::Cancelled => BackendError::Cancelled,
+            Stop::TimedOut => BackendError::Failed(format!(
+                "{what} did not finish within `{limit:?}`; NCCL's communicators were aborted"
+            )),
+            Stop::Failed(why) => BackendError::Failed(format!(
+                "{what} failed: {why}; NCCL's communicators were aborted"
+            )),
+        })
+    }
+
+    /// Every communicator's asynchronous state: `Done` when all are idle or running
+    /// what they were given, `Pending` while one is still in progress, `Failed` with
+    /// NCCL's message for the first error.
+    pub fn progress(&self) -> Progress {
+        let mut pending = false;
+        for &comm in self.comms.iter().filter(|c| !c.is_null()) {
+            let mut state: NcclResult = code::SUCCESS;
+            // SAFETY: a live communicator handle; writes one int.
+            let result = unsafe { (self.nccl.api.comm_get_async_error)(comm, &mut state) };
+            if let Err(err) = self.nccl.check("ncclCommGetAsyncError", result) {
+                return Progress::Failed(err);
+            }
+            match state {
+                code::SUCCESS => {}
+                code::IN_PROGRESS => pending = true,
+                error => {
+                    return Progress::Failed(format!(
+                        "NCCL reports {}",
+                        self.nccl.describe(error, comm)
+                    ));
+                }
             }
         }
-        // The group must be closed even after an error, or NCCL stays inside it.
-        if let Err(err) = result.and(nccl.group_end()) {
-            owned.abort();
-            return Err(err);
+        if pending {
+            Progress::Pending
+        } else {
+            Progress::Done
         }
-        Ok(owned)
     }
 
     pub fn len(&self) -> usize {
@@ -313,6 +610,11 @@ impl Comms {
 
     pub fn is_empty(&self) -> bool {
         self.comms.is_empty()
+    }
+
+    /// Whether [`Comms::abort`] has run.
+    pub fn is_aborted(&self) -> bool {
+        self.aborted
     }
 
     /// Enqueues an all-reduce on communicator `i`.
@@ -332,7 +634,7 @@ impl Comms {
     ) -> Result<(), String> {
         // SAFETY: forwarded from the caller.
         let result = unsafe {
-            (self.nccl.all_reduce)(
+            (self.nccl.api.all_reduce)(
                 send as *const c_void,
                 recv as *mut c_void,
                 count,
@@ -342,7 +644,7 @@ impl Comms {
                 stream,
             )
         };
-        self.nccl.check("ncclAllReduce", result)
+        self.nccl.check_started("ncclAllReduce", result)
     }
 
     /// Enqueues an all-gather on communicator `i` (`send_count` elements from each rank).
@@ -360,7 +662,7 @@ impl Comms {
     ) -> Result<(), String> {
         // SAFETY: forwarded from the caller.
         let result = unsafe {
-            (self.nccl.all_gather)(
+            (self.nccl.api.all_gather)(
                 send as *const c_void,
                 recv as *mut c_void,
                 send_count,
@@ -369,7 +671,7 @@ impl Comms {
                 stream,
             )
         };
-        self.nccl.check("ncclAllGather", result)
+        self.nccl.check_started("ncclAllGather", result)
     }
 
     /// Enqueues a send to `peer` on communicator `i`; inside a group with the matching
@@ -388,7 +690,7 @@ impl Comms {
     ) -> Result<(), String> {
         // SAFETY: forwarded from the caller.
         let result = unsafe {
-            (self.nccl.send)(
+            (self.nccl.api.send)(
                 buf as *const c_void,
                 count,
                 datatype,
@@ -397,7 +699,7 @@ impl Comms {
                 stream,
             )
         };
-        self.nccl.check("ncclSend", result)
+        self.nccl.check_started("ncclSend", result)
     }
 
     /// Enqueues a receive from `peer` on communicator `i`.
@@ -415,7 +717,7 @@ impl Comms {
     ) -> Result<(), String> {
         // SAFETY: forwarded from the caller.
         let result = unsafe {
-            (self.nccl.recv)(
+            (self.nccl.api.recv)(
                 buf as *mut c_void,
                 count,
                 datatype,
@@ -424,37 +726,14 @@ impl Comms {
                 stream,
             )
         };
-        self.nccl.check("ncclRecv", result)
-    }
-
-    /// The first asynchronous error any communicator reports (a peer or link failure
-    /// while an operation runs).
-    pub fn async_error(&self) -> Option<String> {
-        for &comm in self.comms.iter().filter(|c| !c.is_null()) {
-            let mut state: NcclResult = 0;
-            // SAFETY: a live communicator handle.
-            let result = unsafe { (self.nccl.comm_get_async_error)(comm, &mut state) };
-            if let Err(err) = self.nccl.check("ncclCommGetAsyncError", result) {
-                return Some(err);
-            }
-            // 7 is `ncclInProgress`: a non-blocking operation still running, not a fault.
-            if state != 0 && state != 7 {
-                return Some(
-                    self.nccl
-                        .check("a collective", state)
-                        .err()
-                        .unwrap_or_else(|| format!("code `{state}`")),
-                );
-            }
-        }
-        None
+        self.nccl.check_started("ncclRecv", result)
     }
 
     /// Aborts every communicator: pending operations stop, and `Drop` destroys nothing.
     pub fn abort(&mut self) {
         for comm in self.comms.iter_mut().filter(|c| !c.is_null()) {
             // SAFETY: a live communicator, aborted once; errors are moot on this path.
-            let _ = unsafe { (self.nccl.comm_abort)(*comm) };
+            let _ = unsafe { (self.nccl.api.comm_abort)(*comm) };
             *comm = std::ptr::null_mut();
         }
         self.aborted = true;
@@ -473,7 +752,7 @@ impl Drop for Comms {
         }
         for comm in self.comms.iter_mut().filter(|c| !c.is_null()) {
             // SAFETY: a live communicator whose operations have completed.
-            let _ = unsafe { (self.nccl.comm_destroy)(*comm) };
+            let _ = unsafe { (self.nccl.api.comm_destroy)(*comm) };
             *comm = std::ptr::null_mut();
         }
     }
@@ -521,5 +800,87 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn the_config_is_nccl_2_14_s_head_asking_for_non_blocking() {
+        // size_t size; unsigned magic, version; int blocking; then cgaClusterSize (2.17).
+        assert_eq!(size_of::<Config>(), 24);
+        assert_eq!(std::mem::offset_of!(Config, magic), 8);
+        assert_eq!(std::mem::offset_of!(Config, version), 12);
+        assert_eq!(std::mem::offset_of!(Config, blocking), 16);
+        let config = Config::nonblocking();
+        assert_eq!(config.size, 24);
+        assert_eq!(config.magic, 0xcafe_beef);
+        assert_eq!(decode_version(config.version as i32), (2, 14, 0));
+        assert_eq!(config.blocking, 0);
+        assert_eq!(config.cga_cluster_size, i32::MIN);
+    }
+
+    #[test]
+    fn a_look_s_result_wins_then_cancel_then_the_deadline() {
+        let failed = || Progress::Failed("boom".to_owned());
+        assert_eq!(decide(Progress::Done, true, true), Some(Ok(())));
+        assert_eq!(
+            decide(failed(), true, true),
+            Some(Err(Stop::Failed("boom".to_owned())))
+        );
+        assert_eq!(
+            decide(Progress::Pending, true, true),
+            Some(Err(Stop::Cancelled))
+        );
+        assert_eq!(
+            decide(Progress::Pending, false, true),
+            Some(Err(Stop::TimedOut))
+        );
+        assert_eq!(decide(Progress::Pending, false, false), None);
+    }
+
+    #[test]
+    fn waiting_looks_until_the_look_or_the_cancel_ends_it() {
+        let cancel = CancelToken::new();
+        let hour = Duration::from_secs(3600);
+        let mut looks = 0;
+        let done = wait_until(hour, &cancel, || {
+            looks += 1;
+            if looks == 5 {
+                Progress::Done
+            } else {
+                Progress::Pending
+            }
+        });
+        assert_eq!((done, looks), (Ok(()), 5));
+
+        let mut looks = 0;
+        let cancelled = wait_until(hour, &cancel, || {
+            looks += 1;
+            if looks == 3 {
+                cancel.cancel();
+            }
+            Progress::Pending
+        });
+        assert_eq!((cancelled, looks), (Err(Stop::Cancelled), 3));
+
+        // A zero limit still looks once: work already done is not a timeout.
+        let fresh = CancelToken::new();
+        assert_eq!(
+            wait_until(Duration::ZERO, &fresh, || Progress::Done),
+            Ok(())
+        );
+        assert_eq!(
+            wait_until(Duration::ZERO, &fresh, || Progress::Pending),
+            Err(Stop::TimedOut)
+        );
+        // No deadline at all, for a limit past the clock's range.
+        let mut looks = 0;
+        let unbounded = wait_until(Duration::MAX, &fresh, || {
+            looks += 1;
+            if looks < 3 {
+                Progress::Pending
+            } else {
+                Progress::Failed("late".to_owned())
+            }
+        });
+        assert_eq!(unbounded, Err(Stop::Failed("late".to_owned())));
     }
 }
