@@ -5,7 +5,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use gpuvet_cluster::{
-    Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind, diagnose,
+    Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind,
+    MemberState, diagnose,
 };
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::{CheckName, Scope};
@@ -177,20 +178,23 @@ pub fn run_group(
     report
 }
 
-/// Waits until every member still connected has said goodbye (or dropped), or `until`
-/// passes, so none misses the verdict when the coordinator then shuts down.
+/// Waits until every member still alive has said goodbye (or dropped), or `until`
+/// passes, so none misses the verdict when the coordinator then shuts down. A member
+/// that stopped answering is not waited for: it would not say goodbye either.
 pub fn wait_for_goodbyes(coordinator: &Coordinator, until: Instant) {
     let mut connected = coordinator
         .members()
         .iter()
-        .filter(|m| m.state.is_connected())
+        .filter(|m| m.state == MemberState::Alive)
         .count();
     while connected > 0 {
         match coordinator.recv_event(until) {
             Some(CoordinatorEvent::Member(event))
                 if matches!(
                     event.kind,
-                    MemberEventKind::Left { .. } | MemberEventKind::Crashed { .. }
+                    MemberEventKind::Left { .. }
+                        | MemberEventKind::Crashed { .. }
+                        | MemberEventKind::Unresponsive { .. }
                 ) =>
             {
                 connected -= 1;

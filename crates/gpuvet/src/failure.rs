@@ -38,15 +38,15 @@ impl Failure {
     }
 
     /// Prints the error (and its causes, and the hint) to stderr; returns the exit code.
-    #[allow(clippy::print_stderr)]
     pub fn report(self) -> i32 {
-        eprintln!("error: {}", self.error);
+        let mut text = format!("error: {}\n", self.error);
         for cause in self.error.chain().skip(1) {
-            eprintln!("  caused by: {cause}");
+            text.push_str(&format!("  caused by: {cause}\n"));
         }
         if let Some(hint) = self.hint {
-            eprintln!("hint: {hint}");
+            text.push_str(&format!("hint: {hint}\n"));
         }
+        write_stderr(&text);
         self.code
     }
 }
@@ -87,13 +87,20 @@ impl From<gpuvet_backend::BackendError> for Failure {
 }
 
 /// Prints a warning to stderr, in the same voice as errors.
-#[allow(clippy::print_stderr)]
 pub fn warn(message: impl Display) {
-    eprintln!("warning: {message}");
+    write_stderr(&format!("warning: {message}\n"));
 }
 
 /// Prints a note to stderr: something the user may want to know, not a problem.
-#[allow(clippy::print_stderr)]
 pub fn note(message: impl Display) {
-    eprintln!("note: {message}");
+    write_stderr(&format!("note: {message}\n"));
+}
+
+/// Writes `text` to stderr in one call. Local agents share the terminal's stderr, and
+/// `eprintln!` writes a formatted line in pieces, so their lines came out interleaved
+/// ("warning: warning: …"); one write of a line under the pipe's 4 KiB is never split.
+fn write_stderr(text: &str) {
+    use std::io::Write;
+    // Nowhere left to report a failure to write to stderr.
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
 }

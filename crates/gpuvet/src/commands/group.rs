@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::{Backend, WorkSpec};
 use gpuvet_cluster::{
-    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, Rendezvous,
-    RendezvousFlags, Token, rendezvous::process_env,
+    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, MemberState,
+    Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
 };
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
@@ -43,12 +43,12 @@ pub enum Mode {
 
 /// The most `--local-nodes` agents: each is a process with its own data plane.
 const MAX_LOCAL_NODES: u32 = 64;
-/// How long the coordinator waits for agents to say goodbye after the verdict.
-const GOODBYE_WAIT: Duration = Duration::from_secs(3);
+/// How long after the verdict the coordinator waits for agents to say goodbye, and
+/// `--local-nodes` for its agents to exit; then the ones left (stopped, hung) are
+/// killed, never waited on. The command acts within this of its verdict.
+const AFTER_VERDICT_WAIT: Duration = Duration::from_secs(1);
 /// The longest `--local-nodes` waits for its agents to join.
 const LOCAL_RENDEZVOUS: Duration = Duration::from_secs(30);
-/// How long `--local-nodes` waits for its agents to exit after the verdict.
-const CHILD_EXIT_WAIT: Duration = Duration::from_secs(15);
 
 /// How this invocation takes part, from the group flags and the environment; every
 /// group flag is validated here, before anything starts or is recorded.
@@ -183,7 +183,7 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         // This node's own agent; the coordinator's report is the verdict here, so
         // what the agent ends with needs no second telling.
         let own_agent = scope.spawn(|| member.join_and_serve());
-        let report = coordinate(&coordinator, &plan, setup.show_progress);
+        let (report, _) = coordinate(&coordinator, &plan, setup.show_progress);
         coordinator.shutdown("the run is over");
         let _ = own_agent.join();
         report
@@ -235,9 +235,16 @@ pub fn with_local_nodes(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure>
             }
         }
     }
-    let report = coordinate(&coordinator, &plan, setup.show_progress);
+    let (report, stop_by) = coordinate(&coordinator, &plan, setup.show_progress);
+    // An agent that stopped answering (stopped, hung) is killed at once.
+    for member in coordinator.members() {
+        if member.state == MemberState::Unresponsive
+            && let Some(child) = children.get_mut(member.info.rank as usize)
+        {
+            let _ = child.kill();
+        }
+    }
     coordinator.shutdown("the run is over");
-    let stop_by = Instant::now() + CHILD_EXIT_WAIT;
     for child in &mut children {
         while Instant::now() < stop_by && matches!(child.try_wait(), Ok(None)) {
             std::thread::sleep(Duration::from_millis(20));
@@ -265,9 +272,9 @@ fn spawn_local_agent(
     if let Some(config) = &args.config {
         command.arg("--config").arg(config);
     }
-    if let Some(backend) = &args.backend {
-        command.args(["--backend", backend]);
-    }
+    // The backend this process settled on, not the flag: agents then neither choose
+    // differently nor repeat why `auto` fell back (the note is shown once, here).
+    command.args(["--backend", setup.backend.name()]);
     if let Some(devices) = args.cpu_devices {
         command.args(["--cpu-devices", &devices.to_string()]);
     }
@@ -312,8 +319,13 @@ fn kill_all(children: &mut [Child]) {
 }
 
 /// Runs the group on this coordinator with progress on stderr, then waits briefly for
-/// the agents to say goodbye so none misses the verdict.
-fn coordinate(coordinator: &Coordinator, plan: &GroupPlan, show_progress: bool) -> RunReport {
+/// the agents to say goodbye so none misses the verdict. Returns the report and when
+/// waiting on agents must end.
+fn coordinate(
+    coordinator: &Coordinator,
+    plan: &GroupPlan,
+    show_progress: bool,
+) -> (RunReport, Instant) {
     let mut progress = Progress::new(show_progress);
     let report = run_group(coordinator, plan, &mut |event| match event {
         GroupEvent::Rendezvous { joined, expected } => {
@@ -339,9 +351,10 @@ fn coordinate(coordinator: &Coordinator, plan: &GroupPlan, show_progress: bool) 
             result,
         }),
     });
+    let stop_by = Instant::now() + AFTER_VERDICT_WAIT;
     progress.observe(RunnerEvent::RunFinished { report: &report });
-    wait_for_goodbyes(coordinator, Instant::now() + GOODBYE_WAIT);
-    report
+    wait_for_goodbyes(coordinator, stop_by);
+    (report, stop_by)
 }
 
 /// One rail per device, as many as NICs a GPU node usually pairs with its GPUs.
