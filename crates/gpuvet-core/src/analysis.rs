@@ -14,6 +14,15 @@ use crate::stats::{coefficient_of_variation, median};
 /// How many standard errors of the mean the noise term allows.
 pub const NOISE_SIGMAS: f64 = 3.0;
 
+/// The `extra` key of the share, in percent, of a measurement's time that other work
+/// on a shared host held the cores it ran on, where the backend can tell (the cpu
+/// backend reads it from the kernel's schedstat).
+pub const CONTENTION_EXTRA: &str = "contention_pct";
+
+/// A slow measurement that other work held back for more than this share of its time
+/// says more about the neighbours than about the device.
+pub const CONTENDED_PCT: f64 = 10.0;
+
 /// The worst acceptable value of a check's headline metric.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum Limit {
@@ -242,6 +251,26 @@ fn judge_one(
     }
 }
 
+/// Clears a slow verdict that a neighbour's load explains: the measurement ran while
+/// other work held its cores for more than [`CONTENDED_PCT`] of the time. A load spike
+/// on a shared machine is not a device fault; a device that is slow on its own is
+/// found again once the machine is quiet. Returns whether the verdict was cleared.
+pub fn clear_contended_slow(result: &mut EntityResult) -> bool {
+    let Some(&share) = result.measurement.extra.get(CONTENTION_EXTRA) else {
+        return false;
+    };
+    if result.verdict != Verdict::Slow || !(share > CONTENDED_PCT) {
+        return false;
+    }
+    result.verdict = Verdict::Ok;
+    result.reason = format!(
+        "not judged slow: other work held its cores {share:.0}% of the time it was \
+         measured (above {CONTENDED_PCT:.0}%), so the figure shows a neighbour's load: {}",
+        result.reason
+    );
+    true
+}
+
 /// Indices of the entities to re-measure before their verdict stands.
 pub fn suspects(results: &[EntityResult]) -> Vec<usize> {
     results
@@ -441,6 +470,46 @@ mod tests {
             judge(spec, &[node("a", -1.0)], &LOOSE)[0].verdict,
             Verdict::Faulty
         );
+    }
+
+    #[test]
+    fn a_slow_verdict_under_a_neighbour_s_load_is_cleared_and_says_why() {
+        let spec = CheckName::KernelLaunch.spec();
+        let contended = |index: u32, value: f64, share: f64| {
+            let mut m = steady(index, value);
+            m.extra.insert(CONTENTION_EXTRA.to_owned(), share);
+            m
+        };
+        let ms = [
+            contended(0, 10.0, 0.5),
+            contended(1, 30.0, 45.0),
+            contended(2, 30.0, 2.0),
+            steady(3, 10.0),
+        ];
+        let mut results = judge(spec, &ms, &LOOSE);
+        assert_eq!(
+            verdicts(&results),
+            [Verdict::Ok, Verdict::Slow, Verdict::Slow, Verdict::Ok]
+        );
+        let cleared: Vec<bool> = results.iter_mut().map(clear_contended_slow).collect();
+        // Only the slow one whose cores were held by other work is cleared; one that
+        // ran on a quiet core stays slow, and nothing else changes.
+        assert_eq!(cleared, [false, true, false, false]);
+        assert_eq!(
+            verdicts(&results),
+            [Verdict::Ok, Verdict::Ok, Verdict::Slow, Verdict::Ok]
+        );
+        assert!(
+            results[1]
+                .reason
+                .starts_with("not judged slow: other work held its cores 45% of the time"),
+            "{}",
+            results[1].reason
+        );
+        // Faulty stays faulty whatever the load.
+        let mut faulty = judge(spec, &[Measurement::failed(device(0), "lost")], &LOOSE);
+        assert!(!clear_contended_slow(&mut faulty[0]));
+        assert_eq!(faulty[0].verdict, Verdict::Faulty);
     }
 
     #[test]

@@ -3,7 +3,7 @@
 //! coordinator judges each device or node against the whole group, so a node whose
 //! GPUs are all equally slow is found too.
 
-use gpuvet_core::analysis::{JudgePolicy, check_status, judge};
+use gpuvet_core::analysis::{JudgePolicy, check_status, clear_contended_slow, judge};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, CheckStatus, EntityResult, Measurement, Verdict};
 
@@ -147,6 +147,10 @@ fn judge_across_group(name: CheckName, entities: &mut [EntityResult], policy: &J
     for (entity, group_view) in entities.iter_mut().zip(across) {
         if entity.verdict == Verdict::Ok && group_view.verdict == Verdict::Slow {
             let remeasured = entity.evidence.remeasured;
+            let mut group_view = group_view;
+            if clear_contended_slow(&mut group_view) {
+                continue;
+            }
             *entity = group_view;
             entity.evidence.remeasured = remeasured;
             entity.reason = format!("{} (compared with every node of the group)", entity.reason);

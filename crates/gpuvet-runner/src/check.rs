@@ -6,7 +6,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::{Backend, BackendError, CancelToken, Sample};
-use gpuvet_core::analysis::{JudgePolicy, check_status, judge, suspects};
+use gpuvet_core::analysis::{
+    JudgePolicy, check_status, clear_contended_slow, judge, suspects,
+};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Measurement};
 
@@ -122,6 +124,9 @@ fn measure_and_judge(
         entities = judge(spec, &measurements, &policy);
         for &i in &suspect_indices {
             entities[i].evidence.remeasured = true;
+            // A slow verdict stands only on a re-measurement that other work did not
+            // hold back.
+            clear_contended_slow(&mut entities[i]);
         }
     }
     if !suspect_indices.is_empty() {

@@ -8,10 +8,12 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use gemm::{Parallelism, f16};
+use gpuvet_core::analysis::CONTENTION_EXTRA;
 use gpuvet_core::config::Dtype;
 use gpuvet_core::stats::median;
 
 use super::{IterationBudget, try_filled};
+use super::contention::{WaitClock, share_pct};
 use crate::sim::SplitMix64;
 use crate::{BackendError, CancelToken, Sample, WorkSpec};
 
@@ -139,6 +141,7 @@ fn measure<T: Element>(shape: Shape, cancel: &CancelToken) -> Result<Sample, Bac
     let mut samples = Vec::new();
     let mut timed_seconds = 0.0;
     let started = Instant::now();
+    let clock = WaitClock::start();
     while BUDGET.wants_more(samples.len(), started.elapsed().as_secs_f64()) {
         cancel.check()?;
         let iteration_start = Instant::now();
@@ -153,10 +156,14 @@ fn measure<T: Element>(shape: Shape, cancel: &CancelToken) -> Result<Sample, Bac
         }
     }
 
+    let mut extra = BTreeMap::from([("seconds".to_owned(), timed_seconds)]);
+    if let Some(share) = share_pct(&[clock.waited_ns()], started) {
+        extra.insert(CONTENTION_EXTRA.to_owned(), share);
+    }
     Ok(Sample {
         value: median(&samples).unwrap_or(0.0),
         wrong_result,
-        extra: BTreeMap::from([("seconds".to_owned(), timed_seconds)]),
+        extra,
         params: BTreeMap::from([
             ("dtype".to_owned(), T::DTYPE.as_str().to_owned()),
             ("m".to_owned(), shape.m.to_string()),

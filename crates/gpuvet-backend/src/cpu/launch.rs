@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 use gpuvet_core::stats::median;
 
+use gpuvet_core::analysis::CONTENTION_EXTRA;
+
+use super::contention::{WaitClock, share_pct};
 use crate::{BackendError, CancelToken, Sample};
 
 /// A warm-up batch brings the worker and the channel to steady state first.
@@ -47,13 +50,15 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
     thread::scope(|scope| {
         let (task_sender, task_receiver) = mpsc::channel();
         let (done_sender, done_receiver) = mpsc::channel();
-        thread::Builder::new()
+        let worker = thread::Builder::new()
             .name(format!("gpuvet-launch-{device}"))
             .spawn_scoped(scope, move || {
                 if let Some(core) = core {
                     pin_this_thread(core);
                 }
-                run_worker(&task_receiver, &done_sender)
+                let clock = WaitClock::start();
+                run_worker(&task_receiver, &done_sender);
+                clock.waited_ns()
             })
             .map_err(|error| {
                 BackendError::Failed(format!("could not start the launch worker: {error}"))
@@ -62,6 +67,8 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
         // The launcher is a thread of its own for this one measurement, so pinning it
         // affects nothing else.
         let pinned = core.filter(|&core| pin_this_thread(core));
+        let started = Instant::now();
+        let clock = WaitClock::start();
         launch_batch(&task_sender, &done_receiver, WARMUP_LAUNCHES)?;
         let mut batches = Vec::with_capacity(BATCHES);
         for _ in 0..BATCHES {
@@ -76,6 +83,14 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
         // Per device, so in `extra` (the check's params are shared by all devices).
         if let Some(core) = pinned {
             sample.extra.insert("core".to_owned(), core as f64);
+        }
+        // Launcher and worker take turns on one core, so what they waited for it
+        // together is what other work held it.
+        let launcher_waited = clock.waited_ns();
+        drop(task_sender);
+        let worker_waited = worker.join().unwrap_or(None);
+        if let Some(share) = share_pct(&[launcher_waited, worker_waited], started) {
+            sample.extra.insert(CONTENTION_EXTRA.to_owned(), share);
         }
         Ok(sample)
     })

@@ -5,6 +5,7 @@
 //! launch latency is the hand-off latency of an empty task to a worker thread, and the
 //! local all-reduce and all-gather run in shared memory among one thread per device.
 
+mod contention;
 mod gemm;
 mod launch;
 mod local_collective;
