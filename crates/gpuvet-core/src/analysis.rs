@@ -259,7 +259,8 @@ pub fn clear_contended_slow(result: &mut EntityResult) -> bool {
     let Some(&share) = result.measurement.extra.get(CONTENTION_EXTRA) else {
         return false;
     };
-    if result.verdict != Verdict::Slow || !(share > CONTENDED_PCT) {
+    let contended = share > CONTENDED_PCT; // false for NaN: an unknown share excuses nothing
+    if result.verdict != Verdict::Slow || !contended {
         return false;
     }
     result.verdict = Verdict::Ok;

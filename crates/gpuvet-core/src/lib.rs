@@ -15,6 +15,7 @@ pub mod inventory_check;
 pub mod localize;
 pub mod pairing;
 pub mod render;
+pub mod repeats;
 pub mod results;
 pub mod stats;
 pub mod time;

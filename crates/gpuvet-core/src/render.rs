@@ -7,10 +7,27 @@ use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::analysis::fmt_value;
+use crate::repeats::group_repeats;
 use crate::results::{CheckResult, CheckStatus, GroupIncident, RunReport, Verdict};
 
+/// How much of each check the table's details column shows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    /// About [`BRIEF_DETAILS`] characters a check: the count of entities that are ok,
+    /// the parameters a reader compares runs by, or the reason it did not run.
+    Brief,
+    /// Every parameter and the whole reason (`--verbose`; JSON always has them).
+    Full,
+}
+
+/// The longest brief details cell, in characters.
+pub const BRIEF_DETAILS: usize = 80;
+
+/// Parameters worth a place in the brief cell, in this order.
+const BRIEF_PARAMS: [&str; 4] = ["dtype", "engine", "group", "remeasured"];
+
 /// The terminal report: a header, one row per check, then every finding.
-pub fn table(report: &RunReport, width: Option<u16>) -> String {
+pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "gpuvet {} | job {} attempt {} | node {} | backend {} | {} devices\n",
@@ -35,7 +52,7 @@ pub fn table(report: &RunReport, width: Option<u16>) -> String {
             check.status.as_str().to_owned(),
             format!("{:.1}s", check.duration_secs),
             value_cell(check),
-            details_cell(check),
+            details_cell(check, detail),
         ]);
     }
     out.push_str(&table.to_string());
@@ -55,13 +72,14 @@ pub fn table(report: &RunReport, width: Option<u16>) -> String {
                 first.detail
             ));
         }
-        for incident in &group.secondary {
-            out.push_str(&format!(
-                "  secondary: {} {}: {}\n",
-                who(incident),
-                incident.kind,
-                incident.detail
-            ));
+        // Ranks that only waited on the first error mostly say the same: said once.
+        let secondary: Vec<(String, String)> = group
+            .secondary
+            .iter()
+            .map(|i| (who(i), format!("{} {}", i.kind, i.detail)))
+            .collect();
+        for line in group_repeats(&secondary, group.nodes.len()) {
+            out.push_str(&format!("  secondary: {line}\n"));
         }
         for incident in &group.other_failures {
             out.push_str(&format!(
@@ -131,26 +149,55 @@ fn value_cell(check: &CheckResult) -> String {
     }
 }
 
-fn details_cell(check: &CheckResult) -> String {
+fn details_cell(check: &CheckResult, detail: Detail) -> String {
     if let Some(reason) = &check.reason {
-        return reason.clone();
+        return match detail {
+            Detail::Full => reason.clone(),
+            Detail::Brief => shorten(reason, BRIEF_DETAILS),
+        };
     }
     let bad = check.findings().count();
-    let counted = format!(
+    let mut cell = format!(
         "{} of {} ok",
         check.entities.len() - bad,
         check.entities.len()
     );
-    let params: Vec<String> = check
-        .params
-        .iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect();
-    if params.is_empty() {
-        counted
-    } else {
-        format!("{counted}; {}", params.join(" "))
+    let params: Vec<String> = match detail {
+        Detail::Full => check
+            .params
+            .iter()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect(),
+        Detail::Brief => BRIEF_PARAMS
+            .iter()
+            .filter_map(|&k| Some(format!("{k}={}", check.params.get(k)?)))
+            .collect(),
+    };
+    let mut separator = "; ";
+    for param in params {
+        if detail == Detail::Brief
+            && cell.chars().count() + separator.len() + param.chars().count() > BRIEF_DETAILS
+        {
+            break;
+        }
+        cell.push_str(separator);
+        cell.push_str(&param);
+        separator = " ";
     }
+    cell
+}
+
+/// `text` cut at a word boundary to at most `max` characters, with `…` when cut.
+fn shorten(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        return text.to_owned();
+    }
+    let cut: String = text.chars().take(max.saturating_sub(1)).collect();
+    let at_word = cut
+        .rfind(' ')
+        .filter(|&i| i > max / 2)
+        .map_or(cut.as_str(), |i| &cut[..i]);
+    format!("{}…", at_word.trim_end_matches([',', ';', ':']))
 }
 
 /// JUnit XML: one test suite per run, one test case per check. Skipped and

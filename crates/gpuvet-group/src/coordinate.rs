@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use gpuvet_cluster::{
-    Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind,
-    MemberState, diagnose,
+    Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind, MemberState,
+    diagnose,
 };
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::{CheckName, Scope};

@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpuvet_core::catalog::CheckName;
+use gpuvet_core::repeats::group_repeats;
 use gpuvet_core::results::CheckResult;
 
 use crate::coordinate::CheckContext;
@@ -17,8 +18,6 @@ use crate::wire::{Directive, HostEngine, Reply};
 /// `import torch` takes seconds (4 s on a 2-core VM with a warm page cache); a cold
 /// cache on a network file system can take much longer.
 const PROBE_BUDGET: Duration = Duration::from_secs(60);
-/// Nodes named in the note when torch is missing on many.
-const NAMED_NODES: usize = 3;
 
 /// The engine and what the report says about the choice.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,35 +50,36 @@ pub(crate) fn choose(context: &mut CheckContext<'_, '_>) -> Result<EngineChoice,
 /// The choice from each node's answer to the torch probe.
 pub(crate) fn decide(nodes: &[(String, Option<&Reply>)]) -> EngineChoice {
     let mut versions: BTreeMap<&str, Vec<&str>> = BTreeMap::new();
-    let mut lacking: Vec<String> = Vec::new();
+    // (node, why), so that many nodes failing the same way are said once.
+    let mut lacking: Vec<(&str, String)> = Vec::new();
     for (node, reply) in nodes {
-        match reply {
+        let why = match reply {
             Some(Reply::Torch {
                 version: Some(version),
                 ..
-            }) => versions.entry(version).or_default().push(node),
-            Some(Reply::Torch { python, error, .. }) => lacking.push(format!(
-                "{node} (`{python}`): {}",
+            }) => {
+                versions.entry(version).or_default().push(node);
+                continue;
+            }
+            Some(Reply::Torch { python, error, .. }) => format!(
+                "`{python}`: {}",
                 error.as_deref().unwrap_or("no torch version reported")
-            )),
-            Some(other) => lacking.push(format!("{node} answered `{other:?}`")),
-            None => lacking.push(format!("{node} did not answer")),
-        }
+            ),
+            Some(other) => format!("answered `{other:?}`"),
+            None => "did not answer".to_owned(),
+        };
+        lacking.push((node, why));
     }
     let mut params = BTreeMap::new();
     if !lacking.is_empty() {
-        let more = lacking.len().saturating_sub(NAMED_NODES);
-        let mut named = lacking[..lacking.len().min(NAMED_NODES)].join("; ");
-        if more > 0 {
-            named.push_str(&format!("; and {more} more"));
-        }
         params.insert(
             "engine_note".to_owned(),
             format!(
                 "the built-in TCP all-reduce ran, since {} of {} nodes cannot run torch with \
-                 Gloo: {named}",
+                 Gloo: {}",
                 lacking.len(),
-                nodes.len()
+                nodes.len(),
+                group_repeats(&lacking, nodes.len()).join("; ")
             ),
         );
         return EngineChoice {
@@ -154,13 +154,14 @@ mod tests {
         assert_eq!(
             choice.params["engine_note"],
             "the built-in TCP all-reduce ran, since 1 of 2 nodes cannot run torch with Gloo: \
-             n1 (`python3`): No module named 'torch'"
+             n1: `python3`: No module named 'torch'"
         );
     }
 
     #[test]
-    fn many_nodes_without_torch_are_counted_not_all_listed() {
-        let replies: Vec<Reply> = (0..5).map(|_| missing("no torch")).collect();
+    fn many_nodes_without_torch_are_said_once_and_counted_not_all_listed() {
+        let mut replies: Vec<Reply> = (0..5).map(|_| missing("no torch")).collect();
+        replies.push(torch("2.15.0"));
         let nodes: Vec<(String, Option<&Reply>)> = replies
             .iter()
             .enumerate()
@@ -168,12 +169,10 @@ mod tests {
             .collect();
         let choice = decide(&nodes);
         assert_eq!(choice.engine, HostEngine::GpuvetTcp);
-        let note = &choice.params["engine_note"];
-        assert!(note.contains("5 of 5 nodes"), "{note}");
-        assert!(
-            note.contains("n2 (`python3`)") && !note.contains("n3 ("),
-            "{note}"
+        assert_eq!(
+            choice.params["engine_note"],
+            "the built-in TCP all-reduce ran, since 5 of 6 nodes cannot run torch with Gloo: \
+             n0, n1, n2 and 2 more (5 of 6 nodes): `python3`: no torch"
         );
-        assert!(note.ends_with("; and 2 more"), "{note}");
     }
 }

@@ -6,9 +6,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::{Backend, BackendError, CancelToken, Sample};
-use gpuvet_core::analysis::{
-    JudgePolicy, check_status, clear_contended_slow, judge, suspects,
-};
+use gpuvet_core::analysis::{JudgePolicy, check_status, clear_contended_slow, judge, suspects};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Measurement};
 

@@ -69,6 +69,9 @@ pub struct SanityArgs {
     /// Also write the report as JUnit XML to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Show every parameter and whole reasons in the table (JSON always has them).
+    #[arg(long, short)]
+    pub verbose: bool,
     #[command(flatten)]
     pub identity: IdentityArgs,
     #[command(flatten)]

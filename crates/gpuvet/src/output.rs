@@ -68,6 +68,15 @@ impl Progress {
     }
 }
 
+/// How much the table shows of each check: everything with `--verbose`.
+pub fn detail(args: &crate::cli::SanityArgs) -> render::Detail {
+    if args.verbose {
+        render::Detail::Full
+    } else {
+        render::Detail::Brief
+    }
+}
+
 /// Writes text to stdout; a closed pipe (e.g. `| head`) is not an error.
 pub fn stdout(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Scratch, json, stderr, stdout};
+use common::{PAI_SAMPLE, Scratch, assert_exit, json, stderr, stdout};
 
 #[test]
 fn cpu_backend_measures_real_numbers_and_skips_what_one_node_cannot_run() {
@@ -78,18 +78,6 @@ fn cpu_backend_measures_real_numbers_and_skips_what_one_node_cannot_run() {
         "passed (0) unless a check failed (1)\n{report:#}"
     );
 }
-
-/// PAI's own sample config, verbatim: all 13 checks, on one node.
-const PAI_SAMPLE: &str = r#"{
-    "aimaster": {
-        "runtime_check": { "fail_action": "retain", "micro_benchmarks": "c4d" },
-        "sanity_check": {
-            "fail_action": "retain",
-            "micro_benchmarks": "gemm_flops,all_reduce_1,all_reduce_2,kernel_launch,all_reduce,all_to_all_2,all_gather_2,all_gather,multi_all_reduce_2,multi_all_reduce,pytorch_gloo_2,network_connectivity,comp_comm_overlap",
-            "timeout": 100
-        }
-    }
-}"#;
 
 #[test]
 fn one_node_gives_every_check_of_the_pai_sample_a_verdict() {
@@ -232,11 +220,7 @@ fn results_are_stored_per_attempt_and_never_mixed() {
             .unwrap();
         assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     }
-    let output = scratch
-        .gpuvet()
-        .args(["results", "--json"])
-        .output()
-        .unwrap();
+    let output = scratch.run(&["results", "--json"]);
     let latest = json(&output);
     assert_eq!(
         latest.as_array().unwrap().len(),
@@ -245,17 +229,9 @@ fn results_are_stored_per_attempt_and_never_mixed() {
     );
     assert_eq!(latest[0]["attempt"], 2);
     assert_eq!(latest[0]["result"]["name"], "gemm_flops");
-    let output = scratch
-        .gpuvet()
-        .args(["results", "--json", "--attempt", "1"])
-        .output()
-        .unwrap();
+    let output = scratch.run(&["results", "--json", "--attempt", "1"]);
     assert_eq!(json(&output)[0]["attempt"], 1);
-    let output = scratch
-        .gpuvet()
-        .args(["results", "--json", "--all-attempts"])
-        .output()
-        .unwrap();
+    let output = scratch.run(&["results", "--json", "--all-attempts"]);
     assert_eq!(json(&output).as_array().unwrap().len(), 2);
     let output = scratch.gpuvet().args(["results"]).output().unwrap();
     assert!(
@@ -263,29 +239,15 @@ fn results_are_stored_per_attempt_and_never_mixed() {
         "{}",
         stdout(&output)
     );
-    let output = scratch
-        .gpuvet()
-        .args(["results", "--check", "gemm_flop"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("hint: did you mean `gemm_flops`?"),
-        "{}",
-        stderr(&output)
-    );
+    let output = scratch.run(&["results", "--check", "gemm_flop"]);
+    assert_exit(&output, 2, "hint: did you mean `gemm_flops`?");
 }
 
 #[test]
 fn reading_a_store_that_does_not_exist_is_a_usage_error() {
     let scratch = Scratch::temp();
     let output = scratch.gpuvet().args(["events"]).output().unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("there is no store at"),
-        "{}",
-        stderr(&output)
-    );
+    assert_exit(&output, 2, "there is no store at");
 }
 
 #[test]
@@ -316,11 +278,7 @@ fn an_unwritable_store_is_exit_74() {
 #[test]
 fn the_cuda_backend_without_a_gpu_is_a_clear_error() {
     let scratch = Scratch::temp();
-    let output = scratch
-        .gpuvet()
-        .args(["check", "--backend", "cuda", "--no-store"])
-        .output()
-        .unwrap();
+    let output = scratch.run(&["check", "--backend", "cuda", "--no-store"]);
     assert_eq!(output.status.code(), Some(69), "{}", stderr(&output));
     let err = stderr(&output);
     assert!(
@@ -333,11 +291,7 @@ fn the_cuda_backend_without_a_gpu_is_a_clear_error() {
 #[test]
 fn the_catalog_lists_pais_thirteen_checks_and_gpuvets_own() {
     let scratch = Scratch::temp();
-    let output = scratch
-        .gpuvet()
-        .args(["checks", "--json"])
-        .output()
-        .unwrap();
+    let output = scratch.run(&["checks", "--json"]);
     let checks = json(&output);
     let checks = checks.as_array().unwrap();
     assert_eq!(checks.len(), 14);
@@ -358,21 +312,17 @@ fn the_catalog_lists_pais_thirteen_checks_and_gpuvets_own() {
 #[test]
 fn auto_without_a_gpu_runs_on_the_cpu_backend_and_says_why() {
     let scratch = Scratch::temp();
-    let output = scratch
-        .gpuvet()
-        .args([
-            "check",
-            "--backend",
-            "auto",
-            "--checks",
-            "kernel_launch",
-            "--cpu-devices",
-            "1",
-            "--json",
-            "--no-store",
-        ])
-        .output()
-        .unwrap();
+    let output = scratch.run(&[
+        "check",
+        "--backend",
+        "auto",
+        "--checks",
+        "kernel_launch",
+        "--cpu-devices",
+        "1",
+        "--json",
+        "--no-store",
+    ]);
     let report = json(&output);
     assert_eq!(report["backend"], "cpu");
     assert!(

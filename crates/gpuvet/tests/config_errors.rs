@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Scratch, stderr};
+use common::{PAI_SAMPLE, Scratch, assert_exit, stderr};
 
 fn refused(json: &str) -> String {
     let scratch = Scratch::temp();
@@ -105,44 +105,22 @@ fn unknown_key() {
 #[test]
 fn missing_config_file() {
     let scratch = Scratch::temp();
-    let output = scratch
-        .gpuvet()
-        .args(["check", "--config", "nope.json"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("cannot read the config file `nope.json`"),
-        "{}",
-        stderr(&output)
-    );
+    let output = scratch.run(&["check", "--config", "nope.json"]);
+    assert_exit(&output, 2, "cannot read the config file `nope.json`");
 }
 
 #[test]
 fn bad_flags_are_usage_errors_too() {
     let scratch = Scratch::temp();
-    let output = scratch
-        .gpuvet()
-        .args(["check", "--checks", "gemm_flops,bogus", "--no-store"])
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(2));
-    assert!(
-        stderr(&output).contains("invalid config at `--checks[1]`: unknown check `bogus`"),
-        "{}",
-        stderr(&output)
+    let output = scratch.run(&["check", "--checks", "gemm_flops,bogus", "--no-store"]);
+    assert_exit(
+        &output,
+        2,
+        "invalid config at `--checks[1]`: unknown check `bogus`",
     );
-    let output = scratch
-        .gpuvet()
-        .args(["check", "--timeout", "0", "--no-store"])
-        .output()
-        .unwrap();
+    let output = scratch.run(&["check", "--timeout", "0", "--no-store"]);
     assert_eq!(output.status.code(), Some(2));
-    let output = scratch
-        .gpuvet()
-        .args(["check", "--backend", "tpu"])
-        .output()
-        .unwrap();
+    let output = scratch.run(&["check", "--backend", "tpu"]);
     assert_eq!(
         output.status.code(),
         Some(2),
@@ -156,22 +134,7 @@ fn bad_flags_are_usage_errors_too() {
 fn pai_sample_is_accepted_by_the_binary() {
     // The sample from the PAI documents, verbatim; all_reduce runs on 2 cpu devices.
     let scratch = Scratch::temp();
-    let config = scratch.config(
-        "pai.json",
-        r#"{
-    "aimaster": {
-        "runtime_check": {
-            "fail_action": "retain",
-            "micro_benchmarks": "c4d"
-        },
-        "sanity_check": {
-            "fail_action": "retain",
-            "micro_benchmarks": "gemm_flops,all_reduce_1,all_reduce_2,kernel_launch,all_reduce,all_to_all_2,all_gather_2,all_gather,multi_all_reduce_2,multi_all_reduce,pytorch_gloo_2,network_connectivity,comp_comm_overlap",
-            "timeout": 100
-        }
-    }
-}"#,
-    );
+    let config = scratch.config("pai.json", PAI_SAMPLE);
     let output = scratch
         .gpuvet()
         .args([

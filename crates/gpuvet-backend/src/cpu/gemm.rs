@@ -12,8 +12,8 @@ use gpuvet_core::analysis::CONTENTION_EXTRA;
 use gpuvet_core::config::Dtype;
 use gpuvet_core::stats::median;
 
-use super::{IterationBudget, try_filled};
 use super::contention::{WaitClock, share_pct};
+use super::{IterationBudget, try_filled};
 use crate::sim::SplitMix64;
 use crate::{BackendError, CancelToken, Sample, WorkSpec};
 

@@ -20,7 +20,7 @@ use gpuvet_core::stats::median;
 
 use gpuvet_core::analysis::CONTENTION_EXTRA;
 
-use super::contention::{WaitClock, share_pct};
+use super::contention::{core_idle_ns, on_core_ns, others_share_pct};
 use crate::{BackendError, CancelToken, Sample};
 
 /// A warm-up batch brings the worker and the channel to steady state first.
@@ -56,9 +56,9 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
                 if let Some(core) = core {
                     pin_this_thread(core);
                 }
-                let clock = WaitClock::start();
+                let ran_before = on_core_ns();
                 run_worker(&task_receiver, &done_sender);
-                clock.waited_ns()
+                Some(on_core_ns()?.saturating_sub(ran_before?))
             })
             .map_err(|error| {
                 BackendError::Failed(format!("could not start the launch worker: {error}"))
@@ -68,7 +68,8 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
         // affects nothing else.
         let pinned = core.filter(|&core| pin_this_thread(core));
         let started = Instant::now();
-        let clock = WaitClock::start();
+        let launcher_ran_before = on_core_ns();
+        let idle_before = pinned.and_then(core_idle_ns);
         launch_batch(&task_sender, &done_receiver, WARMUP_LAUNCHES)?;
         let mut batches = Vec::with_capacity(BATCHES);
         for _ in 0..BATCHES {
@@ -84,12 +85,22 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
         if let Some(core) = pinned {
             sample.extra.insert("core".to_owned(), core as f64);
         }
-        // Launcher and worker take turns on one core, so what they waited for it
-        // together is what other work held it.
-        let launcher_waited = clock.waited_ns();
+        // What of the core's time was neither the pair's nor idle, other work took.
+        let launcher_ran = on_core_ns()
+            .zip(launcher_ran_before)
+            .map(|(a, b)| a - b.min(a));
+        let idle = pinned.and_then(core_idle_ns).zip(idle_before);
+        let wall_ns = u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX);
         drop(task_sender);
-        let worker_waited = worker.join().unwrap_or(None);
-        if let Some(share) = share_pct(&[launcher_waited, worker_waited], started) {
+        let worker_ran = worker.join().unwrap_or(None);
+        if let (Some(launcher), Some(worker), Some((idle_after, idle_before))) =
+            (launcher_ran, worker_ran, idle)
+            && let Some(share) = others_share_pct(
+                wall_ns,
+                launcher + worker,
+                idle_after.saturating_sub(idle_before),
+            )
+        {
             sample.extra.insert(CONTENTION_EXTRA.to_owned(), share);
         }
         Ok(sample)

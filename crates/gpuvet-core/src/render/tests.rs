@@ -81,7 +81,47 @@ fn sample_report() -> RunReport {
 
 #[test]
 fn table_shows_every_check_and_each_finding() {
-    insta::assert_snapshot!(table(&sample_report(), Some(110)));
+    insta::assert_snapshot!(table(&sample_report(), Some(110), Detail::Full));
+}
+
+#[test]
+fn brief_details_stay_short_and_keep_what_runs_are_compared_by() {
+    let mut report = sample_report();
+    report.checks[0].params.extend([
+        (
+            "algorithm".to_owned(),
+            "a long description of the algorithm".to_owned(),
+        ),
+        ("engine".to_owned(), "gpuvet-tcp".to_owned()),
+        ("engine_note".to_owned(), "x".repeat(300)),
+    ]);
+    report.checks[1].reason = Some(format!("skipped because {}", "very ".repeat(40)));
+    let brief = table(&report, Some(200), Detail::Brief);
+    let full = table(&report, Some(400), Detail::Full);
+    assert!(brief.contains("dtype=fp32 engine=gpuvet-tcp"), "{brief}");
+    assert!(!brief.contains("engine_note"), "{brief}");
+    assert!(!brief.contains("algorithm="), "{brief}");
+    assert!(full.contains("engine_note="), "{full}");
+    assert!(full.contains("algorithm=a long"), "{full}");
+    for line in brief.lines().filter(|l| l.starts_with('│')) {
+        let details = line
+            .rsplit('┆')
+            .next()
+            .unwrap()
+            .trim_end_matches('│')
+            .trim();
+        assert!(details.chars().count() <= BRIEF_DETAILS, "{details}");
+    }
+    assert!(brief.contains("skipped because very very"), "{brief}");
+    assert!(brief.contains("…"), "{brief}");
+}
+
+#[test]
+fn shorten_cuts_at_a_word_and_marks_the_cut() {
+    assert_eq!(shorten("short", 80), "short");
+    assert_eq!(shorten("one two three four", 12), "one two…");
+    assert_eq!(shorten("abcdefghijklmnop", 8), "abcdefg…");
+    assert!(shorten(&"ü".repeat(100), 80).chars().count() <= 80);
 }
 
 #[test]

@@ -59,7 +59,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
             std::io::stderr().is_terminal(),
         )?;
         // The app owns stdout; gpuvet's report goes to stderr.
-        output::stderr(&render::table(&report, None));
+        output::stderr(&render::table(&report, None, output::detail(&args.sanity)));
         if let Some(path) = &args.sanity.junit {
             output::write_junit(path, &report)?;
         }

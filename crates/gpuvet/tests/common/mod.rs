@@ -59,6 +59,11 @@ impl Scratch {
         command
     }
 
+    /// Runs `gpuvet ARGS` (as [`Scratch::gpuvet`]) to the end.
+    pub fn run(&self, args: &[&str]) -> Output {
+        self.gpuvet().args(args).output().expect("running gpuvet")
+    }
+
     /// The events of this scratch's store, as JSON.
     pub fn events(&self) -> Vec<serde_json::Value> {
         let output = self
@@ -76,6 +81,28 @@ impl Scratch {
             .map(|e| e["kind"].as_str().unwrap().to_owned())
             .collect()
     }
+}
+
+/// PAI's own sample config, verbatim: all 13 checks.
+pub const PAI_SAMPLE: &str = r#"{
+    "aimaster": {
+        "runtime_check": {
+            "fail_action": "retain",
+            "micro_benchmarks": "c4d"
+        },
+        "sanity_check": {
+            "fail_action": "retain",
+            "micro_benchmarks": "gemm_flops,all_reduce_1,all_reduce_2,kernel_launch,all_reduce,all_to_all_2,all_gather_2,all_gather,multi_all_reduce_2,multi_all_reduce,pytorch_gloo_2,network_connectivity,comp_comm_overlap",
+            "timeout": 100
+        }
+    }
+}"#;
+
+/// Asserts that the command exited with `code` and said `needle` on stderr.
+#[track_caller]
+pub fn assert_exit(output: &Output, code: i32, needle: &str) {
+    assert_eq!(output.status.code(), Some(code), "{}", stderr(output));
+    assert!(stderr(output).contains(needle), "{}", stderr(output));
 }
 
 pub fn stdout(output: &Output) -> String {
