@@ -208,35 +208,42 @@ pub fn wait_for_goodbyes(coordinator: &Coordinator, until: Instant) {
 /// The largest verdict sent to members in full; beyond it they get the findings only.
 pub(crate) const MEMBER_VERDICT_BYTES: usize = 256 << 10;
 
-/// The verdict as members get it: without per-iteration samples, which make up most of
-/// a report and which only the coordinator's copy needs, and without the group's
-/// device list (each member knows its own). In a large group even the entities that
-/// are ok add up (1024 nodes: about 2 MB, parsed by 1024 agents at once, which starved
-/// the coordinator's heartbeat acks past the agents' 5 s deadline on a 2-core test
-/// machine), so beyond [`MEMBER_VERDICT_BYTES`] members get the findings only, and the
-/// full report stays on the coordinator.
+/// The verdict as members get it: without the group's device list (each member knows
+/// its own), and whole while it fits [`MEMBER_VERDICT_BYTES`], so a member's store
+/// holds the same samples as the coordinator's. A large group's report does not fit
+/// (1024 nodes: about 2 MB, parsed by 1024 agents at once, which starved the
+/// coordinator's heartbeat acks past the agents' 5 s deadline on a 2-core test
+/// machine): members then get it without per-iteration samples, and beyond that the
+/// findings only, while the full report stays on the coordinator.
 pub(crate) fn for_members(report: &RunReport) -> RunReport {
     let mut verdict = report.clone();
     verdict.devices.clear();
+    let size = |verdict: &RunReport| serde_json::to_vec(verdict).map_or(usize::MAX, |j| j.len());
+    if size(&verdict) <= MEMBER_VERDICT_BYTES {
+        return verdict;
+    }
     for check in &mut verdict.checks {
         for entity in &mut check.entities {
             entity.measurement.samples.clear();
         }
+        check
+            .params
+            .insert("samples".to_owned(), "on the coordinator's report".to_owned());
     }
-    let size = serde_json::to_vec(&verdict).map_or(usize::MAX, |json| json.len());
-    if size > MEMBER_VERDICT_BYTES {
-        for check in &mut verdict.checks {
-            let total = check.entities.len();
-            check.entities.retain(|e| e.verdict != Verdict::Ok);
-            if check.entities.len() < total {
-                check.params.insert(
-                    "entities".to_owned(),
-                    format!(
-                        "findings only ({} of {total}); the coordinator's report has all",
-                        check.entities.len()
-                    ),
-                );
-            }
+    if size(&verdict) <= MEMBER_VERDICT_BYTES {
+        return verdict;
+    }
+    for check in &mut verdict.checks {
+        let total = check.entities.len();
+        check.entities.retain(|e| e.verdict != Verdict::Ok);
+        if check.entities.len() < total {
+            check.params.insert(
+                "entities".to_owned(),
+                format!(
+                    "findings only ({} of {total}); the coordinator's report has all",
+                    check.entities.len()
+                ),
+            );
         }
     }
     verdict
@@ -506,11 +513,23 @@ mod tests {
     }
 
     #[test]
-    fn members_get_a_small_group_whole_but_without_samples_or_devices() {
+    fn members_get_a_small_group_whole_with_its_samples_but_without_devices() {
         let verdict = for_members(&report(8));
         assert!(verdict.devices.is_empty());
         assert_eq!(verdict.checks[0].entities.len(), 8);
-        assert!(verdict.checks[0].entities[0].measurement.samples.is_empty());
+        assert_eq!(verdict.checks[0].entities[0].measurement.samples.len(), 20);
+        assert!(!verdict.checks[0].params.contains_key("samples"));
+    }
+
+    #[test]
+    fn members_of_a_mid_sized_group_get_every_entity_without_samples() {
+        // 20 samples a node make 1024 nodes too large; without them it fits.
+        let verdict = for_members(&report(1024));
+        let check = &verdict.checks[0];
+        assert_eq!(check.entities.len(), 1024);
+        assert!(check.entities[0].measurement.samples.is_empty());
+        assert_eq!(check.params["samples"], "on the coordinator's report");
+        assert!(serde_json::to_vec(&verdict).unwrap().len() <= MEMBER_VERDICT_BYTES);
     }
 
     #[test]
