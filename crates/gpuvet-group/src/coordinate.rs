@@ -226,9 +226,10 @@ pub(crate) fn for_members(report: &RunReport) -> RunReport {
         for entity in &mut check.entities {
             entity.measurement.samples.clear();
         }
-        check
-            .params
-            .insert("samples".to_owned(), "on the coordinator's report".to_owned());
+        check.params.insert(
+            "samples".to_owned(),
+            "on the coordinator's report".to_owned(),
+        );
     }
     if size(&verdict) <= MEMBER_VERDICT_BYTES {
         return verdict;

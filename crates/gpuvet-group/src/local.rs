@@ -148,7 +148,7 @@ fn judge_across_group(name: CheckName, entities: &mut [EntityResult], policy: &J
         if entity.verdict == Verdict::Ok && group_view.verdict == Verdict::Slow {
             let remeasured = entity.evidence.remeasured;
             let mut group_view = group_view;
-            if clear_contended_slow(&mut group_view) {
+            if clear_contended_slow(&mut group_view, name.spec(), policy) {
                 continue;
             }
             *entity = group_view;

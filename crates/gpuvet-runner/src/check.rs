@@ -124,7 +124,7 @@ fn measure_and_judge(
             entities[i].evidence.remeasured = true;
             // A slow verdict stands only on a re-measurement that other work did not
             // hold back.
-            clear_contended_slow(&mut entities[i]);
+            clear_contended_slow(&mut entities[i], spec, &policy);
         }
     }
     if !suspect_indices.is_empty() {
