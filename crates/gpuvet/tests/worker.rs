@@ -29,8 +29,11 @@ fn hanging_config(scratch: &Scratch, timeout_minutes: f64) -> std::path::PathBuf
     )
 }
 
-/// The pids and command lines of the live `gpuvet worker` processes marked `mark`.
-fn marked_workers(mark: &str) -> Vec<(u32, String)> {
+/// Worker processes: pid and command line.
+type Workers = Vec<(u32, String)>;
+
+/// The live `gpuvet worker` processes marked `mark`.
+fn marked_workers(mark: &str) -> Workers {
     let wanted = format!("{MARK}={mark}");
     let mut found = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -77,9 +80,29 @@ fn start_run(scratch: &Scratch, config: &Path, mark: &str) -> Child {
         .arg(config)
         .args(["--", "sh", "-c", &script])
         .stdout(Stdio::null())
-        .stderr(Stdio::piped())
+        .stderr(stderr_file(scratch))
         .spawn()
         .unwrap()
+}
+
+/// gpuvet's stderr goes to a file, not a pipe: a worker left alive would hold a pipe
+/// open, and the test would hang instead of failing.
+fn stderr_file(scratch: &Scratch) -> std::fs::File {
+    std::fs::File::create(scratch.path("stderr")).unwrap()
+}
+
+fn stderr_text(scratch: &Scratch) -> String {
+    std::fs::read_to_string(scratch.path("stderr")).unwrap_or_default()
+}
+
+/// Kills what a failing test left behind, so it fails without leaving workers.
+fn kill_all(workers: &Workers) {
+    for (pid, _) in workers {
+        // SAFETY: signalling a process this test's gpuvet started.
+        unsafe {
+            libc::kill(*pid as libc::pid_t, libc::SIGKILL);
+        }
+    }
 }
 
 /// Runs `gpuvet run` with `config` and returns the workers seen while the checks ran
@@ -88,7 +111,7 @@ fn workers_before_and_after_the_app_starts(
     scratch: &Scratch,
     config: &Path,
     mark: &str,
-) -> (Vec<(u32, String)>, Vec<(u32, String)>) {
+) -> (Workers, Workers) {
     let mut child = start_run(scratch, config, mark);
     let since = Instant::now();
     let mut seen = Vec::new();
@@ -100,18 +123,20 @@ fn workers_before_and_after_the_app_starts(
         }
         if since.elapsed() > PATIENCE || matches!(child.try_wait(), Ok(Some(_))) {
             let _ = child.kill();
-            let output = child.wait_with_output().unwrap();
-            panic!("the app never started: {}", stderr(&output));
+            let _ = child.wait();
+            kill_all(&marked_workers(mark));
+            panic!("the app never started: {}", stderr_text(scratch));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let left = marked_workers(mark);
+    kill_all(&left);
     // SAFETY: signalling our own child, which forwards it to the app.
     unsafe {
         libc::kill(child.id() as libc::pid_t, libc::SIGTERM);
     }
-    let output = child.wait_with_output().unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", stderr_text(scratch));
     (seen, left)
 }
 
@@ -149,11 +174,7 @@ fn a_device_hung_in_its_worker_is_named_and_the_worker_killed_before_the_app_sta
             .all(|(_, cmd)| cmd.contains("worker --backend sim --config")),
         "{seen:?}"
     );
-    assert_eq!(
-        left,
-        Vec::<(u32, String)>::new(),
-        "no worker outlives its check"
-    );
+    assert_eq!(left, Workers::new(), "no worker outlives its check");
 
     let results = results(&scratch);
     let gemm = check(&results, "gemm_flops");
@@ -183,11 +204,7 @@ fn the_overall_timeout_kills_the_hung_worker_before_the_app_starts() {
     let mark = format!("timeout-{}", std::process::id());
     let (seen, left) = workers_before_and_after_the_app_starts(&scratch, &config, &mark);
     assert!(!seen.is_empty(), "the check ran in a marked worker process");
-    assert_eq!(
-        left,
-        Vec::<(u32, String)>::new(),
-        "the timeout killed the worker"
-    );
+    assert_eq!(left, Workers::new(), "the timeout killed the worker");
 
     let results = results(&scratch);
     let gemm = check(&results, "gemm_flops");
@@ -262,7 +279,7 @@ fn every_local_agent_runs_its_checks_in_its_own_workers_and_none_is_left() {
         .args(["check", "--json", "--local-nodes", "2", "--config"])
         .arg(&config)
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr_file(&scratch))
         .spawn()
         .unwrap();
     let since = Instant::now();
@@ -278,11 +295,9 @@ fn every_local_agent_runs_its_checks_in_its_own_workers_and_none_is_left() {
     }
     let _ = child.kill();
     let output = child.wait_with_output().unwrap();
-    assert_eq!(
-        marked_workers(&mark),
-        Vec::<(u32, String)>::new(),
-        "no worker outlives the run"
-    );
+    let left = marked_workers(&mark);
+    kill_all(&left);
+    assert_eq!(left, Workers::new(), "no worker outlives the run");
     assert!(!parents.is_empty(), "workers ran");
     assert!(
         parents
@@ -296,6 +311,6 @@ fn every_local_agent_runs_its_checks_in_its_own_workers_and_none_is_left() {
     assert!(
         gemm["status"] == "timed_out" || gemm["status"] == "failed",
         "{gemm:#}\n{}",
-        stderr(&output)
+        stderr_text(&scratch)
     );
 }
