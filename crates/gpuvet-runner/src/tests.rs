@@ -386,7 +386,8 @@ fn human_durations() {
 
 /// Worker processes played by `sh`: each script gets `$0` = a mark unique to the test
 /// (to find it in /proc), `$1` = a hello for a 2-device scripted backend, and `$2` =
-/// an answer for unit 0 of round 1.
+/// an answer for unit 0 of round 1. A fake that must stay alive reads the request
+/// first, then waits on `read never`: the runner sends nothing more.
 mod worker_process {
     use super::*;
     use crate::protocol::{self, FromWorker, PROTOCOL};
@@ -471,7 +472,7 @@ mod worker_process {
     fn a_worker_that_writes_garbage_is_killed_and_quoted() {
         let mark = mark("garbage");
         let report = run_with(
-            "echo 'NCCL INFO hi'; read never",
+            "echo 'NCCL INFO hi'; read request; read never",
             &mark,
             Duration::from_secs(60),
         );
@@ -541,7 +542,11 @@ mod worker_process {
     fn a_worker_with_another_backend_is_refused() {
         let mark = mark("backend");
         let mut plan = plan(&[CheckName::GemmFlops], Duration::from_secs(60));
-        plan.worker = Some(fake(r#"printf '%s\n' "$1"; read never"#, &mark, "sim"));
+        plan.worker = Some(fake(
+            r#"printf '%s\n' "$1"; read request; read never"#,
+            &mark,
+            "sim",
+        ));
         let report = run_quietly(ScriptedBackend::new(2), &plan);
         assert_eq!(report.checks[0].status, CheckStatus::Failed);
         assert_eq!(

@@ -222,16 +222,17 @@ impl Drop for Workers {
     }
 }
 
-/// Ends a worker and reaps it; says how it ended.
+/// Ends a worker and reaps it; says how it ended. Graceful: its own exit status, when
+/// it exits within the grace. Otherwise always "was killed", even if it died a moment
+/// earlier (at the deadline the spawning thread's exit may SIGKILL it first).
 fn end(mut live: Live, graceful: bool) -> String {
     drop(live.stdin.take());
     if graceful {
         if let Some(status) = wait_for(&mut live.child, EXIT_GRACE) {
             return describe(status);
         }
-    } else if let Ok(Some(status)) = live.child.try_wait() {
-        return describe(status);
     }
+    // Harmless on a process that has exited but is not reaped yet.
     let _ = live.child.kill();
     if wait_for(&mut live.child, REAP_WAIT).is_some() {
         return "was killed".to_owned();
