@@ -78,6 +78,9 @@ struct Sink {
     round: Option<(u64, mpsc::Sender<Event>)>,
     /// The output ended or broke: this worker takes no more rounds.
     done: bool,
+    /// What came while no round listened (a worker that died before its first round
+    /// was sent, or between rounds); the next round gets it first.
+    undelivered: Vec<Event>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,7 +126,13 @@ impl Workers {
         let round = state.rounds;
         let live = state.live.as_mut().expect("a live worker was just ensured");
         let (tx, rx) = mpsc::channel();
-        lock(&live.sink).round = Some((round, tx));
+        {
+            let mut sink = lock(&live.sink);
+            for event in std::mem::take(&mut sink.undelivered) {
+                let _ = tx.send(event);
+            }
+            sink.round = Some((round, tx));
+        }
         let line = protocol::encode(&Request {
             round,
             check,
@@ -391,9 +400,53 @@ impl Reader {
     fn deliver(&self, event: Event, done: bool) {
         let mut sink = lock(&self.sink);
         sink.done |= done;
-        if let Some((_, tx)) = &sink.round {
-            // The round may be over and its receiver gone; nothing waits then.
-            let _ = tx.send(event);
+        let event = match &sink.round {
+            Some((_, tx)) => match tx.send(event) {
+                Ok(()) => return,
+                // That round is over; the next one hears of it.
+                Err(mpsc::SendError(event)) => event,
+            },
+            None => event,
+        };
+        sink.undelivered.push(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuvet_backend::sim::SimBackend;
+    use gpuvet_core::config::SimScript;
+
+    #[test]
+    fn what_a_worker_says_before_its_first_round_reaches_that_round() {
+        let backend = SimBackend::new(SimScript::default());
+        let launcher = WorkerLauncher {
+            program: "sh".into(),
+            args: vec!["-c".into(), "echo garbage; read request; read never".into()],
+        };
+        let workers = Workers::new(launcher, &backend);
+        // The worker starts, and its garbage is read, before any round listens.
+        let live = workers.spawn().unwrap();
+        lock(&workers.state).live = Some(live);
+        let since = Instant::now();
+        while !lock(&lock(&workers.state).live.as_ref().unwrap().sink).done {
+            assert!(since.elapsed() < Duration::from_secs(30), "never read");
+            std::thread::sleep(Duration::from_millis(5));
         }
+        // A done worker is replaced, so reuse the sink to see the held event.
+        let sink = Arc::clone(&lock(&workers.state).live.as_ref().unwrap().sink);
+        lock(&sink).done = false;
+        let rx = workers
+            .round(CheckName::GemmFlops, &WorkSpec::default(), vec![vec![0]])
+            .unwrap();
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(Event::Broken {
+                message,
+                blame_units: false,
+            }) => assert!(message.contains("`garbage`"), "{message}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(workers.stop(false).is_some());
     }
 }
