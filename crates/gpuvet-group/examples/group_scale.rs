@@ -180,6 +180,8 @@ fn agent(rank: u32, n: u32, endpoint: &Endpoint, token: &Token) {
         baselines: Default::default(),
         work: WorkSpec::default(),
         python: "python3".into(),
+        // Thousands of simulated nodes in one process: no worker processes.
+        worker: None,
     };
     let serving = Instant::now();
     if let Err(err) = serve(&agent, &setup, &plane, deadline) {

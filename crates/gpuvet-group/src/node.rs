@@ -28,7 +28,7 @@ use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{CheckResult, CheckStatus, RunReport};
-use gpuvet_runner::{HANG_GRACE, RunPlan};
+use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::error::GroupError;
 use crate::interfaces::{interface_with, ipv4_of};
@@ -145,6 +145,9 @@ pub struct NodeSetup {
     pub work: WorkSpec,
     /// The Python that runs `pytorch_gloo_2` with torch, when it can import torch.
     pub python: PathBuf,
+    /// How local checks start their worker processes (every agent starts its own);
+    /// `None` runs them on threads of this process.
+    pub worker: Option<WorkerLauncher>,
 }
 
 /// Serves the coordinator until it sends the verdict (returned), the link ends, or
@@ -277,6 +280,7 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
         work: setup.work,
         started_at_ms: unix_ms(),
         hang_grace: HANG_GRACE,
+        worker: setup.worker.clone(),
     };
     let mut report = gpuvet_runner::run(Arc::clone(&setup.backend), &plan, &mut |_| {});
     report.checks.pop().unwrap_or_else(|| {

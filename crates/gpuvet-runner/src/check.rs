@@ -1,5 +1,6 @@
-//! One check's work on a worker thread: measure every entity, judge, re-measure the
-//! suspects once, judge again.
+//! One check's work on a check thread: measure every entity, judge, re-measure the
+//! suspects once, judge again. The device work itself runs on threads of this process
+//! or in a worker process ([`Executor`]).
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -11,6 +12,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Measurement};
 
 use crate::RunPlan;
+use crate::worker::{Event, Workers};
 
 /// A device that has not answered this many times longer than its slowest peer is
 /// named hung, so one stuck GPU does not cost the whole timeout.
@@ -32,16 +34,39 @@ struct Unit {
     devices: Vec<u32>,
 }
 
+/// Where a check's units run.
+#[derive(Debug, Clone)]
+pub(crate) enum Executor {
+    /// On threads of this process: a unit that hangs is abandoned.
+    InProcess,
+    /// In a worker process: a unit that hangs is killed with it.
+    Worker(Arc<Workers>),
+}
+
+/// Why a round of units ended without every unit's result.
+enum Stop {
+    /// The deadline passed: the runner reports the timeout itself.
+    Deadline,
+    /// The worker could not do the check, before blaming any device.
+    Broken(String),
+}
+
 pub(crate) fn run_check(
     backend: Arc<dyn Backend>,
+    executor: &Executor,
     plan: &RunPlan,
     name: CheckName,
     deadline: Instant,
     cancel: &CancelToken,
     progress: &mpsc::Sender<Progress>,
 ) {
+    let measured = measure_and_judge(&backend, executor, plan, name, deadline, cancel, progress);
+    // Done: the worker may exit on its own. At the deadline the runner kills it.
+    if let (Some(_), Executor::Worker(workers)) = (&measured, executor) {
+        workers.stop(true);
+    }
     // `None`: the deadline passed first, and the runner reports the timeout itself.
-    if let Some(result) = measure_and_judge(&backend, plan, name, deadline, cancel, progress) {
+    if let Some(result) = measured {
         // The runner may have stopped listening (timeout); nothing to do then.
         let _ = progress.send(Progress::Done(result));
     }
@@ -74,6 +99,7 @@ fn units(backend: &dyn Backend, plan: &RunPlan, name: CheckName) -> Vec<Unit> {
 
 fn measure_and_judge(
     backend: &Arc<dyn Backend>,
+    executor: &Executor,
     plan: &RunPlan,
     name: CheckName,
     deadline: Instant,
@@ -81,7 +107,10 @@ fn measure_and_judge(
     progress: &mpsc::Sender<Progress>,
 ) -> Option<CheckResult> {
     let units = units(&**backend, plan, name);
-    let samples = measure(backend, plan, name, &units, deadline, cancel)?;
+    let samples = match measure(backend, executor, plan, name, &units, deadline, cancel) {
+        Ok(samples) => samples,
+        Err(stop) => return stopped(name, stop),
+    };
     if let Some(reason) = samples.iter().find_map(|s| match s {
         Err(BackendError::Unsupported(reason)) => Some(reason.clone()),
         _ => None,
@@ -115,7 +144,18 @@ fn measure_and_judge(
         let _ = progress.send(Progress::Remeasuring(
             suspect_units.iter().map(|u| u.entity.clone()).collect(),
         ));
-        let again = measure(backend, plan, name, &suspect_units, deadline, cancel)?;
+        let again = match measure(
+            backend,
+            executor,
+            plan,
+            name,
+            &suspect_units,
+            deadline,
+            cancel,
+        ) {
+            Ok(again) => again,
+            Err(stop) => return stopped(name, stop),
+        };
         for (&i, sample) in suspect_indices.iter().zip(again) {
             measurements[i] = to_measurement(units[i].entity.clone(), sample);
         }
@@ -156,19 +196,27 @@ fn to_measurement(entity: Entity, sample: Result<Sample, BackendError>) -> Measu
     }
 }
 
-/// Runs every unit concurrently, each on its own detached thread, and collects what
-/// came back. A unit that is still running `HANG_FACTOR` times longer than the slowest
-/// finished one (and at least the plan's hang grace) is reported hung. `None` when the
-/// deadline passes first: the runner then reports the check timed out.
-fn measure(
+fn stopped(name: CheckName, stop: Stop) -> Option<CheckResult> {
+    match stop {
+        Stop::Deadline => None,
+        Stop::Broken(reason) => Some(CheckResult::without_work(name, CheckStatus::Failed, reason)),
+    }
+}
+
+/// Starts one round: every unit at once, each on its own detached thread here or all
+/// in the worker process.
+fn start(
     backend: &Arc<dyn Backend>,
+    executor: &Executor,
     plan: &RunPlan,
     name: CheckName,
     units: &[Unit],
-    deadline: Instant,
     cancel: &CancelToken,
-) -> Option<Vec<Result<Sample, BackendError>>> {
-    let started = Instant::now();
+) -> Result<mpsc::Receiver<Event>, String> {
+    if let Executor::Worker(workers) = executor {
+        let devices = units.iter().map(|unit| unit.devices.clone()).collect();
+        return workers.round(name, &plan.work, devices);
+    }
     let (tx, rx) = mpsc::channel();
     for (slot, unit) in units.iter().enumerate() {
         let backend = Arc::clone(backend);
@@ -179,74 +227,131 @@ fn measure(
         std::thread::Builder::new()
             .name(format!("{name}-{slot}"))
             .spawn(move || {
-                let work = || match name {
-                    CheckName::GemmFlops => backend.gemm(devices[0], &work, &cancel),
-                    CheckName::KernelLaunch => backend.kernel_launch(devices[0], &work, &cancel),
-                    CheckName::AllReduce1 | CheckName::AllReduce => {
-                        backend.all_reduce_local(&devices, &work, &cancel)
-                    }
-                    CheckName::AllGather => backend.all_gather_local(&devices, &work, &cancel),
-                    CheckName::CompCommOverlap => {
-                        crate::overlap::comp_comm_overlap(&*backend, &devices, &work, &cancel)
-                    }
-                    other => Err(BackendError::Failed(format!(
-                        "the runner has no work for `{other}` (a bug in gpuvet)"
-                    ))),
-                };
-                // A panicking backend is a faulty measurement, not a lost one.
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work))
-                    .unwrap_or_else(|panic| {
-                        let message = panic
-                            .downcast_ref::<&str>()
-                            .map(|s| (*s).to_owned())
-                            .or_else(|| panic.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "unknown panic".to_owned());
-                        Err(BackendError::Failed(format!(
-                            "the backend panicked: {message}"
-                        )))
-                    });
-                let _ = tx.send((slot, result, started.elapsed()));
+                let result = crate::work::run_unit(&*backend, name, &devices, &work, &cancel);
+                let _ = tx.send(Event::Unit { slot, result });
             })
-            .expect("spawning a work thread");
+            .map_err(|err| format!("cannot start a thread for the check's work: {err}"))?;
     }
-    drop(tx);
+    Ok(rx)
+}
+
+/// Runs every unit concurrently and collects what came back. A unit that is still
+/// running `HANG_FACTOR` times longer than the slowest finished one (and at least the
+/// plan's hang grace) is reported hung, and its worker process killed. `Stop::Deadline`
+/// when the deadline passes first.
+fn measure(
+    backend: &Arc<dyn Backend>,
+    executor: &Executor,
+    plan: &RunPlan,
+    name: CheckName,
+    units: &[Unit],
+    deadline: Instant,
+    cancel: &CancelToken,
+) -> Result<Vec<Result<Sample, BackendError>>, Stop> {
+    let started = Instant::now();
+    let rx = start(backend, executor, plan, name, units, cancel).map_err(Stop::Broken)?;
+    let kill = || match executor {
+        Executor::InProcess => None,
+        Executor::Worker(workers) => workers.kill(),
+    };
 
     let mut results: Vec<Option<Result<Sample, BackendError>>> =
         (0..units.len()).map(|_| None).collect();
     let mut slowest_finished: Option<Duration> = None;
     let mut pending = units.len();
+    // Why the units still running will never answer, when that is known.
+    let mut lost: Option<String> = None;
     while pending > 0 {
         let hang_at =
             slowest_finished.map(|slowest| started + (slowest * HANG_FACTOR).max(plan.hang_grace));
         let wait_until = hang_at.map_or(deadline, |at| at.min(deadline));
         match rx.recv_timeout(wait_until.saturating_duration_since(Instant::now())) {
-            Ok((slot, result, took)) => {
+            Ok(Event::Unit { slot, result }) => {
+                if results.get(slot).is_none_or(Option::is_some) {
+                    let end = kill().unwrap_or_default();
+                    lost = Some(format!(
+                        "the check's worker process answered unit {slot} of {} twice or out of                          range (a bug in gpuvet); it {end}",
+                        units.len()
+                    ));
+                    break;
+                }
                 results[slot] = Some(result);
+                let took = started.elapsed();
                 slowest_finished = Some(slowest_finished.map_or(took, |s| s.max(took)));
                 pending -= 1;
+            }
+            Ok(Event::Broken {
+                message,
+                blame_units,
+            }) => {
+                let message = match kill() {
+                    Some(end) => format!("{message}; it {end}"),
+                    None => message,
+                };
+                if !blame_units {
+                    return Err(Stop::Broken(message));
+                }
+                lost = Some(message);
+                break;
+            }
+            Ok(Event::Ended { ready }) => {
+                let how = match executor {
+                    Executor::Worker(workers) => workers.reap(),
+                    Executor::InProcess => None,
+                }
+                .unwrap_or_else(|| "ended".to_owned());
+                if !ready {
+                    return Err(Stop::Broken(format!(
+                        "the check's worker process {how} before it was ready"
+                    )));
+                }
+                lost = Some(format!(
+                    "the check's worker process {how} before this unit finished"
+                ));
+                break;
             }
             Err(mpsc::RecvTimeoutError::Timeout)
                 if hang_at.is_some_and(|at| Instant::now() < deadline && Instant::now() >= at) =>
             {
                 break;
             }
-            // Every sender is gone only if every unit answered, so this is the deadline.
-            Err(_) => return None,
+            // Every unit's sender is gone while one has not answered: that unit's
+            // thread died, which `run_unit` does not let happen.
+            Err(mpsc::RecvTimeoutError::Disconnected) => {
+                lost =
+                    Some("the unit's thread stopped without a result (a bug in gpuvet)".to_owned());
+                break;
+            }
+            // The runner kills the worker at the deadline, and says so in its report.
+            Err(mpsc::RecvTimeoutError::Timeout) => return Err(Stop::Deadline),
         }
     }
+    let hung = match (&lost, pending) {
+        (None, 1..) => Some(kill()),
+        _ => None,
+    };
     let waited = started.elapsed();
     let slowest = slowest_finished.unwrap_or_default();
     let results = results
         .into_iter()
         .map(|result| {
             result.unwrap_or_else(|| {
-                Err(BackendError::Failed(format!(
-                    "hung: no result after {:.1}s while its peers finished within {:.1}s",
-                    waited.as_secs_f64(),
-                    slowest.as_secs_f64()
-                )))
+                Err(BackendError::Failed(match (&lost, &hung) {
+                    (Some(lost), _) => lost.clone(),
+                    (None, killed) => {
+                        let mut message = format!(
+                            "hung: no result after {:.1}s while its peers finished within {:.1}s",
+                            waited.as_secs_f64(),
+                            slowest.as_secs_f64()
+                        );
+                        if let Some(Some(end)) = killed {
+                            message.push_str(&format!("; its worker process {end}"));
+                        }
+                        message
+                    }
+                }))
             })
         })
         .collect();
-    Some(results)
+    Ok(results)
 }

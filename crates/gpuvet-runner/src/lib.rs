@@ -2,10 +2,12 @@
 //! overall deadline.
 //!
 //! The runner owns time: it decides which checks can exist in this group, runs each
-//! one's work on worker threads, names a device that hangs while its peers finish,
-//! re-measures suspects once, and stops waiting when the deadline passes — so a hang in
-//! a backend can never hang gpuvet. It reports through typed [`RunnerEvent`]s; the
-//! binary turns those into progress bars and reports.
+//! one's device work in a worker process (or, without a [`WorkerLauncher`], on threads
+//! of this one), names a device that hangs while its peers finish, re-measures
+//! suspects once, and stops waiting when the deadline passes — so a hang in a backend
+//! can never hang gpuvet, and a hung worker is killed, not left holding its devices.
+//! It reports through typed [`RunnerEvent`]s; the binary turns those into progress
+//! bars and reports.
 //!
 //! Multi-node runs will put a coordinator in front of this; a single node is the group
 //! of one that this crate handles on its own.
@@ -13,9 +15,16 @@
 mod check;
 mod overlap;
 mod plan;
+mod protocol;
+mod serve;
+mod work;
+mod worker;
 
 pub use check::{HANG_FACTOR, HANG_GRACE};
 pub use plan::{RunPlan, runs_among_local_devices, scope_skip_reason};
+pub use serve::{protocol_output, serve_worker};
+pub use work::unit_work;
+pub use worker::WorkerLauncher;
 
 use std::sync::Arc;
 use std::sync::mpsc;
@@ -26,6 +35,18 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::inventory::NodeInventory;
 use gpuvet_core::inventory_check::judge_inventories;
 use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Outcome, RunReport};
+
+/// Errors of this crate: only a worker process's own side of the pipe has any.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        source: std::io::Error,
+    },
+    #[error("{0}")]
+    Protocol(String),
+}
 
 /// What the runner tells its observers, in order.
 #[derive(Debug)]
@@ -123,7 +144,8 @@ pub fn run(
     report
 }
 
-/// Runs one check's work on its own thread and waits for it until the deadline.
+/// Runs one check on its own thread (its device work in a worker process when the
+/// plan has a launcher) and waits for it until the deadline; then kills the worker.
 fn run_one(
     backend: &Arc<dyn Backend>,
     plan: &RunPlan,
@@ -134,15 +156,36 @@ fn run_one(
     let started = Instant::now();
     let cancel = CancelToken::new();
     let (progress_tx, progress_rx) = mpsc::channel::<check::Progress>();
+    let workers = plan
+        .worker
+        .as_ref()
+        .map(|launcher| Arc::new(worker::Workers::new(launcher.clone(), &**backend)));
+    // Whatever way this function returns, the worker is dead and reaped by then;
+    // `Some`: how it ended, when it had to be killed here.
+    let stop_worker = || workers.as_ref().and_then(|workers| workers.stop(false));
     {
         let backend = Arc::clone(backend);
         let plan = plan.clone();
         let cancel = cancel.clone();
-        // Detached on purpose: if the backend hangs for good, this thread is abandoned
-        // and dies with the process; the run goes on without it.
+        let executor = match &workers {
+            Some(workers) => check::Executor::Worker(Arc::clone(workers)),
+            None => check::Executor::InProcess,
+        };
+        // Detached on purpose: in process, a backend that hangs for good leaves this
+        // thread abandoned, to die with the process; the run goes on without it.
         std::thread::Builder::new()
             .name(format!("check-{name}"))
-            .spawn(move || check::run_check(backend, &plan, name, deadline, &cancel, &progress_tx))
+            .spawn(move || {
+                check::run_check(
+                    backend,
+                    &executor,
+                    &plan,
+                    name,
+                    deadline,
+                    &cancel,
+                    &progress_tx,
+                );
+            })
             .expect("spawning a check thread");
     }
     loop {
@@ -153,12 +196,14 @@ fn run_one(
                 entities: &entities,
             }),
             Ok(check::Progress::Done(mut result)) => {
+                stop_worker();
                 result.duration_secs = started.elapsed().as_secs_f64();
                 return result;
             }
             // The check thread gives up without a result only once the deadline has
             // passed, so a disconnect before it means the thread died.
             Err(mpsc::RecvTimeoutError::Disconnected) if Instant::now() < deadline => {
+                stop_worker();
                 let mut result = CheckResult::without_work(
                     name,
                     CheckStatus::Failed,
@@ -169,15 +214,15 @@ fn run_one(
             }
             Err(_) => {
                 cancel.cancel();
-                let mut result = CheckResult::without_work(
-                    name,
-                    CheckStatus::TimedOut,
-                    format!(
-                        "the overall timeout of {} expired {} into this check",
-                        human_duration(plan.timeout),
-                        human_duration(started.elapsed())
-                    ),
+                let mut reason = format!(
+                    "the overall timeout of {} expired {} into this check",
+                    human_duration(plan.timeout),
+                    human_duration(started.elapsed())
                 );
+                if let Some(end) = stop_worker() {
+                    reason.push_str(&format!("; its worker process {end}"));
+                }
+                let mut result = CheckResult::without_work(name, CheckStatus::TimedOut, reason);
                 result.duration_secs = started.elapsed().as_secs_f64();
                 return result;
             }

@@ -9,6 +9,8 @@ use gpuvet_core::catalog::{CheckName, Scope};
 use gpuvet_core::events::Attempt;
 use gpuvet_core::inventory::ExpectedInventory;
 
+use crate::WorkerLauncher;
+
 /// Everything the runner needs to know about one run on one node.
 #[derive(Debug, Clone)]
 pub struct RunPlan {
@@ -29,6 +31,10 @@ pub struct RunPlan {
     /// The least time a device may take before it is named hung while its peers have
     /// finished; normally [`HANG_GRACE`](crate::HANG_GRACE).
     pub hang_grace: Duration,
+    /// How to start the worker process each check's device work runs in; `None` runs
+    /// it on threads of this process, where a hung unit can only be abandoned (for
+    /// tests, and simulations that need no isolation).
+    pub worker: Option<WorkerLauncher>,
 }
 
 /// Whether the runner itself runs `check` as a collective among this node's devices:

@@ -151,6 +151,7 @@ fn plan(checks: &[CheckName], timeout: Duration) -> RunPlan {
         work: WorkSpec::default(),
         started_at_ms: 0,
         hang_grace: Duration::from_millis(300),
+        worker: None,
     }
 }
 
@@ -446,4 +447,195 @@ fn human_durations() {
     assert_eq!(human_duration(Duration::from_secs(45)), "45s");
     assert_eq!(human_duration(Duration::from_secs(300)), "5m");
     assert_eq!(human_duration(Duration::from_secs(90)), "1m30s");
+}
+
+/// Worker processes played by `sh`: each script gets `$0` = a mark unique to the test
+/// (to find it in /proc), `$1` = a hello for a 2-device scripted backend, and `$2` =
+/// an answer for unit 0 of round 1. A fake that must stay alive reads the request
+/// first, then waits on `read never`: the runner sends nothing more.
+mod worker_process {
+    use super::*;
+    use crate::protocol::{self, FromWorker, PROTOCOL};
+
+    fn hello(backend: &str) -> String {
+        protocol::encode(&FromWorker::Hello {
+            protocol: PROTOCOL,
+            version: env!("CARGO_PKG_VERSION").to_owned(),
+            backend: backend.to_owned(),
+            devices: vec![0, 1],
+        })
+    }
+
+    fn unit_0() -> String {
+        protocol::encode(&FromWorker::Unit {
+            round: 1,
+            slot: 0,
+            result: Ok(Sample {
+                value: 100.0,
+                samples: vec![100.0; 8],
+                ..Sample::default()
+            })
+            .into(),
+        })
+    }
+
+    fn mark(test: &str) -> String {
+        format!("gpuvet-fake-worker-{test}-{}", std::process::id())
+    }
+
+    fn fake(script: &str, mark: &str, hello_backend: &str) -> WorkerLauncher {
+        WorkerLauncher {
+            program: "sh".into(),
+            args: vec![
+                "-c".into(),
+                script.into(),
+                mark.into(),
+                hello(hello_backend).into(),
+                unit_0().into(),
+            ],
+        }
+    }
+
+    /// Live processes whose command line carries `mark`.
+    fn alive(mark: &str) -> Vec<u32> {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|entry| {
+                let pid = entry.file_name().to_str()?.parse::<u32>().ok()?;
+                let cmdline = std::fs::read(entry.path().join("cmdline")).ok()?;
+                cmdline
+                    .split(|&b| b == 0)
+                    .any(|arg| arg == mark.as_bytes())
+                    .then_some(pid)
+            })
+            .collect()
+    }
+
+    fn run_with(script: &str, mark: &str, timeout: Duration) -> RunReport {
+        let mut plan = plan(&[CheckName::GemmFlops], timeout);
+        plan.worker = Some(fake(script, mark, "scripted"));
+        run_quietly(ScriptedBackend::new(2), &plan)
+    }
+
+    fn reason(report: &RunReport) -> &str {
+        report.checks[0].reason.as_deref().unwrap_or_default()
+    }
+
+    #[test]
+    fn a_worker_that_exits_before_its_hello_fails_the_check_saying_how() {
+        let report = run_with("exit 3", &mark("exit"), Duration::from_secs(60));
+        assert_eq!(report.checks[0].status, CheckStatus::Failed);
+        assert_eq!(
+            reason(&report),
+            "the check's worker process exited with code 3 before it was ready"
+        );
+        assert!(report.duration_secs < 30.0, "no waiting for the deadline");
+    }
+
+    #[test]
+    fn a_worker_that_writes_garbage_is_killed_and_quoted() {
+        let mark = mark("garbage");
+        let report = run_with(
+            "echo 'NCCL INFO hi'; read request; read never",
+            &mark,
+            Duration::from_secs(60),
+        );
+        assert_eq!(report.checks[0].status, CheckStatus::Failed);
+        assert!(
+            reason(&report).starts_with(
+                "the check's worker process wrote an unreadable line `NCCL INFO hi` ("
+            ) && reason(&report).ends_with("); it was killed"),
+            "{}",
+            reason(&report)
+        );
+        assert_eq!(alive(&mark), Vec::<u32>::new(), "the worker is gone");
+    }
+
+    #[test]
+    fn a_worker_that_dies_mid_check_fails_the_units_it_left() {
+        let script = r#"printf '%s\n' "$1"; read request; printf '%s\n' "$2"; kill -9 $$"#;
+        let report = run_with(script, &mark("dies"), Duration::from_secs(60));
+        let gemm = &report.checks[0];
+        assert_eq!(gemm.status, CheckStatus::Failed);
+        assert_eq!(gemm.entities[0].verdict, Verdict::Ok);
+        assert_eq!(gemm.entities[1].verdict, Verdict::Faulty);
+        assert_eq!(
+            gemm.entities[1].reason,
+            "error: the check's worker process was killed by signal 9 (SIGKILL) before this unit finished"
+        );
+    }
+
+    #[test]
+    fn a_unit_hung_in_its_worker_is_named_and_the_worker_killed_at_once() {
+        let mark = mark("hung");
+        // Answers unit 0, then waits forever, as a hung device would.
+        let script = r#"printf '%s\n' "$1"; read request; printf '%s\n' "$2"; read never"#;
+        let report = run_with(script, &mark, Duration::from_secs(60));
+        // Checked before anything else: killed by the runner, not at this test's end.
+        assert_eq!(alive(&mark), Vec::<u32>::new(), "the hung worker is gone");
+        let gemm = &report.checks[0];
+        assert_eq!(gemm.entities[1].verdict, Verdict::Faulty);
+        let why = &gemm.entities[1].reason;
+        assert!(
+            why.starts_with("error: hung: no result after")
+                && why.ends_with("; its worker process was killed"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn the_overall_timeout_kills_the_worker() {
+        let mark = mark("timeout");
+        let script = r#"printf '%s\n' "$1"; read request; read never"#;
+        let report = run_with(script, &mark, Duration::from_secs(1));
+        assert_eq!(
+            alive(&mark),
+            Vec::<u32>::new(),
+            "the worker is gone when the run returns"
+        );
+        assert_eq!(report.checks[0].status, CheckStatus::TimedOut);
+        assert!(
+            reason(&report).ends_with("; its worker process was killed"),
+            "{}",
+            reason(&report)
+        );
+        assert!(report.duration_secs < 30.0, "{}", report.duration_secs);
+    }
+
+    #[test]
+    fn a_worker_with_another_backend_is_refused() {
+        let mark = mark("backend");
+        let mut plan = plan(&[CheckName::GemmFlops], Duration::from_secs(60));
+        plan.worker = Some(fake(
+            r#"printf '%s\n' "$1"; read request; read never"#,
+            &mark,
+            "sim",
+        ));
+        let report = run_quietly(ScriptedBackend::new(2), &plan);
+        assert_eq!(report.checks[0].status, CheckStatus::Failed);
+        assert_eq!(
+            reason(&report),
+            "the check's worker process built the `sim` backend with devices [0, 1], not the \
+             `scripted` backend with devices [0, 1]; it was killed"
+        );
+        assert_eq!(alive(&mark), Vec::<u32>::new());
+    }
+
+    #[test]
+    fn a_worker_that_cannot_start_fails_the_check() {
+        let mut plan = plan(&[CheckName::GemmFlops], Duration::from_secs(60));
+        plan.worker = Some(WorkerLauncher {
+            program: "/nonexistent/gpuvet".into(),
+            args: Vec::new(),
+        });
+        let report = run_quietly(ScriptedBackend::new(2), &plan);
+        assert_eq!(report.checks[0].status, CheckStatus::Failed);
+        assert!(
+            reason(&report)
+                .starts_with("cannot start the check's worker process `/nonexistent/gpuvet`: "),
+            "{}",
+            reason(&report)
+        );
+    }
 }

@@ -46,6 +46,10 @@ pub enum Command {
     /// Analyze PyTorch flight-recorder dumps: which rank did not join or finish a
     /// collective (the first error), and which ranks only waited on it.
     Fr(FrArgs),
+    /// Run one check's device work for the gpuvet that started this process, over a
+    /// pipe protocol on stdin and stdout (internal).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
 }
 
 /// Flags shared by `check` and `run`.
@@ -258,4 +262,19 @@ pub struct FrArgs {
     /// Print the analysis as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What a check's worker process needs to build the same backend as its parent. No
+/// environment fallbacks: the parent passes everything explicitly.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The backend the parent resolved (never `auto`).
+    #[arg(long, value_parser = ["cuda", "cpu", "sim"])]
+    pub backend: String,
+    /// The parent's config file.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The parent's number of cpu devices.
+    #[arg(long, value_name = "N")]
+    pub cpu_devices: Option<u32>,
 }

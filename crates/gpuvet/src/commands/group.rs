@@ -22,7 +22,7 @@ use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunR
 use gpuvet_group::{
     DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve, wait_for_goodbyes,
 };
-use gpuvet_runner::RunnerEvent;
+use gpuvet_runner::{RunnerEvent, WorkerLauncher};
 
 use super::local_gpus;
 use crate::cli::{GroupArgs, SanityArgs};
@@ -88,6 +88,8 @@ pub struct Setup<'a> {
     pub timeout: Duration,
     pub tolerance: Tolerances,
     pub baselines: BTreeMap<CheckName, Limit>,
+    /// How this node's local checks start their worker processes.
+    pub worker: WorkerLauncher,
     pub show_progress: bool,
 }
 
@@ -126,6 +128,7 @@ impl Setup<'_> {
             baselines: self.baselines.clone(),
             work: WorkSpec::from_settings(&self.config.settings),
             python: self.args.group.python.clone(),
+            worker: Some(self.worker.clone()),
         }
     }
 }

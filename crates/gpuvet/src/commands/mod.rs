@@ -11,6 +11,7 @@ mod run;
 mod sanity;
 mod supervise;
 mod watch;
+mod worker;
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
@@ -25,5 +26,6 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Checks(args) => catalog::catalog(args),
         Command::Watch(args) => watch::watch(args),
         Command::Fr(args) => fr::fr(args),
+        Command::Worker(args) => worker::worker(args),
     }
 }

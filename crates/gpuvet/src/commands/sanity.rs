@@ -2,6 +2,7 @@
 //! the checks with progress, and summarise the outcome for events.
 
 use std::collections::BTreeMap;
+use std::ffi::OsString;
 use std::sync::Arc;
 
 use gpuvet_backend::{Backend, WorkSpec};
@@ -11,7 +12,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{RunReport, Verdict};
-use gpuvet_runner::{HANG_GRACE, RunPlan};
+use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use super::group;
 use crate::cli::SanityArgs;
@@ -46,8 +47,18 @@ pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, F
         Some(name) => BackendChoice::parse(name).expect("clap only accepts known backends"),
         None => config.settings.backend,
     };
+    build_backend(choice, config, args.cpu_devices)
+}
+
+/// The backend `choice` names, built from the config with `--cpu-devices` over it; a
+/// note says why `auto` fell back to the cpu.
+pub fn build_backend(
+    choice: BackendChoice,
+    config: &Config,
+    cpu_devices: Option<u32>,
+) -> Result<Arc<dyn Backend>, Failure> {
     let mut settings = config.settings.clone();
-    if let Some(devices) = args.cpu_devices {
+    if let Some(devices) = cpu_devices {
         if devices == 0 || devices > 1024 {
             return Err(Failure::usage(format!(
                 "`--cpu-devices {devices}` is out of range; expected 1 to 1024"
@@ -62,6 +73,34 @@ pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, F
         ));
     }
     Ok(Arc::from(selected.backend))
+}
+
+/// How the runner starts this binary as a check's worker process (`gpuvet worker`)
+/// that builds the same backend: the one resolved here, never `auto` again, from the
+/// same config file and the same number of cpu devices.
+pub fn worker_launcher(
+    args: &SanityArgs,
+    backend: &dyn Backend,
+) -> Result<WorkerLauncher, Failure> {
+    let program = std::env::current_exe()
+        .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
+    let mut worker_args: Vec<OsString> =
+        vec!["worker".into(), "--backend".into(), backend.name().into()];
+    if let Some(config) = &args.config {
+        // The worker starts in this directory, but an absolute path says what it reads.
+        let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
+        worker_args.extend(["--config".into(), config.into_os_string()]);
+    }
+    if backend.name() == "cpu" {
+        worker_args.extend([
+            "--cpu-devices".into(),
+            backend.devices().len().to_string().into(),
+        ]);
+    }
+    Ok(WorkerLauncher {
+        program,
+        args: worker_args,
+    })
 }
 
 /// Runs the checks, on this node or across its group as the group flags and the
@@ -82,6 +121,7 @@ pub fn execute(
             .unwrap_or_else(|| backend.default_tolerance(check))
     });
     let baselines = limits(&*backend, config, sanity);
+    let worker = worker_launcher(args, &*backend)?;
     let setup = group::Setup {
         args,
         config,
@@ -91,6 +131,7 @@ pub fn execute(
         timeout: sanity.timeout.duration(),
         tolerance: tolerance.clone(),
         baselines: baselines.clone(),
+        worker: worker.clone(),
         show_progress,
     };
     match mode {
@@ -109,6 +150,7 @@ pub fn execute(
         work: WorkSpec::from_settings(&config.settings),
         started_at_ms: now_ms(),
         hang_grace: HANG_GRACE,
+        worker: Some(worker),
     };
     let mut progress = Progress::new(show_progress);
     Ok(gpuvet_runner::run(backend, &plan, &mut |event| {
