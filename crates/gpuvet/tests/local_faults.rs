@@ -1,7 +1,7 @@
 //! `gpuvet check --local-nodes 4` with one agent stopped (SIGSTOP) at different moments
 //! of the suite: the command ends with exit 1, names the stopped rank as the first
 //! error, and kills the stopped agent instead of waiting on it, so no agent is left.
-//! How fast it acts is measured by `scripts/bench-stopped-agent.py` (docs/benchmarks.md);
+//! How fast it acts is measured by `scripts/soak-local-faults.py` (docs/benchmarks.md);
 //! the limit here only turns a hang into a failure.
 
 mod common;
