@@ -8,7 +8,7 @@ use gpuvet_cluster::{
     Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind, MemberState,
     diagnose,
 };
-use gpuvet_core::analysis::{Limit, Tolerances};
+use gpuvet_core::analysis::{JudgePolicy, Limit, Tolerances};
 use gpuvet_core::catalog::{CheckName, Scope};
 use gpuvet_core::events::Attempt;
 use gpuvet_core::inventory::{ExpectedInventory, NodeInventory};
@@ -46,6 +46,9 @@ pub struct GroupPlan {
 /// The longest one directive may run: a collective takes about a second, a local check
 /// its own time; bounded so one stuck piece of work cannot use the whole timeout.
 pub(crate) const MAX_DIRECTIVE: Duration = Duration::from_secs(120);
+/// The least tolerance of checks between nodes that share one machine (see
+/// [`CheckContext::between_nodes_policy`]).
+pub const SHARED_HOST_TOLERANCE: f64 = 0.5;
 /// Time on top of a directive's budget for its answer to arrive.
 pub(crate) const ANSWER_GRACE: Duration = Duration::from_secs(3);
 
@@ -265,6 +268,38 @@ impl CheckContext<'_, '_> {
         let budget = remaining.min(MAX_DIRECTIVE);
         let due = (Instant::now() + budget + ANSWER_GRACE).min(self.deadline + ANSWER_GRACE);
         (crate::time::millis(budget), due)
+    }
+
+    /// The thresholds a check between nodes is judged by. Nodes that share one machine
+    /// share its cores, and their collectives measure its scheduler as much as their
+    /// links: healthy loopback pairs differed up to 2× on the 2-core VM (more with a
+    /// busy loop beside them), so there a pair or ring is slow only beyond
+    /// [`SHARED_HOST_TOLERANCE`]. A rate-limited link between namespaces is still named
+    /// (96 % below its peers).
+    pub(crate) fn between_nodes_policy(&self, name: CheckName) -> JudgePolicy {
+        let tolerance = self.plan.tolerance.of(name);
+        JudgePolicy {
+            tolerance: if self.shared_host() {
+                tolerance.max(SHARED_HOST_TOLERANCE)
+            } else {
+                tolerance
+            },
+            limit: self.plan.baselines.get(&name).copied(),
+        }
+    }
+
+    /// The `tolerance` param a check between nodes reports when the shared machine
+    /// widened it.
+    pub(crate) fn shared_host_param(&self, policy: &JudgePolicy) -> Option<(String, String)> {
+        self.shared_host().then(|| {
+            (
+                "tolerance".to_owned(),
+                format!(
+                    "{:.0}% (the nodes share one machine)",
+                    policy.tolerance * 100.0
+                ),
+            )
+        })
     }
 
     /// Whether members share one machine: they then take turns, since measuring at the

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_core::analysis::JudgePolicy;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::localize::{PairTest, judge_pairs, localize, outcomes};
 use gpuvet_core::pairing::{NodeId, Pair, PairingMode, Plan, full_round_robin, retest, round_one};
@@ -30,10 +29,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         .map(|m| m.node.clone())
         .collect();
     let spec = name.spec();
-    let policy = JudgePolicy {
-        tolerance: context.plan.tolerance.of(name),
-        limit: context.plan.baselines.get(&name).copied(),
-    };
+    let policy = context.between_nodes_policy(name);
     let mut plan = match context.plan.pairing {
         PairingMode::Adaptive => round_one(&nodes),
         PairingMode::Full => full_round_robin(&nodes).to_plan(),
@@ -64,6 +60,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
     };
     let found = localize(spec, &nodes, &judged, Lane::Network);
     params.insert("pair_tests".to_owned(), tests.len().to_string());
+    params.extend(context.shared_host_param(&policy));
     params.insert("plans".to_owned(), plans_run.to_string());
     params.insert(
         "pairing".to_owned(),

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use gpuvet_backend::{Backend, BackendError, CancelToken, Sample};
 use gpuvet_core::analysis::{JudgePolicy, check_status, clear_contended_slow, judge, suspects};
 use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Measurement};
+use gpuvet_core::results::{CheckResult, CheckStatus, Entity, EntityResult, Measurement, Verdict};
 
 use crate::RunPlan;
 use crate::worker::{Event, Workers};
@@ -126,7 +126,7 @@ fn measure_and_judge(
         .find_map(|s| s.as_ref().ok())
         .map(|s| s.params.clone())
         .unwrap_or_default();
-    let mut measurements: Vec<Measurement> = units
+    let measurements: Vec<Measurement> = units
         .iter()
         .zip(samples)
         .map(|(unit, sample)| to_measurement(unit.entity.clone(), sample))
@@ -140,28 +140,30 @@ fn measure_and_judge(
     let mut entities = judge(spec, &measurements, &policy);
     let suspect_indices = suspects(&entities);
     if !suspect_indices.is_empty() && !cancel.is_cancelled() {
-        let suspect_units: Vec<Unit> = suspect_indices.iter().map(|&i| units[i].clone()).collect();
         let _ = progress.send(Progress::Remeasuring(
-            suspect_units.iter().map(|u| u.entity.clone()).collect(),
+            suspect_indices
+                .iter()
+                .map(|&i| units[i].entity.clone())
+                .collect(),
         ));
-        let again = match measure(
-            backend,
-            executor,
-            plan,
-            name,
-            &suspect_units,
-            deadline,
-            cancel,
-        ) {
+        // The suspects are measured again together with their peers, so the second
+        // verdict compares values taken under the same load, not a suspect measured
+        // now with peers measured before a load spike came or went.
+        let again = match measure(backend, executor, plan, name, &units, deadline, cancel) {
             Ok(again) => again,
             Err(stop) => return stopped(name, stop),
         };
-        for (&i, sample) in suspect_indices.iter().zip(again) {
-            measurements[i] = to_measurement(units[i].entity.clone(), sample);
-        }
-        entities = judge(spec, &measurements, &policy);
+        let measurements_again: Vec<Measurement> = units
+            .iter()
+            .zip(again)
+            .map(|(unit, sample)| to_measurement(unit.entity.clone(), sample))
+            .collect();
+        entities = agreed(
+            entities,
+            judge(spec, &measurements_again, &policy),
+            &suspect_indices,
+        );
         for &i in &suspect_indices {
-            entities[i].evidence.remeasured = true;
             // A slow verdict stands only on a re-measurement that other work did not
             // hold back.
             clear_contended_slow(&mut entities[i], spec, &policy);
@@ -180,6 +182,31 @@ fn measure_and_judge(
         params,
         ..CheckResult::judged(name, check_status(&entities), entities)
     })
+}
+
+/// The verdicts after a second round: a suspect takes its second verdict, so it stays
+/// slow only when the second round agrees; any other entity keeps its first, unless
+/// its work failed outright the second time (a failure is never noise).
+fn agreed(
+    first: Vec<EntityResult>,
+    second: Vec<EntityResult>,
+    suspects: &[usize],
+) -> Vec<EntityResult> {
+    first
+        .into_iter()
+        .zip(second)
+        .enumerate()
+        .map(|(i, (first, mut second))| {
+            if suspects.contains(&i) {
+                second.evidence.remeasured = true;
+                second
+            } else if second.verdict == Verdict::Faulty {
+                second
+            } else {
+                first
+            }
+        })
+        .collect()
 }
 
 fn to_measurement(entity: Entity, sample: Result<Sample, BackendError>) -> Measurement {

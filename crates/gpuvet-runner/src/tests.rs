@@ -328,6 +328,28 @@ fn a_suspect_that_recovers_on_remeasure_is_ok() {
 }
 
 #[test]
+fn a_suspect_is_remeasured_beside_its_peers_and_judged_against_them() {
+    // A load that arrives during the second round slows every device alike: against
+    // the peers' first values the suspect would still look slow, against their second
+    // it is one of them.
+    let backend = ScriptedBackend::new(3)
+        .gemm_on(0, Behaviour::ThenValue(100.0, 60.0))
+        .gemm_on(1, Behaviour::Value(60.0))
+        .gemm_on(2, Behaviour::ThenValue(100.0, 60.0));
+    let report = run_quietly(
+        backend,
+        &plan(&[CheckName::GemmFlops], Duration::from_secs(60)),
+    );
+    let gemm = &report.checks[0];
+    assert_eq!(gemm.status, CheckStatus::Passed, "{gemm:#?}");
+    assert!(gemm.entities[1].evidence.remeasured);
+    assert_eq!(gemm.entities[1].evidence.peer_median, Some(60.0));
+    // The peers keep their first verdicts and values; only the suspect was in doubt.
+    assert!(!gemm.entities[0].evidence.remeasured);
+    assert_eq!(gemm.entities[0].measurement.value, Some(100.0));
+}
+
+#[test]
 fn a_check_that_hangs_on_every_device_times_out_and_the_rest_do_not_run() {
     let backend = ScriptedBackend::new(2)
         .gemm_on(0, Behaviour::Hang)
