@@ -3,8 +3,9 @@
 
 Faults: `stop` (SIGSTOP one agent), `kill` (SIGKILL one agent), `slow` (one agent
 stopped and resumed every 20 ms at a 60 % duty cycle, so it runs at 40 % speed), or
-`none`. Each fault starts at a random moment after the group formed. A run is right
-when:
+`none`. A stop or kill comes at a random moment after the group formed; a slow agent is
+slow from then on (one slowed only in the run's last second, after its collectives,
+was rightly found healthy). A run is right when:
   stop: exit 1, and the first error is that rank, `unresponsive`;
   kill: exit 1, and the first error is that rank, `crashed`;
   slow: exit 1, and a finding names that node `slow`;
@@ -164,7 +165,8 @@ def main():
     results = []
     for index in range(args.runs):
         fault = rng.choice(faults)
-        result = run_once(args.gpuvet, args.config, fault, rng.uniform(0, args.max_delay),
+        delay = 0.0 if fault == "slow" else rng.uniform(0, args.max_delay)
+        result = run_once(args.gpuvet, args.config, fault, delay,
                           rng.randrange(1, 4), args.timeout_s, index)
         results.append(result)
         print(json.dumps(result), flush=True)
