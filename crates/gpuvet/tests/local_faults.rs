@@ -126,10 +126,12 @@ fn a_stopped_local_agent_is_named_and_killed_at_any_moment() {
             !alive(pid),
             "the stopped agent {pid} was left behind after the verdict"
         );
-        // Every agent line is whole: none starts inside another's.
+        // Every agent line is whole: none starts inside another's; and the end of the
+        // group is reported once, by the coordinator, not again by each agent.
         for line in err.lines() {
             assert!(!line.contains("warning: warning:"), "{line}");
             assert!(!line.contains("note: note:"), "{line}");
         }
+        assert!(!err.contains("this node has no group verdict"), "{err}");
     }
 }

@@ -47,6 +47,8 @@ const MAX_LOCAL_NODES: u32 = 64;
 /// `--local-nodes` for its agents to exit; then the ones left (stopped, hung) are
 /// killed, never waited on. The command acts within this of its verdict.
 const AFTER_VERDICT_WAIT: Duration = Duration::from_secs(1);
+/// Set in the environment of the agents `--local-nodes` spawns.
+const LOCAL_AGENT_ENV: &str = "GPUVET_LOCAL_AGENT";
 /// The longest `--local-nodes` waits for its agents to join.
 const LOCAL_RENDEZVOUS: Duration = Duration::from_secs(30);
 
@@ -164,7 +166,11 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         return Ok(match member.join_and_serve() {
             Ok(verdict) => as_this_node(verdict, setup.attempt, &*setup.backend),
             Err(why) => {
-                warn(format!("this node has no group verdict: {why}"));
+                // A `--local-nodes` agent's parent is the coordinator and reports the
+                // group's end once; every agent repeating it would say it n times.
+                if std::env::var_os(LOCAL_AGENT_ENV).is_none() {
+                    warn(format!("this node has no group verdict: {why}"));
+                }
                 no_verdict(setup, &why)
             }
         });
@@ -305,6 +311,7 @@ fn spawn_local_agent(
         .env("GPUVET_TOKEN", token.reveal())
         .env("GPUVET_JOB_ID", &setup.attempt.job_id)
         .env("GPUVET_NODE", format!("local-{rank}"))
+        .env(LOCAL_AGENT_ENV, "1")
         .env_remove("GPUVET_DATA_ADDR")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
