@@ -271,15 +271,16 @@ impl CheckContext<'_, '_> {
     }
 
     /// The thresholds a check between nodes is judged by. Nodes that share one machine
-    /// share its cores, and their collectives measure its scheduler as much as their
-    /// links: healthy loopback pairs differed up to 2× on the 2-core VM (more with a
-    /// busy loop beside them), so there a pair or ring is slow only beyond
-    /// [`SHARED_HOST_TOLERANCE`]. A rate-limited link between namespaces is still named
-    /// (96 % below its peers).
+    /// share its cores, and collectives over gpuvet's data plane between them measure
+    /// its scheduler as much as their links: healthy loopback pairs differed up to 2×
+    /// on the 2-core VM (more with a busy loop beside them), so there a pair or ring is
+    /// slow only beyond [`SHARED_HOST_TOLERANCE`]. A rate-limited link between
+    /// namespaces is still named (96 % below its peers). A backend's own transport
+    /// (NCCL, the sim's) keeps the configured tolerance.
     pub(crate) fn between_nodes_policy(&self, name: CheckName) -> JudgePolicy {
         let tolerance = self.plan.tolerance.of(name);
         JudgePolicy {
-            tolerance: if self.shared_host() {
+            tolerance: if self.data_plane_on_shared_host(name) {
                 tolerance.max(SHARED_HOST_TOLERANCE)
             } else {
                 tolerance
@@ -288,10 +289,18 @@ impl CheckContext<'_, '_> {
         }
     }
 
+    fn data_plane_on_shared_host(&self, name: CheckName) -> bool {
+        self.shared_host() && !native::applies(self.session, name)
+    }
+
     /// The `tolerance` param a check between nodes reports when the shared machine
     /// widened it.
-    pub(crate) fn shared_host_param(&self, policy: &JudgePolicy) -> Option<(String, String)> {
-        self.shared_host().then(|| {
+    pub(crate) fn shared_host_param(
+        &self,
+        name: CheckName,
+        policy: &JudgePolicy,
+    ) -> Option<(String, String)> {
+        self.data_plane_on_shared_host(name).then(|| {
             (
                 "tolerance".to_owned(),
                 format!(

@@ -60,7 +60,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
     };
     let found = localize(spec, &nodes, &judged, Lane::Network);
     params.insert("pair_tests".to_owned(), tests.len().to_string());
-    params.extend(context.shared_host_param(&policy));
+    params.extend(context.shared_host_param(name, &policy));
     params.insert("plans".to_owned(), plans_run.to_string());
     params.insert(
         "pairing".to_owned(),

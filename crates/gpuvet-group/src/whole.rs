@@ -71,7 +71,9 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         .collect();
     let policy = context.between_nodes_policy(name);
     let mut result = judge_ring(name, &nodes, &policy);
-    result.params.extend(context.shared_host_param(&policy));
+    result
+        .params
+        .extend(context.shared_host_param(name, &policy));
     if let Some(Some(reply)) = nodes.first().map(|(_, r)| r) {
         result.params.extend(shared_params(reply));
     }
