@@ -369,6 +369,21 @@ pub fn all_reduce_busbw(algbw: f64, ranks: usize) -> f64 {
     algbw * 2.0 * (n - 1.0) / n
 }
 
+/// Splits `elements` into `ranks` contiguous chunks whose sizes differ by at most one:
+/// how every collective here divides its buffer among ranks.
+pub(crate) fn chunk_ranges(elements: usize, ranks: usize) -> Vec<std::ops::Range<usize>> {
+    let (base, remainder) = (elements / ranks, elements % ranks);
+    let mut start = 0;
+    (0..ranks)
+        .map(|rank| {
+            let len = base + usize::from(rank < remainder);
+            let range = start..start + len;
+            start += len;
+            range
+        })
+        .collect()
+}
+
 /// busbw of an all-gather or all-to-all, as nccl-tests defines it: algbw × (n−1)/n.
 pub fn all_gather_busbw(algbw: f64, ranks: usize) -> f64 {
     if ranks == 0 {
@@ -381,6 +396,13 @@ pub fn all_gather_busbw(algbw: f64, ranks: usize) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn chunks_cover_everything_once() {
+        assert_eq!(chunk_ranges(10, 3), vec![0..4, 4..7, 7..10]);
+        assert_eq!(chunk_ranges(2, 3), vec![0..1, 1..2, 2..2]);
+        assert_eq!(chunk_ranges(8, 2), vec![0..4, 4..8]);
+    }
 
     #[test]
     fn busbw_follows_nccl_tests() {

@@ -23,6 +23,7 @@ use std::time::Instant;
 use gpuvet_core::stats::median;
 
 use super::{IterationBudget, try_filled};
+use crate::chunk_ranges;
 use crate::{BackendError, CancelToken, Sample, WorkSpec};
 
 /// Bytes per rank when the work spec leaves it open: well past the last-level cache,
@@ -289,20 +290,6 @@ fn write(lock: &RwLock<Vec<f32>>) -> RwLockWriteGuard<'_, Vec<f32>> {
     lock.write().unwrap_or_else(PoisonError::into_inner)
 }
 
-/// Splits `elements` into `ranks` contiguous chunks whose sizes differ by at most one.
-fn chunk_ranges(elements: usize, ranks: usize) -> Vec<Range<usize>> {
-    let (base, remainder) = (elements / ranks, elements % ranks);
-    let mut start = 0;
-    (0..ranks)
-        .map(|rank| {
-            let len = base + usize::from(rank < remainder);
-            let range = start..start + len;
-            start += len;
-            range
-        })
-        .collect()
-}
-
 /// Rank r's element i: small integers, so every sum is exact in f32 whatever the order.
 fn input_value(rank: usize, index: usize) -> f32 {
     (rank + 1 + index % 7) as f32
@@ -473,13 +460,6 @@ mod tests {
             first_wrong_element(Collective::AllGather, &[0, 1], &results, &chunks).as_deref(),
             Some("device 0 holds 6 at element 5 but rank 1 sent 7")
         );
-    }
-
-    #[test]
-    fn chunks_cover_everything_once() {
-        assert_eq!(chunk_ranges(10, 3), vec![0..4, 4..7, 7..10]);
-        assert_eq!(chunk_ranges(2, 3), vec![0..1, 1..2, 2..2]);
-        assert_eq!(chunk_ranges(8, 2), vec![0..4, 4..8]);
     }
 
     #[test]

@@ -18,7 +18,6 @@
 //! rank runs the same number of iterations.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 use std::time::{Duration, Instant};
 
 use gpuvet_core::stats::median;
@@ -215,20 +214,6 @@ fn exchange_input(from: usize, to: usize, index: usize) -> f32 {
     (((from % 2048) * 2048 + to % 2048) * 4 + index % 4) as f32
 }
 
-/// Splits `elements` into `ranks` contiguous chunks whose sizes differ by at most one.
-pub(super) fn chunk_ranges(elements: usize, ranks: usize) -> Vec<Range<usize>> {
-    let (base, remainder) = (elements / ranks, elements % ranks);
-    let mut start = 0;
-    (0..ranks)
-        .map(|rank| {
-            let len = base + usize::from(rank < remainder);
-            let range = start..start + len;
-            start += len;
-            range
-        })
-        .collect()
-}
-
 fn ring_neighbours(rank: usize, ranks: usize) -> (usize, usize) {
     ((rank + ranks - 1) % ranks, (rank + 1) % ranks)
 }
@@ -239,7 +224,7 @@ fn ring_neighbours(rank: usize, ranks: usize) -> (usize, usize) {
 fn ring_all_reduce(rank: usize, ranks: usize, elements: usize) -> Plan {
     let (left, right) = ring_neighbours(rank, ranks);
     let mut plan = Plan::default();
-    let chunks: Vec<Vec<usize>> = chunk_ranges(elements, ranks)
+    let chunks: Vec<Vec<usize>> = crate::chunk_ranges(elements, ranks)
         .into_iter()
         .map(|range| plan.add_segments(range))
         .collect();
@@ -760,11 +745,5 @@ mod tests {
         assert_eq!(grouped.len(), 2);
         assert_eq!((grouped[0].0, grouped[1].0), (3, 4));
         assert_eq!(windows(&[0.001, 0.001], 0.02), vec![(2, 0.002)]);
-    }
-
-    #[test]
-    fn chunks_cover_everything_once() {
-        assert_eq!(chunk_ranges(10, 3), vec![0..4, 4..7, 7..10]);
-        assert_eq!(chunk_ranges(2, 3), vec![0..1, 1..2, 2..2]);
     }
 }
