@@ -270,56 +270,42 @@ impl CheckContext<'_, '_> {
         (crate::time::millis(budget), due)
     }
 
-    /// The thresholds a check between nodes is judged by. Nodes that share one machine
-    /// share its cores, and collectives over gpuvet's data plane between them measure
-    /// its scheduler as much as their links: healthy loopback pairs differed up to 2×
-    /// on the 2-core VM (more with a busy loop beside them), so there a pair or ring is
+    /// The thresholds a check between nodes is judged by, and the `tolerance` param
+    /// that says so when the machine widened them. Nodes that share one machine share
+    /// its cores, and collectives over gpuvet's data plane between them measure its
+    /// scheduler as much as their links: healthy loopback pairs differed up to 2× on
+    /// the 2-core VM (more with a busy loop beside them), so there a pair or ring is
     /// slow only beyond [`SHARED_HOST_TOLERANCE`]. A rate-limited link between
     /// namespaces is still named (96 % below its peers). A backend's own transport
     /// (NCCL, the sim's) keeps the configured tolerance.
-    pub(crate) fn between_nodes_policy(&self, name: CheckName) -> JudgePolicy {
-        let tolerance = self.plan.tolerance.of(name);
-        JudgePolicy {
-            tolerance: if self.data_plane_on_shared_host(name) {
-                tolerance.max(SHARED_HOST_TOLERANCE)
-            } else {
-                tolerance
-            },
-            limit: self.plan.baselines.get(&name).copied(),
-        }
-    }
-
-    fn data_plane_on_shared_host(&self, name: CheckName) -> bool {
-        self.shared_host() && !native::applies(self.session, name)
-    }
-
-    /// The `tolerance` param a check between nodes reports when the shared machine
-    /// widened it.
-    pub(crate) fn shared_host_param(
+    pub(crate) fn between_nodes_policy(
         &self,
         name: CheckName,
-        policy: &JudgePolicy,
-    ) -> Option<(String, String)> {
-        self.data_plane_on_shared_host(name).then(|| {
-            (
-                "tolerance".to_owned(),
-                format!(
-                    "{:.0}% (the nodes share one machine)",
-                    policy.tolerance * 100.0
-                ),
-            )
-        })
+    ) -> (JudgePolicy, Option<(String, String)>) {
+        let mut policy = JudgePolicy {
+            tolerance: self.plan.tolerance.of(name),
+            limit: self.plan.baselines.get(&name).copied(),
+        };
+        if !self.shared_host() || native::applies(self.session, name) {
+            return (policy, None);
+        }
+        policy.tolerance = policy.tolerance.max(SHARED_HOST_TOLERANCE);
+        let param = format!(
+            "{:.0}% (the nodes share one machine)",
+            policy.tolerance * 100.0
+        );
+        (policy, Some(("tolerance".to_owned(), param)))
     }
 
     /// Whether members share one machine: they then take turns, since measuring at the
     /// same time would measure each other's load, not their own hardware.
     pub(crate) fn shared_host(&self) -> bool {
-        let members = &self.session.members;
-        members.iter().enumerate().any(|(i, a)| {
-            members[i + 1..]
-                .iter()
-                .any(|b| !a.info.host_id.is_empty() && a.info.host_id == b.info.host_id)
-        })
+        let mut seen = std::collections::HashSet::new();
+        self.session
+            .members
+            .iter()
+            .filter(|m| !m.info.host_id.is_empty())
+            .any(|m| !seen.insert(m.info.host_id.as_str()))
     }
 
     /// Sends the orders and waits for every answer until `due`. `Err` carries the

@@ -29,7 +29,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         .map(|m| m.node.clone())
         .collect();
     let spec = name.spec();
-    let policy = context.between_nodes_policy(name);
+    let (policy, tolerance_param) = context.between_nodes_policy(name);
     let mut plan = match context.plan.pairing {
         PairingMode::Adaptive => round_one(&nodes),
         PairingMode::Full => full_round_robin(&nodes).to_plan(),
@@ -60,7 +60,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
     };
     let found = localize(spec, &nodes, &judged, Lane::Network);
     params.insert("pair_tests".to_owned(), tests.len().to_string());
-    params.extend(context.shared_host_param(name, &policy));
+    params.extend(tolerance_param);
     params.insert("plans".to_owned(), plans_run.to_string());
     params.insert(
         "pairing".to_owned(),

@@ -69,11 +69,9 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
             (context.session.node_name(*rank), reply)
         })
         .collect();
-    let policy = context.between_nodes_policy(name);
+    let (policy, tolerance_param) = context.between_nodes_policy(name);
     let mut result = judge_ring(name, &nodes, &policy);
-    result
-        .params
-        .extend(context.shared_host_param(name, &policy));
+    result.params.extend(tolerance_param);
     if let Some(Some(reply)) = nodes.first().map(|(_, r)| r) {
         result.params.extend(shared_params(reply));
     }

@@ -1,19 +1,7 @@
 use super::*;
 
 /// PAI's sample from the seed documents, unchanged.
-const PAI_SAMPLE: &str = r#"{
-    "aimaster": {
-        "runtime_check": {
-            "fail_action": "retain",
-            "micro_benchmarks": "c4d"
-        },
-        "sanity_check": {
-            "fail_action": "retain",
-            "micro_benchmarks": "gemm_flops,all_reduce_1,all_reduce_2,kernel_launch,all_reduce,all_to_all_2,all_gather_2,all_gather,multi_all_reduce_2,multi_all_reduce,pytorch_gloo_2,network_connectivity,comp_comm_overlap",
-            "timeout": 100
-        }
-    }
-}"#;
+const PAI_SAMPLE: &str = include_str!("../../tests/fixtures/pai_sample.json");
 
 fn error(text: &str) -> ConfigError {
     Config::from_json(text).expect_err("the config should be refused")

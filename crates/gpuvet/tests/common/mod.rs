@@ -83,20 +83,8 @@ impl Scratch {
     }
 }
 
-/// PAI's own sample config, verbatim: all 13 checks.
-pub const PAI_SAMPLE: &str = r#"{
-    "aimaster": {
-        "runtime_check": {
-            "fail_action": "retain",
-            "micro_benchmarks": "c4d"
-        },
-        "sanity_check": {
-            "fail_action": "retain",
-            "micro_benchmarks": "gemm_flops,all_reduce_1,all_reduce_2,kernel_launch,all_reduce,all_to_all_2,all_gather_2,all_gather,multi_all_reduce_2,multi_all_reduce,pytorch_gloo_2,network_connectivity,comp_comm_overlap",
-            "timeout": 100
-        }
-    }
-}"#;
+/// PAI's own sample config, verbatim: all 13 checks (the file core's config tests read).
+pub const PAI_SAMPLE: &str = include_str!("../../../gpuvet-core/tests/fixtures/pai_sample.json");
 
 /// Asserts that the command exited with `code` and said `needle` on stderr.
 #[track_caller]
