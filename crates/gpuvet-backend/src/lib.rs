@@ -9,6 +9,7 @@
 //! [`sim::SimBackend`] plays a scripted machine (speeds, noise, hangs, errors) for
 //! tests, drills and benchmarks.
 
+pub mod child;
 pub mod cpu;
 pub mod cuda;
 pub mod sim;

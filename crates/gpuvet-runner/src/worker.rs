@@ -5,7 +5,7 @@
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
@@ -180,22 +180,9 @@ impl Workers {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        let parent = std::process::id() as libc::pid_t;
-        // SAFETY: only async-signal-safe calls between fork and exec.
-        unsafe {
-            command.pre_exec(move || {
-                // A dying gpuvet takes its worker along. The signal follows the thread
-                // that spawned the worker, which outlives every round it runs.
-                if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong) != 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                // gpuvet may have died before the line above.
-                if libc::getppid() != parent {
-                    libc::_exit(1);
-                }
-                Ok(())
-            });
-        }
+        // A dying gpuvet takes its worker along. The signal follows the thread that
+        // spawned the worker, which outlives every round it runs.
+        gpuvet_backend::child::die_with_parent(&mut command);
         let mut child = command.spawn().map_err(|err| {
             format!(
                 "cannot start the check's worker process `{}`: {err}",

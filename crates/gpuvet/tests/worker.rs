@@ -34,35 +34,11 @@ type Workers = Vec<(u32, String)>;
 
 /// The live `gpuvet worker` processes marked `mark`.
 fn marked_workers(mark: &str) -> Workers {
-    let wanted = format!("{MARK}={mark}");
-    let mut found = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
-            continue;
-        };
-        // A process may end while it is read: then it is not there.
-        let (Ok(environ), Ok(cmdline)) = (
-            std::fs::read(entry.path().join("environ")),
-            std::fs::read(entry.path().join("cmdline")),
-        ) else {
-            continue;
-        };
-        let marked = environ
-            .split(|&b| b == 0)
-            .any(|var| var == wanted.as_bytes());
-        let args: Vec<String> = cmdline
-            .split(|&b| b == 0)
-            .map(|arg| String::from_utf8_lossy(arg).into_owned())
-            .collect();
-        if marked && args.get(1).map(String::as_str) == Some("worker") {
-            found.push((pid, args.join(" ")));
-        }
-    }
-    found
+    common::marked_processes(MARK, mark)
+        .into_iter()
+        .filter(|(_, args)| args.get(1).map(String::as_str) == Some("worker"))
+        .map(|(pid, args)| (pid, args.join(" ")))
+        .collect()
 }
 
 /// `gpuvet run` with `config`, whose app says it started, then waits to be stopped.

@@ -49,6 +49,9 @@ impl PythonRun {
         for (key, value) in env {
             command.env(key, value);
         }
+        // The rank lives inside this call's scope (dropping the run kills it), so the
+        // spawning thread outlives it unless the whole agent dies.
+        crate::child::die_with_parent(&mut command);
         let mut child = command
             .spawn()
             .map_err(|err| BackendError::Failed(format!("cannot run {shown}: {err}")))?;

@@ -9,6 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use gpuvet_backend::child::{die_with_parent, exit_when_closed};
 use gpuvet_backend::{Backend, WorkSpec};
 use gpuvet_cluster::{
     Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, MemberState,
@@ -313,10 +314,29 @@ fn spawn_local_agent(
         .env("GPUVET_NODE", format!("local-{rank}"))
         .env(LOCAL_AGENT_ENV, "1")
         .env_remove("GPUVET_DATA_ADDR")
-        .stdin(Stdio::null())
+        // Only this process holds the pipe's write end: the agent exits when it
+        // closes, and the kernel kills the agent when this (main) thread ends.
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
+        .stderr(Stdio::inherit());
+    die_with_parent(&mut command);
+    command.spawn()
+}
+
+/// In an agent that `--local-nodes` spawned: exit as soon as the parent is gone, so
+/// no agent waits out its rendezvous timeout alone. The parent-death signal does the
+/// same; the pipe also covers a parent that died before the signal was armed.
+pub fn exit_with_local_parent() {
+    if std::env::var_os(LOCAL_AGENT_ENV).is_none() {
+        return;
+    }
+    let watching = exit_when_closed(std::io::stdin(), || {
+        warn("the `--local-nodes` gpuvet that started this agent is gone; the agent exits");
+        std::process::exit(gpuvet_core::exit_codes::CHECK_FAILED);
+    });
+    if let Err(err) = watching {
+        warn(format!("cannot watch the parent gpuvet's pipe: {err}"));
+    }
 }
 
 fn kill_all(children: &mut [Child]) {

@@ -18,6 +18,7 @@ use crate::failure::Failure;
 
 /// Runs the chosen subcommand; `Ok` carries the exit code.
 pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
+    group::exit_with_local_parent();
     match cli.command {
         Command::Check(args) => check::check(args),
         Command::Run(args) => run::run(args),

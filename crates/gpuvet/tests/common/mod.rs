@@ -111,6 +111,42 @@ pub fn json(output: &Output) -> serde_json::Value {
     })
 }
 
+/// Live processes whose environment has `var=value`: pid and arguments. A test marks
+/// the gpuvet it starts, and every process gpuvet starts inherits the mark. Zombies
+/// have no environment left, so they are not counted.
+pub fn marked_processes(var: &str, value: &str) -> Vec<(u32, Vec<String>)> {
+    let wanted = format!("{var}={value}");
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        // A process may end while it is read: then it is not there.
+        let (Ok(environ), Ok(cmdline)) = (
+            std::fs::read(entry.path().join("environ")),
+            std::fs::read(entry.path().join("cmdline")),
+        ) else {
+            continue;
+        };
+        if environ
+            .split(|&b| b == 0)
+            .any(|var| var == wanted.as_bytes())
+        {
+            let args = cmdline
+                .split(|&b| b == 0)
+                .filter(|arg| !arg.is_empty())
+                .map(|arg| String::from_utf8_lossy(arg).into_owned())
+                .collect();
+            found.push((pid, args));
+        }
+    }
+    found
+}
+
 pub fn exists(path: &Path) -> bool {
     path.exists()
 }
