@@ -146,8 +146,8 @@ const NCCL_TESTS_290: &str =
     "NVIDIA/nccl-tests#290: NDR 400G InfiniBand carries 46-48 GB/s per NIC in NCCL";
 const AZURE_H200: &str =
     "Azure/AI-benchmarking-guide, ND H200 v5: 8xH200 NCCL all-reduce 8 GB busbw 480 GB/s";
-const H200_TORCH: &str = "torch.matmul bf16 8192^3 on an H200 test machine, 769-798 TFLOPS (gpuvet REFERENCE.md, \
-     measured 2026-10/11)";
+const H200_TORCH: &str = "torch.matmul bf16 8192^3 on an H200 test machine, 769-798 TFLOPS (gpuvet \
+     docs/reference.md, Baseline figures; measured 2026-10/11)";
 const NCCL_1807: &str = "NVIDIA/nccl#1807: 8xB200 all_reduce_perf reported at 830+ GB/s busbw";
 
 const NO_GEMM: GemmFigures = GemmFigures {

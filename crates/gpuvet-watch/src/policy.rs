@@ -15,8 +15,8 @@
 //!   burst is reported with its count and the other GPUs of a node-wide burst are in.
 //! - **Spread.** If at least half of the node's GPUs (and at least 2) have an incident
 //!   of the same XID within [`PolicyConfig::spread_window_ms`], the incidents are one
-//!   node-wide finding in lane `app`, never escalated (REFERENCE.md: "the same XID on
-//!   different GPUs at once points to the workload").
+//!   node-wide finding in lane `app`, never escalated (docs/reference.md, "XID rules":
+//!   the same XID on different GPUs at once points to the workload).
 //! - **Escalation.** Otherwise the incidents of one GPU within the catalog's window are
 //!   counted, and crossing a step of [`crate::xid::XidInfo::escalations`] emits one
 //!   update with `escalated: true` (e.g. XID 79 twice, a fatal XID 5 times in 24 h;
@@ -295,8 +295,9 @@ pub struct PolicyConfig {
     /// "At once" for the node-wide rule (60 s: the ranks of one job fail within
     /// seconds of each other).
     pub spread_window_ms: u64,
-    /// Share of the node's GPUs that makes an XID node-wide (REFERENCE.md: "the same
-    /// XID on different GPUs at once points to the workload"; half, and at least 2).
+    /// Share of the node's GPUs that makes an XID node-wide (docs/reference.md, "XID
+    /// rules": the same XID on different GPUs at once points to the workload; half, and
+    /// at least 2).
     pub spread_min_fraction: f64,
     /// An incident is decided once quiet this long (2 s).
     pub settle_ms: u64,

@@ -5,7 +5,7 @@
 //! DCGM's `BuildXidMappings` (the XIDs DCGM's health watch fails on), Azure's
 //! `azure_gpu_xid.nhc` (the XIDs that fail a node) and NVIDIA's XID documentation; each
 //! entry names the sources it rests on. An XID that is not in the table means "contact
-//! support" (REFERENCE.md, "XID → action").
+//! support" (docs/reference.md, "XID → action").
 
 use std::fmt;
 
@@ -124,8 +124,8 @@ impl XidInfo {
 
 const DAY_MS: u64 = 24 * 60 * 60 * 1000;
 
-/// The window every escalation below uses: REFERENCE.md, "a fatal XID 5 or more times
-/// on one GPU in 24 h means contact support".
+/// The window every escalation below uses: a fatal XID 5 or more times on one GPU in
+/// 24 h means contact support (docs/reference.md, "XID rules").
 pub const ESCALATION_WINDOW_MS: u64 = DAY_MS;
 
 const fn esc(min_incidents: u32, action: ActionClass, lane: Lane) -> Escalation {
@@ -137,17 +137,19 @@ const fn esc(min_incidents: u32, action: ActionClass, lane: Lane) -> Escalation 
     }
 }
 
-/// A fatal XID 5 times in 24 h on one GPU: contact support (REFERENCE.md).
+/// A fatal XID 5 times in 24 h on one GPU: contact support (docs/reference.md, "XID rules").
 const FATAL_REPEATS: &[Escalation] = &[esc(5, ActionClass::ContactSupport, Lane::Host)];
 /// Node-fatal or "reset, then replace" XIDs: a second incident on the same GPU (after
 /// the reboot or reset that the first one asked for) means the hardware is bad.
 const REPEAT_TWICE: &[Escalation] = &[esc(2, ActionClass::ContactSupport, Lane::Host)];
-/// GSP timeout/error: "reset GPU, then reboot" (REFERENCE.md), then the general rule.
+/// GSP timeout/error: "reset GPU, then reboot" (docs/reference.md, "XID → action"), then
+/// the general rule.
 const GSP_REPEATS: &[Escalation] = &[
     esc(2, ActionClass::RebootNode, Lane::Host),
     esc(5, ActionClass::ContactSupport, Lane::Host),
 ];
-/// XID 31: "repeats on one GPU → run deeper diagnostics" (REFERENCE.md). The threshold
+/// XID 31: "repeats on one GPU → run deeper diagnostics" (docs/reference.md, "XID →
+/// action"). The threshold
 /// reuses the general 5-in-24-h rule.
 const MMU_REPEATS: &[Escalation] = &[esc(5, ActionClass::RunDiagnostics, Lane::Host)];
 /// NVLink5 fabric errors repeat into the network lane.
@@ -186,7 +188,7 @@ pub static XID_CATALOG: &[XidInfo] = &[
         "NVSentinel xiderrorsmapping.csv (RESTART_APP, NONFATAL); NVIDIA XID docs (user app error)"),
     xid!(31, "ROBUST_CHANNEL_FIFO_ERROR_MMU_ERR_FLT", AppError, App, false, MMU_REPEATS,
         "GPU memory page fault (MMU fault), usually an invalid access by the app",
-        "NVSentinel xiderrorsmapping.csv (RESTART_APP, NONFATAL); DCGM BuildXidMappings (memory); REFERENCE.md (repeats → diagnostics)"),
+        "NVSentinel xiderrorsmapping.csv (RESTART_APP, NONFATAL); DCGM BuildXidMappings (memory); docs/reference.md (repeats → diagnostics)"),
     xid!(32, "ROBUST_CHANNEL_PBDMA_ERROR", RestartApp, App, false, NEVER,
         "invalid or corrupted push buffer stream (PBDMA error)",
         NVS),
@@ -297,7 +299,8 @@ pub fn lookup(xid: u32) -> Option<&'static XidInfo> {
 }
 
 /// The entry for `xid`; an unknown XID means "contact support" in the host lane
-/// (REFERENCE.md), never escalated further (it is already the strongest action).
+/// (docs/reference.md, "XID → action"), never escalated further (it is already the
+/// strongest action).
 pub fn classify(xid: u32) -> XidInfo {
     lookup(xid).copied().unwrap_or(XidInfo {
         xid,
@@ -307,7 +310,7 @@ pub fn classify(xid: u32) -> XidInfo {
         lane: Lane::Host,
         fatal: false,
         escalations: NEVER,
-        source: "gpuvet: unknown XIDs mean contact support (REFERENCE.md)",
+        source: "gpuvet: unknown XIDs mean contact support (docs/reference.md)",
     })
 }
 

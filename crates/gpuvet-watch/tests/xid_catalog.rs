@@ -1,11 +1,11 @@
-//! The XID catalog: every catalogued XID maps to the class and lane REFERENCE.md gives,
+//! The XID catalog: every catalogued XID maps to the class and lane docs/reference.md gives,
 //! and an unknown XID means contact support.
 
 use gpuvet_core::results::Lane;
 use gpuvet_watch::policy::{GpuId, Severity, XidObservation, XidPolicy};
 use gpuvet_watch::xid::{self, ActionClass, XID_CATALOG};
 
-/// REFERENCE.md "XID → action": (xid, action, lane, fatal).
+/// docs/reference.md, "XID → action": (xid, action, lane, fatal).
 const EXPECTED: &[(u32, ActionClass, Lane, bool)] = &[
     (13, ActionClass::AppError, Lane::App, false),
     (31, ActionClass::AppError, Lane::App, false),

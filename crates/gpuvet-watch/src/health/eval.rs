@@ -1,4 +1,4 @@
-//! Readings → findings: pure rules with thresholds from REFERENCE.md's "Diagnosis
+//! Readings → findings: pure rules with thresholds from docs/reference.md, "Diagnosis
 //! thresholds" (DCGM health watches, SuperBench's rule file, gpu-fryer).
 //!
 //! Each rule yields at most one finding per (check, GPU) per sample; the policy's
