@@ -612,3 +612,51 @@ fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> V
             .collect(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[test]
+    fn the_data_plane_listens_where_the_control_connection_comes_from() {
+        let route: IpAddr = "10.0.0.7".parse().unwrap();
+        assert_eq!(data_plane_ip(None, route), route);
+        let explicit: IpAddr = "192.168.1.5".parse().unwrap();
+        assert_eq!(data_plane_ip(Some(explicit), route), explicit);
+        // On the coordinator's host, over loopback: every interface of that family.
+        assert_eq!(
+            data_plane_ip(None, IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        );
+        assert_eq!(
+            data_plane_ip(None, "::1".parse().unwrap()),
+            "::".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn every_listener_binds_the_chosen_ip_and_says_whether_it_is_every_interface() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let plane = DataPlane::bind(ip, 2, &[]).unwrap();
+        let addrs = plane.listen_addrs().unwrap();
+        let names: Vec<&str> = addrs.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["data", "rail 0", "rail 1", "probe"]);
+        assert!(addrs.iter().all(|(_, addr)| addr.ip() == ip), "{addrs:?}");
+        let backend = gpuvet_backend::cpu::CpuBackend::new(1);
+        let info = plane.node_info(&backend, String::new()).unwrap();
+        assert!(!info.every_interface);
+
+        let any = data_plane_ip(None, ip);
+        let plane = DataPlane::bind(any, 1, &[]).unwrap();
+        let addrs = plane.listen_addrs().unwrap();
+        assert!(addrs.iter().all(|(_, addr)| addr.ip() == any), "{addrs:?}");
+        assert!(
+            plane
+                .node_info(&backend, String::new())
+                .unwrap()
+                .every_interface
+        );
+    }
+}
