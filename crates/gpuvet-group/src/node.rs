@@ -368,7 +368,7 @@ fn run_collective(
         (None, CheckName::MultiAllReduce | CheckName::MultiAllReduce2) => {
             rails(plane, order, key, &spec, deadline, cancel)
         }
-        (None, check) => single(setup, plane, order, key, check, &spec, deadline, cancel),
+        (None, _) => single(setup, plane, order, key, &spec, deadline, cancel),
     };
     match result {
         Ok((sample, links)) => CollectiveReply {
@@ -507,11 +507,11 @@ fn single(
     plane: &DataPlane,
     order: &CollectiveOrder,
     key: &DataKey,
-    check: CheckName,
     spec: &CollectiveSpec,
     deadline: Instant,
     cancel: &CancelToken,
 ) -> Result<(Sample, Vec<LinkStats>), BackendError> {
+    let check = order.check;
     let topology = match check {
         CheckName::AllToAll2 => Topology::FullMesh,
         _ => Topology::Ring,
