@@ -201,12 +201,15 @@ fn listeners_in(ns: &str) -> Vec<std::net::SocketAddr> {
         .collect()
 }
 
-/// Waits until namespace `ns` has `count` listeners (the node has bound them all).
-fn wait_for_listeners(ns: &str, count: usize) -> Vec<std::net::SocketAddr> {
+/// Waits until namespace `ns` has `count` listeners, `port` among them when given (the
+/// node has bound them all).
+fn wait_for_listeners(ns: &str, count: usize, port: Option<u16>) -> Vec<std::net::SocketAddr> {
     let until = std::time::Instant::now() + LIMIT;
     loop {
         let found = listeners_in(ns);
-        if found.len() >= count || std::time::Instant::now() >= until {
+        let complete = found.len() >= count
+            && port.is_none_or(|port| found.iter().any(|addr| addr.port() == port));
+        if complete || std::time::Instant::now() >= until {
             return found;
         }
         std::thread::sleep(Duration::from_millis(50));
@@ -233,9 +236,9 @@ fn every_listener_binds_where_the_control_connection_comes_from() {
         }
         let group = Group::start(&scratch, &spec);
         // Rank 0: the coordinator, the data plane, one rail, the probe responder.
-        let rank0 = wait_for_listeners(&netns.namespace(0), 4);
+        let rank0 = wait_for_listeners(&netns.namespace(0), 4, Some(spec.port));
         // Rank 1: the data plane, one rail, the probe responder.
-        let rank1 = wait_for_listeners(&netns.namespace(1), 3);
+        let rank1 = wait_for_listeners(&netns.namespace(1), 3, None);
         drop(group);
 
         let control = format!(
