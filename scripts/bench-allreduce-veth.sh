@@ -44,6 +44,8 @@ fi
 cargo build --release --quiet -p gpuvet-backend --example tcp_rank --example duplex_stream
 cargo build --release --quiet -p gpuvet
 rank_bin="$PWD/target/release/examples/tcp_rank"
+# The data-plane key both tcp_rank processes prove in their greeting.
+data_key="$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
 duplex_bin="$PWD/target/release/examples/duplex_stream"
 gpuvet_bin="$PWD/target/release/gpuvet"
 
@@ -107,9 +109,9 @@ print(f"{sum(values) / 2:.3f}")'
 all_reduce() {
   local peers="$addr_a:29600,$addr_b:29600" out_a out_b
   out_a="$(mktemp)" out_b="$(mktemp)"
-  ip netns exec "$ns_b" "${pin_b[@]}" "$rank_bin" --rank 1 --peers "$peers" "${size_flag[@]}" --seconds "$seconds" >"$out_b" &
+  ip netns exec "$ns_b" "${pin_b[@]}" "$rank_bin" --rank 1 --peers "$peers" --key "$data_key" "${size_flag[@]}" --seconds "$seconds" >"$out_b" &
   local rank1=$!
-  ip netns exec "$ns_a" "${pin_a[@]}" "$rank_bin" --rank 0 --peers "$peers" "${size_flag[@]}" --seconds "$seconds" >"$out_a"
+  ip netns exec "$ns_a" "${pin_a[@]}" "$rank_bin" --rank 0 --peers "$peers" --key "$data_key" "${size_flag[@]}" --seconds "$seconds" >"$out_a"
   wait "$rank1"
   cat "$out_a" "$out_b" >&2
   cat "$out_a" "$out_b" | python3 -c 'import re, sys
@@ -126,7 +128,7 @@ print(min(values), re.search(r"bytes=([0-9]+)", text).group(1))'
 gpuvet_pair() {
   local out_a
   out_a="$(mktemp)"
-  local group=(env NNODES=2 MASTER_ADDR="$addr_a" GPUVET_TOKEN="bench-$$" GPUVET_JOB_ID=bench)
+  local group=(env NNODES=2 MASTER_ADDR="$addr_a" GPUVET_TOKEN="$data_key" GPUVET_JOB_ID=bench)
   local check=(check --json --no-store --backend cpu --cpu-devices 1 --checks all_reduce_2)
   ip netns exec "$ns_b" "${pin_b[@]}" "${group[@]}" NODE_RANK=1 GPUVET_NODE=b \
     "$gpuvet_bin" "${check[@]}" --data-addr "$addr_b" >/dev/null 2>&1 &

@@ -2,22 +2,24 @@
 //! "node" (e.g. one per network namespace) and each prints what it measured.
 //!
 //! ```text
-//! tcp_rank --rank 0 --peers 10.0.0.1:29600,10.0.0.2:29600 [--collective all_reduce]
-//!          [--bytes N] [--seconds 2] [--round 1] [--timeout 60]
+//! tcp_rank --rank 0 --peers 10.0.0.1:29600,10.0.0.2:29600 --key HEX
+//!          [--collective all_reduce] [--bytes N] [--seconds 2] [--round 1] [--timeout 60]
 //! tcp_rank --local 2 [--collective all_gather] ...   # every rank as a thread, loopback
 //! ```
 //!
 //! Collectives: `all_reduce`, `all_gather`, `all_to_all`, `host` (the `pytorch_gloo_2`
 //! fallback). The rank listens on its own entry of `--peers` (all interfaces' port when
 //! the address is not local, e.g. behind NAT). `--bytes` defaults to gpuvet's own
-//! sizing for the group. Output: one `key=value` line per rank.
+//! sizing for the group. `--key` is the data-plane key every rank proves in its greeting
+//! (64 hex digits, the same for every rank, e.g. from `openssl rand -hex 32`); `--local`
+//! makes up one. Output: one `key=value` line per rank.
 
 use std::net::{SocketAddr, TcpListener};
 use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::tcp::{CollectiveSpec, GroupSpec, TcpGroup, Topology};
+use gpuvet_backend::tcp::{CollectiveSpec, DataKey, GroupSpec, TcpGroup, Topology};
 use gpuvet_backend::{BackendError, CancelToken, Sample};
 
 #[derive(Debug, Clone)]
@@ -30,6 +32,7 @@ struct Options {
     seconds: f64,
     round: u64,
     timeout: Duration,
+    key: Option<DataKey>,
 }
 
 fn parse() -> Result<Options, String> {
@@ -42,6 +45,7 @@ fn parse() -> Result<Options, String> {
         seconds: 2.0,
         round: 1,
         timeout: Duration::from_secs(60),
+        key: None,
     };
     let mut args = std::env::args().skip(1);
     while let Some(flag) = args.next() {
@@ -60,6 +64,7 @@ fn parse() -> Result<Options, String> {
             "--bytes" => options.bytes = Some(value.parse().map_err(|_| bad("a byte count"))?),
             "--seconds" => options.seconds = value.parse().map_err(|_| bad("seconds"))?,
             "--round" => options.round = value.parse().map_err(|_| bad("a round id"))?,
+            "--key" => options.key = Some(parse_key(&value).ok_or_else(|| bad("64 hex digits"))?),
             "--timeout" => {
                 options.timeout = Duration::from_secs(value.parse().map_err(|_| bad("seconds"))?)
             }
@@ -67,6 +72,19 @@ fn parse() -> Result<Options, String> {
         }
     }
     Ok(options)
+}
+
+fn parse_key(hex: &str) -> Option<DataKey> {
+    let digits: Vec<u8> = hex
+        .chars()
+        .map(|c| c.to_digit(16).and_then(|d| u8::try_from(d).ok()))
+        .collect::<Option<_>>()?;
+    let bytes: Vec<u8> = digits
+        .chunks(2)
+        .map(|pair| (pair[0] << 4) | pair[1])
+        .collect();
+    let bytes: [u8; 32] = (digits.len() == 64).then_some(bytes)?.try_into().ok()?;
+    Some(DataKey::from_bytes(bytes))
 }
 
 fn run_rank(
@@ -87,6 +105,7 @@ fn run_rank(
         peers: peers.to_vec(),
         round: options.round,
         topology,
+        key: options.key.clone().expect("a key, checked in main"),
     };
     let mut group = TcpGroup::establish(&group_spec, listener, deadline, &cancel)?;
     let spec = CollectiveSpec {
@@ -132,13 +151,22 @@ fn report(options: &Options, rank: usize, result: &Result<Sample, BackendError>)
 
 #[allow(clippy::print_stdout, clippy::print_stderr)]
 fn main() -> ExitCode {
-    let options = match parse() {
+    let mut options = match parse() {
         Ok(options) => options,
         Err(message) => {
             eprintln!("tcp_rank: {message}");
             return ExitCode::from(2);
         }
     };
+    if options.key.is_none() {
+        if options.local.is_none() {
+            eprintln!(
+                "tcp_rank: `--rank` needs `--key`: 64 hex digits, the same for every rank (e.g. `openssl rand -hex 32`)"
+            );
+            return ExitCode::from(2);
+        }
+        options.key = Some(DataKey::random().expect("the system's random source"));
+    }
     let results: Vec<(usize, Result<Sample, BackendError>)> = if let Some(ranks) = options.local {
         let listeners: Vec<TcpListener> = (0..ranks)
             .map(|_| TcpListener::bind("127.0.0.1:0").expect("bind a loopback port"))

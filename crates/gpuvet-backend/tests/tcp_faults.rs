@@ -10,7 +10,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::tcp::{
-    CollectiveSpec, ProbeResponder, ProbeSpec, TcpGroup, Topology, probe_connectivity,
+    CollectiveSpec, DataKey, GroupSpec, ProbeResponder, ProbeSpec, TcpGroup, Topology,
+    probe_connectivity,
 };
 use gpuvet_backend::{BackendError, CancelToken};
 use tcp_support::{DEADLINE, closed_port, listeners, message, small_spec, spec_for};
@@ -112,7 +113,7 @@ fn strays_with_the_wrong_round_or_garbage_are_refused_and_the_group_still_forms(
         });
         // Garbage first, then a rank 0 from round 6: both must be turned away.
         let mut garbage = TcpStream::connect(addrs[1]).unwrap();
-        garbage.write_all(&[0xAB; 40]).unwrap();
+        garbage.write_all(&[0xAB; 72]).unwrap();
         let stray = scope.spawn(|| {
             let spec = spec_for(0, &addrs, 6, Topology::Ring);
             let own = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -149,6 +150,137 @@ fn strays_with_the_wrong_round_or_garbage_are_refused_and_the_group_still_forms(
         );
         assert!(reducing.join().unwrap().is_ok());
         drop(garbage);
+    });
+}
+
+/// A hello as a stranger without the key would write it: every field right for rank 0
+/// calling rank 1 in `round`, and a MAC it can only guess (zeros).
+fn unproven_hello(round: u64, world: u32) -> Vec<u8> {
+    let mut hello = Vec::with_capacity(72);
+    hello.extend_from_slice(b"GVDP");
+    hello.extend_from_slice(&2u16.to_le_bytes());
+    hello.extend_from_slice(&[0, 0]);
+    hello.extend_from_slice(&round.to_le_bytes());
+    hello.extend_from_slice(&world.to_le_bytes());
+    hello.extend_from_slice(&0u32.to_le_bytes());
+    hello.extend_from_slice(&1u32.to_le_bytes());
+    hello.extend_from_slice(&1.0f32.to_ne_bytes());
+    hello.extend_from_slice(&[0; 8]);
+    hello.extend_from_slice(&[0; 32]);
+    hello
+}
+
+/// The refusal code of a 56-byte reply.
+fn refusal_code(reply: &[u8]) -> u16 {
+    u16::from_le_bytes([reply[6], reply[7]])
+}
+
+#[test]
+fn strangers_without_the_key_are_refused_and_the_real_ranks_still_reduce() {
+    let (listeners, addrs) = listeners(2);
+    let cancel = CancelToken::new();
+    let deadline = Instant::now() + DEADLINE;
+    thread::scope(|scope| {
+        let rank1 = scope.spawn(|| {
+            let spec = spec_for(1, &addrs, 7, Topology::Ring);
+            TcpGroup::establish(&spec, &listeners[1], deadline, &cancel)
+        });
+        // A stranger without the token: it reads the challenge, then claims to be rank 0
+        // with every field right but no proof.
+        let mut stranger = TcpStream::connect(addrs[1]).unwrap();
+        stranger.set_read_timeout(Some(DEADLINE)).unwrap();
+        let mut challenge = [0u8; 40];
+        std::io::Read::read_exact(&mut stranger, &mut challenge).unwrap();
+        assert_eq!(&challenge[..4], b"GVDC");
+        stranger.write_all(&unproven_hello(7, 2)).unwrap();
+        let mut reply = [0u8; 56];
+        std::io::Read::read_exact(&mut stranger, &mut reply).unwrap();
+        assert_eq!(refusal_code(&reply), 8, "refused for its proof");
+        assert!(reply[24..].iter().all(|&b| b == 0), "no MAC for a stranger");
+
+        // A stranger with a wrong token runs the real protocol under another key.
+        let impostor = scope.spawn(|| {
+            let spec = GroupSpec {
+                key: DataKey::from_bytes([0x77; 32]),
+                ..spec_for(0, &addrs, 7, Topology::Ring)
+            };
+            let own = TcpListener::bind("127.0.0.1:0").unwrap();
+            TcpGroup::establish(&spec, &own, Instant::now() + SHORT, &cancel)
+        });
+        let impostor_text = message(impostor.join().unwrap());
+        assert!(
+            impostor_text.contains("refused the connection from rank 0")
+                && impostor_text.contains("did not prove the run's data-plane key"),
+            "{impostor_text}"
+        );
+
+        // Now the real rank 0: the strangers took nothing from it.
+        let spec = spec_for(0, &addrs, 7, Topology::Ring);
+        let mut rank0 = TcpGroup::establish(&spec, &listeners[0], deadline, &cancel).unwrap();
+        let mut rank1 = rank1.join().unwrap().unwrap();
+        let refused = rank1.refused_connections().join("\n");
+        assert_eq!(
+            refused
+                .matches("does not prove this run's data-plane key")
+                .count(),
+            2,
+            "{refused}"
+        );
+        // Named by their addresses, never by the rank they claimed.
+        assert!(!refused.contains("rank 0"), "{refused}");
+        let reducing =
+            scope.spawn(move || rank0.all_reduce(&small_spec(4096), deadline, &CancelToken::new()));
+        assert!(
+            rank1
+                .all_reduce(&small_spec(4096), deadline, &cancel)
+                .is_ok()
+        );
+        assert!(reducing.join().unwrap().is_ok());
+        drop(stranger);
+    });
+}
+
+#[test]
+fn a_listener_without_the_key_is_not_taken_for_the_peer() {
+    // Rank 1's address is held by something that speaks the protocol and accepts every
+    // caller, but cannot prove the key: rank 0 must not take it for rank 1.
+    let (listeners, addrs) = listeners(2);
+    let cancel = CancelToken::new();
+    thread::scope(|scope| {
+        let squatter = scope.spawn(|| {
+            let (mut stream, _) = listeners[1].accept().unwrap();
+            let mut challenge = Vec::from(*b"GVDC");
+            challenge.extend_from_slice(&2u16.to_le_bytes());
+            challenge.extend_from_slice(&[0; 34]);
+            stream.write_all(&challenge).unwrap();
+            let mut hello = [0u8; 72];
+            std::io::Read::read_exact(&mut stream, &mut hello).unwrap();
+            // "Welcome, I am rank 1 of round 1", with a made-up proof.
+            let mut reply = Vec::from(*b"GVDP");
+            reply.extend_from_slice(&2u16.to_le_bytes());
+            reply.extend_from_slice(&0u16.to_le_bytes());
+            reply.extend_from_slice(&1u64.to_le_bytes());
+            reply.extend_from_slice(&2u32.to_le_bytes());
+            reply.extend_from_slice(&1u32.to_le_bytes());
+            reply.extend_from_slice(&[0x42; 32]);
+            stream.write_all(&reply).unwrap();
+            stream
+        });
+        let spec = spec_for(0, &addrs, 1, Topology::Ring);
+        let text = message(TcpGroup::establish(
+            &spec,
+            &listeners[0],
+            Instant::now() + DEADLINE,
+            &cancel,
+        ));
+        assert!(
+            text.contains(&format!(
+                "rank 1 (`{}`) answered without proving this run's data-plane key",
+                addrs[1]
+            )),
+            "{text}"
+        );
+        drop(squatter.join().unwrap());
     });
 }
 

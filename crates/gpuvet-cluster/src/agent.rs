@@ -209,6 +209,9 @@ pub struct Agent {
     clock: ClockOffset,
     heartbeat_interval: Duration,
     coordinator_addr: SocketAddr,
+    /// Kept to derive each run's data-plane key; never sent anywhere.
+    token: Token,
+    job_id: String,
     stop_heartbeats: Option<mpsc::Sender<()>>,
     threads: Vec<JoinHandle<()>>,
 }
@@ -260,7 +263,7 @@ impl Agent {
             let attempt_deadline = deadline.min(Instant::now() + options.handshake_timeout);
             match attempt(endpoint, &identity, token, attempt_deadline) {
                 Attempt::Joined(stream, welcome) => {
-                    return Agent::start(stream, identity, welcome, &options);
+                    return Agent::start(stream, identity, token, welcome, &options);
                 }
                 Attempt::GiveUp(err) => return Err(err),
                 Attempt::Retry(reason) => last_error = reason,
@@ -280,6 +283,7 @@ impl Agent {
     fn start(
         stream: TcpStream,
         identity: AgentIdentity,
+        token: &Token,
         welcome: Welcome,
         options: &AgentOptions,
     ) -> Result<Agent, ClusterError> {
@@ -331,6 +335,8 @@ impl Agent {
             clock: welcome.clock,
             heartbeat_interval,
             coordinator_addr,
+            token: token.clone(),
+            job_id: identity.job_id.clone(),
             stop_heartbeats: Some(stop_tx),
             threads: vec![reader, heartbeats],
         })
@@ -342,6 +348,12 @@ impl Agent {
 
     pub fn nnodes(&self) -> u32 {
         self.nnodes
+    }
+
+    /// The data-plane key of the run whose session id the coordinator sent (see
+    /// [`crate::auth::data_plane_key`]): what this node's greetings prove to its peers.
+    pub fn data_plane_key(&self, session: &[u8]) -> [u8; 32] {
+        crate::auth::data_plane_key(&self.token, &self.job_id, session)
     }
 
     /// The coordinator's address as connected.

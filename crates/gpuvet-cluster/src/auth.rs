@@ -7,6 +7,11 @@
 //! `HMAC-SHA256(token, label ‖ nonce ‖ len(job_id) ‖ job_id ‖ rank)`: the label keeps
 //! one direction's proof from being replayed as the other's, and the fixed-width
 //! length and rank keep `job "a1", rank 2` apart from `job "a", rank 12`.
+//!
+//! The data plane between agents never sees the token: each run the coordinator picks a
+//! random session id, and every agent derives the run's data-plane key from the token,
+//! the job id and that session ([`data_plane_key`]). A greeting recorded in one run
+//! proves nothing in the next, and the key cannot be turned back into the token.
 
 use std::fmt;
 
@@ -20,6 +25,14 @@ pub const NONCE_LEN: usize = 32;
 
 const AGENT_LABEL: &[u8] = b"gpuvet/agent-proof/v1\0";
 const COORDINATOR_LABEL: &[u8] = b"gpuvet/coordinator-proof/v1\0";
+const DATA_PLANE_LABEL: &[u8] = b"gpuvet/data-plane-key/v1\0";
+
+/// The shortest token accepted, in bytes: 128 bits even for a token of random bytes;
+/// a hex token needs 32 digits to carry as much.
+pub const MIN_TOKEN_BYTES: usize = 16;
+/// How to make a good token, for the hint of a refused one.
+pub const TOKEN_HINT: &str =
+    "generate one with `openssl rand -hex 32` and give every node the same value in `GPUVET_TOKEN`";
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -28,15 +41,30 @@ type HmacSha256 = Hmac<Sha256>;
 pub struct Token(String);
 
 impl Token {
-    /// A token from a flag or `GPUVET_TOKEN`. Surrounding whitespace is dropped, since
-    /// a secret mounted from a file often ends with a newline on some nodes only.
+    /// A token from `GPUVET_TOKEN`. Surrounding whitespace is dropped, since a secret
+    /// mounted from a file often ends with a newline on some nodes only. A token shorter
+    /// than [`MIN_TOKEN_BYTES`] is refused: anyone who can reach a node could guess it.
     pub fn new(secret: impl AsRef<str>) -> Result<Token, ClusterError> {
+        Token::from_setting(secret, "`GPUVET_TOKEN`")
+    }
+
+    /// [`Token::new`] for a secret from the setting `name` (quoted, e.g. "`--token`"),
+    /// which errors then name.
+    pub fn from_setting(secret: impl AsRef<str>, name: &str) -> Result<Token, ClusterError> {
         let secret = secret.as_ref().trim();
         if secret.is_empty() {
             return Err(ClusterError::InvalidSetting {
-                name: "`GPUVET_TOKEN`".to_owned(),
+                name: name.to_owned(),
                 value: String::new(),
                 expected: "a non-empty secret shared by every node".to_owned(),
+            });
+        }
+        if secret.len() < MIN_TOKEN_BYTES {
+            // The value stays out of the message: it is a secret, if a weak one.
+            return Err(ClusterError::WeakToken {
+                name: name.to_owned(),
+                len: secret.len(),
+                min: MIN_TOKEN_BYTES,
             });
         }
         Ok(Token(secret.to_owned()))
@@ -108,16 +136,38 @@ pub fn verify_coordinator_proof(
     verify(token, COORDINATOR_LABEL, nonce, job_id, rank, proof)
 }
 
+/// Bytes in a data-plane session id.
+pub const SESSION_LEN: usize = 16;
+
+/// A fresh data-plane session id from the operating system's random source.
+pub fn random_session() -> Result<[u8; SESSION_LEN], ClusterError> {
+    let mut session = [0u8; SESSION_LEN];
+    session.copy_from_slice(&random_nonce()?[..SESSION_LEN]);
+    Ok(session)
+}
+
+/// The key of one run's data plane: `HMAC-SHA256(token, label ‖ len(job_id) ‖ job_id ‖
+/// session)`, where `session` is the random id the coordinator chose for the run. Every
+/// agent of the run derives the same key; a stranger without the token cannot.
+pub fn data_plane_key(token: &Token, job_id: &str, session: &[u8]) -> [u8; 32] {
+    let mut mac = token.mac();
+    mac.update(DATA_PLANE_LABEL);
+    mac.update(&length_prefix(job_id));
+    mac.update(job_id.as_bytes());
+    mac.update(session);
+    mac.finalize().into_bytes().into()
+}
+
+fn length_prefix(text: &str) -> [u8; 4] {
+    // A job id longer than u32::MAX bytes cannot arrive in a 16 MiB frame.
+    u32::try_from(text.len()).unwrap_or(u32::MAX).to_be_bytes()
+}
+
 fn keyed(token: &Token, label: &[u8], nonce: &[u8], job_id: &str, rank: u32) -> HmacSha256 {
     let mut mac = token.mac();
     mac.update(label);
     mac.update(nonce);
-    // A job id longer than u32::MAX bytes cannot arrive in a 16 MiB frame.
-    mac.update(
-        &u32::try_from(job_id.len())
-            .unwrap_or(u32::MAX)
-            .to_be_bytes(),
-    );
+    mac.update(&length_prefix(job_id));
     mac.update(job_id.as_bytes());
     mac.update(&rank.to_be_bytes());
     mac
@@ -175,8 +225,9 @@ pub fn from_hex(text: &str) -> Option<Vec<u8>> {
 mod tests {
     use super::*;
 
-    fn token(secret: &str) -> Token {
-        Token::new(secret).unwrap()
+    /// A token of at least [`MIN_TOKEN_BYTES`] made from a short name.
+    fn token(name: &str) -> Token {
+        Token::new(format!("{name}-0123456789abcdef")).unwrap()
     }
 
     #[test]
@@ -257,13 +308,49 @@ mod tests {
 
     #[test]
     fn tokens_are_trimmed_redacted_and_never_empty() {
-        assert_eq!(token(" abc\n"), token("abc"));
+        assert_eq!(
+            Token::new(" abcdefghijklmnop\n").unwrap(),
+            Token::new("abcdefghijklmnop").unwrap()
+        );
         assert_eq!(format!("{:?}", token("abc")), "Token(<redacted>)");
         let err = Token::new(" \n").unwrap_err().to_string();
         assert!(err.contains("`GPUVET_TOKEN`"), "{err}");
         let random = Token::random().unwrap();
         assert_eq!(random.reveal().len(), 64);
         assert_ne!(random, Token::random().unwrap());
+    }
+
+    #[test]
+    fn short_tokens_are_refused_without_showing_them() {
+        for short in ["s3cret", "fifteen-bytes!!"] {
+            let err = Token::new(short).unwrap_err();
+            let text = err.to_string();
+            assert!(
+                text.starts_with(&format!("`GPUVET_TOKEN` is {} bytes long", short.len()))
+                    && text.contains("at least 16 bytes"),
+                "{text}"
+            );
+            assert!(!text.contains(short), "the secret leaked: {text}");
+            assert!(err.hint().unwrap().contains("openssl rand -hex 32"));
+        }
+        // Whitespace does not count towards the length.
+        assert!(Token::new(" fifteen-bytes!! \n").is_err());
+        assert!(Token::new("sixteen-bytes!!!").is_ok());
+        let err = Token::from_setting("x", "`--token`")
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("`--token` is 1 byte long"), "{err}");
+    }
+
+    #[test]
+    fn data_plane_keys_differ_by_token_job_and_session() {
+        let key = data_plane_key(&token("a"), "job", &[1; SESSION_LEN]);
+        assert_eq!(key, data_plane_key(&token("a"), "job", &[1; SESSION_LEN]));
+        assert_ne!(key, data_plane_key(&token("b"), "job", &[1; SESSION_LEN]));
+        assert_ne!(key, data_plane_key(&token("a"), "job2", &[1; SESSION_LEN]));
+        assert_ne!(key, data_plane_key(&token("a"), "job", &[2; SESSION_LEN]));
+        // Not the proof of an agent: the label keeps the two apart.
+        assert_ne!(key, agent_proof(&token("a"), &[1; SESSION_LEN], "job", 0));
     }
 
     #[test]

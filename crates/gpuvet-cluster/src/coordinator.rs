@@ -185,6 +185,7 @@ impl Shared {
 pub struct Coordinator {
     shared: Arc<Shared>,
     local_addr: SocketAddr,
+    data_session: [u8; crate::auth::SESSION_LEN],
     events: Mutex<mpsc::Receiver<CoordinatorEvent>>,
     stop_monitor: Mutex<Option<mpsc::Sender<()>>>,
     threads: Mutex<Vec<JoinHandle<()>>>,
@@ -217,6 +218,7 @@ impl Coordinator {
                 reason: "a group has at least one node".to_owned(),
             });
         }
+        let data_session = crate::auth::random_session()?;
         let listener = TcpListener::bind(addr)
             .map_err(|err| ClusterError::io("cannot listen for agents", err))?;
         let local_addr = listener
@@ -265,10 +267,18 @@ impl Coordinator {
         Ok(Coordinator {
             shared,
             local_addr,
+            data_session,
             events: Mutex::new(events_rx),
             stop_monitor: Mutex::new(Some(stop_tx)),
             threads: Mutex::new(vec![monitor]),
         })
+    }
+
+    /// This run's data-plane session id, chosen at random when the coordinator started:
+    /// agents derive the run's data-plane key from it ([`crate::Agent::data_plane_key`]),
+    /// so a greeting recorded in one run proves nothing in another.
+    pub fn data_session(&self) -> [u8; crate::auth::SESSION_LEN] {
+        self.data_session
     }
 
     /// The address it listens on (with the real port when bound to port 0).

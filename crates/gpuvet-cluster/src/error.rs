@@ -36,6 +36,18 @@ pub enum ClusterError {
     )]
     MissingCoordinatorAddress { rank: u32, nnodes: u32 },
 
+    /// A token too short to keep strangers out; the message never shows it.
+    #[error(
+        "{name} is {len} byte{plural} long; a group's token needs at least {min} bytes, \
+         since anyone who can reach a node could guess a shorter one",
+        plural = if *len == 1 { "" } else { "s" }
+    )]
+    WeakToken {
+        name: String,
+        len: usize,
+        min: usize,
+    },
+
     #[error(
         "a group of `{nnodes}` nodes needs a shared secret: set `GPUVET_TOKEN` (or pass \
          `--token`) to the same value on every node"
@@ -124,6 +136,16 @@ pub enum ClusterError {
 }
 
 impl ClusterError {
+    /// What to do about it, for the binary's `hint:` line, where gpuvet knows.
+    pub fn hint(&self) -> Option<&'static str> {
+        match self {
+            ClusterError::WeakToken { .. } | ClusterError::MissingToken { .. } => {
+                Some(crate::auth::TOKEN_HINT)
+            }
+            _ => None,
+        }
+    }
+
     pub(crate) fn io(context: impl Into<String>, source: io::Error) -> Self {
         ClusterError::Io {
             context: context.into(),

@@ -60,6 +60,10 @@ pub struct MemberInfo {
     /// Where its data plane listens, with an unspecified IP replaced by `peer_addr`'s.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_addr: Option<SocketAddr>,
+    /// The coordinator's address its control connection reached: how the member's host
+    /// reaches the coordinator's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reached_addr: Option<SocketAddr>,
     pub gpuvet_version: String,
     /// What the agent sent in its hello's `info`.
     pub info: Value,
@@ -270,7 +274,8 @@ impl fmt::Display for Refusal {
 pub struct RefusedPeer {
     pub peer: SocketAddr,
     pub time_ms: u64,
-    /// The rank and node the peer claimed, when it got that far.
+    /// The rank and node the peer claimed, when it got that far and proved the token
+    /// first; a peer without the token is known by its address only.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rank: Option<u32>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

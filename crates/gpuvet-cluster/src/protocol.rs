@@ -33,7 +33,10 @@ use crate::clock::ClockOffset;
 use crate::error::ClusterError;
 
 /// Bumped whenever a message changes incompatibly; both sides must speak the same.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Also bumped when what the commands carry changes incompatibly, so that nodes of
+/// different gpuvet versions are refused at the door rather than mid-run. 2: collective
+/// orders carry the run's data-plane session, and agents prove its key to each other.
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// The largest frame either side accepts once the handshake is done: room for a
 /// report with per-iteration samples of every GPU, small enough to refuse nonsense.

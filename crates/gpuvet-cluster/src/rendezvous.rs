@@ -8,7 +8,8 @@
 //! | gpuvet's port | `--gpuvet-port` | `GPUVET_PORT`, else [`DEFAULT_PORT`] |
 //! | node rank | `--node-rank` | `NODE_RANK`, `GROUP_RANK`, `LWS_WORKER_INDEX` |
 //! | node count | `--nnodes` | `NNODES`, `LWS_GROUP_SIZE`, else 1 |
-//! | token | `--token` | `GPUVET_TOKEN` |
+//! | token | `--token` | `GPUVET_TOKEN` (at least 16 bytes) |
+//! | coordinator's listen address | `--listen-addr` | `GPUVET_LISTEN_ADDR` (read by the binary's flag), else every interface |
 //!
 //! torchrun's `WORLD_SIZE` counts processes, not nodes, so it is never read as the node
 //! count; it only sharpens the hint when the count is missing. `MASTER_PORT` belongs to
@@ -16,7 +17,7 @@
 
 use std::collections::BTreeMap;
 use std::fmt;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
 
 use crate::auth::Token;
 use crate::error::ClusterError;
@@ -62,6 +63,8 @@ pub struct RendezvousFlags {
     pub node_rank: Option<u32>,
     pub nnodes: Option<u32>,
     pub token: Option<String>,
+    /// The IP rank 0's coordinator listens on; `None`: every interface.
+    pub listen_addr: Option<IpAddr>,
 }
 
 /// Where a setting came from, for messages such as "rank 1 (from `NODE_RANK`)".
@@ -98,6 +101,37 @@ impl From<SocketAddr> for Endpoint {
     }
 }
 
+impl Endpoint {
+    /// The local IP this host's kernel picks to reach the endpoint: the address an
+    /// agent's control connection comes from, found without sending anything (a UDP
+    /// socket's `connect` only consults the routing table). The first resolved address
+    /// that has a route wins, as the agent's first reachable address does.
+    pub fn local_ip_toward(&self) -> Result<IpAddr, ClusterError> {
+        let context = || format!("cannot find the route to the coordinator at `{self}`");
+        let addrs = (self.host.as_str(), self.port)
+            .to_socket_addrs()
+            .map_err(|err| ClusterError::io(context(), err))?;
+        let mut last = std::io::Error::new(
+            std::io::ErrorKind::NotFound,
+            format!("`{}` resolves to no address", self.host),
+        );
+        for addr in addrs {
+            let any: SocketAddr = match addr {
+                SocketAddr::V4(_) => (Ipv4Addr::UNSPECIFIED, 0).into(),
+                SocketAddr::V6(_) => (Ipv6Addr::UNSPECIFIED, 0).into(),
+            };
+            let routed = UdpSocket::bind(any)
+                .and_then(|socket| socket.connect(addr).map(|()| socket))
+                .and_then(|socket| socket.local_addr());
+            match routed {
+                Ok(local) => return Ok(local.ip()),
+                Err(err) => last = err,
+            }
+        }
+        Err(ClusterError::io(context(), last))
+    }
+}
+
 impl fmt::Display for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.host.contains(':') {
@@ -120,6 +154,8 @@ pub struct Rendezvous {
     /// `None` only for a group of one node, which needs no network; the binary may use
     /// [`Token::random`] then.
     pub token: Option<Token>,
+    /// The IP the coordinator listens on, when `--listen-addr` names one.
+    pub listen_ip: Option<IpAddr>,
     pub sources: Sources,
 }
 
@@ -227,13 +263,10 @@ impl Rendezvous {
         }
 
         let token = match &flags.token {
-            Some(secret) => Some(Token::new(secret).map_err(|_| {
-                invalid(
-                    Source::Flag(flag::TOKEN),
-                    "",
-                    "a non-empty secret shared by every node",
-                )
-            })?),
+            Some(secret) => Some(Token::from_setting(
+                secret,
+                &Source::Flag(flag::TOKEN).to_string(),
+            )?),
             None => lookup(&[env::GPUVET_TOKEN])
                 .map(|(_, secret)| Token::new(secret))
                 .transpose()?,
@@ -248,6 +281,7 @@ impl Rendezvous {
             coordinator_host,
             port,
             token,
+            listen_ip: flags.listen_addr,
             sources: Sources {
                 rank: rank_source,
                 nnodes: nnodes_source,
@@ -262,9 +296,14 @@ impl Rendezvous {
         self.rank == 0
     }
 
-    /// Where rank 0's coordinator listens: every interface when other nodes must reach
-    /// it (IPv6 when the coordinator's address is IPv6), loopback for a group of one.
+    /// Where rank 0's coordinator listens: `--listen-addr` when given; else every
+    /// interface when other nodes must reach it (IPv6 when the coordinator's address is
+    /// IPv6), since rank 0 cannot know by which of its addresses they will call; loopback
+    /// for a group of one.
     pub fn bind_addr(&self) -> SocketAddr {
+        if let Some(ip) = self.listen_ip {
+            return SocketAddr::new(ip, self.port);
+        }
         if self.nnodes == 1 {
             return SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), self.port);
         }
@@ -281,12 +320,18 @@ impl Rendezvous {
     }
 
     /// Where this node's agent connects. Rank 0 uses the coordinator's public address
-    /// when it has one, so that its connection comes from the IP its peers can reach.
+    /// when it has one, so that its connection comes from the IP its peers can reach;
+    /// and the address its coordinator listens on when `--listen-addr` names one, since
+    /// it may listen nowhere else.
     pub fn coordinator_endpoint(&self) -> Endpoint {
-        let host = self
-            .coordinator_host
-            .clone()
-            .unwrap_or_else(|| Ipv4Addr::LOCALHOST.to_string());
+        let listen_ip = self
+            .listen_ip
+            .filter(|ip| self.is_coordinator() && !ip.is_unspecified());
+        let host = match (listen_ip, &self.coordinator_host) {
+            (Some(ip), _) => ip.to_string(),
+            (None, Some(host)) => host.clone(),
+            (None, None) => Ipv4Addr::LOCALHOST.to_string(),
+        };
         Endpoint {
             host,
             port: self.port,
@@ -379,6 +424,9 @@ fn check_host(host: &str, source: Source) -> Result<String, ClusterError> {
 mod tests {
     use super::*;
 
+    /// A token long enough to be accepted.
+    const TOKEN: &str = "0123456789abcdef";
+
     fn vars(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
             .iter()
@@ -413,19 +461,19 @@ mod tests {
             ("NODE_RANK", "2"),
             ("NNODES", "4"),
             ("WORLD_SIZE", "32"),
-            ("GPUVET_TOKEN", "s3cret"),
+            ("GPUVET_TOKEN", "s3cret-s3cret-s3cret"),
         ])
         .unwrap();
         assert_eq!((r.rank, r.nnodes, r.port), (2, 4, DEFAULT_PORT));
         assert_eq!(r.coordinator_endpoint().to_string(), "node-0.svc:29517");
         assert_eq!(r.sources.rank, Source::Env("NODE_RANK"));
-        assert_eq!(r.token.unwrap().reveal(), "s3cret");
+        assert_eq!(r.token.unwrap().reveal(), "s3cret-s3cret-s3cret");
         assert_eq!(
             resolve(&[
                 ("GROUP_RANK", "1"),
                 ("NNODES", "2"),
                 ("MASTER_ADDR", "h"),
-                ("GPUVET_TOKEN", "t")
+                ("GPUVET_TOKEN", TOKEN)
             ])
             .unwrap()
             .sources
@@ -440,7 +488,7 @@ mod tests {
             ("LWS_LEADER_ADDRESS", "vllm-0.vllm.default"),
             ("LWS_GROUP_SIZE", "2"),
             ("LWS_WORKER_INDEX", "1"),
-            ("GPUVET_TOKEN", "t"),
+            ("GPUVET_TOKEN", TOKEN),
         ])
         .unwrap();
         assert_eq!((r.rank, r.nnodes), (1, 2));
@@ -462,7 +510,7 @@ mod tests {
             ("NNODES", "3"),
             ("LWS_GROUP_SIZE", "4"),
             ("GPUVET_PORT", "4000"),
-            ("GPUVET_TOKEN", "env-token"),
+            ("GPUVET_TOKEN", "env-token-env-token"),
         ]);
         let r = Rendezvous::resolve(&RendezvousFlags::default(), &env).unwrap();
         assert_eq!(
@@ -474,14 +522,15 @@ mod tests {
             gpuvet_port: Some(5000),
             node_rank: Some(4),
             nnodes: Some(5),
-            token: Some("flag-token".into()),
+            token: Some("flag-token-flag-token".into()),
+            ..Default::default()
         };
         let r = Rendezvous::resolve(&flags, &env).unwrap();
         assert_eq!(
             (r.rank, r.nnodes, r.coordinator_host.as_deref(), r.port),
             (4, 5, Some("c"), 5000)
         );
-        assert_eq!(r.token.unwrap().reveal(), "flag-token");
+        assert_eq!(r.token.unwrap().reveal(), "flag-token-flag-token");
         assert_eq!(r.sources.rank, Source::Flag("--node-rank"));
     }
 
@@ -507,7 +556,7 @@ mod tests {
             ("NODE_RANK", "4"),
             ("NNODES", "4"),
             ("MASTER_ADDR", "h"),
-            ("GPUVET_TOKEN", "t"),
+            ("GPUVET_TOKEN", TOKEN),
         ]);
         assert_eq!(
             err,
@@ -571,13 +620,13 @@ mod tests {
 
     #[test]
     fn workers_need_the_coordinator_address() {
-        let err = error(&[("NODE_RANK", "1"), ("NNODES", "2"), ("GPUVET_TOKEN", "t")]);
+        let err = error(&[("NODE_RANK", "1"), ("NNODES", "2"), ("GPUVET_TOKEN", TOKEN)]);
         assert_eq!(
             err,
             "rank `1` of a group of `2` nodes needs the coordinator's address: set `MASTER_ADDR` or `LWS_LEADER_ADDRESS`, or pass `--master-addr`"
         );
         // Rank 0 is the coordinator and can reach itself.
-        let r = resolve(&[("NODE_RANK", "0"), ("NNODES", "2"), ("GPUVET_TOKEN", "t")]).unwrap();
+        let r = resolve(&[("NODE_RANK", "0"), ("NNODES", "2"), ("GPUVET_TOKEN", TOKEN)]).unwrap();
         assert_eq!(r.coordinator_endpoint().host, "127.0.0.1");
     }
 
@@ -592,7 +641,7 @@ mod tests {
         let r = resolve(&[
             ("MASTER_ADDR", "[fd00::1]"),
             ("NNODES", "2"),
-            ("GPUVET_TOKEN", "t"),
+            ("GPUVET_TOKEN", TOKEN),
         ])
         .unwrap();
         assert_eq!(r.coordinator_host.as_deref(), Some("fd00::1"));
@@ -648,12 +697,86 @@ mod tests {
     }
 
     #[test]
+    fn the_control_port_listens_on_every_interface_unless_told() {
+        let group = [
+            ("MASTER_ADDR", "10.0.0.1"),
+            ("NNODES", "2"),
+            ("GPUVET_TOKEN", TOKEN),
+        ];
+        let r = resolve(&group).unwrap();
+        assert_eq!(r.bind_addr(), "0.0.0.0:29517".parse().unwrap());
+        assert_eq!(r.coordinator_endpoint().to_string(), "10.0.0.1:29517");
+        let flags = RendezvousFlags {
+            listen_addr: Some("10.0.0.9".parse().unwrap()),
+            ..Default::default()
+        };
+        let r = Rendezvous::resolve(&flags, &vars(&group)).unwrap();
+        assert_eq!(r.bind_addr(), "10.0.0.9:29517".parse().unwrap());
+        // Rank 0's own agent calls where its coordinator listens.
+        assert_eq!(r.coordinator_endpoint().to_string(), "10.0.0.9:29517");
+        // Other ranks still call the coordinator's address.
+        let mut worker = group.to_vec();
+        worker.push(("NODE_RANK", "1"));
+        let r = Rendezvous::resolve(&flags, &vars(&worker)).unwrap();
+        assert_eq!(r.coordinator_endpoint().to_string(), "10.0.0.1:29517");
+        // Every interface, said out loud, changes nothing.
+        let flags = RendezvousFlags {
+            listen_addr: Some("0.0.0.0".parse().unwrap()),
+            ..Default::default()
+        };
+        let r = Rendezvous::resolve(&flags, &vars(&group)).unwrap();
+        assert_eq!(r.bind_addr(), "0.0.0.0:29517".parse().unwrap());
+        assert_eq!(r.coordinator_endpoint().to_string(), "10.0.0.1:29517");
+    }
+
+    #[test]
+    fn the_route_toward_the_coordinator_names_a_local_ip() {
+        let endpoint = Endpoint {
+            host: "127.0.0.1".to_owned(),
+            port: 29517,
+        };
+        assert_eq!(
+            endpoint.local_ip_toward().unwrap(),
+            IpAddr::V4(Ipv4Addr::LOCALHOST)
+        );
+        let nowhere = Endpoint {
+            host: "no-such-host.invalid".to_owned(),
+            port: 1,
+        };
+        let err = nowhere.local_ip_toward().unwrap_err().to_string();
+        assert!(
+            err.starts_with("cannot find the route to the coordinator at `no-such-host.invalid:1`"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn short_tokens_are_refused_with_a_hint_and_never_shown() {
+        let err =
+            resolve(&[("NNODES", "2"), ("MASTER_ADDR", "h"), ("GPUVET_TOKEN", "x")]).unwrap_err();
+        assert!(
+            err.to_string().starts_with("`GPUVET_TOKEN` is 1 byte long"),
+            "{err}"
+        );
+        assert!(err.hint().unwrap().contains("openssl rand -hex 32"));
+        let flags = RendezvousFlags {
+            token: Some("tiny-secret".into()),
+            ..Default::default()
+        };
+        let err = Rendezvous::resolve(&flags, &BTreeMap::new())
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("`--token` is 11 bytes long"), "{err}");
+        assert!(!err.contains("tiny-secret"), "{err}");
+    }
+
+    #[test]
     fn describe_says_where_each_setting_came_from() {
         let r = resolve(&[
             ("MASTER_ADDR", "n0"),
             ("NODE_RANK", "1"),
             ("NNODES", "4"),
-            ("GPUVET_TOKEN", "t"),
+            ("GPUVET_TOKEN", TOKEN),
         ])
         .unwrap();
         assert_eq!(

@@ -25,7 +25,8 @@ use crate::protocol::{
     PROTOCOL_VERSION, Welcome, decode_message, read_frame, write_message,
 };
 
-/// What a peer claimed before it was refused, for the refusal event.
+/// What a peer that proved the token claimed before it was refused, for the refusal
+/// event.
 #[derive(Default)]
 struct Claim {
     rank: Option<u32>,
@@ -78,15 +79,17 @@ fn handshake(
     let frame = read_frame(stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline))
         .map_err(|err| frame_refusal(err, timeout))?;
     let hello = parse_hello(&frame)?;
-    claim.rank = Some(hello.rank);
-    claim.node = Some(hello.node.clone());
 
     // The proof covers the job id and rank the agent claims, so a right token with a
     // wrong job reads as a wrong job, and only an agent holding the token learns ours.
     let proof = from_hex(&hello.proof).unwrap_or_default();
     if !verify_agent_proof(&shared.token, &nonce, &hello.job_id, hello.rank, &proof) {
+        // Anyone can claim any rank and node: without the token, the claim is not
+        // reported, so a stranger is never taken for the member it names.
         return Err(Refusal::BadToken);
     }
+    claim.rank = Some(hello.rank);
+    claim.node = Some(hello.node.clone());
     if hello.job_id != shared.job_id {
         return Err(Refusal::WrongJob {
             expected: shared.job_id.clone(),
@@ -147,6 +150,7 @@ fn handshake(
         node: hello.node,
         peer_addr: peer,
         data_addr,
+        reached_addr: stream.local_addr().ok(),
         gpuvet_version: hello.gpuvet_version,
         info: hello.info,
         joined_ms: unix_now_ms(),

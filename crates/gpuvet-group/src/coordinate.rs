@@ -19,7 +19,9 @@ use gpuvet_core::results::{
 };
 use gpuvet_runner::{human_duration, scope_skip_reason};
 
-use crate::session::{Answers, GroupEvent, Member, Session};
+use gpuvet_cluster::auth::to_hex;
+
+use crate::session::{Answers, GroupEvent, Member, Session, reachable_from_peers};
 use crate::wire::Directive;
 use crate::{connectivity, local, native, pairs, whole};
 
@@ -64,7 +66,8 @@ pub fn run_group(
     let started = Instant::now();
     let membership = coordinator.wait_for_members(started + plan.rendezvous_timeout);
     let expected = coordinator.expected_nodes() as usize;
-    let mut session = Session::new(coordinator, observe);
+    let data_session = to_hex(&coordinator.data_session());
+    let mut session = Session::new(coordinator, data_session, observe);
     session.observe(GroupEvent::Rendezvous {
         joined: membership.joined.len(),
         expected,
@@ -91,6 +94,7 @@ pub fn run_group(
         }
     }
     unique_names(&mut session.members);
+    reachable_from_peers(&mut session.members, &joined);
 
     let deadline = Instant::now() + plan.timeout;
     let total = plan.checks.len();

@@ -32,6 +32,6 @@ pub mod wire;
 
 pub use coordinate::{GroupPlan, run_group, wait_for_goodbyes};
 pub use error::GroupError;
-pub use node::{DataPlane, NodeSetup, serve};
+pub use node::{DataPlane, NodeSetup, data_plane_ip, serve};
 pub use session::GroupEvent;
 pub use whole::{BOTTLENECK_FACTOR, BOTTLENECK_SHARE, SHARE_FLOOR};

@@ -212,6 +212,7 @@ mod tests {
                 host_id: String::new(),
                 rail_ports: Vec::new(),
                 probe_port: 1,
+                every_interface: false,
                 interfaces: Vec::new(),
                 spans_nodes: true,
             },

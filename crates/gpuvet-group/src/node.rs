@@ -15,14 +15,14 @@ use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::tcp::{
-    CollectiveSpec, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
+    CollectiveSpec, DataKey, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
     multi_all_reduce, probe_connectivity,
 };
 use gpuvet_backend::torch_gloo::{self, GlooRank};
 use gpuvet_backend::{
     Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, WorkSpec, slowest_rail,
 };
-use gpuvet_cluster::auth::{from_hex, to_hex};
+use gpuvet_cluster::auth::{SESSION_LEN, from_hex, to_hex};
 use gpuvet_cluster::{Agent, Received};
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
@@ -38,6 +38,26 @@ use crate::wire::{
     NativeGroup, NodeInfo, ProbeReply, ProbeTarget, Reply,
 };
 
+/// Where this node's data plane listens when `--data-addr` does not say: the address its
+/// control connection to the coordinator comes from (`toward_coordinator`, the source
+/// the kernel routes toward the coordinator), since that is the address the group
+/// already reaches this node at.
+///
+/// Except loopback: a node that reaches its coordinator over loopback shares its host,
+/// and cannot tell whether its peers do too. It then listens on every interface (the
+/// unspecified address of the same family), and the coordinator tells the peers the
+/// address the other nodes reached its host at (see `reachable_from_peers`).
+pub fn data_plane_ip(explicit: Option<IpAddr>, toward_coordinator: IpAddr) -> IpAddr {
+    match explicit {
+        Some(ip) => ip,
+        None if toward_coordinator.is_loopback() => match toward_coordinator {
+            IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+            IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+        },
+        None => toward_coordinator,
+    }
+}
+
 /// This node's data-plane listeners: one for pair and group collectives, one per rail,
 /// and the reachability responder.
 #[derive(Debug)]
@@ -50,9 +70,10 @@ pub struct DataPlane {
 }
 
 impl DataPlane {
-    /// Binds every listener on `ip` (`0.0.0.0` for any interface) on free ports, and a
-    /// reachability responder on each of `interfaces` (an interface without an IPv4
-    /// address is reported to the coordinator, not an error here).
+    /// Binds every listener on `ip` (see [`data_plane_ip`]; `0.0.0.0` for any interface)
+    /// on free ports, and a reachability responder on each of `interfaces` on that
+    /// interface's own IPv4 address (an interface without one is reported to the
+    /// coordinator, not an error here).
     pub fn bind(ip: IpAddr, rails: usize, interfaces: &[String]) -> Result<DataPlane, GroupError> {
         let listen = |what: &str| {
             TcpListener::bind(SocketAddr::new(ip, 0)).map_err(|source| GroupError::Bind {
@@ -97,6 +118,22 @@ impl DataPlane {
         local_addr(&self.main)
     }
 
+    /// Where every listener is: the main one, each rail's, the reachability
+    /// responder's, and each interface responder's (by interface name).
+    pub fn listen_addrs(&self) -> Result<Vec<(String, SocketAddr)>, GroupError> {
+        let mut addrs = vec![("data".to_owned(), self.addr()?)];
+        for (rail, listener) in self.rails.iter().enumerate() {
+            addrs.push((format!("rail {rail}"), local_addr(listener)?));
+        }
+        addrs.push(("probe".to_owned(), self.probe.local_addr()));
+        for (name, responder) in &self.interfaces {
+            if let Ok(responder) = responder {
+                addrs.push((format!("interface {name}"), responder.local_addr()));
+            }
+        }
+        Ok(addrs)
+    }
+
     /// What the coordinator needs to know about this node.
     pub fn node_info(
         &self,
@@ -113,6 +150,7 @@ impl DataPlane {
                 .map(|rail| local_addr(rail).map(|addr| addr.port()))
                 .collect::<Result<_, _>>()?,
             probe_port: self.probe.local_addr().port(),
+            every_interface: self.addr()?.ip().is_unspecified(),
             interfaces: self
                 .interfaces
                 .iter()
@@ -195,9 +233,16 @@ pub fn serve(
                     order.rank,
                     order.peers.len()
                 ));
-                Reply::Collective(cancel_on_link_end(agent, |cancel| {
-                    run_collective(setup, plane, &order, cancel)
-                }))
+                Reply::Collective(match data_key(agent, &order) {
+                    Ok(key) => cancel_on_link_end(agent, |cancel| {
+                        run_collective(setup, plane, &order, &key, cancel)
+                    }),
+                    Err(error) => CollectiveReply {
+                        error: Some(error),
+                        failed_at_ms: Some(unix_ms()),
+                        ..CollectiveReply::default()
+                    },
+                })
             }
             Directive::ProbeTorch { budget_ms } => {
                 agent.set_phase("probing torch");
@@ -292,10 +337,25 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
     })
 }
 
+/// The run's data-plane key, from the session id in the order and the token.
+fn data_key(agent: &Agent, order: &CollectiveOrder) -> Result<DataKey, String> {
+    let session = from_hex(&order.session)
+        .filter(|session| session.len() == SESSION_LEN)
+        .ok_or_else(|| {
+            format!(
+                "the coordinator's data-plane session `{}` is not {} hex digits (a bug in gpuvet)",
+                order.session,
+                SESSION_LEN * 2
+            )
+        })?;
+    Ok(DataKey::from_bytes(agent.data_plane_key(&session)))
+}
+
 fn run_collective(
     setup: &NodeSetup,
     plane: &DataPlane,
     order: &CollectiveOrder,
+    key: &DataKey,
     cancel: &CancelToken,
 ) -> CollectiveReply {
     let deadline = Instant::now() + Duration::from_millis(order.budget_ms);
@@ -306,9 +366,9 @@ fn run_collective(
     let result = match (&order.native, order.check) {
         (Some(native), check) => across(setup, check, native, deadline, cancel),
         (None, CheckName::MultiAllReduce | CheckName::MultiAllReduce2) => {
-            rails(plane, order, &spec, deadline, cancel)
+            rails(plane, order, key, &spec, deadline, cancel)
         }
-        (None, check) => single(setup, plane, order, check, &spec, deadline, cancel),
+        (None, _) => single(setup, plane, order, key, &spec, deadline, cancel),
     };
     match result {
         Ok((sample, links)) => CollectiveReply {
@@ -427,12 +487,18 @@ fn link_reply(link: &LinkStats) -> LinkReply {
     }
 }
 
-fn group_spec(order: &CollectiveOrder, peers: &[SocketAddr], topology: Topology) -> GroupSpec {
+fn group_spec(
+    order: &CollectiveOrder,
+    key: &DataKey,
+    peers: &[SocketAddr],
+    topology: Topology,
+) -> GroupSpec {
     GroupSpec {
         rank: order.rank,
         peers: peers.to_vec(),
         round: order.round,
         topology,
+        key: key.clone(),
     }
 }
 
@@ -440,16 +506,17 @@ fn single(
     setup: &NodeSetup,
     plane: &DataPlane,
     order: &CollectiveOrder,
-    check: CheckName,
+    key: &DataKey,
     spec: &CollectiveSpec,
     deadline: Instant,
     cancel: &CancelToken,
 ) -> Result<(Sample, Vec<LinkStats>), BackendError> {
+    let check = order.check;
     let topology = match check {
         CheckName::AllToAll2 => Topology::FullMesh,
         _ => Topology::Ring,
     };
-    let group_spec = group_spec(order, &order.peers, topology);
+    let group_spec = group_spec(order, key, &order.peers, topology);
     let mut group = TcpGroup::establish(&group_spec, &plane.main, deadline, cancel)?;
     let sample = match check {
         CheckName::AllReduce2 | CheckName::AllReduce => group.all_reduce(spec, deadline, cancel),
@@ -479,6 +546,7 @@ fn single(
 fn rails(
     plane: &DataPlane,
     order: &CollectiveOrder,
+    key: &DataKey,
     spec: &CollectiveSpec,
     deadline: Instant,
     cancel: &CancelToken,
@@ -492,7 +560,7 @@ fn rails(
     }
     let mut groups = Vec::with_capacity(order.rails.len());
     for (rail, peers) in order.rails.iter().enumerate() {
-        let group_spec = group_spec(order, peers, Topology::Ring);
+        let group_spec = group_spec(order, key, peers, Topology::Ring);
         let group = TcpGroup::establish(&group_spec, &plane.rails[rail], deadline, cancel)
             .map_err(|error| BackendError::Failed(format!("rail {rail}: {error}")))?;
         groups.push(group);
@@ -542,5 +610,53 @@ fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> V
                 error: Some(error.to_string()),
             })
             .collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use super::*;
+
+    #[test]
+    fn the_data_plane_listens_where_the_control_connection_comes_from() {
+        let route: IpAddr = "10.0.0.7".parse().unwrap();
+        assert_eq!(data_plane_ip(None, route), route);
+        let explicit: IpAddr = "192.168.1.5".parse().unwrap();
+        assert_eq!(data_plane_ip(Some(explicit), route), explicit);
+        // On the coordinator's host, over loopback: every interface of that family.
+        assert_eq!(
+            data_plane_ip(None, IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            IpAddr::V4(Ipv4Addr::UNSPECIFIED)
+        );
+        assert_eq!(
+            data_plane_ip(None, "::1".parse().unwrap()),
+            "::".parse::<IpAddr>().unwrap()
+        );
+    }
+
+    #[test]
+    fn every_listener_binds_the_chosen_ip_and_says_whether_it_is_every_interface() {
+        let ip = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let plane = DataPlane::bind(ip, 2, &[]).unwrap();
+        let addrs = plane.listen_addrs().unwrap();
+        let names: Vec<&str> = addrs.iter().map(|(name, _)| name.as_str()).collect();
+        assert_eq!(names, ["data", "rail 0", "rail 1", "probe"]);
+        assert!(addrs.iter().all(|(_, addr)| addr.ip() == ip), "{addrs:?}");
+        let backend = gpuvet_backend::cpu::CpuBackend::new(1);
+        let info = plane.node_info(&backend, String::new()).unwrap();
+        assert!(!info.every_interface);
+
+        let any = data_plane_ip(None, ip);
+        let plane = DataPlane::bind(any, 1, &[]).unwrap();
+        let addrs = plane.listen_addrs().unwrap();
+        assert!(addrs.iter().all(|(_, addr)| addr.ip() == any), "{addrs:?}");
+        assert!(
+            plane
+                .node_info(&backend, String::new())
+                .unwrap()
+                .every_interface
+        );
     }
 }

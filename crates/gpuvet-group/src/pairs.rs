@@ -192,6 +192,7 @@ pub(crate) fn order(
     CollectiveOrder {
         check: name,
         round,
+        session: context.session.data_session.clone(),
         rank: index,
         peers: members.iter().map(|m| m.data).collect(),
         rails,

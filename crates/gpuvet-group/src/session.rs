@@ -68,6 +68,34 @@ impl Member {
     }
 }
 
+/// Makes every member that listens on all interfaces from the coordinator's host (it
+/// reached the coordinator over loopback, so the coordinator saw it at a loopback
+/// address) reachable from the other hosts: its data-plane IP becomes the address the
+/// other members reached the coordinator's host at. A group all on one host keeps
+/// loopback.
+pub(crate) fn reachable_from_peers(members: &mut [Member], joined: &[MemberInfo]) {
+    let reached = |ipv4: bool| {
+        joined
+            .iter()
+            .filter(|m| !m.peer_addr.ip().is_loopback())
+            .filter_map(|m| m.reached_addr)
+            .map(|addr| addr.ip())
+            .find(|ip| !ip.is_loopback() && !ip.is_unspecified() && ip.is_ipv4() == ipv4)
+    };
+    for member in members {
+        if !(member.info.every_interface && member.data.ip().is_loopback()) {
+            continue;
+        }
+        if let Some(ip) = reached(member.data.is_ipv4()) {
+            member.data.set_ip(ip);
+            member.probe.set_ip(ip);
+            for rail in &mut member.rails {
+                rail.set_ip(ip);
+            }
+        }
+    }
+}
+
 /// What came back from one round of directives.
 #[derive(Debug, Default)]
 pub(crate) struct Answers {
@@ -87,6 +115,8 @@ pub(crate) struct Session<'a> {
     /// Why each rank's attempts to join were refused (the last refusal), with the node
     /// it claimed to be: a rank that then never joins is explained by it.
     pub refusals: BTreeMap<u32, (Option<String>, String)>,
+    /// This run's data-plane session id (hex), sent with every collective order.
+    pub data_session: String,
     observe: &'a mut dyn FnMut(GroupEvent<'_>),
     next_round: u64,
 }
@@ -101,9 +131,11 @@ const AFTER_LOSS_GRACE: Duration = Duration::from_millis(500);
 impl<'a> Session<'a> {
     pub(crate) fn new(
         coordinator: &'a Coordinator,
+        data_session: String,
         observe: &'a mut dyn FnMut(GroupEvent<'_>),
     ) -> Self {
         Session {
+            data_session,
             coordinator,
             members: Vec::new(),
             incidents: Vec::new(),
@@ -231,6 +263,8 @@ impl<'a> Session<'a> {
                 }
             }
             CoordinatorEvent::Refused(peer) => {
+                // A rank is only set for a peer that proved the token: a stranger's
+                // claim never explains (or blames) a member.
                 if let Some(rank) = peer.rank {
                     self.refusals
                         .insert(rank, (peer.node.clone(), peer.refusal.to_string()));
@@ -290,5 +324,103 @@ impl<'a> Session<'a> {
         for incident in incidents {
             self.record(incident);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use gpuvet_cluster::ClockOffset;
+
+    use super::*;
+
+    fn info(rank: u32, peer: &str, reached: &str, data: &str, every_interface: bool) -> MemberInfo {
+        let node_info = NodeInfo {
+            backend: "cpu".to_owned(),
+            devices: Vec::new(),
+            host_id: String::new(),
+            rail_ports: vec![7001],
+            probe_port: 7002,
+            every_interface,
+            interfaces: Vec::new(),
+            spans_nodes: false,
+        };
+        MemberInfo {
+            rank,
+            node: format!("n{rank}"),
+            peer_addr: peer.parse().unwrap(),
+            data_addr: Some(data.parse().unwrap()),
+            reached_addr: Some(reached.parse().unwrap()),
+            gpuvet_version: String::new(),
+            info: serde_json::to_value(node_info).unwrap(),
+            joined_ms: 0,
+            clock: ClockOffset::ZERO,
+        }
+    }
+
+    fn reachable(joined: &[MemberInfo]) -> Vec<Member> {
+        let mut members: Vec<Member> = joined
+            .iter()
+            .map(|m| Member::from_info(m).unwrap())
+            .collect();
+        reachable_from_peers(&mut members, joined);
+        members
+    }
+
+    #[test]
+    fn a_member_on_the_coordinators_host_is_reached_where_the_others_reach_that_host() {
+        let joined = [
+            // Rank 0 reached its own coordinator over loopback and listens everywhere.
+            info(
+                0,
+                "127.0.0.1:5000",
+                "127.0.0.1:29517",
+                "127.0.0.1:7000",
+                true,
+            ),
+            info(1, "10.0.0.2:5001", "10.0.0.1:29517", "10.0.0.2:7000", false),
+        ];
+        let members = reachable(&joined);
+        assert_eq!(members[0].data, "10.0.0.1:7000".parse().unwrap());
+        assert_eq!(members[0].rails, vec!["10.0.0.1:7001".parse().unwrap()]);
+        assert_eq!(members[0].probe, "10.0.0.1:7002".parse().unwrap());
+        assert_eq!(members[1].data, "10.0.0.2:7000".parse().unwrap());
+    }
+
+    #[test]
+    fn a_group_on_one_host_keeps_loopback_and_an_explicit_loopback_is_kept() {
+        let one_host = [
+            info(
+                0,
+                "127.0.0.1:5000",
+                "127.0.0.1:29517",
+                "127.0.0.1:7000",
+                true,
+            ),
+            info(
+                1,
+                "127.0.0.1:5001",
+                "127.0.0.1:29517",
+                "127.0.0.1:7100",
+                true,
+            ),
+        ];
+        let members = reachable(&one_host);
+        assert_eq!(members[0].data, "127.0.0.1:7000".parse().unwrap());
+        assert_eq!(members[1].data, "127.0.0.1:7100".parse().unwrap());
+        // `--data-addr 127.0.0.1` listens on loopback only: no other address reaches it.
+        let explicit = [
+            info(
+                0,
+                "127.0.0.1:5000",
+                "127.0.0.1:29517",
+                "127.0.0.1:7000",
+                false,
+            ),
+            info(1, "10.0.0.2:5001", "10.0.0.1:29517", "10.0.0.2:7000", false),
+        ];
+        assert_eq!(
+            reachable(&explicit)[0].data,
+            "127.0.0.1:7000".parse().unwrap()
+        );
     }
 }

@@ -21,6 +21,10 @@ pub struct NodeInfo {
     pub rail_ports: Vec<u16>,
     /// The port of the reachability responder, on the data address's IP.
     pub probe_port: u16,
+    /// The data plane listens on every interface (this node reaches its coordinator
+    /// over loopback), so any address of its host reaches it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub every_interface: bool,
     /// A reachability responder on each configured interface.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub interfaces: Vec<InterfaceProbe>,
@@ -68,6 +72,9 @@ pub struct CollectiveOrder {
     pub check: CheckName,
     /// New for every group formed, so a connection meant for another group is refused.
     pub round: u64,
+    /// The run's data-plane session id (hex), chosen at random by the coordinator: each
+    /// agent derives the run's data-plane key from it, the token and the job id.
+    pub session: String,
     /// This agent's rank within the group.
     pub rank: usize,
     /// Every member's data-plane address, by rank within the group.
@@ -223,6 +230,7 @@ mod tests {
         let directive = Directive::Collective(CollectiveOrder {
             check: CheckName::AllReduce2,
             round: 7,
+            session: "00112233445566778899aabbccddeeff".to_owned(),
             rank: 1,
             peers: vec![
                 "10.0.0.1:4000".parse().unwrap(),

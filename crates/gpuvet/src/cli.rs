@@ -101,14 +101,19 @@ pub struct GroupArgs {
     /// Number of nodes in the group [env: NNODES, else LWS_GROUP_SIZE; default: 1].
     #[arg(long, value_name = "N")]
     pub nnodes: Option<u32>,
-    /// The group's shared secret; prefer the environment, which `ps` does not show
-    /// [env: GPUVET_TOKEN].
+    /// The group's shared secret, at least 16 bytes (e.g. `openssl rand -hex 32`);
+    /// prefer the environment, which `ps` does not show [env: GPUVET_TOKEN].
     #[arg(long, value_name = "SECRET")]
     pub token: Option<String>,
-    /// IP this node's data plane listens on [default: every interface, and peers use
-    /// the address its control connection comes from].
+    /// IP this node's data plane listens on [default: the address its control
+    /// connection to the coordinator comes from; every interface when that is
+    /// loopback (a node on the coordinator's host)].
     #[arg(long, env = "GPUVET_DATA_ADDR", value_name = "IP")]
     pub data_addr: Option<std::net::IpAddr>,
+    /// IP rank 0's coordinator listens on for the control connections [default: every
+    /// interface, since rank 0 cannot know by which address the others call].
+    #[arg(long, env = "GPUVET_LISTEN_ADDR", value_name = "IP")]
+    pub listen_addr: Option<std::net::IpAddr>,
     /// The Python whose torch runs `pytorch_gloo_2` (PyTorch's Gloo); when it cannot
     /// import torch on some node, the built-in TCP all-reduce runs and the report says
     /// why.

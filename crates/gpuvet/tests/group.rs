@@ -138,19 +138,28 @@ fn a_wrong_token_is_refused_with_a_clear_message() {
         intruder.stderr,
         coordinator.stderr
     );
+    // Without the token its claim to be rank 3 (n3) proves nothing: the coordinator
+    // names the address it came from.
     assert!(
-        coordinator.stderr.contains("refused") && coordinator.stderr.contains("(rank 3, n3)"),
+        coordinator.stderr.contains("refused 127.0.0.1:")
+            && coordinator.stderr.contains("authentication failed"),
+        "{}",
+        coordinator.stderr
+    );
+    assert!(
+        !coordinator.stderr.contains("(rank 3, n3)"),
         "{}",
         coordinator.stderr
     );
     let report = coordinator.report();
     let first = first_error(&report);
+    // Rank 3 never joined: that much is known, and nothing the stranger said is added.
     assert_eq!(first["rank"], 3);
-    assert_eq!(first["node"], "n3");
+    assert_ne!(first["node"], "n3", "{first}");
     assert_eq!(first["kind"], "never_joined");
     assert_eq!(first["lane"], "platform");
     assert!(
-        first["detail"].as_str().unwrap().contains("refused"),
+        !first["detail"].as_str().unwrap().contains("refused"),
         "{first}"
     );
     assert_eq!(report["checks"][0]["status"], "not_run");
@@ -510,4 +519,96 @@ fn a_collective_across_nodes_that_hangs_is_reported_at_the_deadline() {
         ),
         "{report:#}"
     );
+}
+
+#[test]
+fn a_short_token_is_a_usage_error_with_a_hint() {
+    let scratch = Scratch::temp();
+    let group = ["check", "--nnodes", "2", "--node-rank", "1"];
+    let output = scratch
+        .gpuvet()
+        .args(group)
+        .args(["--master-addr", "127.0.0.1"])
+        .env("GPUVET_TOKEN", "tiny-secret")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let text = stderr(&output);
+    assert!(
+        text.contains("`GPUVET_TOKEN` is 11 bytes long; a group's token needs at least 16 bytes"),
+        "{text}"
+    );
+    assert!(
+        text.contains("hint: generate one with `openssl rand -hex 32`"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("tiny-secret"),
+        "the secret was printed: {text}"
+    );
+    let output = scratch
+        .gpuvet()
+        .args(group)
+        .args(["--master-addr", "127.0.0.1", "--token", "x"])
+        .env_remove("GPUVET_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("`--token` is 1 byte long")
+            && stderr(&output).contains("hint: generate one with `openssl rand -hex 32`"),
+        "{}",
+        stderr(&output)
+    );
+}
+
+#[test]
+fn a_stranger_claiming_a_rank_is_named_by_its_address_and_no_member_is_blamed() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let mut spec = GroupSpec::loopback(2, "all_reduce_2");
+    spec.absent = vec![1];
+    let mut group = Group::start(&scratch, &spec);
+    // A stranger with another token calls itself rank 1 on node `n1`, before the real
+    // rank 1 arrives.
+    let mut stranger = spec.clone();
+    stranger.tokens[1] = Some("a-stranger-s-own-secret".to_owned());
+    stranger.rendezvous_secs = 5.0;
+    group.start_rank(&scratch, &stranger, 1);
+    // The coordinator reports refusals once the rendezvous is over; the stranger
+    // hears at once.
+    group.wait_for_stderr(1, "`GPUVET_TOKEN` differs", LIMIT);
+    group.start_rank(&scratch, &spec, 1);
+    let finished = group.finish(LIMIT);
+
+    let coordinator = rank(&finished, 0);
+    assert_eq!(
+        coordinator.code,
+        Some(0),
+        "{}\nranks: {finished:#?}",
+        coordinator.stderr
+    );
+    let refusal = coordinator
+        .stderr
+        .lines()
+        .find(|line| line.contains("refused 127.0.0.1:"))
+        .expect("the refusal");
+    assert!(refusal.contains("authentication failed"), "{refusal}");
+    assert!(
+        !refusal.contains("rank 1") && !refusal.contains("n1"),
+        "the stranger's claim is repeated: {refusal}"
+    );
+    let report = coordinator.report();
+    assert_eq!(report["outcome"], "passed", "{report:#}");
+    assert!(first_error(&report).is_null(), "{report:#}");
+    assert!(secondary_ranks(&report).is_empty(), "{report:#}");
+    // The stranger itself was told why; the real rank 1 took part and passed.
+    let stranger = finished.iter().find(|f| f.rank == 1).unwrap();
+    assert!(
+        stranger.stderr.contains("`GPUVET_TOKEN` differs"),
+        "{}",
+        stranger.stderr
+    );
+    let real = finished.iter().rfind(|f| f.rank == 1).unwrap();
+    assert_eq!(real.code, Some(0), "{}", real.stderr);
 }

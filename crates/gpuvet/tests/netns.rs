@@ -177,3 +177,103 @@ fn gloo_through_torch_runs_on_the_data_network() {
     // Gloo is pointed at the interface of the data-plane address, not the control one.
     assert_eq!(params["GLOO_SOCKET_IFNAME"], "d0", "{report:#}");
 }
+
+/// The IPv4 TCP listeners in namespace `ns`, from its `/proc/net/tcp`.
+fn listeners_in(ns: &str) -> Vec<std::net::SocketAddr> {
+    let output = std::process::Command::new("ip")
+        .args(["netns", "exec", ns, "cat", "/proc/net/tcp"])
+        .output()
+        .expect("reading /proc/net/tcp in the namespace");
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(3) != Some(&"0A") {
+                return None; // not LISTEN
+            }
+            let (ip, port) = fields[1].split_once(':')?;
+            // The kernel prints the address as a host-order word of network-order bytes.
+            let ip = u32::from_str_radix(ip, 16).ok()?;
+            let port = u16::from_str_radix(port, 16).ok()?;
+            Some((std::net::Ipv4Addr::from(ip.to_le_bytes()), port).into())
+        })
+        .collect()
+}
+
+/// Waits until namespace `ns` has `count` listeners, `port` among them when given (the
+/// node has bound them all).
+fn wait_for_listeners(ns: &str, count: usize, port: Option<u16>) -> Vec<std::net::SocketAddr> {
+    let until = std::time::Instant::now() + LIMIT;
+    loop {
+        let found = listeners_in(ns);
+        let complete = found.len() >= count
+            && port.is_none_or(|port| found.iter().any(|addr| addr.port() == port));
+        if complete || std::time::Instant::now() >= until {
+            return found;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn every_listener_binds_where_the_control_connection_comes_from() {
+    let _turn = common::one_at_a_time();
+    if skip() {
+        return;
+    }
+    let netns = Netns::create("l", 3);
+    for listen_addr in [None, Some(control_ip(0))] {
+        let scratch = Scratch::temp();
+        let mut spec = spec(&netns, 3, "all_reduce_2");
+        // No `--data-addr`: the default is under test. Rank 2 stays away, so ranks 0
+        // and 1 hold their listeners while the coordinator waits for it.
+        spec.data_addrs = vec![None; 3];
+        spec.absent = vec![2];
+        spec.rendezvous_secs = 10.0;
+        if let Some(ip) = &listen_addr {
+            spec.extra_args = vec!["--listen-addr".to_owned(), ip.clone()];
+        }
+        let group = Group::start(&scratch, &spec);
+        // Rank 0: the coordinator, the data plane, one rail, the probe responder.
+        let rank0 = wait_for_listeners(&netns.namespace(0), 4, Some(spec.port));
+        // Rank 1: the data plane, one rail, the probe responder.
+        let rank1 = wait_for_listeners(&netns.namespace(1), 3, None);
+        drop(group);
+
+        let control = format!(
+            "{}:{}",
+            listen_addr.as_deref().unwrap_or("0.0.0.0"),
+            spec.port
+        );
+        assert_eq!(rank0.len(), 4, "{rank0:?}");
+        assert!(rank0.contains(&control.parse().unwrap()), "{rank0:?}");
+        for addr in rank0.iter().filter(|a| a.port() != spec.port) {
+            assert_eq!(addr.ip().to_string(), control_ip(0), "{rank0:?}");
+        }
+        assert_eq!(rank1.len(), 3, "{rank1:?}");
+        for addr in &rank1 {
+            assert_eq!(addr.ip().to_string(), control_ip(1), "{rank1:?}");
+        }
+    }
+}
+
+#[test]
+fn a_node_that_reaches_its_coordinator_on_loopback_is_still_reached_by_the_others() {
+    let _turn = common::one_at_a_time();
+    if skip() {
+        return;
+    }
+    let netns = Netns::create("o", 3);
+    let scratch = Scratch::temp();
+    let mut spec = spec(&netns, 3, "all_reduce_2,network_connectivity");
+    spec.data_addrs = vec![None; 3];
+    // Rank 0 reaches its own coordinator on loopback; its peers cannot use that.
+    spec.master_addrs[0] = Some("127.0.0.1".to_owned());
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+    let report = finished[0].report();
+    assert_eq!(report["outcome"], "passed", "{report:#}");
+    for rank in &finished[1..] {
+        assert_eq!(rank.code, Some(0), "rank {}: {}", rank.rank, rank.stderr);
+    }
+}

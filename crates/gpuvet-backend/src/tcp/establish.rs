@@ -1,5 +1,5 @@
 //! Setting up a group's connections, with a handshake that carries ranks and the round
-//! id.
+//! id and proves on both sides that the peer holds the run's key (see `handshake`).
 //!
 //! Connections are one-way: a rank connects to every rank it sends to and accepts a
 //! connection from every rank it receives from, so a pair that exchanges data both
@@ -20,7 +20,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::handshake::{self, HELLO_BYTES, Hello, REPLY_BYTES, Refusal, Reply};
+use super::handshake::{
+    self, CHALLENGE_BYTES, Challenge, DataKey, HELLO_BYTES, Hello, NONCE_BYTES, REPLY_BYTES,
+    Refusal, Reply,
+};
 use super::link::{Link, peer_name};
 use crate::{BackendError, CancelToken};
 
@@ -44,6 +47,8 @@ pub(super) struct Plan<'a> {
     pub(super) sends_to: &'a [usize],
     /// The ranks this rank receives from: each opens a connection to it.
     pub(super) receives_from: &'a [usize],
+    /// The run's data-plane key: every hello and reply proves it.
+    pub(super) key: &'a DataKey,
 }
 
 impl Plan<'_> {
@@ -192,7 +197,7 @@ fn connect(
         }
         let attempt =
             match TcpStream::connect_timeout(&addr, remaining.min(CONNECT_ATTEMPT_TIMEOUT)) {
-                Ok(stream) => handshake_as_caller(&stream, &hello, deadline, cancel, failed)
+                Ok(stream) => handshake_as_caller(&stream, &hello, plan, deadline, cancel, failed)
                     .map(|reply| (stream, reply)),
                 Err(error) => Err(Attempt::Retry(error.to_string())),
             };
@@ -241,9 +246,12 @@ enum Attempt {
     Stop(Failure),
 }
 
+/// Reads the acceptor's challenge, sends the hello with its proof, and reads and checks
+/// the reply's proof.
 fn handshake_as_caller(
     stream: &TcpStream,
     hello: &Hello,
+    plan: &Plan<'_>,
     deadline: Instant,
     cancel: &CancelToken,
     failed: &AtomicBool,
@@ -255,11 +263,50 @@ fn handshake_as_caller(
     stream
         .set_read_timeout(Some(super::link::POLL))
         .map_err(io_problem)?;
-    // 40 bytes always fit an empty socket buffer, so one write does it.
-    (&*stream).write_all(&hello.encode()).map_err(io_problem)?;
+    let mut bytes = [0u8; CHALLENGE_BYTES];
+    read_polling(stream, &mut bytes, deadline, cancel, failed)?;
+    let challenge = Challenge::decode(&bytes).ok_or_else(|| {
+        Attempt::Fail(
+            "answered with something that is not a gpuvet data-plane challenge".to_owned(),
+        )
+    })?;
+    if challenge.version != handshake::PROTOCOL_VERSION {
+        return Err(Attempt::Fail(format!(
+            "speaks data-plane protocol `{}` and this rank `{}`; run the same gpuvet version on every node",
+            challenge.version,
+            handshake::PROTOCOL_VERSION
+        )));
+    }
+    let sent = hello.encode(plan.key, &challenge.nonce);
+    // 72 bytes always fit an empty socket buffer, so one write does it.
+    (&*stream).write_all(&sent).map_err(io_problem)?;
     let mut bytes = [0u8; REPLY_BYTES];
+    read_polling(stream, &mut bytes, deadline, cancel, failed)?;
+    let reply = Reply::decode(&bytes).ok_or_else(|| {
+        Attempt::Fail("answered with something that is not a gpuvet data-plane reply".to_owned())
+    })?;
+    // A stranger's refusal carries no proof; the refusal of this rank's own proof is
+    // the only one taken without it, and it only makes this rank give up.
+    if reply.refusal != Some(Refusal::Proof) && !handshake::verify_reply(plan.key, &sent, &bytes) {
+        return Err(Attempt::Fail(
+            "answered without proving this run's data-plane key: the process there is not a member of this run (a different `GPUVET_TOKEN`, or not gpuvet)".to_owned(),
+        ));
+    }
+    Ok(reply)
+}
+
+/// Fills `bytes` from the caller's side of a connection, in poll slices, watching the
+/// deadline, the token and the other parts of the setup.
+fn read_polling(
+    stream: &TcpStream,
+    bytes: &mut [u8],
+    deadline: Instant,
+    cancel: &CancelToken,
+    failed: &AtomicBool,
+) -> Result<(), Attempt> {
+    let io_problem = |error: std::io::Error| Attempt::Retry(format!("handshake failed: {error}"));
     let mut filled = 0;
-    while filled < REPLY_BYTES {
+    while filled < bytes.len() {
         match (&*stream).read(&mut bytes[filled..]) {
             Ok(0) => {
                 return Err(Attempt::Retry(
@@ -286,9 +333,7 @@ fn handshake_as_caller(
             Err(error) => return Err(io_problem(error)),
         }
     }
-    Reply::decode(&bytes).ok_or_else(|| {
-        Attempt::Fail("answered with something that is not a gpuvet data-plane reply".to_owned())
-    })
+    Ok(())
 }
 
 fn explain_refusal(refusal: Refusal, reply: &Reply, plan: &Plan<'_>) -> String {
@@ -307,6 +352,7 @@ fn explain_refusal(refusal: Refusal, reply: &Reply, plan: &Plan<'_>) -> String {
             "it already has a connection from rank {} (two processes with the same rank?)",
             plan.rank
         ),
+        Refusal::Proof => "this rank's hello did not prove the run's data-plane key to it: the two hold different keys (a different `GPUVET_TOKEN` or job id, or ranks of different runs)".to_owned(),
         other => format!("it saw {other}"),
     }
 }
@@ -422,6 +468,13 @@ fn greet(
     let hello_deadline = Instant::now() + wait;
     stream.set_read_timeout(Some(wait)).map_err(io_problem)?;
     stream.set_write_timeout(Some(wait)).map_err(io_problem)?;
+    let mut nonce = [0u8; NONCE_BYTES];
+    handshake::fill_random(&mut nonce).map_err(|error| format!("`{from}`: {error}"))?;
+    // 40 bytes always fit an empty socket buffer: a caller that never reads cannot
+    // block this write.
+    (&stream)
+        .write_all(&Challenge::new(nonce).encode())
+        .map_err(io_problem)?;
     let mut bytes = [0u8; HELLO_BYTES];
     let mut filled = 0;
     while filled < HELLO_BYTES {
@@ -449,11 +502,22 @@ fn greet(
             ));
         }
     }
-    let Some(hello) = Hello::decode(&bytes) else {
+    let Some((hello, hello_mac)) = Hello::decode(&bytes) else {
         return Err(format!(
             "`{from}` sent something that is not a gpuvet data-plane hello"
         ));
     };
+    if !handshake::verify_hello(plan.key, &nonce, &bytes) {
+        // Whatever it claims is unproven: it is named by its address only, and it
+        // never takes a rank's place.
+        let reply = Reply::new(Some(Refusal::Proof), plan.round, plan.world(), plan.rank);
+        (&stream)
+            .write_all(&reply.encode(plan.key, None))
+            .map_err(io_problem)?;
+        return Err(format!(
+            "`{from}` was refused: its hello does not prove this run's data-plane key (a different `GPUVET_TOKEN`, or not gpuvet)"
+        ));
+    }
     let refusal = handshake::judge(
         &hello,
         plan.round,
@@ -463,7 +527,9 @@ fn greet(
         |peer| accepted.streams.contains_key(&peer),
     );
     let reply = Reply::new(refusal, plan.round, plan.world(), plan.rank);
-    (&stream).write_all(&reply.encode()).map_err(io_problem)?;
+    (&stream)
+        .write_all(&reply.encode(plan.key, Some(&hello_mac)))
+        .map_err(io_problem)?;
     match refusal {
         None => {
             accepted.streams.insert(hello.from_rank as usize, stream);

@@ -6,8 +6,12 @@
 //! publishes the address, then calls [`TcpGroup::establish`]: it opens one connection
 //! to each rank it sends to and accepts one from each rank it receives from (one-way
 //! connections, so sending and receiving never contend for a socket), with a handshake
-//! that carries both ranks and the round, so a stray connection (an earlier round,
-//! another group, a port scanner) is refused without disturbing the group.
+//! that carries both ranks and the round and proves on both sides that the peer holds
+//! the run's [`DataKey`], so a stray connection (an earlier round, another group, a
+//! port scanner, a stranger without the group's token) is refused without disturbing
+//! the group. What this does not protect: the traffic itself is neither encrypted nor
+//! authenticated after the greeting, so whoever can see or alter packets on the path
+//! can read or corrupt a collective's data.
 //!
 //! On an established group:
 //! - [`TcpGroup::all_reduce`] (pipelined ring), [`TcpGroup::all_gather`] (ring) and
@@ -36,6 +40,7 @@ use std::sync::atomic::AtomicBool;
 use std::thread;
 use std::time::{Duration, Instant};
 
+pub use handshake::DataKey;
 pub use probe::{ProbeResponder, ProbeResult, ProbeSpec, RttStats, probe_connectivity};
 
 use self::collectives::Kind;
@@ -63,6 +68,9 @@ pub struct GroupSpec {
     /// so a connection meant for another round is refused.
     pub round: u64,
     pub topology: Topology,
+    /// The run's data-plane key: a connection whose greeting does not prove it is
+    /// refused, and this rank proves it to every peer in turn.
+    pub key: DataKey,
 }
 
 /// How much work a collective does and how long a silent link is tolerated.
@@ -190,6 +198,7 @@ impl TcpGroup {
             peers: &spec.peers,
             sends_to: &sends_to,
             receives_from: &receives_from,
+            key: &spec.key,
         };
         let established = establish::establish(&plan, listener, deadline, cancel)?;
         Ok(TcpGroup {

@@ -28,6 +28,7 @@ fn a_peer_that_stops_reading_mid_collective_is_named_after_the_stall_timeout() {
         peers: peers.clone(),
         round: 3,
         topology: Topology::Ring,
+        key: DataKey::from_bytes([1; 32]),
     };
     thread::scope(|scope| {
         let stopper = scope.spawn(|| {

@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpListener};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::tcp::{CollectiveSpec, GroupSpec, TcpGroup, Topology};
+use gpuvet_backend::tcp::{CollectiveSpec, DataKey, GroupSpec, TcpGroup, Topology};
 use gpuvet_backend::{BackendError, CancelToken, Sample};
 
 /// Generous: only a hang should ever reach it.
@@ -39,12 +39,18 @@ pub fn closed_port() -> SocketAddr {
     listener.local_addr().unwrap()
 }
 
+/// The data-plane key of the tests' groups (any fixed 32 bytes do).
+pub fn test_key() -> DataKey {
+    DataKey::from_bytes([0x5a; 32])
+}
+
 pub fn spec_for(rank: usize, peers: &[SocketAddr], round: u64, topology: Topology) -> GroupSpec {
     GroupSpec {
         rank,
         peers: peers.to_vec(),
         round,
         topology,
+        key: test_key(),
     }
 }
 

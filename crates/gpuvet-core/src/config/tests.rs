@@ -420,6 +420,14 @@ fn bad_watch_settings_name_their_path() {
 }
 
 #[test]
+fn the_metrics_server_listens_nowhere_unless_configured() {
+    // No default address: `/metrics` is served only where `metrics_addr` (or `gpuvet
+    // watch --metrics-addr`) names one.
+    let config = Config::from_json("{}").unwrap();
+    assert_eq!(config.settings.watch.metrics_addr, None);
+}
+
+#[test]
 fn pairing_and_interfaces_are_validated() {
     let config =
         Config::from_json(r#"{"gpuvet": {"pairing": "full", "interfaces": ["eth0", "ib0"]}}"#)

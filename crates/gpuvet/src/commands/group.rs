@@ -21,7 +21,7 @@ use gpuvet_core::config::Config;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
 use gpuvet_group::{
-    DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve, wait_for_goodbyes,
+    DataPlane, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve, wait_for_goodbyes,
 };
 use gpuvet_runner::{RunnerEvent, WorkerLauncher};
 
@@ -71,9 +71,17 @@ pub fn mode(args: &GroupArgs) -> Result<Mode, Failure> {
         node_rank: args.node_rank,
         nnodes: args.nnodes,
         token: args.token.clone(),
+        // A join-only rank 0 runs no coordinator: its agent calls the one elsewhere.
+        listen_addr: args.listen_addr.filter(|_| !args.join_only),
     };
-    let rendezvous = Rendezvous::resolve(&flags, &process_env())
-        .map_err(|err| Failure::usage(err.to_string()))?;
+    let rendezvous = Rendezvous::resolve(&flags, &process_env()).map_err(|err| {
+        let hint = err.hint();
+        let failure = Failure::usage(err.to_string());
+        match hint {
+            Some(hint) => failure.with_hint(hint),
+            None => failure,
+        }
+    })?;
     Ok(if rendezvous.nnodes <= 1 {
         Mode::Single
     } else {
@@ -144,11 +152,18 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         None => Token::random().map_err(|err| Failure::bug(err.to_string()))?,
     };
     let plan = setup.plan()?;
-    let data_ip = setup
-        .args
-        .group
-        .data_addr
-        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+    let data_ip = match setup.args.group.data_addr {
+        Some(ip) => ip,
+        None => {
+            match route_toward_coordinator(rendezvous, Instant::now() + plan.rendezvous_timeout) {
+                Ok(route) => data_plane_ip(None, route),
+                Err(why) => {
+                    warn(format!("this node has no group verdict: {why}"));
+                    return Ok(no_verdict(setup, &why));
+                }
+            }
+        }
+    };
     let plane = DataPlane::bind(
         data_ip,
         rails(&*setup.backend),
@@ -199,6 +214,28 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         report
     });
     Ok(report)
+}
+
+/// The local IP this node's control connection to the coordinator comes from, as soon
+/// as the coordinator's name resolves (a Kubernetes service may resolve only once its
+/// pod is ready), before `deadline`.
+fn route_toward_coordinator(rendezvous: &Rendezvous, deadline: Instant) -> Result<IpAddr, String> {
+    let endpoint = rendezvous.coordinator_endpoint();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        match endpoint.local_ip_toward() {
+            Ok(ip) => return Ok(ip),
+            Err(err) if Instant::now() + pause >= deadline => {
+                return Err(format!(
+                    "cannot choose the data plane's address (set `--data-addr` to say): {err}"
+                ));
+            }
+            Err(_) => {
+                std::thread::sleep(pause);
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+        }
+    }
 }
 
 /// Spawns `n` agents on loopback and coordinates them; their output is the group's.
@@ -314,6 +351,7 @@ fn spawn_local_agent(
         .env("GPUVET_NODE", format!("local-{rank}"))
         .env(LOCAL_AGENT_ENV, "1")
         .env_remove("GPUVET_DATA_ADDR")
+        .env_remove("GPUVET_LISTEN_ADDR")
         // Only this process holds the pipe's write end: the agent exits when it
         // closes, and the kernel kills the agent when this (main) thread ends.
         .stdin(Stdio::piped())

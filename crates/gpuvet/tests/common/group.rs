@@ -9,6 +9,9 @@ use gpuvet_testkit::free_port;
 
 use super::Scratch;
 
+/// The group's token (long enough to be accepted).
+pub const GROUP_TOKEN: &str = "group-secret-for-tests";
+
 /// How to start the group.
 #[derive(Debug, Clone)]
 pub struct GroupSpec {
@@ -22,6 +25,9 @@ pub struct GroupSpec {
     pub data_addrs: Vec<Option<String>>,
     /// Per rank: the network namespace to run in, if any.
     pub namespaces: Vec<Option<String>>,
+    /// Per rank: the coordinator's address as that rank reaches it, when not
+    /// `master_addr` (rank 0 may reach its own coordinator on loopback).
+    pub master_addrs: Vec<Option<String>>,
     /// Per rank: a token other than the group's.
     pub tokens: Vec<Option<String>>,
     /// Per rank: the backend flags (`--backend cpu --cpu-devices 1` unless set).
@@ -43,6 +49,7 @@ impl GroupSpec {
             rendezvous_secs: 20.0,
             data_addrs: vec![None; nodes as usize],
             namespaces: vec![None; nodes as usize],
+            master_addrs: vec![None; nodes as usize],
             tokens: vec![None; nodes as usize],
             backend_args: vec![
                 ["--backend", "cpu", "--cpu-devices", "1"]
@@ -105,15 +112,27 @@ pub struct Group {
 
 impl Group {
     pub fn start(scratch: &Scratch, spec: &GroupSpec) -> Group {
-        let started = Instant::now();
-        let mut ranks = Vec::new();
+        let mut group = Group {
+            ranks: Vec::new(),
+            started: Instant::now(),
+        };
         for rank in 0..spec.nodes {
-            if spec.absent.contains(&rank) {
-                continue;
+            if !spec.absent.contains(&rank) {
+                group.start_rank(scratch, spec, rank);
             }
+        }
+        group
+    }
+
+    /// Starts `rank` of `spec` (one left out by `absent`, or a second process with the
+    /// same rank); its output goes to files named after the rank and a counter.
+    pub fn start_rank(&mut self, scratch: &Scratch, spec: &GroupSpec, rank: u32) {
+        let ranks = &mut self.ranks;
+        {
             let i = rank as usize;
-            let stdout = scratch.path(&format!("rank{rank}.out"));
-            let stderr = scratch.path(&format!("rank{rank}.err"));
+            let nth = ranks.iter().filter(|r| r.rank == rank).count();
+            let stdout = scratch.path(&format!("rank{rank}.{nth}.out"));
+            let stderr = scratch.path(&format!("rank{rank}.{nth}.err"));
             let mut command = match &spec.namespaces[i] {
                 Some(ns) => {
                     let mut command = Command::new("ip");
@@ -142,6 +161,7 @@ impl Group {
             for var in [
                 "GPUVET_CONFIG",
                 "GPUVET_DATA_ADDR",
+                "GPUVET_LISTEN_ADDR",
                 "GPUVET_PYTHON",
                 "LWS_LEADER_ADDRESS",
                 "LWS_GROUP_SIZE",
@@ -154,11 +174,14 @@ impl Group {
             command
                 .env("NNODES", spec.nodes.to_string())
                 .env("NODE_RANK", rank.to_string())
-                .env("MASTER_ADDR", &spec.master_addr)
+                .env(
+                    "MASTER_ADDR",
+                    spec.master_addrs[i].as_ref().unwrap_or(&spec.master_addr),
+                )
                 .env("GPUVET_PORT", spec.port.to_string())
                 .env(
                     "GPUVET_TOKEN",
-                    spec.tokens[i].as_deref().unwrap_or("group-secret"),
+                    spec.tokens[i].as_deref().unwrap_or(GROUP_TOKEN),
                 )
                 .env("GPUVET_JOB_ID", "job-group")
                 .env("GPUVET_NODE", format!("n{rank}"))
@@ -174,9 +197,9 @@ impl Group {
                 stderr,
             });
         }
-        Group { ranks, started }
     }
 
+    /// The first process started as `rank`.
     pub fn rank(&self, rank: u32) -> &Rank {
         self.ranks
             .iter()
