@@ -18,7 +18,11 @@ use crate::failure::Failure;
 
 /// Runs the chosen subcommand; `Ok` carries the exit code.
 pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
-    group::exit_with_local_parent();
+    // Only the agent itself: its `gpuvet worker` children inherit the environment, and
+    // their stdin carries the worker protocol.
+    if matches!(cli.command, Command::Check(_) | Command::Run(_)) {
+        group::exit_with_local_parent();
+    }
     match cli.command {
         Command::Check(args) => check::check(args),
         Command::Run(args) => run::run(args),
