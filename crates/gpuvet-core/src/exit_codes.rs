@@ -35,7 +35,8 @@ pub const APP_NOT_EXECUTABLE: i32 = 126;
 /// `gpuvet run`: the app's command was not found (as in a shell).
 pub const APP_NOT_FOUND: i32 = 127;
 
-/// Every code with its name and meaning, for `--help` and the README.
+/// Every code with its name and meaning: `gpuvet --help` prints this table, and a test
+/// holds the README's table to the same codes.
 pub const ALL: [(i32, &str, &str); 11] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
     (

@@ -5,24 +5,21 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-const EXIT_CODES_HELP: &str = "\
-Exit codes:
-  0    every check that ran passed
-  1    a check failed or timed out (`run` with `fail`: the app was not started)
-  2    usage or config error; nothing was started
-  3    `check`: no check failed, but a requested check is not implemented yet
-  69   the requested backend is not available on this machine
-  70   a bug in gpuvet
-  74   the result store could not be opened or written
-  75   `run` with `rebuild`: checks failed and the rebuild hook ran
-  79   `run` with runtime `kill`: a fatal runtime finding stopped the app
-  126  `run`: the app's command could not be executed
-  127  `run`: the app's command was not found
-Once `run` has started the app, gpuvet exits with the app's code (128+N if signal N killed it).";
+/// The exit codes for `--help`, from the one table of them in `gpuvet_core::exit_codes`.
+fn exit_codes_help() -> String {
+    let mut help = String::from("Exit codes:\n");
+    for (code, _, meaning) in gpuvet_core::exit_codes::ALL {
+        help.push_str(&format!("  {code:<4} {meaning}\n"));
+    }
+    help.push_str(
+        "Once `run` has started the app, gpuvet exits with the app's code (128+N if signal N killed it).",
+    );
+    help
+}
 
 /// Vets the GPUs and links of a GPU service before it starts.
 #[derive(Debug, Parser)]
-#[command(name = "gpuvet", version, about, after_help = EXIT_CODES_HELP)]
+#[command(name = "gpuvet", version, about, after_help = exit_codes_help())]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -282,4 +279,47 @@ pub struct WorkerArgs {
     /// The parent's number of cpu devices.
     #[arg(long, value_name = "N")]
     pub cpu_devices: Option<u32>,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+    use gpuvet_core::exit_codes::ALL;
+
+    #[test]
+    fn help_lists_every_exit_code_with_its_meaning() {
+        let help = Cli::command().render_long_help().to_string();
+        for (code, _, meaning) in ALL {
+            assert!(
+                help.contains(&format!("  {code:<4} {meaning}")),
+                "`--help` lacks exit code {code}:\n{help}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_readme_lists_the_same_exit_codes() {
+        let readme = include_str!("../../../README.md");
+        let section = readme
+            .split("\n## Exit codes\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .expect("the README has an `## Exit codes` section");
+        // Table rows start with the code(s): `| 0 |`, `| 126, 127 |`.
+        let mut listed: Vec<i32> = section
+            .lines()
+            .filter_map(|line| line.strip_prefix("| ")?.split(" |").next())
+            .flat_map(|cell| cell.split(", ").map(str::parse::<i32>))
+            .filter_map(Result::ok)
+            .collect();
+        listed.sort_unstable();
+        let mut defined: Vec<i32> = ALL.iter().map(|(code, _, _)| *code).collect();
+        defined.sort_unstable();
+        assert_eq!(
+            listed, defined,
+            "the README's exit codes differ from exit_codes::ALL"
+        );
+    }
 }
