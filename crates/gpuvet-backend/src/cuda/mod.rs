@@ -301,15 +301,18 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
 }
 
 fn load_libraries(dirs: &[PathBuf]) -> Libraries {
-    // SAFETY (all three): cudarc's checks only try to open the library by name.
-    let cublaslt = libs::ensure_loadable("cuBLASLt", libs::CUBLASLT_NAMES, dirs, || unsafe {
-        cudarc::cublaslt::sys::is_culib_present()
+    // cudarc's checks only try to open the library by name.
+    let cublaslt = libs::ensure_loadable("cuBLASLt", libs::CUBLASLT_NAMES, dirs, || {
+        // SAFETY: only opens the library by name (dlopen), which has no preconditions.
+        unsafe { cudarc::cublaslt::sys::is_culib_present() }
     });
-    let cublas = libs::ensure_loadable("cuBLAS", libs::CUBLAS_NAMES, dirs, || unsafe {
-        cudarc::cublas::sys::is_culib_present()
+    let cublas = libs::ensure_loadable("cuBLAS", libs::CUBLAS_NAMES, dirs, || {
+        // SAFETY: as above.
+        unsafe { cudarc::cublas::sys::is_culib_present() }
     });
-    let nvrtc = libs::ensure_loadable("NVRTC", libs::NVRTC_NAMES, dirs, || unsafe {
-        cudarc::nvrtc::sys::is_culib_present()
+    let nvrtc = libs::ensure_loadable("NVRTC", libs::NVRTC_NAMES, dirs, || {
+        // SAFETY: as above.
+        unsafe { cudarc::nvrtc::sys::is_culib_present() }
     });
     // NVRTC opens its builtins library by name when it compiles; load the one next to a
     // preloaded NVRTC so that lookup succeeds too. Failing that, the launch check falls
