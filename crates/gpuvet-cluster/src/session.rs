@@ -263,7 +263,9 @@ fn frame_refusal(err: FrameError, timeout: Duration) -> Refusal {
         FrameError::Closed { .. } | FrameError::Io(_) => Refusal::Disconnected {
             detail: err.describe(),
         },
-        FrameError::TooLarge { .. } | FrameError::Malformed(_) => Refusal::BadFrame {
+        FrameError::TooLarge { .. }
+        | FrameError::Malformed(_)
+        | FrameError::TooManyValues { .. } => Refusal::BadFrame {
             detail: err.describe(),
         },
     }
