@@ -43,9 +43,10 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 /// The largest frame accepted from a peer that has not yet authenticated.
 pub const MAX_HANDSHAKE_FRAME_BYTES: usize = 64 << 10;
 
-/// The most JSON values one frame may hold, counted before they are built: a report
-/// of every GPU's per-iteration samples has about 100,000; a full 16 MiB frame of
-/// `[0,0,...]` would take half a gigabyte to decode.
+/// The most JSON values one frame may hold (objects weighted, see
+/// [`gpuvet_core::bounds`]), counted before they are built: a report of every GPU's
+/// per-iteration samples has about 100,000; a full 16 MiB frame of `[0,0,...]` would
+/// take half a gigabyte to decode, of `[{},...]` several.
 pub const MAX_FRAME_VALUES: usize = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -521,15 +522,16 @@ mod tests {
 
     #[test]
     fn the_value_bound_is_checked_before_decoding() {
-        // The object, `type`, `report`, `body` and the array: 5 values besides the zeros.
+        // The object (weighing 8), `type`, `report`, `body` and the array: 12 values
+        // besides the zeros.
         let under = format!(
             r#"{{"type":"report","body":[{}]}}"#,
-            vec!["0"; MAX_FRAME_VALUES - 5].join(",")
+            vec!["0"; MAX_FRAME_VALUES - 12].join(",")
         );
         assert!(decode_message(under.as_bytes()).is_ok());
         let over = format!(
             r#"{{"type":"report","body":[{}]}}"#,
-            vec!["0"; MAX_FRAME_VALUES - 4].join(",")
+            vec!["0"; MAX_FRAME_VALUES - 11].join(",")
         );
         assert!(over.len() < MAX_FRAME_BYTES);
         let err = ClusterError::from(decode_message(over.as_bytes()).unwrap_err()).to_string();

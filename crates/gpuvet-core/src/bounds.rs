@@ -2,14 +2,20 @@
 //! before a decoder builds them.
 //!
 //! serde_json builds what a text says: `[0,0,0,...]` costs two bytes a value in the
-//! text and 32 or more in memory, so a file that passes a byte limit can still take
-//! a gigabyte to decode. Counting first is one quick pass and allocates nothing.
+//! text and 32 or more in memory, and `[{"a":0},...]` eight bytes an object and a
+//! B-tree node (about 600 bytes) each, so a file that passes a byte limit can still
+//! take gigabytes to decode. Counting first is one quick pass and allocates nothing.
 
-/// An upper bound on the values (and object keys) in a JSON text, stopping as soon as
-/// it passes `limit`: `Ok(count)` when at most `limit`, else `Err(limit + 1)`.
+/// What an object counts for, in values: a decoded object costs a B-tree node of
+/// about 600 bytes even with one key, some eight times a decoded scalar or array.
+pub const OBJECT_WEIGHT: usize = 8;
+
+/// An upper bound on the values (and object keys) in a JSON text, objects weighted,
+/// stopping as soon as it passes `limit`: `Ok(count)` when at most `limit`, else
+/// `Err(limit + 1)`.
 ///
-/// Every string, number, literal, array and object counts one; an object's keys count
-/// as strings. Invalid JSON is counted the same way (the decoder then refuses it), so
+/// Every string, number, literal and array counts one, an object [`OBJECT_WEIGHT`];
+/// an object's keys count as strings. Invalid JSON is counted the same way (the decoder then refuses it), so
 /// the count is an upper bound for any text a JSON decoder accepts.
 pub fn json_values_at_most(text: &[u8], limit: usize) -> Result<usize, usize> {
     let mut count = 0usize;
@@ -27,31 +33,33 @@ pub fn json_values_at_most(text: &[u8], limit: usize) -> Result<usize, usize> {
             }
             continue;
         }
-        let starts = match byte {
+        let weight = match byte {
             b'"' => {
                 in_string = true;
                 in_token = false;
-                true
+                1
             }
-            b'[' | b'{' => {
+            b'[' => {
                 in_token = false;
-                true
+                1
+            }
+            b'{' => {
+                in_token = false;
+                OBJECT_WEIGHT
             }
             b'-' | b'+' | b'.' | b'0'..=b'9' | b'a'..=b'z' | b'A'..=b'Z' => {
                 let starts = !in_token;
                 in_token = true;
-                starts
+                usize::from(starts)
             }
             _ => {
                 in_token = false;
-                false
+                0
             }
         };
-        if starts {
-            count += 1;
-            if count > limit {
-                return Err(limit + 1);
-            }
+        count += weight;
+        if count > limit {
+            return Err(limit.saturating_add(1));
         }
     }
     Ok(count)
@@ -65,7 +73,8 @@ mod tests {
     fn counts_values_keys_and_containers() {
         let text = br#"{"a": [1, -2.5e3, true, null], "b\"c": {"d": "e,f[{"}}"#;
         // object, "a", array, 4 scalars, "b\"c", object, "d", "e,f[{"
-        assert_eq!(json_values_at_most(text, 100), Ok(11));
+        assert_eq!(json_values_at_most(text, 100), Ok(9 + 2 * OBJECT_WEIGHT));
+        assert_eq!(json_values_at_most(b"[{}]", 100), Ok(1 + OBJECT_WEIGHT));
         assert_eq!(json_values_at_most(b"", 0), Ok(0));
         assert_eq!(json_values_at_most(b"  7 ", 1), Ok(1));
     }

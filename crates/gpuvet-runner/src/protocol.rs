@@ -361,18 +361,19 @@ mod tests {
 
     #[test]
     fn the_value_bound_is_checked_before_decoding() {
-        // `{"fatal": {"message": [...]}}`: 5 values besides the zeros.
+        // `{"fatal": {"message": [...]}}`: two objects (8 each), two keys and the
+        // array: 19 values besides the zeros.
         let line = |zeros: usize| {
             format!(
                 r#"{{"fatal": {{"message": [{}]}}}}"#,
                 vec!["0"; zeros].join(",")
             )
         };
-        let under = decode_from_worker(&line(MAX_LINE_VALUES - 5)).unwrap_err();
+        let under = decode_from_worker(&line(MAX_LINE_VALUES - 19)).unwrap_err();
         assert!(under.starts_with("an unreadable line"), "{under}");
-        let over = decode_from_worker(&line(MAX_LINE_VALUES - 4)).unwrap_err();
+        let over = decode_from_worker(&line(MAX_LINE_VALUES - 18)).unwrap_err();
         assert_eq!(over, "a line of more than `1048576` json values");
-        let over = decode_request(&line(MAX_LINE_VALUES - 4)).unwrap_err();
+        let over = decode_request(&line(MAX_LINE_VALUES - 18)).unwrap_err();
         assert_eq!(over, "a line of more than `1048576` json values");
     }
 

@@ -19,6 +19,7 @@
 
 use std::collections::HashMap;
 
+use gpuvet_core::bounds::OBJECT_WEIGHT;
 use serde_json::{Map, Number, Value};
 
 /// Why a pickle could not be read.
@@ -34,8 +35,9 @@ pub enum PickleError {
 /// How much one decode may build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PickleLimits {
-    /// Values (containers, scalars and dictionary keys), counted as they are read and
-    /// again as shared references are expanded.
+    /// Values (containers, scalars and dictionary keys; a dictionary counts
+    /// [`OBJECT_WEIGHT`]), counted as they are read and again as shared references are
+    /// expanded.
     pub values: usize,
     /// Bytes of text (strings and dictionary keys) after expansion.
     pub text_bytes: usize,
@@ -541,9 +543,10 @@ struct Expand<'a> {
 }
 
 impl Expand<'_> {
-    /// Counts one value with `text` bytes of text; fails once a bound is passed.
-    fn count(&mut self, text: usize) -> Result<(), PickleError> {
-        self.values += 1;
+    /// Counts a value of `weight` with `text` bytes of text; fails once a bound is
+    /// passed.
+    fn count(&mut self, weight: usize, text: usize) -> Result<(), PickleError> {
+        self.values += weight;
         self.text_bytes = self.text_bytes.saturating_add(text);
         if self.values > self.limits.values {
             return Err(PickleError::TooLarge {
@@ -562,15 +565,17 @@ impl Expand<'_> {
 
     fn to_json(&mut self, index: usize, depth: usize) -> Result<Value, PickleError> {
         if self.visiting[index] || depth > MAX_DEPTH {
-            self.count(0)?;
+            self.count(1, 0)?;
             return Ok(Value::Null);
         }
         let nodes = self.nodes;
-        let text = match &nodes[index] {
-            Node::Str(text) => text.len(),
-            _ => 0,
+        let (weight, text) = match &nodes[index] {
+            Node::Str(text) => (1, text.len()),
+            // A dictionary costs a B-tree node, as it does in JSON.
+            Node::Dict(_) => (OBJECT_WEIGHT, 0),
+            _ => (1, 0),
         };
-        self.count(text)?;
+        self.count(weight, text)?;
         self.visiting[index] = true;
         let value = match &nodes[index] {
             Node::Null | Node::Global(_) | Node::Opaque => Value::Null,
@@ -596,7 +601,7 @@ impl Expand<'_> {
                         Value::String(text) => text,
                         other => {
                             let text = other.to_string();
-                            self.count(text.len())?;
+                            self.count(0, text.len())?;
                             text
                         }
                     };
@@ -752,6 +757,22 @@ mod tests {
             error.to_string(),
             "it decodes to more than `11` bytes of text"
         );
+    }
+
+    #[test]
+    fn a_dictionary_counts_as_a_b_tree_node() {
+        // {'a': 1}: the dictionary, its key and its value.
+        let bytes = b"\x80\x02}X\x01\x00\x00\x00aK\x01s.";
+        let fits = PickleLimits {
+            values: OBJECT_WEIGHT + 2,
+            text_bytes: 1,
+        };
+        assert_eq!(pickle_to_json(bytes, fits).unwrap(), json!({"a": 1}));
+        let over = PickleLimits {
+            values: OBJECT_WEIGHT + 1,
+            ..fits
+        };
+        assert!(pickle_to_json(bytes, over).is_err());
     }
 
     #[test]
