@@ -37,6 +37,7 @@ struct Measured {
 
 /// Runs `command` to the end under [`ADDRESS_SPACE_LIMIT`]; its exit code, output and
 /// peak RSS.
+#[allow(clippy::zombie_processes)] // reaped by wait4, which std does not see
 fn run_limited(mut command: Command) -> Measured {
     // glibc reserves 64 MiB of address space per thread arena; two arenas keep the
     // limit about the heap rather than about how many threads ran.

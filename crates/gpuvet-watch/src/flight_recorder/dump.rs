@@ -680,7 +680,7 @@ mod tests {
     fn a_file_over_the_bound_is_refused_unread() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("nccl_trace_rank_0.json");
-        let file = std::fs::File::create(&path).unwrap();
+        let file = File::create(&path).unwrap();
         // Sparse: a gigabyte on paper, nothing on disk.
         file.set_len(1 << 30).unwrap();
         let error = load_dump(&path).unwrap_err();

@@ -63,7 +63,7 @@ pub fn pickle_to_json(data: &[u8], limits: PickleLimits) -> Result<Value, Pickle
         text_bytes: 0,
         limits,
     };
-    expand.to_json(root, 0)
+    expand.value(root, 0)
 }
 
 /// The deepest nesting converted; deeper values become `null` (dumps nest 4 deep).
@@ -563,7 +563,7 @@ impl Expand<'_> {
         Ok(())
     }
 
-    fn to_json(&mut self, index: usize, depth: usize) -> Result<Value, PickleError> {
+    fn value(&mut self, index: usize, depth: usize) -> Result<Value, PickleError> {
         if self.visiting[index] || depth > MAX_DEPTH {
             self.count(1, 0)?;
             return Ok(Value::Null);
@@ -590,14 +590,14 @@ impl Expand<'_> {
             Node::List(items) | Node::Tuple(items) => {
                 let mut array = Vec::new();
                 for item in items {
-                    array.push(self.to_json(*item, depth + 1)?);
+                    array.push(self.value(*item, depth + 1)?);
                 }
                 Value::Array(array)
             }
             Node::Dict(pairs) => {
                 let mut map = Map::new();
                 for (key, item) in pairs {
-                    let key = match self.to_json(*key, depth + 1)? {
+                    let key = match self.value(*key, depth + 1)? {
                         Value::String(text) => text,
                         other => {
                             let text = other.to_string();
@@ -605,7 +605,7 @@ impl Expand<'_> {
                             text
                         }
                     };
-                    map.insert(key, self.to_json(*item, depth + 1)?);
+                    map.insert(key, self.value(*item, depth + 1)?);
                 }
                 Value::Object(map)
             }
