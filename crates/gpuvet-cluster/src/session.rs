@@ -412,7 +412,9 @@ fn read_member(shared: &Shared, mut stream: TcpStream, rank: u32, writer: &Mutex
                     FrameError::Closed { mid_frame: false } => {
                         "the connection closed without a goodbye".to_owned()
                     }
-                    FrameError::TooLarge { .. } | FrameError::Malformed(_) => {
+                    FrameError::TooLarge { .. }
+                    | FrameError::Malformed(_)
+                    | FrameError::TooManyValues { .. } => {
                         format!("it broke the protocol: {}", err.describe())
                     }
                     _ => err.describe(),
