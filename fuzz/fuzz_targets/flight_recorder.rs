@@ -44,13 +44,14 @@ fuzz_target!(|data: &[u8]| {
         }
         Err(PickleError::TooLarge { .. } | PickleError::Invalid { .. }) => {}
     }
-    if let Ok(counted) = json_values_at_most(data, LIMITS.values) {
-        if let Ok(value) = serde_json::from_slice::<Value>(data) {
-            let (values, _) = size(&value);
-            assert!(
-                values <= counted,
-                "{values} values built, {counted} counted"
-            );
-        }
+    if let (Ok(counted), Ok(value)) = (
+        json_values_at_most(data, LIMITS.values),
+        serde_json::from_slice::<Value>(data),
+    ) {
+        let (values, _) = size(&value);
+        assert!(
+            values <= counted,
+            "{values} values built, {counted} counted"
+        );
     }
 });
