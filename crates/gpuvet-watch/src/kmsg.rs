@@ -135,7 +135,9 @@ fn split_prefix(line: &str) -> (Option<u64>, &str) {
                 {
                     let frac6: String = frac.chars().chain("000000".chars()).take(6).collect();
                     let us = frac6.parse::<u64>().unwrap_or(0);
-                    return (Some(s * 1_000_000 + us), &line[open + len + 1..]);
+                    // Seconds past what µs fit in a u64 are no kernel's: no time.
+                    let time = s.checked_mul(1_000_000).and_then(|t| t.checked_add(us));
+                    return (time, &line[open + len + 1..]);
                 }
             }
         }
@@ -277,7 +279,7 @@ impl KmsgSource {
     fn observation(&self, line: &str, now_ms: u64) -> Option<XidObservation> {
         let x = parse_xid_line(line)?;
         let time_ms = match (self.boot_time_ms, x.kernel_time_us) {
-            (Some(boot), Some(us)) => boot + us / 1000,
+            (Some(boot), Some(us)) => boot.saturating_add(us / 1000),
             _ => now_ms,
         };
         Some(XidObservation {
@@ -568,5 +570,21 @@ mod tests {
             assert!(polls <= 5, "the XID line was not reached");
         }
         assert!(polls >= 3, "{polls}");
+    }
+
+    /// Found by the `kmsg_line` fuzz target (fuzz/regressions/kmsg_line/): a `[s.us]`
+    /// prefix whose seconds overflow microseconds panicked with overflow checks on.
+    #[test]
+    fn an_absurd_timestamp_is_no_time_not_a_panic() {
+        let crash = include_bytes!("../../../fuzz/regressions/kmsg_line/timestamp-overflow");
+        for line in String::from_utf8_lossy(crash).lines() {
+            let _ = parse_xid_line(line);
+        }
+        let line =
+            "[ 99999999999999999.5] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.";
+        let xid = parse_xid_line(line).unwrap();
+        assert_eq!((xid.xid, xid.kernel_time_us), (79, None));
+        let line = "[ 18446744073709.551615] NVRM: Xid (PCI:0000:3b:00): 79, x";
+        assert_eq!(parse_xid_line(line).unwrap().kernel_time_us, Some(u64::MAX));
     }
 }
