@@ -26,6 +26,7 @@ use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Instant;
 
+use gpuvet_core::bounds::json_values_at_most;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -44,6 +45,12 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 
 /// The largest frame accepted from a peer that has not yet authenticated.
 pub const MAX_HANDSHAKE_FRAME_BYTES: usize = 64 << 10;
+
+/// The most JSON values one frame may hold (objects weighted, see
+/// [`gpuvet_core::bounds`]), counted before they are built: a report of every GPU's
+/// per-iteration samples has about 100,000; a full 16 MiB frame of `[0,0,...]` would
+/// take half a gigabyte to decode, of `[{},...]` several.
+pub const MAX_FRAME_VALUES: usize = 1 << 20;
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case")]
@@ -182,6 +189,10 @@ pub(crate) enum FrameError {
     },
     Io(io::Error),
     Malformed(String),
+    /// More than [`MAX_FRAME_VALUES`] values.
+    TooManyValues {
+        max: usize,
+    },
 }
 
 impl FrameError {
@@ -197,6 +208,9 @@ impl FrameError {
             }
             FrameError::Io(err) => format!("connection error: {err}"),
             FrameError::Malformed(detail) => format!("malformed frame: {detail}"),
+            FrameError::TooManyValues { max } => {
+                format!("malformed frame: it holds more than `{max}` json values")
+            }
         }
     }
 }
@@ -208,6 +222,9 @@ impl From<FrameError> for ClusterError {
                 ClusterError::FrameTooLarge { len, max, hint }
             }
             FrameError::Malformed(detail) => ClusterError::BadFrame { detail },
+            FrameError::TooManyValues { max } => ClusterError::BadFrame {
+                detail: format!("it holds more than `{max}` json values"),
+            },
             FrameError::Io(source) => ClusterError::io("connection error", source),
             FrameError::TimedOut => {
                 ClusterError::io(err.describe(), io::Error::from(io::ErrorKind::TimedOut))
@@ -258,6 +275,33 @@ pub fn read_message(
 ) -> Result<Message, ClusterError> {
     let bytes = read_frame(stream, MAX_FRAME_BYTES, deadline)?;
     Ok(decode_message(&bytes)?)
+}
+
+/// Reads and decodes one message from any reader (a byte slice, a pipe), taking no
+/// more than the frame's length from it and at most [`MAX_FRAME_BYTES`].
+pub fn read_message_from(reader: &mut impl Read) -> Result<Message, ClusterError> {
+    let mut header = [0u8; 4];
+    reader
+        .read_exact(&mut header)
+        .map_err(|err| ClusterError::io("cannot read a frame", err))?;
+    let len = u32::from_be_bytes(header);
+    if len as usize > MAX_FRAME_BYTES {
+        return Err(ClusterError::FrameTooLarge {
+            len: u64::from(len),
+            max: MAX_FRAME_BYTES as u64,
+            hint: text_hint(&header),
+        });
+    }
+    // Grown as bytes arrive, so a length the stream does not back allocates nothing.
+    let mut payload = Vec::new();
+    reader
+        .take(u64::from(len))
+        .read_to_end(&mut payload)
+        .map_err(|err| ClusterError::io("cannot read a frame", err))?;
+    if payload.len() < len as usize {
+        return Err(FrameError::Closed { mid_frame: true }.into());
+    }
+    Ok(decode_message(&payload)?)
 }
 
 /// Reads one frame's payload of at most `max` bytes.
@@ -338,6 +382,11 @@ fn read_exact_until(
 
 /// Decodes a frame's payload.
 pub(crate) fn decode_message(bytes: &[u8]) -> Result<Message, FrameError> {
+    if json_values_at_most(bytes, MAX_FRAME_VALUES).is_err() {
+        return Err(FrameError::TooManyValues {
+            max: MAX_FRAME_VALUES,
+        });
+    }
     serde_json::from_slice(bytes)
         .map_err(|err| FrameError::Malformed(format!("not a gpuvet message: {err}")))
 }
@@ -472,5 +521,50 @@ mod tests {
     fn text_where_a_length_belongs_is_called_out() {
         assert!(text_hint(b"GET ").contains("`GET `"));
         assert_eq!(text_hint(&[0, 0, 1, 0]), "");
+    }
+
+    #[test]
+    fn the_value_bound_is_checked_before_decoding() {
+        // The object (weighing 8), `type`, `report`, `body` and the array: 12 values
+        // besides the zeros.
+        let under = format!(
+            r#"{{"type":"report","body":[{}]}}"#,
+            vec!["0"; MAX_FRAME_VALUES - 12].join(",")
+        );
+        assert!(decode_message(under.as_bytes()).is_ok());
+        let over = format!(
+            r#"{{"type":"report","body":[{}]}}"#,
+            vec!["0"; MAX_FRAME_VALUES - 11].join(",")
+        );
+        assert!(over.len() < MAX_FRAME_BYTES);
+        let err = ClusterError::from(decode_message(over.as_bytes()).unwrap_err()).to_string();
+        assert_eq!(
+            err,
+            format!("malformed frame: it holds more than `{MAX_FRAME_VALUES}` json values")
+        );
+    }
+
+    #[test]
+    fn a_reader_yields_messages_and_refuses_bad_lengths() {
+        let bye = Message::Bye {
+            reason: "done".into(),
+        };
+        let mut bytes = encode_frame(&bye).unwrap();
+        bytes.extend_from_slice(&encode_frame(&Message::HeartbeatAck { seq: 3 }).unwrap());
+        let mut reader = &bytes[..];
+        assert_eq!(read_message_from(&mut reader).unwrap(), bye);
+        assert_eq!(
+            read_message_from(&mut reader).unwrap(),
+            Message::HeartbeatAck { seq: 3 }
+        );
+        assert!(read_message_from(&mut reader).is_err());
+
+        let huge = ((MAX_FRAME_BYTES + 1) as u32).to_be_bytes();
+        let err = read_message_from(&mut &huge[..]).unwrap_err().to_string();
+        assert!(err.contains("exceeds the 16777216-byte limit"), "{err}");
+        // A length at the limit that the stream does not back: closed mid-frame.
+        let short = [&(MAX_FRAME_BYTES as u32).to_be_bytes()[..], b"{}"].concat();
+        let err = read_message_from(&mut &short[..]).unwrap_err().to_string();
+        assert!(err.contains("middle of a frame"), "{err}");
     }
 }

@@ -267,7 +267,9 @@ fn frame_refusal(err: FrameError, timeout: Duration) -> Refusal {
         FrameError::Closed { .. } | FrameError::Io(_) => Refusal::Disconnected {
             detail: err.describe(),
         },
-        FrameError::TooLarge { .. } | FrameError::Malformed(_) => Refusal::BadFrame {
+        FrameError::TooLarge { .. }
+        | FrameError::Malformed(_)
+        | FrameError::TooManyValues { .. } => Refusal::BadFrame {
             detail: err.describe(),
         },
     }
@@ -414,7 +416,9 @@ fn read_member(shared: &Shared, mut stream: TcpStream, rank: u32, writer: &Mutex
                     FrameError::Closed { mid_frame: false } => {
                         "the connection closed without a goodbye".to_owned()
                     }
-                    FrameError::TooLarge { .. } | FrameError::Malformed(_) => {
+                    FrameError::TooLarge { .. }
+                    | FrameError::Malformed(_)
+                    | FrameError::TooManyValues { .. } => {
                         format!("it broke the protocol: {}", err.describe())
                     }
                     _ => err.describe(),

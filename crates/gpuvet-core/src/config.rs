@@ -38,6 +38,10 @@ pub const MAX_TIMEOUT_MINUTES: f64 = 24.0 * 60.0;
 /// `gpuvet.tolerance_pct` overrides both.
 pub const DEFAULT_TOLERANCE_PCT: f64 = 5.0;
 
+/// The largest config accepted, checked before parsing (and by the binary before
+/// reading): PAI's file is a few hundred bytes, a full `gpuvet` section a few KiB.
+pub const MAX_CONFIG_BYTES: usize = 1 << 20;
+
 /// A configuration error, with where it is and what would be accepted.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ConfigError {
@@ -47,6 +51,8 @@ pub enum ConfigError {
         line: usize,
         column: usize,
     },
+    #[error("the config has more than `{limit}` bytes")]
+    TooLarge { limit: usize },
     #[error("invalid config at `{path}`: {message}")]
     Invalid {
         path: String,
@@ -80,6 +86,9 @@ impl ConfigError {
         match self {
             ConfigError::Invalid { hint, .. } => hint.as_deref(),
             ConfigError::Syntax { .. } => None,
+            ConfigError::TooLarge { .. } => Some(
+                "a PAI config with its `gpuvet` section is a few KiB; check that the file is the config",
+            ),
         }
     }
 }
@@ -350,7 +359,13 @@ impl Default for Config {
 
 impl Config {
     /// Parses and validates a config file's text.
+    /// Text over [`MAX_CONFIG_BYTES`] is refused unparsed.
     pub fn from_json(text: &str) -> Result<Config, ConfigError> {
+        if text.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                limit: MAX_CONFIG_BYTES,
+            });
+        }
         let deserializer = &mut serde_json::Deserializer::from_str(text);
         let raw: RawFile = serde_path_to_error::deserialize(deserializer).map_err(|err| {
             let path = err.path().to_string();

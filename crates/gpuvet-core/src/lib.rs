@@ -6,6 +6,7 @@
 
 pub mod analysis;
 pub mod baselines;
+pub mod bounds;
 pub mod catalog;
 pub mod config;
 pub mod events;

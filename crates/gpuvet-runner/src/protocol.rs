@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use gpuvet_backend::{BackendError, Sample, WorkSpec};
+use gpuvet_core::bounds::json_values_at_most;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::Dtype;
 use serde::{Deserialize, Serialize};
@@ -233,14 +234,33 @@ pub(crate) fn encode<T: Serialize>(message: &T) -> String {
     serde_json::to_string(message).expect("protocol messages always serialize")
 }
 
+/// The longest line either side reads (a result with every iteration's sample is well
+/// under a MiB); a longer one is not the protocol.
+pub(crate) const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// The most JSON values one line may hold, counted before any is built: a full line of
+/// `[0,0,...]` would otherwise decode to half a gigabyte.
+pub(crate) const MAX_LINE_VALUES: usize = 1 << 20;
+
 /// A line the worker wrote, or why it cannot be read (quoting the line).
 pub(crate) fn decode_from_worker(line: &str) -> Result<FromWorker, String> {
+    check_values(line)?;
     serde_json::from_str(line).map_err(|err| unreadable(line, &err))
 }
 
 /// A line the runner wrote, or why it cannot be read (quoting the line).
 pub(crate) fn decode_request(line: &str) -> Result<Request, String> {
+    check_values(line)?;
     serde_json::from_str(line).map_err(|err| unreadable(line, &err))
+}
+
+fn check_values(line: &str) -> Result<(), String> {
+    match json_values_at_most(line.as_bytes(), MAX_LINE_VALUES) {
+        Ok(_) => Ok(()),
+        Err(_) => Err(format!(
+            "a line of more than `{MAX_LINE_VALUES}` json values"
+        )),
+    }
 }
 
 fn unreadable(line: &str, err: &serde_json::Error) -> String {
@@ -337,6 +357,24 @@ mod tests {
         let back = decode_request(&line).unwrap();
         assert_eq!(back, request);
         assert_eq!(back.work.to_spec().unwrap(), work);
+    }
+
+    #[test]
+    fn the_value_bound_is_checked_before_decoding() {
+        // `{"fatal": {"message": [...]}}`: two objects (8 each), two keys and the
+        // array: 19 values besides the zeros.
+        let line = |zeros: usize| {
+            format!(
+                r#"{{"fatal": {{"message": [{}]}}}}"#,
+                vec!["0"; zeros].join(",")
+            )
+        };
+        let under = decode_from_worker(&line(MAX_LINE_VALUES - 19)).unwrap_err();
+        assert!(under.starts_with("an unreadable line"), "{under}");
+        let over = decode_from_worker(&line(MAX_LINE_VALUES - 18)).unwrap_err();
+        assert_eq!(over, "a line of more than `1048576` json values");
+        let over = decode_request(&line(MAX_LINE_VALUES - 18)).unwrap_err();
+        assert_eq!(over, "a line of more than `1048576` json values");
     }
 
     #[test]

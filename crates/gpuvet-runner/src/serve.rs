@@ -2,7 +2,7 @@
 //! the units the runner asks for and answer each as it finishes.
 
 use std::fs::File;
-use std::io::{BufRead, Write};
+use std::io::{BufRead, Read, Write};
 use std::os::fd::FromRawFd;
 use std::sync::{Arc, mpsc};
 
@@ -39,15 +39,39 @@ pub fn serve_worker(
         },
     )?;
     let cancel = CancelToken::new();
-    for line in input.lines() {
-        let line = line.map_err(|source| RunnerError::Io {
-            what: "cannot read the runner's request".to_owned(),
-            source,
-        })?;
+    let mut input = input;
+    let mut line = String::new();
+    loop {
+        line.clear();
+        // Bounded: a line longer than the protocol's is refused, not buffered.
+        let read = (&mut input)
+            .take(protocol::MAX_LINE_BYTES as u64 + 1)
+            .read_line(&mut line)
+            .map_err(|source| RunnerError::Io {
+                what: "cannot read the runner's request".to_owned(),
+                source,
+            })?;
+        if read == 0 {
+            break;
+        }
+        if line.len() > protocol::MAX_LINE_BYTES && !line.ends_with('\n') {
+            let message = format!(
+                "the worker cannot read the runner's request: a line longer than `{}` bytes",
+                protocol::MAX_LINE_BYTES
+            );
+            write_line(
+                &mut output,
+                &FromWorker::Fatal {
+                    message: message.clone(),
+                },
+            )?;
+            return Err(RunnerError::Protocol(message));
+        }
+        let line = line.trim_end_matches(['\n', '\r']);
         if line.trim().is_empty() {
             continue;
         }
-        let request = protocol::decode_request(&line).and_then(|request| {
+        let request = protocol::decode_request(line).and_then(|request| {
             let work = request.work.to_spec()?;
             Ok((request, work))
         });
@@ -166,6 +190,26 @@ mod tests {
             .lines()
             .map(|line| decode_from_worker(line).unwrap())
             .collect()
+    }
+
+    #[test]
+    fn a_line_over_the_bound_is_refused_unbuffered() {
+        // Endless input without a newline: read up to the bound, then refused.
+        let endless = std::io::BufReader::new(std::io::repeat(b' '));
+        let mut output = Vec::new();
+        let err = serve_worker(Ok(sim(Vec::new())), endless, &mut output).unwrap_err();
+        let expected =
+            "the worker cannot read the runner's request: a line longer than `16777216` bytes";
+        assert_eq!(err.to_string(), expected);
+        assert!(matches!(
+            &lines(&output)[1],
+            FromWorker::Fatal { message } if message == expected
+        ));
+        // A line of exactly the bound (with its newline) is read: blank, so skipped.
+        let at_limit = format!("{}\n", " ".repeat(protocol::MAX_LINE_BYTES - 1));
+        let mut output = Vec::new();
+        serve_worker(Ok(sim(Vec::new())), at_limit.as_bytes(), &mut output).unwrap();
+        assert_eq!(lines(&output).len(), 1);
     }
 
     #[test]

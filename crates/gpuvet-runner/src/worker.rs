@@ -22,7 +22,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(2);
 /// (state D) dies only when the call returns; the run does not wait for that.
 const REAP_WAIT: Duration = Duration::from_secs(5);
 /// A longer line is not the protocol.
-const MAX_LINE: u64 = 16 << 20;
+const MAX_LINE: u64 = protocol::MAX_LINE_BYTES as u64;
 
 /// How the runner starts a check's worker process: a program that speaks the pipe
 /// protocol (`gpuvet worker ...`, which calls [`serve_worker`](crate::serve_worker)).

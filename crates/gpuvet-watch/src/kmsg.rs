@@ -24,8 +24,17 @@ pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";
 /// The kernel's log device.
 pub const DEV_KMSG: &str = "/dev/kmsg";
 
-/// Lines longer than this are not driver XID lines (and are skipped, not buffered).
-const MAX_LINE: usize = 64 * 1024;
+/// Lines longer than this are not driver XID lines (the kernel's own records are at
+/// most 8 KiB): the parser skips them, and a file's reader throws them away unbuffered.
+pub const MAX_LINE_BYTES: usize = 64 * 1024;
+
+/// The most bytes of lines one poll returns: a flood of ~200-byte XID lines is 20,000
+/// lines a poll, and a log of overlong lines cannot pile up gigabytes in one poll.
+pub const MAX_BYTES_PER_POLL: usize = 4 << 20;
+
+/// Records `/dev/kmsg`'s reader thread may queue between polls (each at most its 16 KiB
+/// read buffer); when full the thread waits and the kernel's ring buffer holds the rest.
+const MAX_QUEUED_RECORDS: usize = 4096;
 
 /// One parsed `NVRM: Xid` line.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,8 +52,12 @@ pub struct KmsgXid {
     pub kernel_time_us: Option<u64>,
 }
 
-/// Parses one kernel-log line; `None` for anything that is not an XID line.
+/// Parses one kernel-log line; `None` for anything that is not an XID line, and for
+/// any line over [`MAX_LINE_BYTES`].
 pub fn parse_xid_line(line: &str) -> Option<KmsgXid> {
+    if line.len() > MAX_LINE_BYTES {
+        return None;
+    }
     let line = line.trim_end_matches(['\n', '\r']);
     let (kernel_time_us, body) = split_prefix(line);
     let at = body.find("NVRM: Xid")?;
@@ -122,7 +135,9 @@ fn split_prefix(line: &str) -> (Option<u64>, &str) {
                 {
                     let frac6: String = frac.chars().chain("000000".chars()).take(6).collect();
                     let us = frac6.parse::<u64>().unwrap_or(0);
-                    return (Some(s * 1_000_000 + us), &line[open + len + 1..]);
+                    // Seconds past what µs fit in a u64 are no kernel's: no time.
+                    let time = s.checked_mul(1_000_000).and_then(|t| t.checked_add(us));
+                    return (time, &line[open + len + 1..]);
                 }
             }
         }
@@ -264,7 +279,7 @@ impl KmsgSource {
     fn observation(&self, line: &str, now_ms: u64) -> Option<XidObservation> {
         let x = parse_xid_line(line)?;
         let time_ms = match (self.boot_time_ms, x.kernel_time_us) {
-            (Some(boot), Some(us)) => boot + us / 1000,
+            (Some(boot), Some(us)) => boot.saturating_add(us / 1000),
             _ => now_ms,
         };
         Some(XidObservation {
@@ -281,8 +296,10 @@ impl KmsgSource {
         })
     }
 
+    /// At most `max_lines` lines and about [`MAX_BYTES_PER_POLL`] bytes.
     fn read_lines(&mut self) -> Result<Vec<String>, HealthError> {
         let mut lines = Vec::new();
+        let mut bytes = 0;
         let path = self.path.clone();
         match &mut self.input {
             Input::File {
@@ -290,11 +307,11 @@ impl KmsgSource {
                 partial,
                 skipping,
             } => {
-                while lines.len() < self.max_lines {
+                while lines.len() < self.max_lines && bytes < MAX_BYTES_PER_POLL {
                     let mut buf = Vec::new();
                     let n = reader
                         .by_ref()
-                        .take(MAX_LINE as u64)
+                        .take(MAX_LINE_BYTES as u64)
                         .read_until(b'\n', &mut buf)
                         .map_err(|source| HealthError::Kmsg {
                             path: path.clone(),
@@ -313,7 +330,7 @@ impl KmsgSource {
                         // A line still being written, or an overlong one: keep its
                         // start, give it up once it passes the limit.
                         partial.extend_from_slice(&buf);
-                        if partial.len() >= MAX_LINE {
+                        if partial.len() >= MAX_LINE_BYTES {
                             partial.clear();
                             *skipping = true;
                             self.ignored += 1;
@@ -327,13 +344,17 @@ impl KmsgSource {
                         p.extend_from_slice(&buf);
                         p
                     };
+                    bytes += whole.len();
                     lines.push(String::from_utf8_lossy(&whole).into_owned());
                 }
             }
             Input::Device { lines: rx } => {
-                while lines.len() < self.max_lines {
+                while lines.len() < self.max_lines && bytes < MAX_BYTES_PER_POLL {
                     match rx.try_recv() {
-                        Ok(Ok(line)) => lines.push(line),
+                        Ok(Ok(line)) => {
+                            bytes += line.len();
+                            lines.push(line);
+                        }
                         Ok(Err(source)) => return Err(HealthError::Kmsg { path, source }),
                         Err(TryRecvError::Empty) => break,
                         Err(TryRecvError::Disconnected) => {
@@ -416,7 +437,7 @@ fn boot_time_from_uptime() -> Option<u64> {
 /// reads and the source drains the channel. The thread ends at its next record after
 /// the source is dropped.
 fn spawn_device_reader(mut file: File, path: &Path) -> io::Result<Receiver<io::Result<String>>> {
-    let (tx, rx) = mpsc::channel();
+    let (tx, rx) = mpsc::sync_channel(MAX_QUEUED_RECORDS);
     thread::Builder::new()
         .name(format!("gpuvet-kmsg:{}", path.display()))
         .spawn(move || {
@@ -505,5 +526,65 @@ mod tests {
         ] {
             assert_eq!(parse_xid_line(line), None, "{line:?}");
         }
+    }
+
+    const XID: &str = "[ 1.0] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.";
+
+    #[test]
+    fn the_line_bound_is_exact() {
+        let pad = |len: usize| format!("{XID}{}", " tail".repeat(len).get(..len).unwrap());
+        let at_limit = pad(MAX_LINE_BYTES - XID.len());
+        assert_eq!(at_limit.len(), MAX_LINE_BYTES);
+        assert_eq!(parse_xid_line(&at_limit).unwrap().xid, 79);
+        let over = pad(MAX_LINE_BYTES + 1 - XID.len());
+        assert_eq!(parse_xid_line(&over), None);
+        let log = format!("{over}\n{XID}\n");
+        assert_eq!(parse_log(&log, "b", 0).len(), 1);
+    }
+
+    #[test]
+    fn a_poll_reads_at_most_its_byte_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("kern.log");
+        // Lines just under the line bound, three polls' worth, then one XID line.
+        let long = format!("{}\n", "x".repeat(MAX_LINE_BYTES - 1));
+        let count = 3 * MAX_BYTES_PER_POLL / long.len();
+        let mut text = long.repeat(count);
+        text.push_str(XID);
+        text.push('\n');
+        std::fs::write(&path, text).unwrap();
+        let options = KmsgOptions {
+            boot_id: Some("b".into()),
+            ..KmsgOptions::default()
+        };
+        let mut source = KmsgSource::open(&path, options).unwrap();
+        let first = source.read_lines().unwrap();
+        let read: usize = first.iter().map(String::len).sum();
+        assert!(read >= MAX_BYTES_PER_POLL, "{read}");
+        assert!(read < MAX_BYTES_PER_POLL + MAX_LINE_BYTES, "{read}");
+        let mut polls = 1;
+        let mut found = Vec::new();
+        while found.is_empty() {
+            found = source.poll(0).unwrap();
+            polls += 1;
+            assert!(polls <= 5, "the XID line was not reached");
+        }
+        assert!(polls >= 3, "{polls}");
+    }
+
+    /// Found by the `kmsg_line` fuzz target (fuzz/regressions/kmsg_line/): a `[s.us]`
+    /// prefix whose seconds overflow microseconds panicked with overflow checks on.
+    #[test]
+    fn an_absurd_timestamp_is_no_time_not_a_panic() {
+        let crash = include_bytes!("../../../fuzz/regressions/kmsg_line/timestamp-overflow");
+        for line in String::from_utf8_lossy(crash).lines() {
+            let _ = parse_xid_line(line);
+        }
+        let line =
+            "[ 99999999999999999.5] NVRM: Xid (PCI:0000:3b:00): 79, GPU has fallen off the bus.";
+        let xid = parse_xid_line(line).unwrap();
+        assert_eq!((xid.xid, xid.kernel_time_us), (79, None));
+        let line = "[ 18446744073709.551615] NVRM: Xid (PCI:0000:3b:00): 79, x";
+        assert_eq!(parse_xid_line(line).unwrap().kernel_time_us, Some(u64::MAX));
     }
 }

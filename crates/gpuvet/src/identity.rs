@@ -1,9 +1,10 @@
 //! Who is running and where results go: job id, node, instance, config and store path,
 //! from flags, then the environment users already have, then defaults.
 
+use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use gpuvet_core::config::Config;
+use gpuvet_core::config::{Config, ConfigError, MAX_CONFIG_BYTES};
 
 use crate::cli::IdentityArgs;
 use crate::failure::Failure;
@@ -63,14 +64,30 @@ pub fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
     let Some(path) = path else {
         return Ok(Config::default());
     };
-    let text = std::fs::read_to_string(path).map_err(|err| {
+    let cannot_read = |err: &dyn std::fmt::Display| {
         Failure::usage(format!(
             "cannot read the config file `{}`: {err}",
             path.display()
         ))
         .with_hint("pass an existing file with `--config`, or leave it out to use the defaults")
-    })?;
-    Config::from_json(&text).map_err(|err| {
+    };
+    // One byte past the bound tells an over-long file without reading all of it.
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)
+        .and_then(|file| {
+            file.take(MAX_CONFIG_BYTES as u64 + 1)
+                .read_to_end(&mut bytes)
+        })
+        .map_err(|err| cannot_read(&err))?;
+    let parsed = if bytes.len() > MAX_CONFIG_BYTES {
+        Err(ConfigError::TooLarge {
+            limit: MAX_CONFIG_BYTES,
+        })
+    } else {
+        let text = String::from_utf8(bytes).map_err(|err| cannot_read(&err))?;
+        Config::from_json(&text)
+    };
+    parsed.map_err(|err| {
         let failure = Failure::from(err);
         let message = format!("`{}`: {}", path.display(), failure.error);
         Failure {

@@ -495,3 +495,26 @@ fn assert_invalid_settings(cases: &[(&str, &str, &str)]) {
         assert!(message.starts_with(expected_message), "{body}: {message}");
     }
 }
+
+#[test]
+fn the_size_bound_is_checked_before_parsing() {
+    // Padded with whitespace to exactly the bound: parsed. One byte more: refused,
+    // even though it would parse.
+    let base = DEFAULT_CONFIG_JSON;
+    let at_limit = format!("{base}{}", " ".repeat(MAX_CONFIG_BYTES - base.len()));
+    assert_eq!(at_limit.len(), MAX_CONFIG_BYTES);
+    assert!(Config::from_json(&at_limit).is_ok());
+    let over = format!("{at_limit} ");
+    let error = Config::from_json(&over).unwrap_err();
+    assert_eq!(
+        error,
+        ConfigError::TooLarge {
+            limit: MAX_CONFIG_BYTES
+        }
+    );
+    assert_eq!(
+        error.to_string(),
+        "the config has more than `1048576` bytes"
+    );
+    assert!(error.hint().is_some());
+}

@@ -9,14 +9,36 @@
 //! process group and the sequence numbers may be missing or of an unexpected type.
 
 use std::collections::BTreeMap;
-use std::fs;
+use std::fs::{self, File};
+use std::io::Read;
 use std::path::{Path, PathBuf};
+
+use gpuvet_core::bounds::json_values_at_most;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use super::FrError;
-use super::pickle::pickle_to_json;
+use super::pickle::{PickleError, PickleLimits, pickle_to_json};
+use super::{DumpLimit, FrError};
+
+/// The largest dump file read: a default ring buffer (2,000 entries) with 32-frame
+/// stacks is about 7.5 MiB as JSON, less as a pickle.
+pub const MAX_DUMP_FILE_BYTES: u64 = 32 << 20;
+
+/// The most values (and keys; an object counts as 8, see [`gpuvet_core::bounds`]) one
+/// dump may decode to: a 2,000-entry dump with 32-frame stacks counts 1,020,000; the
+/// bound keeps a decoded dump, pickle or JSON, well under 256 MB.
+pub const MAX_DUMP_VALUES: usize = 2_000_000;
+
+/// The most bytes of text one dump may decode to, counting every copy a pickle's shared
+/// strings expand to: the 2,000-entry, 32-frame dump has about 8 MiB.
+pub const MAX_DUMP_TEXT_BYTES: usize = 32 << 20;
+
+/// The pickle decoder's share of the bounds above.
+const PICKLE_LIMITS: PickleLimits = PickleLimits {
+    values: MAX_DUMP_VALUES,
+    text_bytes: MAX_DUMP_TEXT_BYTES,
+};
 
 /// How a dump was encoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -152,10 +174,15 @@ pub fn split_dump_name(file_name: &str) -> Option<(String, u32)> {
 
 /// Read one dump; the rank comes from the file name, else from the dump itself.
 pub fn load_dump(path: &Path) -> Result<FrDump, FrError> {
-    let bytes = fs::read(path).map_err(|source| FrError::ReadFile {
+    let read_error = |source| FrError::ReadFile {
         path: path.to_path_buf(),
         source,
-    })?;
+    };
+    // One byte past the bound tells an over-long file without reading all of it.
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|file| file.take(MAX_DUMP_FILE_BYTES + 1).read_to_end(&mut bytes))
+        .map_err(read_error)?;
     let rank = path
         .file_name()
         .and_then(|name| name.to_str())
@@ -223,18 +250,38 @@ pub fn load_dir(dir: &Path, prefix: Option<&str>) -> Result<Vec<FrDump>, FrError
 }
 
 /// Decode one dump from its bytes. `rank` overrides the dump's own `rank` field.
+/// Refused when over [`MAX_DUMP_FILE_BYTES`], [`MAX_DUMP_VALUES`] or
+/// [`MAX_DUMP_TEXT_BYTES`], before the values are built.
 pub fn parse_dump(bytes: &[u8], path: &Path, rank: Option<u32>) -> Result<FrDump, FrError> {
+    let too_large = |limit| FrError::TooLarge {
+        path: path.to_path_buf(),
+        limit,
+    };
+    if bytes.len() as u64 > MAX_DUMP_FILE_BYTES {
+        return Err(too_large(DumpLimit::FileBytes(MAX_DUMP_FILE_BYTES)));
+    }
     let first = bytes.iter().find(|b| !b.is_ascii_whitespace()).copied();
     let (value, format) = if matches!(first, Some(b'{' | b'[')) {
+        // Text is at most the file; values are counted before serde_json builds them.
+        if json_values_at_most(bytes, MAX_DUMP_VALUES).is_err() {
+            return Err(too_large(DumpLimit::Values(MAX_DUMP_VALUES)));
+        }
         let value = serde_json::from_slice(bytes).map_err(|source| FrError::Json {
             path: path.to_path_buf(),
             source,
         })?;
         (value, DumpFormat::Json)
     } else {
-        let value = pickle_to_json(bytes).map_err(|source| FrError::Pickle {
-            path: path.to_path_buf(),
-            source,
+        let value = pickle_to_json(bytes, PICKLE_LIMITS).map_err(|source| match source {
+            PickleError::TooLarge {
+                what: "values",
+                limit,
+            } => too_large(DumpLimit::Values(limit)),
+            PickleError::TooLarge { limit, .. } => too_large(DumpLimit::TextBytes(limit)),
+            source @ PickleError::Invalid { .. } => FrError::Pickle {
+                path: path.to_path_buf(),
+                source,
+            },
         })?;
         (value, DumpFormat::Pickle)
     };
@@ -535,5 +582,114 @@ mod tests {
         assert!(error.to_string().contains("`/tmp/trace`"), "{error}");
         let dump = parse_dump(br#"{"rank": 5, "entries": []}"#, Path::new("x"), None).unwrap();
         assert_eq!(dump.rank, 5);
+    }
+
+    /// A dump the size PyTorch writes by default (2,000 entries), every entry with a
+    /// 32-frame stack, as `make_fixtures.py` shapes its entries.
+    fn realistic_dump() -> Value {
+        let frame = |i: usize| {
+            serde_json::json!({
+                "name": format!("forward_{i}"),
+                "filename": format!("/opt/conda/lib/python3.12/site-packages/model/layer_{i}.py"),
+                "line": 100 + i,
+            })
+        };
+        let entries: Vec<Value> = (0..2000)
+            .map(|i| {
+                serde_json::json!({
+                    "record_id": i, "pg_id": 0, "process_group": ["0", "default_pg"],
+                    "collective_seq_id": i + 1, "p2p_seq_id": 0, "op_id": i + 1,
+                    "profiling_name": "nccl:all_reduce", "time_created_ns": 1_760_000_000_000_000_000_i64,
+                    "input_sizes": [[2048, 4096]], "input_dtypes": ["BFloat16"],
+                    "output_sizes": [[2048, 4096]], "output_dtypes": ["BFloat16"],
+                    "state": "completed", "time_discovered_started_ns": 1_760_000_000_000_050_000_i64,
+                    "time_discovered_completed_ns": 1_760_000_000_000_400_000_i64,
+                    "retired": true, "timeout_ms": 600_000, "is_p2p": false,
+                    "frames": (0..32).map(frame).collect::<Vec<_>>(),
+                    "thread_id": "140233", "thread_name": "pt_main_thread", "duration_ms": 0.35,
+                })
+            })
+            .collect();
+        serde_json::json!({
+            "version": "2.10", "comm_lib_version": "2.27.3",
+            "pg_config": {"0": {"name": "0", "desc": "default_pg", "ranks": "[0, 1, 2, 3]"}},
+            "pg_status": {"0": {"last_enqueued_collective": 2000, "last_started_collective": 2000,
+                                "last_completed_collective": 2000}},
+            "entries": entries,
+        })
+    }
+
+    #[test]
+    fn a_default_sized_dump_with_deep_stacks_fits_the_bounds() {
+        let value = realistic_dump();
+        let json = serde_json::to_vec(&value).unwrap();
+        let values = json_values_at_most(&json, usize::MAX - 1).unwrap();
+        // Inside every bound with room, so deeper stacks still fit.
+        assert!(values * 3 / 2 < MAX_DUMP_VALUES, "{values} values");
+        assert!(
+            json.len() as u64 * 3 < MAX_DUMP_FILE_BYTES,
+            "{} bytes",
+            json.len()
+        );
+        let dump = parse_dump(&json, Path::new("rank_0.json"), Some(0)).unwrap();
+        assert_eq!(dump.entries.len(), 2000);
+        assert_eq!(dump.entries[1999].frames.len(), 32);
+
+        let pickle = serde_pickle::to_vec(&value, serde_pickle::SerOptions::new()).unwrap();
+        assert!((pickle.len() as u64) < MAX_DUMP_FILE_BYTES);
+        let dump = parse_dump(&pickle, Path::new("rank_0"), Some(0)).unwrap();
+        assert_eq!(dump.format, DumpFormat::Pickle);
+        assert_eq!(dump.entries.len(), 2000);
+    }
+
+    #[test]
+    fn the_file_and_value_bounds_are_exact() {
+        let path = Path::new("rank_0.json");
+        // `[0,0,...]` padded with spaces to the byte bound: not a dump, but read.
+        let zeros = |count: usize| format!("[{}]", vec!["0"; count].join(","));
+        let mut at_limit = zeros(MAX_DUMP_VALUES - 1).into_bytes();
+        assert_eq!(
+            json_values_at_most(&at_limit, MAX_DUMP_VALUES),
+            Ok(MAX_DUMP_VALUES)
+        );
+        assert!(matches!(
+            parse_dump(&at_limit, path, Some(0)),
+            Err(FrError::NotADump { .. })
+        ));
+        let over = zeros(MAX_DUMP_VALUES).into_bytes();
+        let error = parse_dump(&over, path, Some(0)).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "flight-recorder dump `rank_0.json` is too large: it decodes to more than `2000000` values"
+        );
+
+        at_limit.resize(MAX_DUMP_FILE_BYTES as usize, b' ');
+        assert!(matches!(
+            parse_dump(&at_limit, path, Some(0)),
+            Err(FrError::NotADump { .. })
+        ));
+        at_limit.push(b' ');
+        let error = parse_dump(&at_limit, path, Some(0)).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "flight-recorder dump `rank_0.json` is too large: the file has more than `33554432` bytes"
+        );
+    }
+
+    #[test]
+    fn a_file_over_the_bound_is_refused_unread() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("nccl_trace_rank_0.json");
+        let file = File::create(&path).unwrap();
+        // Sparse: a gigabyte on paper, nothing on disk.
+        file.set_len(1 << 30).unwrap();
+        let error = load_dump(&path).unwrap_err();
+        assert!(matches!(
+            error,
+            FrError::TooLarge {
+                limit: DumpLimit::FileBytes(MAX_DUMP_FILE_BYTES),
+                ..
+            }
+        ));
     }
 }

@@ -39,10 +39,10 @@ use serde::{Deserialize, Serialize};
 
 pub use analysis::analyze;
 pub use dump::{
-    DumpFormat, EntryState, FrDump, FrEntry, FrFrame, PgConfig, PgStatus, load_dir, load_dump,
-    parse_dump, split_dump_name,
+    DumpFormat, EntryState, FrDump, FrEntry, FrFrame, MAX_DUMP_FILE_BYTES, MAX_DUMP_TEXT_BYTES,
+    MAX_DUMP_VALUES, PgConfig, PgStatus, load_dir, load_dump, parse_dump, split_dump_name,
 };
-pub use pickle::{PickleError, pickle_to_json};
+pub use pickle::{PickleError, PickleLimits, pickle_to_json};
 pub use summary::summary;
 
 /// Why dumps could not be read. Every message names the file or directory.
@@ -72,6 +72,8 @@ pub enum FrError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("flight-recorder dump `{path}` is too large: {limit}")]
+    TooLarge { path: PathBuf, limit: DumpLimit },
     #[error("`{path}` is not a flight-recorder dump: {reason}")]
     NotADump { path: PathBuf, reason: String },
     #[error("no flight-recorder dumps (files named `<prefix><rank>`) in `{dir}`")]
@@ -84,6 +86,26 @@ pub enum FrError {
         first: PathBuf,
         second: PathBuf,
     },
+}
+
+/// The bound a dump passed (see [`MAX_DUMP_FILE_BYTES`] and its neighbours).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DumpLimit {
+    FileBytes(u64),
+    Values(usize),
+    TextBytes(usize),
+}
+
+impl std::fmt::Display for DumpLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DumpLimit::FileBytes(limit) => write!(f, "the file has more than `{limit}` bytes"),
+            DumpLimit::Values(limit) => write!(f, "it decodes to more than `{limit}` values"),
+            DumpLimit::TextBytes(limit) => {
+                write!(f, "it decodes to more than `{limit}` bytes of text")
+            }
+        }
+    }
 }
 
 /// Read every dump in `dir` (prefix inferred) and analyze them: what `gpuvet fr

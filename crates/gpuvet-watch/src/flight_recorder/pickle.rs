@@ -11,21 +11,40 @@
 //! REDUCE, NEWOBJ, BUILD) become `null`, except torch's `torch.jit._pickle` helpers
 //! (`build_intlist`, `restore_type_tag`, ...), which return their first argument.
 //! Cycles become `null`.
+//!
+//! Bounded: a shared object is expanded once per reference, so a few hundred bytes
+//! that reference the previous level twice, 40 levels deep, describe 2^40 values. The
+//! decoder counts what it builds, while reading and while expanding, and stops with
+//! [`PickleError::TooLarge`] as soon as a [`PickleLimits`] bound is passed.
 
 use std::collections::HashMap;
 
+use gpuvet_core::bounds::OBJECT_WEIGHT;
 use serde_json::{Map, Number, Value};
 
 /// Why a pickle could not be read.
 #[derive(Debug, thiserror::Error)]
-#[error("{reason} at byte {offset}")]
-pub struct PickleError {
-    pub offset: usize,
-    pub reason: String,
+pub enum PickleError {
+    #[error("{reason} at byte {offset}")]
+    Invalid { offset: usize, reason: String },
+    /// Decoding would build more than a bound allows.
+    #[error("it decodes to more than `{limit}` {what}")]
+    TooLarge { what: &'static str, limit: usize },
+}
+
+/// How much one decode may build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PickleLimits {
+    /// Values (containers, scalars and dictionary keys; a dictionary counts
+    /// [`OBJECT_WEIGHT`]), counted as they are read and again as shared references are
+    /// expanded.
+    pub values: usize,
+    /// Bytes of text (strings and dictionary keys) after expansion.
+    pub text_bytes: usize,
 }
 
 /// Decode one pickle into a JSON value (see the module docs for the mapping).
-pub fn pickle_to_json(data: &[u8]) -> Result<Value, PickleError> {
+pub fn pickle_to_json(data: &[u8], limits: PickleLimits) -> Result<Value, PickleError> {
     let mut unpickler = Unpickler {
         data,
         pos: 0,
@@ -33,10 +52,18 @@ pub fn pickle_to_json(data: &[u8]) -> Result<Value, PickleError> {
         stack: Vec::new(),
         marks: Vec::new(),
         memo: HashMap::new(),
+        pushed: 0,
+        limits,
     };
     let root = unpickler.run()?;
-    let mut visiting = vec![false; unpickler.nodes.len()];
-    Ok(to_json(&unpickler.nodes, root, &mut visiting, 0))
+    let mut expand = Expand {
+        nodes: &unpickler.nodes,
+        visiting: vec![false; unpickler.nodes.len()],
+        values: 0,
+        text_bytes: 0,
+        limits,
+    };
+    expand.value(root, 0)
 }
 
 /// The deepest nesting converted; deeper values become `null` (dumps nest 4 deep).
@@ -68,14 +95,30 @@ struct Unpickler<'a> {
     /// Stack lengths at each MARK.
     marks: Vec<usize>,
     memo: HashMap<u64, usize>,
+    /// Everything pushed so far, values and references: what the arena, the stack and
+    /// the containers hold is at most this many indices and nodes.
+    pushed: usize,
+    limits: PickleLimits,
 }
 
 impl Unpickler<'_> {
     fn fail<T>(&self, reason: impl Into<String>) -> Result<T, PickleError> {
-        Err(PickleError {
+        Err(PickleError::Invalid {
             offset: self.pos,
             reason: reason.into(),
         })
+    }
+
+    /// Counts one more push; fails once the values bound is passed.
+    fn count_push(&mut self) -> Result<(), PickleError> {
+        self.pushed += 1;
+        if self.pushed > self.limits.values {
+            return Err(PickleError::TooLarge {
+                what: "values",
+                limit: self.limits.values,
+            });
+        }
+        Ok(())
     }
 
     fn take(&mut self, count: usize) -> Result<&[u8], PickleError> {
@@ -118,9 +161,18 @@ impl Unpickler<'_> {
         Ok(line)
     }
 
-    fn push(&mut self, node: Node) {
+    fn push(&mut self, node: Node) -> Result<(), PickleError> {
+        self.count_push()?;
         self.nodes.push(node);
         self.stack.push(self.nodes.len() - 1);
+        Ok(())
+    }
+
+    /// Pushes another reference to a node already built (DUP, a memo get).
+    fn push_ref(&mut self, index: usize) -> Result<(), PickleError> {
+        self.count_push()?;
+        self.stack.push(index);
+        Ok(())
     }
 
     fn pop(&mut self) -> Result<usize, PickleError> {
@@ -149,10 +201,7 @@ impl Unpickler<'_> {
 
     fn memo_get(&mut self, key: u64) -> Result<(), PickleError> {
         match self.memo.get(&key) {
-            Some(index) => {
-                self.stack.push(*index);
-                Ok(())
-            }
+            Some(index) => self.push_ref(*index),
             None => self.fail(format!("memo key {key} not found")),
         }
     }
@@ -247,66 +296,66 @@ impl Unpickler<'_> {
                 }
                 b'2' => {
                     let top = self.top()?;
-                    self.stack.push(top);
+                    self.push_ref(top)?;
                 }
 
                 // Constants and numbers.
-                b'N' => self.push(Node::Null),
-                0x88 => self.push(Node::Bool(true)),
-                0x89 => self.push(Node::Bool(false)),
+                b'N' => self.push(Node::Null)?,
+                0x88 => self.push(Node::Bool(true))?,
+                0x89 => self.push(Node::Bool(false))?,
                 b'J' => {
                     let bytes = self.take(4)?;
                     let value = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-                    self.push(Node::Int(i64::from(value)));
+                    self.push(Node::Int(i64::from(value)))?;
                 }
                 b'K' => {
                     let value = self.uint(1)?;
-                    self.push(Node::Int(value as i64));
+                    self.push(Node::Int(value as i64))?;
                 }
                 b'M' => {
                     let value = self.uint(2)?;
-                    self.push(Node::Int(value as i64));
+                    self.push(Node::Int(value as i64))?;
                 }
                 0x8a | 0x8b => {
                     let width = if opcode == 0x8a { 1 } else { 4 };
                     let length = self.length(width)?;
                     let bytes = self.take(length)?.to_vec();
                     let node = self.int_from_le(&bytes)?;
-                    self.push(node);
+                    self.push(node)?;
                 }
                 b'I' | b'L' => {
                     let line = self.line()?;
                     let node = self.text_int(&line)?;
-                    self.push(node);
+                    self.push(node)?;
                 }
                 b'G' => {
                     let bytes = self.take(8)?;
                     let mut raw = [0u8; 8];
                     raw.copy_from_slice(bytes);
-                    self.push(Node::Float(f64::from_be_bytes(raw)));
+                    self.push(Node::Float(f64::from_be_bytes(raw)))?;
                 }
                 b'F' => {
                     let line = self.line()?;
                     let value = line.trim().parse().unwrap_or(f64::NAN);
-                    self.push(Node::Float(value));
+                    self.push(Node::Float(value))?;
                 }
 
                 // Strings and bytes (bytes are read as text, lossily).
                 0x8c | b'U' | b'C' => {
                     let node = self.string(1)?;
-                    self.push(node);
+                    self.push(node)?;
                 }
                 b'X' | b'T' | b'B' => {
                     let node = self.string(4)?;
-                    self.push(node);
+                    self.push(node)?;
                 }
                 0x8d | 0x8e | 0x96 => {
                     let node = self.string(8)?;
-                    self.push(node);
+                    self.push(node)?;
                 }
                 b'V' => {
                     let line = self.line()?;
-                    self.push(Node::Str(line));
+                    self.push(Node::Str(line))?;
                 }
                 b'S' => {
                     let line = self.line()?;
@@ -315,20 +364,20 @@ impl Unpickler<'_> {
                         .strip_prefix(['\'', '"'])
                         .and_then(|s| s.strip_suffix(['\'', '"']))
                         .unwrap_or(quoted);
-                    self.push(Node::Str(unquoted.to_string()));
+                    self.push(Node::Str(unquoted.to_string()))?;
                 }
 
                 // Containers.
-                b']' | 0x8f => self.push(Node::List(Vec::new())),
-                b')' => self.push(Node::Tuple(Vec::new())),
-                b'}' => self.push(Node::Dict(Vec::new())),
+                b']' | 0x8f => self.push(Node::List(Vec::new()))?,
+                b')' => self.push(Node::Tuple(Vec::new()))?,
+                b'}' => self.push(Node::Dict(Vec::new()))?,
                 b'l' | 0x91 => {
                     let items = self.pop_mark()?;
-                    self.push(Node::List(items));
+                    self.push(Node::List(items))?;
                 }
                 b't' => {
                     let items = self.pop_mark()?;
-                    self.push(Node::Tuple(items));
+                    self.push(Node::Tuple(items))?;
                 }
                 0x85..=0x87 => {
                     let count = usize::from(opcode - 0x84);
@@ -336,11 +385,11 @@ impl Unpickler<'_> {
                         return self.fail("stack underflow");
                     }
                     let items = self.stack.split_off(self.stack.len() - count);
-                    self.push(Node::Tuple(items));
+                    self.push(Node::Tuple(items))?;
                 }
                 b'd' => {
                     let items = self.pop_mark()?;
-                    self.push(Node::Dict(Vec::new()));
+                    self.push(Node::Dict(Vec::new()))?;
                     let dict = self.top()?;
                     self.extend_dict(dict, items)?;
                 }
@@ -407,7 +456,7 @@ impl Unpickler<'_> {
                 b'c' => {
                     let module = self.line()?;
                     self.line()?; // the name
-                    self.push(Node::Global(module));
+                    self.push(Node::Global(module))?;
                 }
                 0x93 => {
                     self.pop()?; // the name
@@ -416,7 +465,7 @@ impl Unpickler<'_> {
                         Node::Str(text) => text.clone(),
                         _ => String::new(),
                     };
-                    self.push(Node::Global(module));
+                    self.push(Node::Global(module))?;
                 }
                 b'R' => {
                     let arguments = self.pop()?;
@@ -428,21 +477,21 @@ impl Unpickler<'_> {
                     match (&self.nodes[arguments], passthrough) {
                         (Node::Tuple(items), true) if !items.is_empty() => {
                             let first = items[0];
-                            self.stack.push(first);
+                            self.push_ref(first)?;
                         }
-                        _ => self.push(Node::Opaque),
+                        _ => self.push(Node::Opaque)?,
                     }
                 }
                 0x81 => {
                     self.pop()?;
                     self.pop()?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 0x92 => {
                     self.pop()?;
                     self.pop()?;
                     self.pop()?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 b'b' => {
                     self.pop()?; // BUILD: the state; the object stays.
@@ -451,31 +500,31 @@ impl Unpickler<'_> {
                     self.line()?;
                     self.line()?;
                     self.pop_mark()?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 b'o' => {
                     self.pop_mark()?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 b'P' => {
                     self.line()?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 b'Q' => {
                     self.pop()?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 0x82 => {
                     self.take(1)?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 0x83 => {
                     self.take(2)?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 0x84 => {
                     self.take(4)?;
-                    self.push(Node::Opaque);
+                    self.push(Node::Opaque)?;
                 }
                 other => return self.fail(format!("unsupported opcode 0x{other:02x}")),
             }
@@ -483,47 +532,98 @@ impl Unpickler<'_> {
     }
 }
 
-fn to_json(nodes: &[Node], index: usize, visiting: &mut [bool], depth: usize) -> Value {
-    if visiting[index] || depth > MAX_DEPTH {
-        return Value::Null;
-    }
-    visiting[index] = true;
-    let value = match &nodes[index] {
-        Node::Null | Node::Global(_) | Node::Opaque => Value::Null,
-        Node::Bool(flag) => Value::Bool(*flag),
-        Node::Int(number) => Value::from(*number),
-        Node::Big(number) => match u64::try_from(*number) {
-            Ok(unsigned) => Value::from(unsigned),
-            Err(_) => Value::String(number.to_string()),
-        },
-        Node::Float(number) => Number::from_f64(*number).map_or(Value::Null, Value::Number),
-        Node::Str(text) => Value::String(text.clone()),
-        Node::List(items) | Node::Tuple(items) => Value::Array(
-            items
-                .iter()
-                .map(|item| to_json(nodes, *item, visiting, depth + 1))
-                .collect(),
-        ),
-        Node::Dict(pairs) => {
-            let mut map = Map::new();
-            for (key, item) in pairs {
-                let key = match to_json(nodes, *key, visiting, depth + 1) {
-                    Value::String(text) => text,
-                    other => other.to_string(),
-                };
-                map.insert(key, to_json(nodes, *item, visiting, depth + 1));
-            }
-            Value::Object(map)
+/// The expansion of the arena into one JSON value, counting what it builds.
+struct Expand<'a> {
+    nodes: &'a [Node],
+    /// Nodes on the path from the root: a node met again there is a cycle.
+    visiting: Vec<bool>,
+    values: usize,
+    text_bytes: usize,
+    limits: PickleLimits,
+}
+
+impl Expand<'_> {
+    /// Counts a value of `weight` with `text` bytes of text; fails once a bound is
+    /// passed.
+    fn count(&mut self, weight: usize, text: usize) -> Result<(), PickleError> {
+        self.values += weight;
+        self.text_bytes = self.text_bytes.saturating_add(text);
+        if self.values > self.limits.values {
+            return Err(PickleError::TooLarge {
+                what: "values",
+                limit: self.limits.values,
+            });
         }
-    };
-    visiting[index] = false;
-    value
+        if self.text_bytes > self.limits.text_bytes {
+            return Err(PickleError::TooLarge {
+                what: "bytes of text",
+                limit: self.limits.text_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    fn value(&mut self, index: usize, depth: usize) -> Result<Value, PickleError> {
+        if self.visiting[index] || depth > MAX_DEPTH {
+            self.count(1, 0)?;
+            return Ok(Value::Null);
+        }
+        let nodes = self.nodes;
+        let (weight, text) = match &nodes[index] {
+            Node::Str(text) => (1, text.len()),
+            // A dictionary costs a B-tree node, as it does in JSON.
+            Node::Dict(_) => (OBJECT_WEIGHT, 0),
+            _ => (1, 0),
+        };
+        self.count(weight, text)?;
+        self.visiting[index] = true;
+        let value = match &nodes[index] {
+            Node::Null | Node::Global(_) | Node::Opaque => Value::Null,
+            Node::Bool(flag) => Value::Bool(*flag),
+            Node::Int(number) => Value::from(*number),
+            Node::Big(number) => match u64::try_from(*number) {
+                Ok(unsigned) => Value::from(unsigned),
+                Err(_) => Value::String(number.to_string()),
+            },
+            Node::Float(number) => Number::from_f64(*number).map_or(Value::Null, Value::Number),
+            Node::Str(text) => Value::String(text.clone()),
+            Node::List(items) | Node::Tuple(items) => {
+                let mut array = Vec::new();
+                for item in items {
+                    array.push(self.value(*item, depth + 1)?);
+                }
+                Value::Array(array)
+            }
+            Node::Dict(pairs) => {
+                let mut map = Map::new();
+                for (key, item) in pairs {
+                    let key = match self.value(*key, depth + 1)? {
+                        Value::String(text) => text,
+                        other => {
+                            let text = other.to_string();
+                            self.count(0, text.len())?;
+                            text
+                        }
+                    };
+                    map.insert(key, self.value(*item, depth + 1)?);
+                }
+                Value::Object(map)
+            }
+        };
+        self.visiting[index] = false;
+        Ok(value)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    const LIMITS: PickleLimits = PickleLimits {
+        values: 10_000,
+        text_bytes: 10_000,
+    };
 
     /// `pickle.dumps({'a': s, 'b': s}, protocol=2)` with `s = [[1]]`: serde-pickle 1.2
     /// fails on this.
@@ -533,7 +633,7 @@ mod tests {
     #[test]
     fn shared_objects_are_read_twice() {
         assert_eq!(
-            pickle_to_json(SHARED).unwrap(),
+            pickle_to_json(SHARED, LIMITS).unwrap(),
             json!({"a": [[1]], "b": [[1]]})
         );
     }
@@ -550,7 +650,7 @@ mod tests {
             "nested": {"k": [[1, 2], []]},
         });
         let bytes = serde_pickle::to_vec(&value, serde_pickle::SerOptions::new()).unwrap();
-        assert_eq!(pickle_to_json(&bytes).unwrap(), value);
+        assert_eq!(pickle_to_json(&bytes, LIMITS).unwrap(), value);
     }
 
     #[test]
@@ -558,7 +658,7 @@ mod tests {
         // pickle.dumps({'x': (1, 2.5, 'hi'), 'y': True}, protocol=0)
         let bytes = b"(dp0\nVx\np1\n(I1\nF2.5\nVhi\np2\ntp3\nsVy\np4\nI01\ns.";
         assert_eq!(
-            pickle_to_json(bytes).unwrap(),
+            pickle_to_json(bytes, LIMITS).unwrap(),
             json!({"x": [1, 2.5, "hi"], "y": true})
         );
     }
@@ -568,7 +668,7 @@ mod tests {
         // LONG1 with 9 bytes: 2**64 + 1; LONG1 with 1 byte: -1.
         let bytes = b"\x80\x02]q\x00(\x8a\x09\x01\x00\x00\x00\x00\x00\x00\x00\x01\x8a\x01\xffe.";
         assert_eq!(
-            pickle_to_json(bytes).unwrap(),
+            pickle_to_json(bytes, LIMITS).unwrap(),
             json!(["18446744073709551617", -1])
         );
     }
@@ -578,17 +678,112 @@ mod tests {
         // GLOBAL torch.jit._pickle build_intlist, ([1, 2],), REDUCE
         let bytes =
             b"\x80\x02ctorch.jit._pickle\nbuild_intlist\nq\x00]q\x01(K\x01K\x02e\x85q\x02Rq\x03.";
-        assert_eq!(pickle_to_json(bytes).unwrap(), json!([1, 2]));
+        assert_eq!(pickle_to_json(bytes, LIMITS).unwrap(), json!([1, 2]));
         let other = b"\x80\x02cos\nsystem\nq\x00X\x02\x00\x00\x00lsq\x01\x85q\x02Rq\x03.";
-        assert_eq!(pickle_to_json(other).unwrap(), Value::Null);
+        assert_eq!(pickle_to_json(other, LIMITS).unwrap(), Value::Null);
     }
 
     #[test]
     fn truncated_and_garbage_input_fail_with_an_offset() {
-        let error = pickle_to_json(&SHARED[..20]).unwrap_err();
+        let error = pickle_to_json(&SHARED[..20], LIMITS).unwrap_err();
         assert!(error.to_string().contains("at byte"), "{error}");
-        let error = pickle_to_json(b"\x80\x02\xff").unwrap_err();
+        let error = pickle_to_json(b"\x80\x02\xff", LIMITS).unwrap_err();
         assert_eq!(error.to_string(), "unsupported opcode 0xff at byte 3");
-        assert!(pickle_to_json(b"").is_err());
+        assert!(pickle_to_json(b"", LIMITS).is_err());
+    }
+
+    /// `levels` lists, each holding the previous one twice through the memo: a few
+    /// bytes a level, 2^levels leaves once expanded.
+    pub(crate) fn memo_bomb(levels: u8) -> Vec<u8> {
+        let mut bytes = b"\x80\x04K\x00\x94".to_vec(); // 0, MEMOIZE as 0
+        for level in 1..=levels {
+            // EMPTY_LIST, MARK, GET prev, GET prev, APPENDS, MEMOIZE as `level`
+            let prev = level - 1;
+            bytes.extend_from_slice(&[b']', b'(', b'h', prev, b'h', prev, b'e', 0x94]);
+        }
+        bytes.push(b'.');
+        bytes
+    }
+
+    #[test]
+    fn a_memo_bomb_is_refused_while_expanding() {
+        let bomb = memo_bomb(40);
+        assert!(bomb.len() < 400, "{}", bomb.len());
+        let error = pickle_to_json(&bomb, LIMITS).unwrap_err();
+        assert_eq!(error.to_string(), "it decodes to more than `10000` values");
+    }
+
+    #[test]
+    fn the_value_bound_is_exact() {
+        // 12 levels expand to 2^13 - 1 = 8191 values.
+        let bomb = memo_bomb(12);
+        let exact = PickleLimits {
+            values: 8191,
+            text_bytes: 0,
+        };
+        let value = pickle_to_json(&bomb, exact).unwrap();
+        assert_eq!(value[0][0][0][0][0][0][0][0][0][0][0][0], json!(0));
+        let under = PickleLimits {
+            values: 8190,
+            ..exact
+        };
+        assert!(matches!(
+            pickle_to_json(&bomb, under),
+            Err(PickleError::TooLarge {
+                what: "values",
+                limit: 8190
+            })
+        ));
+    }
+
+    #[test]
+    fn the_text_bound_counts_every_expanded_copy() {
+        // ['abcd', 'abcd' (memo), 'abcd' (memo)]: 12 bytes of text once expanded.
+        let bytes = b"\x80\x02](X\x04\x00\x00\x00abcdq\x00h\x00h\x00e.";
+        let fits = PickleLimits {
+            values: 100,
+            text_bytes: 12,
+        };
+        assert_eq!(
+            pickle_to_json(bytes, fits).unwrap(),
+            json!(["abcd", "abcd", "abcd"])
+        );
+        let over = PickleLimits {
+            text_bytes: 11,
+            ..fits
+        };
+        let error = pickle_to_json(bytes, over).unwrap_err();
+        assert_eq!(
+            error.to_string(),
+            "it decodes to more than `11` bytes of text"
+        );
+    }
+
+    #[test]
+    fn a_dictionary_counts_as_a_b_tree_node() {
+        // {'a': 1}: the dictionary, its key and its value.
+        let bytes = b"\x80\x02}X\x01\x00\x00\x00aK\x01s.";
+        let fits = PickleLimits {
+            values: OBJECT_WEIGHT + 2,
+            text_bytes: 1,
+        };
+        assert_eq!(pickle_to_json(bytes, fits).unwrap(), json!({"a": 1}));
+        let over = PickleLimits {
+            values: OBJECT_WEIGHT + 1,
+            ..fits
+        };
+        assert!(pickle_to_json(bytes, over).is_err());
+    }
+
+    #[test]
+    fn pushes_are_counted_while_reading() {
+        // A stream of DUPs builds nothing new but grows the stack: refused while reading.
+        let mut bytes = b"\x80\x02N".to_vec();
+        bytes.extend(std::iter::repeat_n(b'2', 20_000));
+        bytes.push(b'.');
+        assert!(matches!(
+            pickle_to_json(&bytes, LIMITS),
+            Err(PickleError::TooLarge { what: "values", .. })
+        ));
     }
 }

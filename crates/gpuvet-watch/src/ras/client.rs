@@ -24,8 +24,10 @@ pub const RAS_CLIENT_PROTOCOL: u32 = 2;
 
 /// Replies to handshake and settings commands are single short lines.
 const MAX_LINE_BYTES: usize = 4096;
-/// A status report of a very large job is big, but not unbounded.
-const DEFAULT_MAX_RESPONSE_BYTES: usize = 64 << 20;
+/// A status report of a very large job is big, but not unbounded: a rank's entry is
+/// about 350 bytes, so 16 MiB holds a 4,096-GPU job in 10 communicators, and the
+/// buffers for it stay under 50 MB.
+pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
 /// `ncclras` starts with a 1 s timeout to weed out unresponsive processes quickly.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The RAS server waits up to 5 s per leg plus 5 s extra while it collects data from
@@ -78,7 +80,7 @@ impl RasClient {
             exchange_timeout: DEFAULT_EXCHANGE_TIMEOUT,
             verbose: false,
             ras_timeout: None,
-            max_response_bytes: DEFAULT_MAX_RESPONSE_BYTES,
+            max_response_bytes: MAX_RESPONSE_BYTES,
         }
     }
 

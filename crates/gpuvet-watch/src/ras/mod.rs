@@ -26,12 +26,13 @@ use std::time::Duration;
 
 pub use analyzer::{CommFinding, CommFindingKind, RasAnalyzer, analyze_status};
 pub use client::{
-    DEFAULT_RAS_ADDR, RAS_ADDR_ENV, RAS_CLIENT_PROTOCOL, RasClient, RasExchange, ras_addr_from,
+    DEFAULT_RAS_ADDR, MAX_RESPONSE_BYTES, RAS_ADDR_ENV, RAS_CLIENT_PROTOCOL, RasClient,
+    RasExchange, ras_addr_from,
 };
 pub use source::{RasSource, comm_to_runtime};
 pub use status::{
-    RasCollection, RasCommunicator, RasMissingRank, RasMissingStatus, RasRank, RasRankStatus,
-    RasStatus, parse_status,
+    MAX_STATUS_VALUES, RasCollection, RasCommunicator, RasMissingRank, RasMissingStatus, RasRank,
+    RasRankStatus, RasStatus, parse_status,
 };
 
 /// Why a RAS query failed. Every message names the address it talked to.
@@ -89,4 +90,6 @@ pub enum RasError {
         #[source]
         source: serde_json::Error,
     },
+    #[error("the status from nccl ras at `{addr}` holds more than `{limit}` json values")]
+    TooManyValues { addr: String, limit: usize },
 }

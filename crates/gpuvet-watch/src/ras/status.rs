@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use gpuvet_core::bounds::json_values_at_most;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -144,8 +145,21 @@ pub struct RasCollection {
     pub timeouts_count: u64,
 }
 
-/// Parse a status document; `addr` names where it came from in errors.
+/// The most JSON values a status may hold (objects weighted, see
+/// [`gpuvet_core::bounds`]), counted before any is built: a rank's entry counts about
+/// 55, so this is 18,000 entries (a 4,096-GPU job in 4 communicators), and the decoded
+/// status stays near 100 MB whatever the values are.
+pub const MAX_STATUS_VALUES: usize = 1_000_000;
+
+/// Parse a status document; `addr` names where it came from in errors. Refused unparsed
+/// when over [`MAX_STATUS_VALUES`].
 pub fn parse_status(text: &str, addr: &str) -> Result<RasStatus, RasError> {
+    if json_values_at_most(text.as_bytes(), MAX_STATUS_VALUES).is_err() {
+        return Err(RasError::TooManyValues {
+            addr: addr.to_string(),
+            limit: MAX_STATUS_VALUES,
+        });
+    }
     serde_json::from_str(text).map_err(|source| RasError::InvalidStatus {
         addr: addr.to_string(),
         excerpt: excerpt(text),
@@ -331,6 +345,20 @@ mod tests {
         assert!(
             error.contains("NCCL version 2.24.3\\nJob summary"),
             "{error}"
+        );
+    }
+
+    #[test]
+    fn the_value_bound_is_checked_before_parsing() {
+        // The object (8), `future` and the array: 10 values besides the zeros.
+        let document = |count: usize| format!(r#"{{"future":[{}]}}"#, vec!["0"; count].join(","));
+        assert!(parse_status(&document(MAX_STATUS_VALUES - 10), "test").is_ok());
+        let error = parse_status(&document(MAX_STATUS_VALUES - 9), "127.0.0.1:1")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            error,
+            "the status from nccl ras at `127.0.0.1:1` holds more than `1000000` json values"
         );
     }
 }
