@@ -25,8 +25,8 @@ pub const RAS_CLIENT_PROTOCOL: u32 = 2;
 /// Replies to handshake and settings commands are single short lines.
 const MAX_LINE_BYTES: usize = 4096;
 /// A status report of a very large job is big, but not unbounded: a rank's entry is
-/// about 350 bytes, so 16 MiB holds a 4,096-GPU job in 10 communicators, and the
-/// buffers for it stay under 50 MB.
+/// about 350 bytes, so 16 MiB is more than the value bound lets through
+/// ([`super::MAX_STATUS_VALUES`], about 18,000 entries), and the buffers stay under 50 MB.
 pub const MAX_RESPONSE_BYTES: usize = 16 << 20;
 /// `ncclras` starts with a 1 s timeout to weed out unresponsive processes quickly.
 const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
