@@ -55,17 +55,13 @@ pub fn serve_worker(
             break;
         }
         if line.len() > protocol::MAX_LINE_BYTES && !line.ends_with('\n') {
-            let message = format!(
-                "the worker cannot read the runner's request: a line longer than `{}` bytes",
-                protocol::MAX_LINE_BYTES
-            );
-            write_line(
+            return fatal(
                 &mut output,
-                &FromWorker::Fatal {
-                    message: message.clone(),
-                },
-            )?;
-            return Err(RunnerError::Protocol(message));
+                format!(
+                    "the worker cannot read the runner's request: a line longer than `{}` bytes",
+                    protocol::MAX_LINE_BYTES
+                ),
+            );
         }
         let line = line.trim_end_matches(['\n', '\r']);
         if line.trim().is_empty() {
@@ -78,14 +74,10 @@ pub fn serve_worker(
         let (request, work) = match request {
             Ok(request) => request,
             Err(why) => {
-                let message = format!("the worker cannot read the runner's request: {why}");
-                write_line(
+                return fatal(
                     &mut output,
-                    &FromWorker::Fatal {
-                        message: message.clone(),
-                    },
-                )?;
-                return Err(RunnerError::Protocol(message));
+                    format!("the worker cannot read the runner's request: {why}"),
+                );
             }
         };
         let (tx, rx) = mpsc::channel();
@@ -119,6 +111,17 @@ pub fn serve_worker(
         }
     }
     Ok(())
+}
+
+/// Tells the runner why this worker gives up, and gives up.
+fn fatal(output: &mut impl Write, message: String) -> Result<(), RunnerError> {
+    write_line(
+        output,
+        &FromWorker::Fatal {
+            message: message.clone(),
+        },
+    )?;
+    Err(RunnerError::Protocol(message))
 }
 
 fn write_line(output: &mut impl Write, message: &FromWorker) -> Result<(), RunnerError> {
