@@ -3,7 +3,7 @@
 //! gpuvet runs as root next to the GPUs; a worker, a Python rank or a `--local-nodes`
 //! agent left behind by a killed parent holds devices and ports until something else
 //! notices. The kernel's parent-death signal ends such a child at once, and a pipe
-//! whose other end only the parent holds ([`exit_when_closed`]) covers what the signal
+//! whose other end only the parent holds ([`when_closed`]) covers what the signal
 //! cannot: it follows the *thread* that spawned the child, not the process.
 
 use std::io::Read;
@@ -32,7 +32,7 @@ pub fn die_with_parent(command: &mut Command) {
 
 /// Reads `pipe` on a thread of its own until its writer closes it (the parent ended,
 /// however it ended), then calls `on_close`. Whatever arrives on the pipe is ignored.
-pub fn exit_when_closed<R, F>(mut pipe: R, on_close: F) -> std::io::Result<()>
+pub fn when_closed<R, F>(mut pipe: R, on_close: F) -> std::io::Result<()>
 where
     R: Read + Send + 'static,
     F: FnOnce() + Send + 'static,
@@ -64,7 +64,7 @@ mod tests {
     fn closing_the_pipe_calls_back_and_data_does_not() {
         let (reader, mut writer) = std::os::unix::net::UnixStream::pair().unwrap();
         let (sender, closed) = mpsc::channel();
-        exit_when_closed(reader, move || sender.send(()).unwrap()).unwrap();
+        when_closed(reader, move || sender.send(()).unwrap()).unwrap();
         std::io::Write::write_all(&mut writer, b"still here").unwrap();
         assert!(closed.recv_timeout(Duration::from_millis(200)).is_err());
         drop(writer);

@@ -284,21 +284,14 @@ pub fn read_message_from(reader: &mut impl Read) -> Result<Message, ClusterError
     reader
         .read_exact(&mut header)
         .map_err(|err| ClusterError::io("cannot read a frame", err))?;
-    let len = u32::from_be_bytes(header);
-    if len as usize > MAX_FRAME_BYTES {
-        return Err(ClusterError::FrameTooLarge {
-            len: u64::from(len),
-            max: MAX_FRAME_BYTES as u64,
-            hint: text_hint(&header),
-        });
-    }
+    let len = frame_len(header, MAX_FRAME_BYTES)?;
     // Grown as bytes arrive, so a length the stream does not back allocates nothing.
     let mut payload = Vec::new();
     reader
-        .take(u64::from(len))
+        .take(len as u64)
         .read_to_end(&mut payload)
         .map_err(|err| ClusterError::io("cannot read a frame", err))?;
-    if payload.len() < len as usize {
+    if payload.len() < len {
         return Err(FrameError::Closed { mid_frame: true }.into());
     }
     Ok(decode_message(&payload)?)
@@ -315,6 +308,14 @@ pub(crate) fn read_frame(
     }
     let mut header = [0u8; 4];
     read_exact_until(stream, &mut header, deadline, false)?;
+    let mut payload = vec![0u8; frame_len(header, max)?];
+    read_exact_until(stream, &mut payload, deadline, true)?;
+    Ok(payload)
+}
+
+/// The payload length a frame's header announces, refused above `max` before anything
+/// is allocated for it.
+fn frame_len(header: [u8; 4], max: usize) -> Result<usize, FrameError> {
     let len = u32::from_be_bytes(header);
     if len as usize > max {
         return Err(FrameError::TooLarge {
@@ -323,9 +324,7 @@ pub(crate) fn read_frame(
             hint: text_hint(&header),
         });
     }
-    let mut payload = vec![0u8; len as usize];
-    read_exact_until(stream, &mut payload, deadline, true)?;
-    Ok(payload)
+    Ok(len as usize)
 }
 
 /// A stranger who sends text (an HTTP probe, a typo'd port) shows up as an absurd

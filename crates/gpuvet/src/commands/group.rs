@@ -9,7 +9,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::child::{die_with_parent, exit_when_closed};
+use gpuvet_backend::child::{die_with_parent, when_closed};
 use gpuvet_backend::{Backend, WorkSpec};
 use gpuvet_cluster::{
     Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, MemberState,
@@ -368,7 +368,7 @@ pub fn exit_with_local_parent() {
     if std::env::var_os(LOCAL_AGENT_ENV).is_none() {
         return;
     }
-    let watching = exit_when_closed(std::io::stdin(), || {
+    let watching = when_closed(std::io::stdin(), || {
         warn("the `--local-nodes` gpuvet that started this agent is gone; the agent exits");
         std::process::exit(gpuvet_core::exit_codes::CHECK_FAILED);
     });
