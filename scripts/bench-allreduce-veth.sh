@@ -41,7 +41,7 @@ if [[ "${PIN:-1}" != 0 && "$(nproc)" -ge 2 ]]; then
   pin_a=(taskset -c 0) pin_b=(taskset -c 1)
 fi
 
-cargo build --release --quiet -p gpuvet-backend --example tcp_rank --example duplex_stream
+cargo build --release --quiet -p gpuvet-dataplane --example tcp_rank --example duplex_stream
 cargo build --release --quiet -p gpuvet
 rank_bin="$PWD/target/release/examples/tcp_rank"
 # The data-plane key both tcp_rank processes prove in their greeting.

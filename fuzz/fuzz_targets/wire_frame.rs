@@ -4,7 +4,7 @@
 
 #![no_main]
 
-use gpuvet_cluster::protocol::{MAX_FRAME_BYTES, encode_frame, read_message_from};
+use gpuvet_control::protocol::{MAX_FRAME_BYTES, encode_frame, read_message_from};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

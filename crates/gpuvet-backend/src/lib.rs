@@ -13,8 +13,6 @@ pub mod child;
 pub mod cpu;
 pub mod cuda;
 pub mod sim;
-pub mod tcp;
-pub mod torch_gloo;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -346,7 +344,7 @@ pub(crate) fn check_local_group(
 /// every rail's busbw in `extra` as `rail{i}` and their count in `params`. The first
 /// rail that failed fails it.
 pub fn slowest_rail(results: Vec<Result<Sample, BackendError>>) -> Result<Sample, BackendError> {
-    let per_rail = tcp::per_rail_busbw(&results);
+    let per_rail = per_rail_busbw(&results);
     let rails = results.len();
     let mut slowest: Option<Sample> = None;
     for result in results {
@@ -361,6 +359,20 @@ pub fn slowest_rail(results: Vec<Result<Sample, BackendError>>) -> Result<Sample
     Ok(sample)
 }
 
+/// Per-rail busbw of all-reduces run one per rail at once, keyed `rail{i}`, for a sample's `extra`.
+pub fn per_rail_busbw(results: &[Result<Sample, BackendError>]) -> BTreeMap<String, f64> {
+    results
+        .iter()
+        .enumerate()
+        .filter_map(|(rail, result)| {
+            result
+                .as_ref()
+                .ok()
+                .map(|sample| (format!("rail{rail}"), sample.value))
+        })
+        .collect()
+}
+
 /// busbw of an all-reduce, as nccl-tests defines it: algbw × 2(n−1)/n.
 pub fn all_reduce_busbw(algbw: f64, ranks: usize) -> f64 {
     if ranks == 0 {
@@ -372,7 +384,7 @@ pub fn all_reduce_busbw(algbw: f64, ranks: usize) -> f64 {
 
 /// Splits `elements` into `ranks` contiguous chunks whose sizes differ by at most one:
 /// how every collective here divides its buffer among ranks.
-pub(crate) fn chunk_ranges(elements: usize, ranks: usize) -> Vec<std::ops::Range<usize>> {
+pub fn chunk_ranges(elements: usize, ranks: usize) -> Vec<std::ops::Range<usize>> {
     let (base, remainder) = (elements / ranks, elements % ranks);
     let mut start = 0;
     (0..ranks)

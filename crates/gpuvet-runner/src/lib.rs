@@ -9,8 +9,9 @@
 //! It reports through typed [`RunnerEvent`]s; the binary turns those into progress
 //! bars and reports.
 //!
-//! Multi-node runs will put a coordinator in front of this; a single node is the group
-//! of one that this crate handles on its own.
+//! A single node is the group of one that this crate handles on its own. Across nodes,
+//! `gpuvet-multinode`'s agent uses [`RunPlan`] and the per-device work of this crate for
+//! its share of the node-scope checks, while the coordinator plans and judges.
 
 mod check;
 mod overlap;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::child::{die_with_parent, when_closed};
 use gpuvet_backend::{Backend, WorkSpec};
-use gpuvet_cluster::{
+use gpuvet_control::{
     Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, MemberState,
     Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
 };
@@ -20,7 +20,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::Config;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
-use gpuvet_group::{
+use gpuvet_multinode::{
     DataPlane, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve, wait_for_goodbyes,
 };
 use gpuvet_runner::{RunnerEvent, WorkerLauncher};

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gpuvet_cluster::{
+use gpuvet_control::{
     Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind, MemberState,
     diagnose,
 };
@@ -19,7 +19,7 @@ use gpuvet_core::results::{
 };
 use gpuvet_runner::{human_duration, scope_skip_reason};
 
-use gpuvet_cluster::auth::to_hex;
+use gpuvet_control::auth::to_hex;
 
 use crate::session::{Answers, GroupEvent, Member, Session, reachable_from_peers};
 use crate::wire::Directive;

@@ -1,6 +1,6 @@
 //! Runs gpuvet's sanity checks across a group of nodes.
 //!
-//! The control plane (`gpuvet-cluster`) connects the nodes; this crate decides what
+//! The control plane (`gpuvet-control`) connects the nodes; this crate decides what
 //! they do over it:
 //! - [`run_group`] (the coordinator, on rank 0) waits for the group, runs each check
 //!   across it, judges it, names the first error when a node never joins, crashes or

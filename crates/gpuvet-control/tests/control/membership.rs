@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use gpuvet_cluster::{
+use gpuvet_control::{
     Agent, AgentOptions, ClusterError, Coordinator, CoordinatorEvent, CoordinatorOptions,
     Diagnosis, Endpoint, Incident, MemberEventKind, MemberState, Received, diagnose,
 };

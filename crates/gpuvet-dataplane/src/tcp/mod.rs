@@ -34,7 +34,6 @@ mod handshake;
 mod link;
 pub mod probe;
 
-use std::collections::BTreeMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::atomic::AtomicBool;
 use std::thread;
@@ -513,20 +512,6 @@ pub fn multi_all_reduce(
             })
             .collect()
     })
-}
-
-/// Per-rail busbw of a [`multi_all_reduce`], keyed `rail{i}`, for a sample's `extra`.
-pub fn per_rail_busbw(results: &[Result<Sample, BackendError>]) -> BTreeMap<String, f64> {
-    results
-        .iter()
-        .enumerate()
-        .filter_map(|(rail, result)| {
-            result
-                .as_ref()
-                .ok()
-                .map(|sample| (format!("rail{rail}"), sample.value))
-        })
-        .collect()
 }
 
 #[cfg(test)]

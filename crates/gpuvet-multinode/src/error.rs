@@ -2,7 +2,7 @@
 
 use std::net::IpAddr;
 
-use gpuvet_cluster::ClusterError;
+use gpuvet_control::ClusterError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {

@@ -5,9 +5,9 @@ use std::io::Write;
 use std::net::{TcpListener, TcpStream};
 use std::time::Duration;
 
-use gpuvet_cluster::auth::to_hex;
-use gpuvet_cluster::protocol::{Message, read_message, write_message};
-use gpuvet_cluster::{
+use gpuvet_control::auth::to_hex;
+use gpuvet_control::protocol::{Message, read_message, write_message};
+use gpuvet_control::{
     Agent, AgentIdentity, AgentOptions, ClockOffset, ClusterError, Coordinator, CoordinatorEvent,
     CoordinatorOptions, Endpoint, MemberEventKind, Refusal, Token,
 };
@@ -32,7 +32,7 @@ fn connect_as(
     )
 }
 
-fn next_refusal(coordinator: &Coordinator) -> gpuvet_cluster::RefusedPeer {
+fn next_refusal(coordinator: &Coordinator) -> gpuvet_control::RefusedPeer {
     let (event, _) = wait_for_event(coordinator, |e| matches!(e, CoordinatorEvent::Refused(_)));
     let CoordinatorEvent::Refused(refused) = event else {
         unreachable!()
@@ -295,7 +295,7 @@ fn a_different_protocol_version_is_refused_with_both_versions() {
     else {
         panic!("no challenge")
     };
-    assert_eq!(protocol_version, gpuvet_cluster::PROTOCOL_VERSION);
+    assert_eq!(protocol_version, gpuvet_control::PROTOCOL_VERSION);
     // A future hello may look different; only its type and version must be readable.
     let future_hello = br#"{"type":"hello","protocol_version":99,"shape":"unknown"}"#;
     write_frame_bytes(&mut client, future_hello);
@@ -303,14 +303,14 @@ fn a_different_protocol_version_is_refused_with_both_versions() {
     assert!(
         reason.starts_with(&format!(
             "protocol version mismatch: the coordinator speaks `{}`, the agent `99`",
-            gpuvet_cluster::PROTOCOL_VERSION
+            gpuvet_control::PROTOCOL_VERSION
         )),
         "{reason}"
     );
     assert_eq!(
         next_refusal(&coordinator).refusal,
         Refusal::VersionMismatch {
-            ours: gpuvet_cluster::PROTOCOL_VERSION,
+            ours: gpuvet_control::PROTOCOL_VERSION,
             theirs: 99
         }
     );
@@ -338,13 +338,13 @@ fn fake_coordinator(version: u32, reply: Message) -> Endpoint {
 
 #[test]
 fn an_agent_refuses_a_coordinator_that_cannot_prove_the_token() {
-    let welcome = Message::Welcome(gpuvet_cluster::protocol::Welcome {
+    let welcome = Message::Welcome(gpuvet_control::protocol::Welcome {
         nnodes: 1,
         heartbeat_interval_ms: 100,
         clock: ClockOffset::ZERO,
         proof: to_hex(&[0u8; 32]),
     });
-    let endpoint = fake_coordinator(gpuvet_cluster::PROTOCOL_VERSION, welcome);
+    let endpoint = fake_coordinator(gpuvet_control::PROTOCOL_VERSION, welcome);
     let err = Agent::connect(
         &endpoint,
         identity(0, 1),
@@ -384,7 +384,7 @@ fn an_agent_names_a_coordinator_of_another_protocol_version() {
         err.to_string(),
         format!(
             "protocol version mismatch: this agent speaks `{}`, the coordinator `99`; run the same gpuvet version on every node",
-            gpuvet_cluster::PROTOCOL_VERSION
+            gpuvet_control::PROTOCOL_VERSION
         )
     );
 }

@@ -9,7 +9,7 @@
 //! from the coordinator's start to the verdict, and the coordinator process's peak
 //! RSS (VmHWM; the agents live in the child, so they are not counted).
 //!
-//! Usage: `cargo run --release -p gpuvet-group --example group_scale [N ...]`
+//! Usage: `cargo run --release -p gpuvet-multinode --example group_scale [N ...]`
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a benchmark prints its figures
 
@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::WorkSpec;
 use gpuvet_backend::sim::SimBackend;
-use gpuvet_cluster::{
+use gpuvet_control::{
     Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, Token,
 };
 use gpuvet_core::analysis::Tolerances;
@@ -28,7 +28,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::SimScript;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::pairing::PairingMode;
-use gpuvet_group::{
+use gpuvet_multinode::{
     DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve, wait_for_goodbyes,
 };
 

@@ -7,8 +7,8 @@ use std::net::{SocketAddr, TcpListener};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::tcp::{CollectiveSpec, DataKey, GroupSpec, TcpGroup, Topology};
 use gpuvet_backend::{BackendError, CancelToken, Sample};
+use gpuvet_dataplane::tcp::{CollectiveSpec, DataKey, GroupSpec, TcpGroup, Topology};
 
 /// Generous: only a hang should ever reach it.
 pub const DEADLINE: Duration = Duration::from_secs(30);

@@ -15,7 +15,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::CancelToken;
-use gpuvet_backend::tcp::{CollectiveSpec, TcpGroup, Topology};
+use gpuvet_dataplane::tcp::{CollectiveSpec, TcpGroup, Topology};
 use tcp_support::{DEADLINE, assert_good, small_spec, spec_for};
 
 const CHILD_ENV: &str = "GPUVET_TCP_CHILD";

@@ -14,9 +14,9 @@ use std::time::{Duration, Instant};
 
 pub use gpuvet_testkit::free_port;
 
-use gpuvet_cluster::auth::{agent_proof, from_hex, random_nonce, to_hex};
-use gpuvet_cluster::protocol::{Hello, Message, read_message, write_message};
-use gpuvet_cluster::{
+use gpuvet_control::auth::{agent_proof, from_hex, random_nonce, to_hex};
+use gpuvet_control::protocol::{Hello, Message, read_message, write_message};
+use gpuvet_control::{
     Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorEvent, CoordinatorOptions,
     Endpoint, MemberEventKind, Token,
 };
@@ -133,7 +133,7 @@ pub fn raw_join(addr: SocketAddr, rank: u32, nnodes: u32) -> TcpStream {
     };
     let nonce = from_hex(&nonce).unwrap();
     let hello = Hello {
-        protocol_version: gpuvet_cluster::PROTOCOL_VERSION,
+        protocol_version: gpuvet_control::PROTOCOL_VERSION,
         job_id: JOB.to_owned(),
         rank,
         nnodes,

@@ -5,8 +5,9 @@ mod tcp_support;
 
 use std::time::Instant;
 
-use gpuvet_backend::tcp::{CollectiveSpec, TcpGroup, Topology, multi_all_reduce, per_rail_busbw};
+use gpuvet_backend::per_rail_busbw;
 use gpuvet_backend::{BackendError, CancelToken};
+use gpuvet_dataplane::tcp::{CollectiveSpec, TcpGroup, Topology, multi_all_reduce};
 use tcp_support::{DEADLINE, assert_good, listeners, message, run_ranks, small_spec, spec_for};
 
 /// 1 MiB, 1001 elements (not divisible by 2, 3 or 4), and a single element.

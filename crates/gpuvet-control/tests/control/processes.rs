@@ -7,7 +7,7 @@ use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use gpuvet_cluster::{
+use gpuvet_control::{
     Agent, AgentOptions, ClusterError, CoordinatorEvent, CoordinatorOptions, Diagnosis, Endpoint,
     Incident, IncidentKind, MemberEventKind, diagnose,
 };
@@ -105,7 +105,7 @@ impl Child {
     fn coordinator() -> (Child, u16) {
         static NEXT: AtomicU32 = AtomicU32::new(0);
         let file = std::env::temp_dir().join(format!(
-            "gpuvet-cluster-test-{}-{}.port",
+            "gpuvet-control-test-{}-{}.port",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)
         ));
@@ -141,7 +141,7 @@ impl Drop for Child {
 }
 
 fn peer_timeouts(ranks: &[u32], waiting_on: u32) -> Vec<Incident> {
-    let now = gpuvet_cluster::clock::unix_now_ms();
+    let now = gpuvet_control::clock::unix_now_ms();
     ranks
         .iter()
         .map(|&rank| Incident {

@@ -20,7 +20,7 @@
 //! with an all-zero reply MAC: the acceptor never computes a MAC over a stranger's bytes.
 //! MACs are compared in constant time.
 //!
-//! The key is derived per run by the caller of this crate (gpuvet-cluster derives it
+//! The key is derived per run by the caller of this crate (gpuvet-control derives it
 //! from the group's token); this module only uses it.
 
 use std::fmt;

@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use gpuvet_cluster::{
+use gpuvet_control::{
     Coordinator, CoordinatorEvent, Incident, IncidentKind, MemberInfo, RefusedPeer,
 };
 use gpuvet_core::catalog::CheckName;
@@ -329,7 +329,7 @@ impl<'a> Session<'a> {
 
 #[cfg(test)]
 mod tests {
-    use gpuvet_cluster::ClockOffset;
+    use gpuvet_control::ClockOffset;
 
     use super::*;
 

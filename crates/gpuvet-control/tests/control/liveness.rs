@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use gpuvet_cluster::{
+use gpuvet_control::{
     ClusterError, CoordinatorEvent, CoordinatorOptions, Diagnosis, Incident, IncidentKind,
     MemberEventKind, MemberState, Received, clock::unix_now_ms, diagnose,
 };

@@ -19,8 +19,8 @@ use std::process::ExitCode;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::tcp::{CollectiveSpec, DataKey, GroupSpec, TcpGroup, Topology};
 use gpuvet_backend::{BackendError, CancelToken, Sample};
+use gpuvet_dataplane::tcp::{CollectiveSpec, DataKey, GroupSpec, TcpGroup, Topology};
 
 #[derive(Debug, Clone)]
 struct Options {

@@ -9,11 +9,11 @@ use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::tcp::{
+use gpuvet_backend::{BackendError, CancelToken};
+use gpuvet_dataplane::tcp::{
     CollectiveSpec, DataKey, GroupSpec, ProbeResponder, ProbeSpec, TcpGroup, Topology,
     probe_connectivity,
 };
-use gpuvet_backend::{BackendError, CancelToken};
 use tcp_support::{DEADLINE, closed_port, listeners, message, small_spec, spec_for};
 
 const SHORT: Duration = Duration::from_secs(1);

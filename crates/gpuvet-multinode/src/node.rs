@@ -14,20 +14,20 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::tcp::{
-    CollectiveSpec, DataKey, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
-    multi_all_reduce, probe_connectivity,
-};
-use gpuvet_backend::torch_gloo::{self, GlooRank};
 use gpuvet_backend::{
     Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, WorkSpec, slowest_rail,
 };
-use gpuvet_cluster::auth::{SESSION_LEN, from_hex, to_hex};
-use gpuvet_cluster::{Agent, Received};
+use gpuvet_control::auth::{SESSION_LEN, from_hex, to_hex};
+use gpuvet_control::{Agent, Received};
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{CheckResult, CheckStatus, RunReport};
+use gpuvet_dataplane::tcp::{
+    CollectiveSpec, DataKey, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
+    multi_all_reduce, probe_connectivity,
+};
+use gpuvet_dataplane::torch_gloo::{self, GlooRank};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::error::GroupError;
