@@ -7,28 +7,9 @@
 //! `round trip = (t3 − t0) − (t2 − t1)`. The offset is off by at most half the round
 //! trip, so of several samples the one with the shortest round trip wins.
 
-use std::time::{SystemTime, UNIX_EPOCH};
-
 use serde::{Deserialize, Serialize};
 
-/// Now, in nanoseconds since the Unix epoch, on this machine's clock.
-pub fn unix_now_ns() -> i64 {
-    match SystemTime::now().duration_since(UNIX_EPOCH) {
-        Ok(since) => i64::try_from(since.as_nanos()).unwrap_or(i64::MAX),
-        // A clock set before 1970: keep it monotone-ish rather than panic.
-        Err(before) => -i64::try_from(before.duration().as_nanos()).unwrap_or(i64::MAX),
-    }
-}
-
-/// Now, in milliseconds since the Unix epoch, as events carry it.
-pub fn unix_now_ms() -> u64 {
-    ns_to_ms(unix_now_ns())
-}
-
-/// Unix nanoseconds to Unix milliseconds (times before 1970 become 0).
-pub fn ns_to_ms(ns: i64) -> u64 {
-    u64::try_from(ns.max(0) / 1_000_000).unwrap_or(0)
-}
+pub use gpuvet_core::time::{ns_to_ms, unix_now_ms, unix_now_ns};
 
 /// One ping exchange: `t0` and `t3` on the coordinator's clock, `t1` and `t2` on the
 /// agent's, all Unix nanoseconds.

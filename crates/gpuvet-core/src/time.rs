@@ -1,4 +1,27 @@
-//! Formatting Unix timestamps as UTC for people, without a clock or a time-zone database.
+//! Unix time: the one place that reads the wall clock as Unix milliseconds or
+//! nanoseconds, and formatting such timestamps as UTC for people (without a time-zone
+//! database). Pure code takes times as input; only loops at the edges call the clock.
+
+use std::time::{SystemTime, UNIX_EPOCH};
+
+/// Now, in nanoseconds since the Unix epoch, on this machine's clock.
+pub fn unix_now_ns() -> i64 {
+    match SystemTime::now().duration_since(UNIX_EPOCH) {
+        Ok(since) => i64::try_from(since.as_nanos()).unwrap_or(i64::MAX),
+        // A clock set before 1970: keep it monotone-ish rather than panic.
+        Err(before) => -i64::try_from(before.duration().as_nanos()).unwrap_or(i64::MAX),
+    }
+}
+
+/// Now, in milliseconds since the Unix epoch, as reports and events carry it.
+pub fn unix_now_ms() -> u64 {
+    ns_to_ms(unix_now_ns())
+}
+
+/// Unix nanoseconds to Unix milliseconds (times before 1970 become 0).
+pub fn ns_to_ms(ns: i64) -> u64 {
+    u64::try_from(ns.max(0) / 1_000_000).unwrap_or(0)
+}
 
 /// `2026-11-30T04:05:06.789Z` for Unix milliseconds.
 pub fn format_utc_ms(ms: u64) -> String {
@@ -31,6 +54,13 @@ fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ns_to_ms_truncates_and_clamps_before_1970() {
+        assert_eq!(ns_to_ms(1_999_999), 1);
+        assert_eq!(ns_to_ms(-5), 0);
+        assert!(unix_now_ms() > 1_700_000_000_000);
+    }
 
     #[test]
     fn formats_known_instants() {

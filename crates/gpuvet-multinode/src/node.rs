@@ -32,11 +32,11 @@ use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::error::GroupError;
 use crate::interfaces::{interface_with, ipv4_of};
-use crate::time::unix_ms;
 use crate::wire::{
     CollectiveOrder, CollectiveReply, Directive, HostEngine, InterfaceProbe, LinkReply,
     NativeGroup, NodeInfo, ProbeReply, ProbeTarget, Reply,
 };
+use gpuvet_core::time::unix_now_ms;
 
 /// Where this node's data plane listens when `--data-addr` does not say: the address its
 /// control connection to the coordinator comes from (`toward_coordinator`, the source
@@ -239,7 +239,7 @@ pub fn serve(
                     }),
                     Err(error) => CollectiveReply {
                         error: Some(error),
-                        failed_at_ms: Some(unix_ms()),
+                        failed_at_ms: Some(unix_now_ms()),
                         ..CollectiveReply::default()
                     },
                 })
@@ -323,7 +323,7 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
         baselines: setup.baselines.clone(),
         expected_inventory: Default::default(),
         work: setup.work,
-        started_at_ms: unix_ms(),
+        started_at_ms: unix_now_ms(),
         hang_grace: HANG_GRACE,
         worker: setup.worker.clone(),
     };
@@ -382,7 +382,7 @@ fn run_collective(
         },
         Err(error) => CollectiveReply {
             error: Some(error.to_string()),
-            failed_at_ms: Some(unix_ms()),
+            failed_at_ms: Some(unix_now_ms()),
             ..CollectiveReply::default()
         },
     }

@@ -11,8 +11,8 @@ use gpuvet_control::{
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::CheckResult;
 
-use crate::time::unix_ms;
 use crate::wire::{Directive, NodeInfo, Reply};
+use gpuvet_core::time::unix_now_ms;
 
 /// What the coordinator reports while the group runs.
 #[derive(Debug)]
@@ -298,7 +298,7 @@ impl<'a> Session<'a> {
             if let Some((error, failed_at_ms)) = error_of(reply) {
                 let time_ms = failed_at_ms
                     .and_then(|ms| self.on_coordinator_clock(rank, ms))
-                    .unwrap_or_else(unix_ms);
+                    .unwrap_or_else(unix_now_ms);
                 incidents.push(Incident {
                     rank,
                     node: Some(self.node_name(rank)),
@@ -315,7 +315,7 @@ impl<'a> Session<'a> {
             incidents.push(Incident {
                 rank,
                 node: Some(self.node_name(rank)),
-                time_ms: unix_ms(),
+                time_ms: unix_now_ms(),
                 kind: IncidentKind::TimedOut { waiting_on: None },
                 detail: "still waiting on its peers when the coordinator stopped the run"
                     .to_owned(),

@@ -113,11 +113,3 @@ pub fn store_path(flag: Option<&Path>, config: &Config) -> PathBuf {
         None => PathBuf::from("gpuvet.db"),
     }
 }
-
-/// Unix time in milliseconds.
-pub fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}

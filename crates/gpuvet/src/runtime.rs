@@ -26,8 +26,8 @@ use gpuvet_watch::policy::{PolicyState, RuntimeFinding, Severity};
 use gpuvet_watch::ras::{RasClient, RasSource};
 
 use crate::failure::{note, warn};
-use crate::identity::now_ms;
 use crate::output;
+use gpuvet_core::time::unix_now_ms;
 
 /// How long one NVML poll may take before the probe counts as hung.
 const NVML_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -243,7 +243,7 @@ fn restore_state(watcher: &mut Watcher, store: &Path, attempt: &Attempt) {
             return;
         }
     };
-    let restored = watcher.restore(state, now_ms());
+    let restored = watcher.restore(state, unix_now_ms());
     if let Some(format) = restored.unknown_format {
         warn(format!(
             "c4d: the saved escalation history is in format `{format}`, which this gpuvet \
@@ -304,7 +304,8 @@ fn spawn_recorder(
                     store = Store::open(&store_path);
                 }
                 if let Ok(store) = store.as_mut() {
-                    match store.record_runtime(&attempt, &pending, unsaved.as_ref(), now_ms()) {
+                    match store.record_runtime(&attempt, &pending, unsaved.as_ref(), unix_now_ms())
+                    {
                         Ok(events) => {
                             recorded += events.len() as u64;
                             pending.clear();
@@ -347,7 +348,7 @@ fn spawn_recorder(
 
 fn event_of(finding: &RuntimeFinding) -> NewEvent {
     NewEvent {
-        time_ms: now_ms(),
+        time_ms: unix_now_ms(),
         kind: EventKind::RuntimeCheckFailed,
         lane: Some(finding.lane),
         message: finding.message.clone(),

@@ -305,14 +305,6 @@ pub fn clock_event_reasons_text(bits: u64) -> String {
     }
 }
 
-/// Unix time now, in ms (for the binary's loop; the pure parts take time as input).
-pub fn unix_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -14,7 +14,6 @@ use gpuvet_core::results::Lane;
 
 use super::{
     HealthError, HealthEvaluator, HealthReading, HealthSource, HealthThresholds, evaluate_reading,
-    unix_ms,
 };
 use crate::metrics::Metrics;
 use crate::policy::{PolicyConfig, PolicyState, Restored, RuntimeFinding, Severity, XidPolicy};
@@ -259,7 +258,7 @@ impl Watcher {
                     m.set_up(true);
                 }
                 loop {
-                    let findings = watcher.step(unix_ms());
+                    let findings = watcher.step(gpuvet_core::time::unix_now_ms());
                     let state = if with_state {
                         watcher.changed_state()
                     } else {

@@ -11,8 +11,9 @@ use gpuvet_store::Store;
 use super::{group, sanity};
 use crate::cli::CheckArgs;
 use crate::failure::Failure;
-use crate::identity::{Identity, load_config, now_ms, store_path};
+use crate::identity::{Identity, load_config, store_path};
 use crate::output;
+use gpuvet_core::time::unix_now_ms;
 
 pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     let config = load_config(args.sanity.config.as_deref())?;
@@ -36,7 +37,7 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
             &identity.job_id,
             &identity.node,
             &identity.instance,
-            now_ms(),
+            unix_now_ms(),
         )?,
         None => Attempt {
             job_id: identity.job_id,

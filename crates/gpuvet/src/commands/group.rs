@@ -28,8 +28,8 @@ use gpuvet_runner::{RunnerEvent, WorkerLauncher};
 use super::local_gpus;
 use crate::cli::{GroupArgs, SanityArgs};
 use crate::failure::{Failure, note, warn};
-use crate::identity::now_ms;
 use crate::output::Progress;
+use gpuvet_core::time::unix_now_ms;
 
 /// How this invocation takes part.
 #[derive(Debug)]
@@ -126,7 +126,7 @@ impl Setup<'_> {
             expected_inventory: self.config.settings.expected_inventory.clone(),
             pairing: self.config.settings.pairing,
             collective_bytes: self.config.settings.collective_bytes,
-            started_at_ms: now_ms(),
+            started_at_ms: unix_now_ms(),
         })
     }
 
@@ -502,7 +502,7 @@ fn no_verdict(setup: &Setup<'_>, why: &str) -> RunReport {
         instance: setup.attempt.instance.clone(),
         backend: setup.backend.name().to_owned(),
         devices: setup.backend.devices().to_vec(),
-        started_at_ms: now_ms(),
+        started_at_ms: unix_now_ms(),
         duration_secs: 0.0,
         timeout_secs: setup.timeout.as_secs_f64(),
         outcome: Outcome::Failed,

@@ -15,9 +15,10 @@ use super::supervise::{HOOK_TIMEOUT, HookOutcome, Supervised, run_hook, shell_co
 use super::{group, sanity};
 use crate::cli::RunArgs;
 use crate::failure::{Failure, warn};
-use crate::identity::{Identity, load_config, now_ms, store_path};
+use crate::identity::{Identity, load_config, store_path};
 use crate::output;
 use crate::runtime::{Echo, KillSwitch, RuntimeWatch};
+use gpuvet_core::time::unix_now_ms;
 
 pub fn run(args: RunArgs) -> Result<i32, Failure> {
     let config = load_config(args.sanity.config.as_deref())?;
@@ -41,7 +42,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         &identity.job_id,
         &identity.node,
         &identity.instance,
-        now_ms(),
+        unix_now_ms(),
     )?;
     let mut recorder = Recorder {
         store: &mut store,
@@ -136,7 +137,7 @@ impl Recorder<'_> {
         details: serde_json::Value,
     ) -> Result<(), Failure> {
         let event = NewEvent {
-            time_ms: now_ms(),
+            time_ms: unix_now_ms(),
             kind,
             lane,
             message,

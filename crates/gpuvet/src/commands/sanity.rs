@@ -17,8 +17,8 @@ use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 use super::group;
 use crate::cli::SanityArgs;
 use crate::failure::{Failure, note};
-use crate::identity::now_ms;
 use crate::output::Progress;
+use gpuvet_core::time::unix_now_ms;
 
 /// The sanity settings after `--checks` and `--timeout`; `None` when the config turns
 /// pre-start checks off and no flag turns them on.
@@ -148,7 +148,7 @@ pub fn execute(
         baselines,
         expected_inventory: config.settings.expected_inventory.clone(),
         work: WorkSpec::from_settings(&config.settings),
-        started_at_ms: now_ms(),
+        started_at_ms: unix_now_ms(),
         hang_grace: HANG_GRACE,
         worker: Some(worker),
     };

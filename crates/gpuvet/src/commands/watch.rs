@@ -10,9 +10,10 @@ use signal_hook::iterator::Signals;
 
 use crate::cli::WatchArgs;
 use crate::failure::Failure;
-use crate::identity::{Identity, load_config, now_ms, store_path};
+use crate::identity::{Identity, load_config, store_path};
 use crate::output;
 use crate::runtime::{Echo, RuntimeWatch};
+use gpuvet_core::time::unix_now_ms;
 
 pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
     let mut config = load_config(args.config.as_deref())?;
@@ -33,7 +34,7 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
         &identity.job_id,
         &identity.node,
         &identity.instance,
-        now_ms(),
+        unix_now_ms(),
     )?;
     let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(|err| {
         Failure::new(
