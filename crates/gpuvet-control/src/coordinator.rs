@@ -18,13 +18,13 @@ use serde::Serialize;
 
 use crate::auth::Token;
 use crate::clock::{ClockOffset, unix_now_ms};
+use crate::connection;
 use crate::error::ClusterError;
 use crate::events::{
     CoordinatorEvent, MemberEvent, MemberEventKind, MemberInfo, MemberState, MemberStatus,
     Membership,
 };
 use crate::protocol::{Message, RosterEntry, encode_frame, write_frame, write_message};
-use crate::session;
 
 /// How the coordinator judges time.
 #[derive(Debug, Clone)]
@@ -581,7 +581,7 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
         let thread_shared = Arc::clone(shared);
         let spawned = std::thread::Builder::new()
             .name(format!("gpuvet-conn-{peer}"))
-            .spawn(move || session::serve(&thread_shared, stream, peer, slot));
+            .spawn(move || connection::serve(&thread_shared, stream, peer, slot));
         if let Err(err) = spawned {
             shared.emit(CoordinatorEvent::Refused(crate::events::RefusedPeer {
                 peer,

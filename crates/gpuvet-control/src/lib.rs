@@ -18,13 +18,13 @@
 mod agent;
 pub mod auth;
 pub mod clock;
+mod connection;
 mod coordinator;
 mod error;
 pub mod events;
 pub mod first_error;
 pub mod protocol;
 pub mod rendezvous;
-mod session;
 
 pub use agent::{Agent, AgentIdentity, AgentOptions, Command, PhaseHandle, Received};
 pub use auth::Token;

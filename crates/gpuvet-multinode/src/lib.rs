@@ -16,22 +16,17 @@
 //! PyTorch's Gloo when every node's Python imports torch, else the built-in TCP
 //! all-reduce, and says which ran.
 
-mod connectivity;
-mod coordinate;
+mod agent;
+mod checks;
+mod conversation;
+mod coordinator;
 mod error;
-mod host_engine;
 mod interfaces;
-mod local;
-mod native;
-mod node;
-mod pairs;
-mod session;
 mod time;
-mod whole;
 pub mod wire;
 
-pub use coordinate::{GroupPlan, run_group, wait_for_goodbyes};
+pub use agent::{DataPlane, NodeSetup, data_plane_ip, serve};
+pub use checks::whole_group::{BOTTLENECK_FACTOR, BOTTLENECK_SHARE, SHARE_FLOOR};
+pub use conversation::GroupEvent;
+pub use coordinator::{GroupPlan, run_group, wait_for_goodbyes};
 pub use error::GroupError;
-pub use node::{DataPlane, NodeSetup, data_plane_ip, serve};
-pub use session::GroupEvent;
-pub use whole::{BOTTLENECK_FACTOR, BOTTLENECK_SHARE, SHARE_FLOOR};

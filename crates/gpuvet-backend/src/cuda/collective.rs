@@ -60,7 +60,7 @@ pub fn message_bytes(configured: Option<u64>, smallest_memory: u64) -> u64 {
 
 /// Where this process's GPUs sit in the collective.
 #[derive(Debug, Clone)]
-pub enum Membership {
+pub enum RankLayout {
     /// Every rank is a GPU of this node.
     ThisNode,
     /// This node's GPUs are ranks `first_rank..` of `world`, in device order; every
@@ -79,38 +79,38 @@ pub enum Membership {
     },
 }
 
-impl Membership {
+impl RankLayout {
     /// Ranks in each communicator, with `local` GPUs on this node.
     pub fn ranks(&self, local: usize) -> usize {
         match self {
-            Membership::ThisNode => local,
-            Membership::Across { world, .. } => *world,
-            Membership::Rails { nodes, .. } => *nodes,
+            RankLayout::ThisNode => local,
+            RankLayout::Across { world, .. } => *world,
+            RankLayout::Rails { nodes, .. } => *nodes,
         }
     }
 
     /// The rank of this node's GPU `device` in its communicator.
     pub fn rank_of(&self, device: usize) -> usize {
         match self {
-            Membership::ThisNode => device,
-            Membership::Across { first_rank, .. } => first_rank + device,
-            Membership::Rails { node, .. } => *node,
+            RankLayout::ThisNode => device,
+            RankLayout::Across { first_rank, .. } => first_rank + device,
+            RankLayout::Rails { node, .. } => *node,
         }
     }
 
     fn spans_nodes(&self) -> bool {
-        !matches!(self, Membership::ThisNode)
+        !matches!(self, RankLayout::ThisNode)
     }
 
     /// Refuses places NCCL would reject with a bare "invalid argument", for `local`
     /// GPUs on this node.
     pub fn check(&self, local: usize) -> Result<(), String> {
         let fits = match self {
-            Membership::ThisNode => local >= 1,
-            Membership::Across {
+            RankLayout::ThisNode => local >= 1,
+            RankLayout::Across {
                 world, first_rank, ..
             } => local >= 1 && first_rank + local <= *world && *world >= 2,
-            Membership::Rails { ids, nodes, node } => {
+            RankLayout::Rails { ids, nodes, node } => {
                 ids.len() == local && local >= 1 && node < nodes && *nodes >= 2
             }
         };
@@ -207,21 +207,21 @@ pub fn first_wrong(
 pub fn run(
     nccl: &'static Nccl,
     contexts: &[Arc<CudaContext>],
-    membership: &Membership,
+    layout: &RankLayout,
     kind: Kind,
     configured_bytes: Option<u64>,
     cancel: &CancelToken,
 ) -> Result<Sample, BackendError> {
     let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
     let local = contexts.len();
-    if matches!(membership, Membership::Rails { .. }) && kind != Kind::AllReduce {
+    if matches!(layout, RankLayout::Rails { .. }) && kind != Kind::AllReduce {
         return Err(BackendError::Failed(format!(
             "rails run all-reduces, not a {} (a bug in gpuvet)",
             kind.label()
         )));
     }
-    membership.check(local).map_err(BackendError::Failed)?;
-    let ranks = membership.ranks(local);
+    layout.check(local).map_err(BackendError::Failed)?;
+    let ranks = layout.ranks(local);
     let smallest = contexts
         .iter()
         .map(|c| c.total_mem().map(|m| m as u64))
@@ -230,7 +230,7 @@ pub fn run(
         .into_iter()
         .min()
         .unwrap_or(0);
-    let bytes = if membership.spans_nodes() {
+    let bytes = if layout.spans_nodes() {
         message_bytes(
             Some(configured_bytes.unwrap_or(ACROSS_DEFAULT_BYTES)),
             smallest,
@@ -251,7 +251,7 @@ pub fn run(
     let mut send: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
     let mut recv: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
     for (index, ctx) in contexts.iter().enumerate() {
-        let rank = membership.rank_of(index);
+        let rank = layout.rank_of(index);
         let stream = ctx.new_stream().map_err(err("creating a stream"))?;
         // SAFETY: both buffers are filled right below, before any read.
         let (s, r) = unsafe { (stream.alloc::<f32>(send_count), stream.alloc::<f32>(count)) };
@@ -292,15 +292,15 @@ pub fn run(
     // Device i joins with `ids[i]`: the one id of a collective over every GPU, or its
     // rail's. Within this node a fresh id serves, as inside `ncclCommInitAll`.
     let limits = Limits::default();
-    let ids = match membership {
-        Membership::ThisNode => vec![nccl.unique_id().map_err(BackendError::Failed)?; local],
-        Membership::Across { id, .. } => vec![*id; local],
-        Membership::Rails { ids, .. } => ids.clone(),
+    let ids = match layout {
+        RankLayout::ThisNode => vec![nccl.unique_id().map_err(BackendError::Failed)?; local],
+        RankLayout::Across { id, .. } => vec![*id; local],
+        RankLayout::Rails { ids, .. } => ids.clone(),
     };
     let places: Vec<(UniqueId, usize)> = ids
         .into_iter()
         .enumerate()
-        .map(|(device, id)| (id, membership.rank_of(device)))
+        .map(|(device, id)| (id, layout.rank_of(device)))
         .collect();
     let init_started = Instant::now();
     let bind = |device: usize| {
@@ -353,7 +353,7 @@ pub fn run(
         wait_all(&streams, &mut comms, kind, &limits, cancel)?;
         let per_iteration =
             warm_started.elapsed().as_secs_f64() / (WARMUP_ITERATIONS - 1).max(1) as f64;
-        let iterations = if membership.spans_nodes() {
+        let iterations = if layout.spans_nodes() {
             MAX_ITERATIONS
         } else {
             ((TIMED_BUDGET_SECS / per_iteration.max(1e-9)) as usize)
@@ -361,8 +361,8 @@ pub fn run(
         };
 
         // One collective is timed on the first GPU's stream; rails each on their own.
-        let timed = match membership {
-            Membership::Rails { .. } => local,
+        let timed = match layout {
+            RankLayout::Rails { .. } => local,
             _ => 1,
         };
         let events = (0..timed)
@@ -416,7 +416,7 @@ pub fn run(
                 let values = streams[index]
                     .clone_dtoh(&buffer.slice(offset..offset + len))
                     .map_err(err("reading the result"))?;
-                let rank = membership.rank_of(index);
+                let rank = layout.rank_of(index);
                 let expected = |element| kind.expected(element, ranks, chunk);
                 if let Some(message) = first_wrong(rank, offset, &values, expected) {
                     wrong_result = Some(message);
@@ -433,7 +433,7 @@ pub fn run(
             total_secs / iterations as f64 * 1e6,
         );
         extra.insert("init_secs".to_owned(), init_secs);
-        if let Membership::Rails { .. } = membership {
+        if let RankLayout::Rails { .. } = layout {
             for (rail, timing) in timings.iter().enumerate() {
                 extra.insert(format!("rail{rail}"), timing.busbw);
             }
@@ -447,16 +447,16 @@ pub fn run(
             params.insert("op".to_owned(), "sum".to_owned());
         }
         params.insert("ranks".to_owned(), ranks.to_string());
-        match membership {
-            Membership::ThisNode => {}
-            Membership::Across { first_rank, .. } => {
+        match layout {
+            RankLayout::ThisNode => {}
+            RankLayout::Across { first_rank, .. } => {
                 params.insert("first_rank".to_owned(), first_rank.to_string());
             }
-            Membership::Rails { .. } => {
+            RankLayout::Rails { .. } => {
                 params.insert("rails".to_owned(), local.to_string());
             }
         }
-        if membership.spans_nodes() {
+        if layout.spans_nodes() {
             params.insert("transport".to_owned(), "nccl".to_owned());
         }
         params.insert("iterations".to_owned(), iterations.to_string());
@@ -723,13 +723,13 @@ mod tests {
     #[test]
     fn each_gpu_takes_its_rank_in_its_communicator() {
         let id = UniqueId { internal: [0; 128] };
-        let spread = Membership::Across {
+        let spread = RankLayout::Across {
             id,
             world: 16,
             first_rank: 8,
         };
         assert_eq!((spread.ranks(8), spread.rank_of(3)), (16, 11));
-        let rails = Membership::Rails {
+        let rails = RankLayout::Rails {
             ids: vec![id; 4],
             nodes: 3,
             node: 2,
@@ -738,14 +738,14 @@ mod tests {
             (rails.ranks(4), rails.rank_of(0), rails.rank_of(3)),
             (3, 2, 2)
         );
-        assert_eq!(Membership::ThisNode.rank_of(5), 5);
-        assert_eq!(Membership::ThisNode.ranks(8), 8);
+        assert_eq!(RankLayout::ThisNode.rank_of(5), 5);
+        assert_eq!(RankLayout::ThisNode.ranks(8), 8);
     }
 
     #[test]
     fn places_nccl_would_reject_are_refused() {
         let id = UniqueId { internal: [0; 128] };
-        let across = |world, first_rank| Membership::Across {
+        let across = |world, first_rank| RankLayout::Across {
             id,
             world,
             first_rank,
@@ -753,7 +753,7 @@ mod tests {
         assert!(across(16, 8).check(8).is_ok());
         assert!(across(16, 9).check(8).is_err(), "ranks 9..17 of 16");
         assert!(across(1, 0).check(1).is_err(), "one rank spans no nodes");
-        let rails = |count, nodes, node| Membership::Rails {
+        let rails = |count, nodes, node| RankLayout::Rails {
             ids: vec![id; count],
             nodes,
             node,
@@ -762,7 +762,7 @@ mod tests {
         assert!(rails(8, 2, 2).check(8).is_err(), "node 2 of 2");
         assert!(rails(4, 2, 0).check(8).is_err(), "4 ids for 8 GPUs");
         assert!(rails(1, 1, 0).check(1).is_err(), "one node");
-        assert!(Membership::ThisNode.check(0).is_err());
+        assert!(RankLayout::ThisNode.check(0).is_err());
         let message = rails(8, 2, 2).check(8).unwrap_err();
         assert!(
             message.starts_with("this node's 8 GPUs cannot take"),

@@ -387,18 +387,18 @@ impl CudaBackend {
         }
         self.collective(
             devices,
-            &collective::Membership::ThisNode,
+            &collective::RankLayout::ThisNode,
             kind,
             work,
             cancel,
         )
     }
 
-    /// An NCCL collective over `devices` of this node, as `membership` places them.
+    /// An NCCL collective over `devices` of this node, as `layout` places them.
     fn collective(
         &self,
         devices: &[u32],
-        membership: &collective::Membership,
+        layout: &collective::RankLayout,
         kind: collective::Kind,
         work: &WorkSpec,
         cancel: &CancelToken,
@@ -410,7 +410,7 @@ impl CudaBackend {
         collective::run(
             self.nccl()?,
             &contexts,
-            membership,
+            layout,
             kind,
             work.collective_bytes,
             cancel,
@@ -610,14 +610,14 @@ impl Backend for CudaBackend {
                     )));
                 }
             };
-            let (devices, membership) = match &across.ranks {
+            let (devices, layout) = match &across.ranks {
                 AcrossRanks::Devices {
                     token,
                     world,
                     first_rank,
                 } => (
                     self.gpus.len(),
-                    collective::Membership::Across {
+                    collective::RankLayout::Across {
                         id: unique_id(token)?,
                         world: *world,
                         first_rank: *first_rank,
@@ -639,16 +639,16 @@ impl Backend for CudaBackend {
                         .iter()
                         .map(|token| unique_id(token))
                         .collect::<Result<_, _>>()?;
-                    let membership = collective::Membership::Rails {
+                    let layout = collective::RankLayout::Rails {
                         ids,
                         nodes: *nodes,
                         node: *node,
                     };
-                    (tokens.len(), membership)
+                    (tokens.len(), layout)
                 }
             };
             let devices: Vec<u32> = (0..devices as u32).collect();
-            self.collective(&devices, &membership, kind, work, cancel)
+            self.collective(&devices, &layout, kind, work, cancel)
         })
     }
 }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::dump::{EntryState, FrDump, FrEntry};
 use super::summary::ranks_text;
-use super::{DumpInfo, FrFinding, FrFindingKind, FrReport, GroupError, GroupReport};
+use super::{DumpInfo, FrFinding, FrFindingKind, FrReport, FirstDivergence, GroupReport};
 
 /// A process group as torch identifies it: its name plus its members, because
 /// `split_group` can reuse a name for different rank sets.
@@ -306,7 +306,7 @@ fn analyze_group(
             seq,
             op: op.clone(),
         };
-        let error = |kind, culprits: Vec<u32>, waiting: Vec<u32>, message: String| GroupError {
+        let error = |kind, culprits: Vec<u32>, waiting: Vec<u32>, message: String| FirstDivergence {
             kind,
             seq: Some(seq),
             op: op.clone(),

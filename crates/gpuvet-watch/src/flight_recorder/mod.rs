@@ -207,12 +207,13 @@ pub struct GroupReport {
     pub last_completed_seq: Option<u64>,
     /// Collectives matched on every member before the first error.
     pub collectives_checked: usize,
-    pub first_error: Option<GroupError>,
+    pub first_error: Option<FirstDivergence>,
 }
 
-/// The first collective in a group that did not line up.
+/// The first collective in a group that did not line up: a finding of the analysis
+/// (a rank that never issued it, or issued a different one), not an error of gpuvet.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroupError {
+pub struct FirstDivergence {
     pub kind: FrFindingKind,
     pub seq: Option<u64>,
     pub op: Option<String>,

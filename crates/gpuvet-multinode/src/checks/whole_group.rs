@@ -12,9 +12,9 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, Entity, Lane, Measurement, Verdict};
 use gpuvet_core::stats::median;
 
-use crate::coordinate::CheckContext;
-use crate::native;
-use crate::pairs::{collective_error, name_peers, order, shared_params};
+use super::native;
+use super::pairs::{collective_error, name_peers, order, shared_params};
+use crate::coordinator::CheckContext;
 use crate::wire::{CollectiveReply, Directive, Reply};
 
 /// A rank is the bottleneck when at least this share of its waiting is writes...
@@ -30,9 +30,14 @@ pub const BOTTLENECK_FACTOR: f64 = 4.0;
 pub const SHARE_FLOOR: f64 = 0.05;
 
 pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckResult {
-    let ranks: Vec<u32> = context.session.members.iter().map(|m| m.rank).collect();
+    let ranks: Vec<u32> = context
+        .conversation
+        .members
+        .iter()
+        .map(|m| m.rank)
+        .collect();
     let (budget_ms, due) = context.budget();
-    let round = context.session.round();
+    let round = context.conversation.round();
     let mut orders: Vec<(u32, Directive)> = ranks
         .iter()
         .enumerate()
@@ -41,21 +46,23 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
             (rank, Directive::Collective(order))
         })
         .collect();
-    if native::applies(context.session, name)
+    if native::applies(context.conversation, name)
         && let Err(result) =
             native::attach(context, name, std::slice::from_ref(&ranks), &mut orders)
     {
         return *result;
     }
-    let mut answers = context.session.ask(orders, due);
+    let mut answers = context.conversation.ask(orders, due);
     let names: Vec<String> = ranks
         .iter()
-        .map(|&rank| context.session.node_name(rank))
+        .map(|&rank| context.conversation.node_name(rank))
         .collect();
     for reply in answers.replies.values_mut() {
         name_peers(reply, &names);
     }
-    context.session.record_secondary(&answers, collective_error);
+    context
+        .conversation
+        .record_secondary(&answers, collective_error);
     if !answers.missing.is_empty() {
         return context.interrupted(name, answers.timed_out);
     }
@@ -66,7 +73,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
                 Some(Reply::Collective(reply)) => Some(reply),
                 _ => None,
             };
-            (context.session.node_name(*rank), reply)
+            (context.conversation.node_name(*rank), reply)
         })
         .collect();
     let (policy, tolerance_param) = context.between_nodes_policy(name);

@@ -106,7 +106,7 @@ pub(crate) struct Answers {
     pub timed_out: bool,
 }
 
-pub(crate) struct Session<'a> {
+pub(crate) struct Conversation<'a> {
     pub coordinator: &'a Coordinator,
     pub members: Vec<Member>,
     pub incidents: Vec<Incident>,
@@ -128,13 +128,13 @@ pub(crate) struct Session<'a> {
 /// take the data plane's stall timeout (5 s), which the run does not wait out.
 const AFTER_LOSS_GRACE: Duration = Duration::from_millis(500);
 
-impl<'a> Session<'a> {
+impl<'a> Conversation<'a> {
     pub(crate) fn new(
         coordinator: &'a Coordinator,
         data_session: String,
         observe: &'a mut dyn FnMut(GroupEvent<'_>),
     ) -> Self {
-        Session {
+        Conversation {
             data_session,
             coordinator,
             members: Vec::new(),

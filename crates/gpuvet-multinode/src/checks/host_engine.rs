@@ -11,7 +11,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::repeats::group_repeats;
 use gpuvet_core::results::CheckResult;
 
-use crate::coordinate::CheckContext;
+use crate::coordinator::CheckContext;
 use crate::time::millis;
 use crate::wire::{Directive, HostEngine, Reply};
 
@@ -32,14 +32,14 @@ pub(crate) fn choose(context: &mut CheckContext<'_, '_>) -> Result<EngineChoice,
     let (budget_ms, due) = context.budget();
     let budget_ms = budget_ms.min(millis(PROBE_BUDGET));
     let orders = context
-        .session
+        .conversation
         .members
         .iter()
         .map(|m| (m.rank, Directive::ProbeTorch { budget_ms }))
         .collect();
     let answers = context.ask_all(CheckName::PytorchGloo2, orders, due)?;
     let nodes: Vec<(String, Option<&Reply>)> = context
-        .session
+        .conversation
         .members
         .iter()
         .map(|m| (m.node.clone(), answers.replies.get(&m.rank)))

@@ -12,8 +12,8 @@ use gpuvet_core::results::{
     CheckResult, Entity, EntityResult, Evidence, Lane, Measurement, Verdict,
 };
 
-use crate::coordinate::CheckContext;
-use crate::session::Member;
+use crate::conversation::Member;
+use crate::coordinator::CheckContext;
 use crate::wire::{Directive, ProbeReply, ProbeTarget, Reply};
 
 /// The data plane's own network, always probed.
@@ -21,7 +21,7 @@ const DATA_NETWORK: &str = "data";
 
 pub(crate) fn run(context: &mut CheckContext<'_, '_>) -> CheckResult {
     let name = CheckName::NetworkConnectivity;
-    let members = context.session.members.clone();
+    let members = context.conversation.members.clone();
     let mut networks = vec![DATA_NETWORK.to_owned()];
     for member in &members {
         for interface in &member.info.interfaces {

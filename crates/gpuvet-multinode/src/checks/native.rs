@@ -14,8 +14,8 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::inventory::keys;
 use gpuvet_core::results::{CheckResult, CheckStatus};
 
-use crate::coordinate::CheckContext;
-use crate::session::{Member, Session};
+use crate::conversation::{Conversation, Member};
+use crate::coordinator::CheckContext;
 use crate::wire::{Directive, NativeGroup, Reply};
 
 /// The checks the backends' own transport runs across nodes.
@@ -37,11 +37,11 @@ fn per_rail(name: CheckName) -> bool {
 /// Whether `name` runs on the backends' own transport in this group: every member's
 /// backend has one (the cpu backend has none; its nodes use the data plane), and no
 /// two members drive the same GPU.
-pub(crate) fn applies(session: &Session<'_>, name: CheckName) -> bool {
+pub(crate) fn applies(conversation: &Conversation<'_>, name: CheckName) -> bool {
     NATIVE_CHECKS.contains(&name)
-        && !session.members.is_empty()
-        && session.members.iter().all(|m| m.info.spans_nodes)
-        && shared_gpu(&session.members).is_none()
+        && !conversation.members.is_empty()
+        && conversation.members.iter().all(|m| m.info.spans_nodes)
+        && shared_gpu(&conversation.members).is_none()
 }
 
 /// Two members that drive the same GPU (by UUID), as nodes on one machine do: NCCL
@@ -79,7 +79,7 @@ pub(crate) fn attach(
             .iter()
             .map(|&rank| {
                 context
-                    .session
+                    .conversation
                     .member(rank)
                     .map_or(0, |m| m.info.devices.len())
             })
@@ -91,7 +91,7 @@ pub(crate) fn attach(
             CheckStatus::Failed,
             format!(
                 "{} could not make the token of a collective across nodes: {why}",
-                context.session.node_name(first)
+                context.conversation.node_name(first)
             ),
         ))
     };

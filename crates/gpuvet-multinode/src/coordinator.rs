@@ -21,9 +21,9 @@ use gpuvet_runner::{human_duration, scope_skip_reason};
 
 use gpuvet_control::auth::to_hex;
 
-use crate::session::{Answers, GroupEvent, Member, Session, reachable_from_peers};
+use crate::checks::{connectivity, native, node_scope, pairs, whole_group};
+use crate::conversation::{Answers, Conversation, GroupEvent, Member, reachable_from_peers};
 use crate::wire::Directive;
-use crate::{connectivity, local, native, pairs, whole};
 
 /// How the group's checks run and are judged.
 #[derive(Debug, Clone)]
@@ -67,17 +67,17 @@ pub fn run_group(
     let membership = coordinator.wait_for_members(started + plan.rendezvous_timeout);
     let expected = coordinator.expected_nodes() as usize;
     let data_session = to_hex(&coordinator.data_session());
-    let mut session = Session::new(coordinator, data_session, observe);
-    session.observe(GroupEvent::Rendezvous {
+    let mut conversation = Conversation::new(coordinator, data_session, observe);
+    conversation.observe(GroupEvent::Rendezvous {
         joined: membership.joined.len(),
         expected,
     });
-    session.drain_events();
+    conversation.drain_events();
     let mut joined = membership.joined.clone();
     joined.sort_by_key(|m| m.rank);
     for info in &joined {
         match Member::from_info(info) {
-            Ok(member) => session.members.push(member),
+            Ok(member) => conversation.members.push(member),
             Err(why) => {
                 let incident = Incident {
                     rank: info.rank,
@@ -88,46 +88,46 @@ pub fn run_group(
                     },
                     detail: why.clone(),
                 };
-                session.lost.insert(info.rank, why);
-                session.record(incident);
+                conversation.lost.insert(info.rank, why);
+                conversation.record(incident);
             }
         }
     }
-    unique_names(&mut session.members);
-    reachable_from_peers(&mut session.members, &joined);
+    unique_names(&mut conversation.members);
+    reachable_from_peers(&mut conversation.members, &joined);
 
     let deadline = Instant::now() + plan.timeout;
     let total = plan.checks.len();
     let mut results = Vec::with_capacity(total);
     let mut overran = false;
     for (index, &name) in plan.checks.iter().enumerate() {
-        session.observe(GroupEvent::CheckStarted { index, total, name });
-        session.drain_events();
+        conversation.observe(GroupEvent::CheckStarted { index, total, name });
+        conversation.drain_events();
         let check_started = Instant::now();
-        let mut result = if let Some(reason) = why_not_run(&session, overran) {
+        let mut result = if let Some(reason) = why_not_run(&conversation, overran) {
             CheckResult::without_work(name, CheckStatus::NotRun, reason)
-        } else if let Some(reason) = skip_reason(&session, name) {
+        } else if let Some(reason) = skip_reason(&conversation, name) {
             CheckResult::without_work(name, CheckStatus::Skipped, reason)
-        } else if let Some(reason) = not_implemented(&session, name) {
+        } else if let Some(reason) = not_implemented(&conversation, name) {
             CheckResult::without_work(name, CheckStatus::NotImplemented, reason)
         } else {
             let mut context = CheckContext {
-                session: &mut session,
+                conversation: &mut conversation,
                 plan,
                 deadline,
             };
             match name.spec().scope {
-                Scope::EachDevice | Scope::EachNode => local::run(&mut context, name),
+                Scope::EachDevice | Scope::EachNode => node_scope::run(&mut context, name),
                 // A group of one node is its devices: its runner does the collective.
-                Scope::WholeGroup if context.session.members.len() == 1 => {
-                    local::run(&mut context, name)
+                Scope::WholeGroup if context.conversation.members.len() == 1 => {
+                    node_scope::run(&mut context, name)
                 }
                 Scope::NodePairs => pairs::run(&mut context, name),
-                Scope::WholeGroup => whole::run(&mut context, name),
+                Scope::WholeGroup => whole_group::run(&mut context, name),
                 Scope::AllNodePairs => connectivity::run(&mut context),
                 Scope::AllNodes => {
                     let nodes: Vec<NodeInventory> = context
-                        .session
+                        .conversation
                         .members
                         .iter()
                         .map(|m| NodeInventory::from_devices(&m.node, &m.info.devices))
@@ -140,27 +140,27 @@ pub fn run_group(
         if result.status == CheckStatus::TimedOut {
             overran = true;
         }
-        session.observe(GroupEvent::CheckFinished {
+        conversation.observe(GroupEvent::CheckFinished {
             index,
             total,
             result: &result,
         });
         results.push(result);
     }
-    session.drain_events();
+    conversation.drain_events();
 
-    let summary = summarize(&session, expected);
+    let summary = summarize(&conversation, expected);
     let report = RunReport {
         gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
         job_id: plan.attempt.job_id.clone(),
         attempt: plan.attempt.attempt,
         node: plan.attempt.node.clone(),
         instance: plan.attempt.instance.clone(),
-        backend: session
+        backend: conversation
             .members
             .first()
             .map_or_else(String::new, |m| m.info.backend.clone()),
-        devices: session
+        devices: conversation
             .members
             .iter()
             .flat_map(|m| m.info.devices.iter().cloned())
@@ -172,7 +172,7 @@ pub fn run_group(
         checks: results,
         group: Some(summary),
     };
-    if session.lost.is_empty() && !overran {
+    if conversation.lost.is_empty() && !overran {
         let finish = Directive::Finish {
             report: Box::new(for_members(&report)),
         };
@@ -259,7 +259,7 @@ pub(crate) fn for_members(report: &RunReport) -> RunReport {
 
 /// What a check handler works with.
 pub(crate) struct CheckContext<'s, 'a> {
-    pub session: &'s mut Session<'a>,
+    pub conversation: &'s mut Conversation<'a>,
     pub plan: &'s GroupPlan,
     /// The overall deadline.
     pub deadline: Instant,
@@ -290,7 +290,7 @@ impl CheckContext<'_, '_> {
             tolerance: self.plan.tolerance.of(name),
             limit: self.plan.baselines.get(&name).copied(),
         };
-        if !self.shared_host() || native::applies(self.session, name) {
+        if !self.shared_host() || native::applies(self.conversation, name) {
             return (policy, None);
         }
         policy.tolerance = policy.tolerance.max(SHARED_HOST_TOLERANCE);
@@ -305,7 +305,7 @@ impl CheckContext<'_, '_> {
     /// same time would measure each other's load, not their own hardware.
     pub(crate) fn shared_host(&self) -> bool {
         let mut seen = std::collections::HashSet::new();
-        self.session
+        self.conversation
             .members
             .iter()
             .filter(|m| !m.info.host_id.is_empty())
@@ -321,8 +321,8 @@ impl CheckContext<'_, '_> {
         orders: Vec<(u32, Directive)>,
         due: Instant,
     ) -> Result<Answers, Box<CheckResult>> {
-        let answers = self.session.ask(orders, due);
-        self.session.record_secondary(&answers, |_| None);
+        let answers = self.conversation.ask(orders, due);
+        self.conversation.record_secondary(&answers, |_| None);
         if answers.missing.is_empty() {
             Ok(answers)
         } else {
@@ -343,41 +343,41 @@ impl CheckContext<'_, '_> {
                 ),
             )
         } else {
-            CheckResult::without_work(name, CheckStatus::Failed, lost_line(self.session))
+            CheckResult::without_work(name, CheckStatus::Failed, lost_line(self.conversation))
         }
     }
 }
 
-fn lost_line(session: &Session<'_>) -> String {
-    let lost: Vec<String> = session
+fn lost_line(conversation: &Conversation<'_>) -> String {
+    let lost: Vec<String> = conversation
         .lost
         .iter()
-        .map(|(rank, why)| format!("rank {rank} ({}): {why}", session.node_name(*rank)))
+        .map(|(rank, why)| format!("rank {rank} ({}): {why}", conversation.node_name(*rank)))
         .collect();
     format!("a node was lost: {}", lost.join("; "))
 }
 
-fn why_not_run(session: &Session<'_>, overran: bool) -> Option<String> {
+fn why_not_run(conversation: &Conversation<'_>, overran: bool) -> Option<String> {
     if overran {
         return Some("the overall timeout expired before this check started".to_owned());
     }
-    (!session.lost.is_empty()).then(|| lost_line(session))
+    (!conversation.lost.is_empty()).then(|| lost_line(conversation))
 }
 
-fn skip_reason(session: &Session<'_>, name: CheckName) -> Option<String> {
-    let devices = session
+fn skip_reason(conversation: &Conversation<'_>, name: CheckName) -> Option<String> {
+    let devices = conversation
         .members
         .iter()
         .map(|m| m.info.devices.len())
         .min()
         .unwrap_or(0);
-    scope_skip_reason(name, session.members.len(), devices)
+    scope_skip_reason(name, conversation.members.len(), devices)
 }
 
 /// Collectives between nodes run over the TCP data plane for the cpu backend, and over
 /// the backends' own transport (NCCL) for the checks it runs; the data plane would
 /// misreport a GPU's figures, so the other collectives are not run on GPUs.
-fn not_implemented(session: &Session<'_>, name: CheckName) -> Option<String> {
+fn not_implemented(conversation: &Conversation<'_>, name: CheckName) -> Option<String> {
     let scope = name.spec().scope;
     let host_network = matches!(
         name,
@@ -385,12 +385,15 @@ fn not_implemented(session: &Session<'_>, name: CheckName) -> Option<String> {
     );
     if !matches!(scope, Scope::NodePairs | Scope::WholeGroup)
         || host_network
-        || native::applies(session, name)
+        || native::applies(conversation, name)
     {
         return None;
     }
-    let other = session.members.iter().find(|m| m.info.backend != "cpu")?;
-    if let Some((a, b, gpu)) = native::shared_gpu(&session.members)
+    let other = conversation
+        .members
+        .iter()
+        .find(|m| m.info.backend != "cpu")?;
+    if let Some((a, b, gpu)) = native::shared_gpu(&conversation.members)
         && native::NATIVE_CHECKS.contains(&name)
     {
         return Some(format!(
@@ -428,22 +431,22 @@ fn outcome(results: &[CheckResult], summary: &GroupSummary) -> Outcome {
     }
 }
 
-fn summarize(session: &Session<'_>, expected: usize) -> GroupSummary {
+fn summarize(conversation: &Conversation<'_>, expected: usize) -> GroupSummary {
     let nodes = (0..expected as u32)
-        .map(|rank| session.node_name(rank))
+        .map(|rank| conversation.node_name(rank))
         .collect();
     let to_group = |incident: &Incident| GroupIncident {
         rank: incident.rank,
         node: incident
             .node
             .clone()
-            .unwrap_or_else(|| session.node_name(incident.rank)),
+            .unwrap_or_else(|| conversation.node_name(incident.rank)),
         kind: kind_name(&incident.kind).to_owned(),
         lane: incident.lane(),
         time_ms: incident.time_ms,
         detail: incident.detail.clone(),
     };
-    match diagnose(&session.incidents) {
+    match diagnose(&conversation.incidents) {
         Diagnosis::Healthy => GroupSummary {
             nodes,
             first_error: None,

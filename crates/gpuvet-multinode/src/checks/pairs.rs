@@ -13,9 +13,9 @@ use gpuvet_core::localize::{PairTest, judge_pairs, localize, outcomes};
 use gpuvet_core::pairing::{NodeId, Pair, PairingMode, Plan, full_round_robin, retest, round_one};
 use gpuvet_core::results::{CheckResult, Lane, Measurement};
 
-use crate::coordinate::CheckContext;
+use super::{host_engine, native};
+use crate::coordinator::CheckContext;
 use crate::wire::{CollectiveOrder, CollectiveReply, Directive, HostEngine, Reply};
-use crate::{host_engine, native};
 
 /// Plans after the first; each re-measures or retests only new combinations, so this
 /// is a guard, not a budget (a few bad nodes need two or three).
@@ -23,7 +23,7 @@ const MAX_RETEST_PLANS: usize = 6;
 
 pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckResult {
     let nodes: Vec<NodeId> = context
-        .session
+        .conversation
         .members
         .iter()
         .map(|m| m.node.clone())
@@ -104,7 +104,7 @@ fn run_plan(
             let mut ranks_of = Vec::new();
             for pair in batch {
                 let (a, b) = (rank_of(context, &pair.a), rank_of(context, &pair.b));
-                let round_id = context.session.round();
+                let round_id = context.conversation.round();
                 for (index, &rank) in [a, b].iter().enumerate() {
                     let order = CollectiveOrder {
                         engine,
@@ -114,11 +114,11 @@ fn run_plan(
                 }
                 ranks_of.push((pair.clone(), a, b));
             }
-            if native::applies(context.session, name) {
+            if native::applies(context.conversation, name) {
                 let groups: Vec<Vec<u32>> = ranks_of.iter().map(|(_, a, b)| vec![*a, *b]).collect();
                 native::attach(context, name, &groups, &mut orders)?;
             }
-            let mut answers = context.session.ask(orders, due);
+            let mut answers = context.conversation.ask(orders, due);
             for (pair, a, b) in &ranks_of {
                 let names = [pair.a.clone(), pair.b.clone()];
                 for rank in [a, b] {
@@ -127,7 +127,9 @@ fn run_plan(
                     }
                 }
             }
-            context.session.record_secondary(&answers, collective_error);
+            context
+                .conversation
+                .record_secondary(&answers, collective_error);
             if !answers.missing.is_empty() {
                 return Err(Box::new(context.interrupted(name, answers.timed_out)));
             }
@@ -139,7 +141,7 @@ fn run_plan(
                 }) = reply
                 {
                     *ms = context
-                        .session
+                        .conversation
                         .on_coordinator_clock(rank, *ms)
                         .unwrap_or(*ms);
                 }
@@ -159,7 +161,7 @@ fn run_plan(
 
 fn rank_of(context: &CheckContext<'_, '_>, node: &str) -> u32 {
     context
-        .session
+        .conversation
         .members
         .iter()
         .find(|m| m.node == node)
@@ -178,7 +180,12 @@ pub(crate) fn order(
 ) -> CollectiveOrder {
     let members: Vec<_> = ranks
         .iter()
-        .map(|&rank| context.session.member(rank).expect("ranks are members"))
+        .map(|&rank| {
+            context
+                .conversation
+                .member(rank)
+                .expect("ranks are members")
+        })
         .collect();
     let multi = matches!(name, CheckName::MultiAllReduce | CheckName::MultiAllReduce2);
     let rails = if multi {
@@ -192,7 +199,7 @@ pub(crate) fn order(
     CollectiveOrder {
         check: name,
         round,
-        session: context.session.data_session.clone(),
+        session: context.conversation.data_session.clone(),
         rank: index,
         peers: members.iter().map(|m| m.data).collect(),
         rails,

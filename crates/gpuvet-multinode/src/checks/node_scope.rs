@@ -7,11 +7,16 @@ use gpuvet_core::analysis::{JudgePolicy, check_status, clear_contended_slow, jud
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, CheckStatus, EntityResult, Measurement, Verdict};
 
-use crate::coordinate::CheckContext;
+use crate::coordinator::CheckContext;
 use crate::wire::{Directive, Reply};
 
 pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckResult {
-    let ranks: Vec<u32> = context.session.members.iter().map(|m| m.rank).collect();
+    let ranks: Vec<u32> = context
+        .conversation
+        .members
+        .iter()
+        .map(|m| m.rank)
+        .collect();
     let shared_host = context.shared_host();
     // On a shared machine one node at a time; otherwise all at once.
     let batches: Vec<Vec<u32>> = if shared_host {
@@ -46,7 +51,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
                     CheckStatus::Failed,
                     format!(
                         "{} answered with `{other:?}` instead of a check result",
-                        context.session.node_name(rank)
+                        context.conversation.node_name(rank)
                     ),
                 ),
             });
