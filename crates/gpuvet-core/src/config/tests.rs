@@ -1,4 +1,7 @@
 use super::*;
+use crate::analysis::Limit;
+use crate::catalog::CheckName;
+use crate::pairing::PairingMode;
 
 /// PAI's sample from the seed documents, unchanged.
 const PAI_SAMPLE: &str = include_str!("../../tests/fixtures/pai_sample.json");

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use super::dump::{EntryState, FrDump, FrEntry};
 use super::summary::ranks_text;
-use super::{DumpInfo, FrFinding, FrFindingKind, FrReport, FirstDivergence, GroupReport};
+use super::{DumpInfo, FirstDivergence, FrFinding, FrFindingKind, FrReport, GroupReport};
 
 /// A process group as torch identifies it: its name plus its members, because
 /// `split_group` can reuse a name for different rank sets.
@@ -306,19 +306,20 @@ fn analyze_group(
             seq,
             op: op.clone(),
         };
-        let error = |kind, culprits: Vec<u32>, waiting: Vec<u32>, message: String| FirstDivergence {
-            kind,
-            seq: Some(seq),
-            op: op.clone(),
-            waiting_at: waiting_frame(&at_seq, &waiting),
-            pending_since_ns: at_seq
-                .values()
-                .flat_map(|entries| entries.iter().filter_map(|e| e.time_created_ns))
-                .min(),
-            culprit_ranks: culprits,
-            waiting_ranks: waiting,
-            message,
-        };
+        let error =
+            |kind, culprits: Vec<u32>, waiting: Vec<u32>, message: String| FirstDivergence {
+                kind,
+                seq: Some(seq),
+                op: op.clone(),
+                waiting_at: waiting_frame(&at_seq, &waiting),
+                pending_since_ns: at_seq
+                    .values()
+                    .flat_map(|entries| entries.iter().filter_map(|e| e.time_created_ns))
+                    .min(),
+                culprit_ranks: culprits,
+                waiting_ranks: waiting,
+                message,
+            };
 
         if !absent.is_empty() {
             let mut message = if pending.is_empty() {

@@ -1,0 +1,272 @@
+//! The validated configuration: what every other crate reads. Fields hold only values
+//! that passed validation (`validate`), so readers never check them again.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::analysis::Limit;
+use crate::catalog::CheckName;
+use crate::inventory::ExpectedInventory;
+use crate::pairing::PairingMode;
+
+use super::raw::RawList;
+use super::validate::parse_checks;
+use super::{ConfigError, MAX_TIMEOUT_MINUTES};
+
+/// What happens when a sanity check fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailAction {
+    /// Do not start the instance (PAI's default).
+    Fail,
+    /// Record the event and start anyway (PAI's `retain`; `ignore` is an alias).
+    Retain,
+    /// Record, run the rebuild hook, and exit so the instance is rebuilt elsewhere.
+    Rebuild,
+}
+
+impl FailAction {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FailAction::Fail => "fail",
+            FailAction::Retain => "retain",
+            FailAction::Rebuild => "rebuild",
+        }
+    }
+}
+
+/// Which backend runs the checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BackendChoice {
+    /// The best backend this machine has.
+    Auto,
+    Cuda,
+    Cpu,
+    Sim,
+}
+
+impl BackendChoice {
+    pub const NAMES: [&'static str; 4] = ["auto", "cuda", "cpu", "sim"];
+
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "auto" => Some(BackendChoice::Auto),
+            "cuda" => Some(BackendChoice::Cuda),
+            "cpu" => Some(BackendChoice::Cpu),
+            "sim" => Some(BackendChoice::Sim),
+            _ => None,
+        }
+    }
+}
+
+/// GEMM element type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Dtype {
+    /// bf16 on GPUs, fp32 where the backend has no bf16 GEMM.
+    Auto,
+    Bf16,
+    Fp16,
+    Tf32,
+    Fp32,
+    Fp8,
+}
+
+impl Dtype {
+    pub const NAMES: [&'static str; 6] = ["auto", "bf16", "fp16", "tf32", "fp32", "fp8"];
+
+    pub fn parse(value: &str) -> Option<Self> {
+        Some(match value {
+            "auto" => Dtype::Auto,
+            "bf16" => Dtype::Bf16,
+            "fp16" => Dtype::Fp16,
+            "tf32" => Dtype::Tf32,
+            "fp32" => Dtype::Fp32,
+            "fp8" => Dtype::Fp8,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+/// The validated sanity-check list: at least one check, none twice, in the given order.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckList(pub(super) Vec<CheckName>);
+
+impl CheckList {
+    /// Parses a comma-separated list as PAI writes it (e.g. from a `--checks` flag);
+    /// errors name `path`.
+    pub fn parse(text: &str, path: &str) -> Result<CheckList, ConfigError> {
+        parse_checks(RawList::Text(text.to_owned()), path)
+    }
+
+    pub fn as_slice(&self) -> &[CheckName] {
+        &self.0
+    }
+}
+
+/// A validated overall timeout: positive and at most a day.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Timeout(pub(super) Duration);
+
+impl Timeout {
+    /// Validates a timeout in minutes; errors name `path`.
+    pub fn from_minutes(minutes: f64, path: &str) -> Result<Timeout, ConfigError> {
+        if !minutes.is_finite() || minutes <= 0.0 || minutes > MAX_TIMEOUT_MINUTES {
+            return Err(ConfigError::invalid(
+                path,
+                format!("`{minutes}` is not a usable timeout; expected minutes greater than 0 and at most {MAX_TIMEOUT_MINUTES}"),
+            )
+            .with_hint("the timeout covers all sanity checks together, in minutes; PAI's default is 5"));
+        }
+        Ok(Timeout(Duration::from_secs_f64(minutes * 60.0)))
+    }
+
+    pub fn duration(self) -> Duration {
+        self.0
+    }
+}
+
+/// `aimaster.sanity_check`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SanityConfig {
+    pub checks: CheckList,
+    pub fail_action: FailAction,
+    pub timeout: Timeout,
+}
+
+/// `aimaster.runtime_check`. PAI offers `c4d` with `retain` only.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RuntimeConfig {
+    pub check: &'static str,
+    pub fail_action: RuntimeFailAction,
+}
+
+/// What happens when the runtime check finds a fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RuntimeFailAction {
+    /// Record the event only (PAI's only choice; `ignore` is an alias).
+    Retain,
+    /// Beyond PAI, opt-in: on a fatal finding (one that needs a GPU reset, a reboot or
+    /// support), stop the app with SIGTERM so the orchestrator restarts it elsewhere.
+    Kill,
+}
+
+/// A scripted fault for the sim backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SimFault {
+    /// The work never returns.
+    Hang,
+    /// The work returns an error.
+    Error,
+    /// The work returns a wrong result.
+    WrongResult,
+    /// The work does nothing.
+    Zero,
+}
+
+impl SimFault {
+    pub const NAMES: [&'static str; 4] = ["hang", "error", "wrong_result", "zero"];
+}
+
+/// The sim backend's script: every device's speed and faults, deterministic by seed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SimScript {
+    pub seed: u64,
+    pub devices: u32,
+    /// Relative noise of each sample, as a fraction.
+    pub noise: f64,
+    /// Speed factor per device index (1.0 is nominal, 0.9 is 10 % slow).
+    pub speed: BTreeMap<u32, f64>,
+    pub faults: Vec<(CheckName, u32, SimFault)>,
+}
+
+impl Default for SimScript {
+    fn default() -> Self {
+        SimScript {
+            seed: 0,
+            devices: 8,
+            noise: 0.0,
+            speed: BTreeMap::new(),
+            faults: Vec::new(),
+        }
+    }
+}
+
+/// gpuvet's own settings (`gpuvet` key).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Settings {
+    pub backend: BackendChoice,
+    /// Allowed deficit against the peer median, as a fraction; `None`: the backend's
+    /// default.
+    pub tolerance: Option<f64>,
+    pub baselines: BTreeMap<CheckName, Limit>,
+    pub store: Option<String>,
+    /// The command run when `fail_action` is `rebuild`; never empty.
+    pub rebuild_hook: Option<Vec<String>>,
+    pub cpu_devices: Option<u32>,
+    pub gemm_dtype: Dtype,
+    pub gemm_size: Option<u32>,
+    pub collective_bytes: Option<u64>,
+    /// How the `_2` checks pair nodes (`gpuvet.pairing`: `adaptive` or `full`).
+    pub pairing: PairingMode,
+    /// Network interfaces `network_connectivity` also probes every pair on (e.g. the
+    /// front-end and back-end networks), beside the data plane's own address.
+    pub interfaces: Vec<String>,
+    /// What every node must have, for `inventory_consistency` (`gpuvet.expected_inventory`).
+    pub expected_inventory: ExpectedInventory,
+    pub sim: Option<SimScript>,
+    pub watch: WatchSettings,
+}
+
+/// Where the runtime check `c4d` looks (`gpuvet.watch`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WatchSettings {
+    /// The kernel log to read `NVRM: Xid` lines from; `None` when turned off (`"off"`).
+    pub kmsg: Option<String>,
+    /// Whether to poll NVML (used only where the driver's library loads).
+    pub nvml: bool,
+    /// Time between polls.
+    pub interval: Duration,
+    /// Where to serve Prometheus `/metrics`; `None`: not served.
+    pub metrics_addr: Option<std::net::SocketAddr>,
+    /// Where to ask NCCL's RAS port about ranks that stopped.
+    pub nccl_ras: NcclRas,
+}
+
+/// `gpuvet.watch.nccl_ras`: `"auto"` (default: `NCCL_RAS_ADDR`, else
+/// `localhost:28028`), `"off"`, or a `host:port`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NcclRas {
+    Auto,
+    Off,
+    At(String),
+}
+
+impl Default for WatchSettings {
+    fn default() -> Self {
+        WatchSettings {
+            kmsg: Some("/dev/kmsg".to_owned()),
+            nvml: true,
+            interval: Duration::from_secs(1),
+            metrics_addr: None,
+            nccl_ras: NcclRas::Auto,
+        }
+    }
+}
+
+/// The whole validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    /// `None` when the file has an `aimaster` block without `sanity_check`: PAI then
+    /// runs no pre-start check.
+    pub sanity: Option<SanityConfig>,
+    pub runtime: Option<RuntimeConfig>,
+    pub settings: Settings,
+}
