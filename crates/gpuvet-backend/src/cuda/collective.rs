@@ -212,86 +212,218 @@ pub fn run(
     configured_bytes: Option<u64>,
     cancel: &CancelToken,
 ) -> Result<Sample, BackendError> {
-    let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
-    let local = contexts.len();
     if matches!(layout, RankLayout::Rails { .. }) && kind != Kind::AllReduce {
         return Err(BackendError::Failed(format!(
             "rails run all-reduces, not a {} (a bug in gpuvet)",
             kind.label()
         )));
     }
-    layout.check(local).map_err(BackendError::Failed)?;
-    let ranks = layout.ranks(local);
-    let smallest = contexts
-        .iter()
-        .map(|c| c.total_mem().map(|m| m as u64))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(err("reading GPU memory"))?
-        .into_iter()
-        .min()
-        .unwrap_or(0);
-    let bytes = if layout.spans_nodes() {
-        message_bytes(
-            Some(configured_bytes.unwrap_or(ACROSS_DEFAULT_BYTES)),
-            smallest,
-        )
-    } else {
-        message_bytes(configured_bytes, smallest)
-    };
-    let count = kind.output_count((bytes / 4) as usize, ranks);
-    let bytes = count as u64 * 4;
-    let chunk = count / ranks.max(1);
-    let send_count = match kind {
-        Kind::AllGather => chunk,
-        Kind::AllReduce | Kind::AllToAll => count,
-    };
-
+    layout.check(contexts.len()).map_err(BackendError::Failed)?;
+    let size = Sizing::of(contexts, layout, kind, configured_bytes)?;
     grant_pool_access(contexts).map_err(BackendError::Failed)?;
-    let mut streams: Vec<Arc<CudaStream>> = Vec::with_capacity(local);
-    let mut send: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
-    let mut recv: Vec<CudaSlice<f32>> = Vec::with_capacity(local);
-    for (index, ctx) in contexts.iter().enumerate() {
-        let rank = layout.rank_of(index);
-        let stream = ctx.new_stream().map_err(err("creating a stream"))?;
-        // SAFETY: both buffers are filled right below, before any read.
-        let (s, r) = unsafe { (stream.alloc::<f32>(send_count), stream.alloc::<f32>(count)) };
-        let (s, r) = (
-            s.map_err(err("allocating the send buffer"))?,
-            r.map_err(err("allocating the receive buffer"))?,
-        );
-        let fill = (rank as f32 + 1.0).to_bits();
-        // SAFETY: the buffers hold `send_count` and `count` u32-sized elements on this
-        // stream's context.
-        unsafe {
-            ctx.bind_to_thread().map_err(err("binding the context"))?;
-            cudarc::driver::sys::cuMemsetD32Async(
-                s.device_ptr(&stream).0,
-                fill,
-                send_count,
-                stream.cu_stream(),
-            )
-            .result()
-            .map_err(err("filling the send buffer"))?;
-            cudarc::driver::sys::cuMemsetD32Async(
-                r.device_ptr(&stream).0,
-                u32::MAX,
-                count,
-                stream.cu_stream(),
-            )
-            .result()
-            .map_err(err("filling the receive buffer"))?;
-        }
-        streams.push(stream);
-        send.push(s);
-        recv.push(r);
-    }
-    for stream in &streams {
-        stream.synchronize().map_err(err("synchronising"))?;
-    }
-
-    // Device i joins with `ids[i]`: the one id of a collective over every GPU, or its
-    // rail's. Within this node a fresh id serves, as inside `ncclCommInitAll`.
+    let buffers = Buffers::filled(contexts, layout, &size)?;
     let limits = Limits::default();
+    let init_started = Instant::now();
+    let mut comms = join(nccl, contexts, layout, size.ranks, &limits, cancel)?;
+    let init_secs = init_started.elapsed().as_secs_f64();
+
+    let outcome = (|| -> Result<Sample, BackendError> {
+        let run = Measured {
+            contexts,
+            layout,
+            kind,
+            size: &size,
+            buffers: &buffers,
+            pointers: buffers.pointers(),
+            limits: &limits,
+            cancel,
+        };
+        let (timings, iterations) = run.timed_loop(&mut comms)?;
+        let slowest = slowest_timing(&timings)
+            .ok_or_else(|| BackendError::Failed("no stream was timed".to_owned()))?;
+        let wrong_result = run.first_wrong_result()?;
+        let (extra, params) = run.describe(nccl, &timings, slowest, iterations, init_secs);
+        Ok(Sample {
+            value: timings[slowest].busbw,
+            samples: timings[slowest].samples.clone(),
+            wrong_result,
+            extra,
+            params,
+        })
+    })();
+
+    // Stuck or failed communicators are aborted so their kernels end before the
+    // buffers are freed; healthy ones are destroyed by `Drop`.
+    if outcome.is_err() {
+        comms.abort();
+    }
+    drop(comms);
+    drop(buffers);
+    // Freeing records a failure in the context (cudarc's drops cannot return one), where
+    // the next check on that GPU would find it. After an abort it is this failure's
+    // echo and is cleared; after a clean run it is reported here.
+    let leftover = contexts.iter().find_map(|ctx| ctx.check_err().err());
+    match (outcome, leftover) {
+        (Ok(_), Some(e)) => Err(BackendError::Failed(driver_error(
+            "freeing the collective's buffers",
+            e,
+        ))),
+        (outcome, _) => outcome,
+    }
+}
+
+fn failed(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> BackendError {
+    move |e| BackendError::Failed(driver_error(what, e))
+}
+
+/// How large the collective is, in fp32 elements.
+#[derive(Debug, Clone, Copy)]
+struct Sizing {
+    /// Ranks in the whole collective (this node's GPUs are some of them).
+    ranks: usize,
+    /// Elements of each rank's output.
+    count: usize,
+    /// Bytes of each rank's output.
+    bytes: u64,
+    /// Elements of one rank's share: `count / ranks`.
+    chunk: usize,
+    /// Elements of each rank's input.
+    send_count: usize,
+}
+
+impl Sizing {
+    fn of(
+        contexts: &[Arc<CudaContext>],
+        layout: &RankLayout,
+        kind: Kind,
+        configured_bytes: Option<u64>,
+    ) -> Result<Sizing, BackendError> {
+        let ranks = layout.ranks(contexts.len());
+        let smallest = contexts
+            .iter()
+            .map(|c| c.total_mem().map(|m| m as u64))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(failed("reading GPU memory"))?
+            .into_iter()
+            .min()
+            .unwrap_or(0);
+        let bytes = if layout.spans_nodes() {
+            message_bytes(
+                Some(configured_bytes.unwrap_or(ACROSS_DEFAULT_BYTES)),
+                smallest,
+            )
+        } else {
+            message_bytes(configured_bytes, smallest)
+        };
+        let count = kind.output_count((bytes / 4) as usize, ranks);
+        let chunk = count / ranks.max(1);
+        let send_count = match kind {
+            Kind::AllGather => chunk,
+            Kind::AllReduce | Kind::AllToAll => count,
+        };
+        Ok(Sizing {
+            ranks,
+            count,
+            bytes: count as u64 * 4,
+            chunk,
+            send_count,
+        })
+    }
+}
+
+/// Each local GPU's stream and buffers: the send buffer holds rank + 1 everywhere, the
+/// receive buffer NaN, so an operation that never ran is caught.
+struct Buffers {
+    streams: Vec<Arc<CudaStream>>,
+    send: Vec<CudaSlice<f32>>,
+    recv: Vec<CudaSlice<f32>>,
+}
+
+impl Buffers {
+    fn filled(
+        contexts: &[Arc<CudaContext>],
+        layout: &RankLayout,
+        size: &Sizing,
+    ) -> Result<Buffers, BackendError> {
+        let local = contexts.len();
+        let mut buffers = Buffers {
+            streams: Vec::with_capacity(local),
+            send: Vec::with_capacity(local),
+            recv: Vec::with_capacity(local),
+        };
+        for (index, ctx) in contexts.iter().enumerate() {
+            let rank = layout.rank_of(index);
+            let stream = ctx.new_stream().map_err(failed("creating a stream"))?;
+            // SAFETY: both buffers are filled right below, before any read.
+            let (s, r) = unsafe {
+                (
+                    stream.alloc::<f32>(size.send_count),
+                    stream.alloc::<f32>(size.count),
+                )
+            };
+            let (s, r) = (
+                s.map_err(failed("allocating the send buffer"))?,
+                r.map_err(failed("allocating the receive buffer"))?,
+            );
+            let fill = (rank as f32 + 1.0).to_bits();
+            // SAFETY: the buffers hold `send_count` and `count` u32-sized elements on
+            // this stream's context.
+            unsafe {
+                ctx.bind_to_thread()
+                    .map_err(failed("binding the context"))?;
+                cudarc::driver::sys::cuMemsetD32Async(
+                    s.device_ptr(&stream).0,
+                    fill,
+                    size.send_count,
+                    stream.cu_stream(),
+                )
+                .result()
+                .map_err(failed("filling the send buffer"))?;
+                cudarc::driver::sys::cuMemsetD32Async(
+                    r.device_ptr(&stream).0,
+                    u32::MAX,
+                    size.count,
+                    stream.cu_stream(),
+                )
+                .result()
+                .map_err(failed("filling the receive buffer"))?;
+            }
+            buffers.streams.push(stream);
+            buffers.send.push(s);
+            buffers.recv.push(r);
+        }
+        for stream in &buffers.streams {
+            stream.synchronize().map_err(failed("synchronising"))?;
+        }
+        Ok(buffers)
+    }
+}
+
+impl Buffers {
+    fn pointers(&self) -> Vec<(u64, u64)> {
+        (0..self.streams.len())
+            .map(|r| {
+                (
+                    self.send[r].device_ptr(&self.streams[r]).0,
+                    self.recv[r].device_ptr(&self.streams[r]).0,
+                )
+            })
+            .collect()
+    }
+}
+
+/// The communicators of this node's GPUs. Device i joins with `ids[i]`: the one id of
+/// a collective over every GPU, or its rail's. Within this node a fresh id serves, as
+/// inside `ncclCommInitAll`.
+fn join(
+    nccl: &'static Nccl,
+    contexts: &[Arc<CudaContext>],
+    layout: &RankLayout,
+    ranks: usize,
+    limits: &Limits,
+    cancel: &CancelToken,
+) -> Result<Comms, BackendError> {
+    let local = contexts.len();
     let ids = match layout {
         RankLayout::ThisNode => vec![nccl.unique_id().map_err(BackendError::Failed)?; local],
         RankLayout::Across { id, .. } => vec![*id; local],
@@ -302,26 +434,43 @@ pub fn run(
         .enumerate()
         .map(|(device, id)| (id, layout.rank_of(device)))
         .collect();
-    let init_started = Instant::now();
     let bind = |device: usize| {
         contexts[device]
             .bind_to_thread()
             .map_err(|e| driver_error("binding the context", e))
     };
-    let mut comms = Comms::init(nccl, ranks, &places, bind, &limits, cancel)?;
-    let init_secs = init_started.elapsed().as_secs_f64();
-    let pointers: Vec<(u64, u64)> = (0..local)
-        .map(|r| {
-            (
-                send[r].device_ptr(&streams[r]).0,
-                recv[r].device_ptr(&streams[r]).0,
-            )
-        })
-        .collect();
+    Comms::init(nccl, ranks, &places, bind, limits, cancel)
+}
 
-    let launch = |comms: &mut Comms| -> Result<(), BackendError> {
-        comms.launch(&format!("the {}", kind.label()), &limits, cancel, |comms| {
-            for (index, (s, r)) in pointers.iter().enumerate() {
+/// One measured collective on joined communicators: what the timed loop, the result
+/// check and the report need.
+struct Measured<'a> {
+    contexts: &'a [Arc<CudaContext>],
+    layout: &'a RankLayout,
+    kind: Kind,
+    size: &'a Sizing,
+    buffers: &'a Buffers,
+    /// Each local GPU's send and receive buffer addresses, taken once: cudarc records
+    /// a stream event each time an address is taken.
+    pointers: Vec<(u64, u64)>,
+    limits: &'a Limits,
+    cancel: &'a CancelToken,
+}
+
+impl Measured<'_> {
+    /// One iteration on every local GPU, in one NCCL group.
+    fn launch(&self, comms: &mut Comms) -> Result<(), BackendError> {
+        let Sizing {
+            count,
+            chunk,
+            ranks,
+            ..
+        } = *self.size;
+        let kind = self.kind;
+        let streams = &self.buffers.streams;
+        let what = format!("the {}", kind.label());
+        comms.launch(&what, self.limits, self.cancel, |comms| {
+            for (index, (s, r)) in self.pointers.iter().enumerate() {
                 let stream = streams[index].cu_stream() as RawStream;
                 // SAFETY: live buffers of `send_count` and `count` f32 on this GPU and
                 // stream.
@@ -339,21 +488,33 @@ pub fn run(
             }
             Ok(())
         })
-    };
+    }
 
-    let outcome = (|| -> Result<Sample, BackendError> {
+    fn wait(&self, comms: &mut Comms) -> Result<(), BackendError> {
+        wait_all(
+            &self.buffers.streams,
+            comms,
+            self.kind,
+            self.limits,
+            self.cancel,
+        )
+    }
+
+    /// Warms up, then times consecutive iterations with events: one timing per timed
+    /// stream (the first GPU's, or each rail's), and the iterations timed.
+    fn timed_loop(&self, comms: &mut Comms) -> Result<(Vec<Timing>, usize), BackendError> {
         // The first iteration also sets up NCCL's connections (lazily, since 2.22), so
         // only the rest of the warm-up sizes the timed loop.
-        launch(&mut comms)?;
-        wait_all(&streams, &mut comms, kind, &limits, cancel)?;
+        self.launch(comms)?;
+        self.wait(comms)?;
         let warm_started = Instant::now();
         for _ in 1..WARMUP_ITERATIONS {
-            launch(&mut comms)?;
+            self.launch(comms)?;
         }
-        wait_all(&streams, &mut comms, kind, &limits, cancel)?;
+        self.wait(comms)?;
         let per_iteration =
             warm_started.elapsed().as_secs_f64() / (WARMUP_ITERATIONS - 1).max(1) as f64;
-        let iterations = if layout.spans_nodes() {
+        let iterations = if self.layout.spans_nodes() {
             MAX_ITERATIONS
         } else {
             ((TIMED_BUDGET_SECS / per_iteration.max(1e-9)) as usize)
@@ -361,23 +522,23 @@ pub fn run(
         };
 
         // One collective is timed on the first GPU's stream; rails each on their own.
-        let timed = match layout {
-            RankLayout::Rails { .. } => local,
+        let timed = match self.layout {
+            RankLayout::Rails { .. } => self.contexts.len(),
             _ => 1,
         };
         let events = (0..timed)
             .map(|index| {
                 (0..=iterations)
-                    .map(|_| contexts[index].new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))
+                    .map(|_| self.contexts[index].new_event(Some(CUevent_flags::CU_EVENT_DEFAULT)))
                     .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<Vec<_>, _>>()
-            .map_err(err("creating events"))?;
+            .map_err(failed("creating events"))?;
         let record = |iteration: usize| -> Result<(), BackendError> {
             for (index, stream_events) in events.iter().enumerate() {
                 stream_events[iteration]
-                    .record(&streams[index])
-                    .map_err(err("recording an event"))?;
+                    .record(&self.buffers.streams[index])
+                    .map_err(failed("recording an event"))?;
             }
             Ok(())
         };
@@ -385,10 +546,10 @@ pub fn run(
         for iteration in 1..=iterations {
             // Recorded once NCCL has launched the iteration: with non-blocking
             // communicators its kernels may reach the stream after the group closes.
-            launch(&mut comms)?;
+            self.launch(comms)?;
             record(iteration)?;
         }
-        wait_all(&streams, &mut comms, kind, &limits, cancel)?;
+        self.wait(comms)?;
 
         let mut timings = Vec::with_capacity(timed);
         for stream_events in &events {
@@ -396,41 +557,58 @@ pub fn run(
             for pair in stream_events.windows(2) {
                 let ms = pair[0]
                     .elapsed_ms(&pair[1])
-                    .map_err(err("reading event times"))?;
+                    .map_err(failed("reading event times"))?;
                 seconds.push(f64::from(ms) / 1000.0);
             }
-            timings.push(Timing::of(&seconds, bytes, kind, ranks));
+            timings.push(Timing::of(
+                &seconds,
+                self.size.bytes,
+                self.kind,
+                self.size.ranks,
+            ));
         }
-        let slowest = slowest_timing(&timings)
-            .ok_or_else(|| BackendError::Failed("no stream was timed".to_owned()))?;
-        let Timing {
-            algbw,
-            busbw,
-            ref samples,
-            total_secs,
-        } = timings[slowest];
+        Ok((timings, iterations))
+    }
 
-        let mut wrong_result = None;
-        'ranks: for (index, buffer) in recv.iter().enumerate() {
+    /// The first wrong element of any local rank's output, read back in probes.
+    fn first_wrong_result(&self) -> Result<Option<String>, BackendError> {
+        let Sizing {
+            count,
+            chunk,
+            ranks,
+            ..
+        } = *self.size;
+        for (index, buffer) in self.buffers.recv.iter().enumerate() {
             for (offset, len) in probe_offsets(count, PROBE_ELEMENTS, PROBES) {
-                let values = streams[index]
+                let values = self.buffers.streams[index]
                     .clone_dtoh(&buffer.slice(offset..offset + len))
-                    .map_err(err("reading the result"))?;
-                let rank = layout.rank_of(index);
-                let expected = |element| kind.expected(element, ranks, chunk);
+                    .map_err(failed("reading the result"))?;
+                let rank = self.layout.rank_of(index);
+                let expected = |element| self.kind.expected(element, ranks, chunk);
                 if let Some(message) = first_wrong(rank, offset, &values, expected) {
-                    wrong_result = Some(message);
-                    break 'ranks;
+                    return Ok(Some(message));
                 }
             }
         }
+        Ok(None)
+    }
 
+    /// The sample's `extra` figures and `params`.
+    fn describe(
+        &self,
+        nccl: &Nccl,
+        timings: &[Timing],
+        slowest: usize,
+        iterations: usize,
+        init_secs: f64,
+    ) -> (BTreeMap<String, f64>, BTreeMap<String, String>) {
+        let (kind, layout, size) = (self.kind, self.layout, self.size);
         let mut extra = BTreeMap::new();
-        extra.insert("algbw".to_owned(), algbw);
-        extra.insert("bytes".to_owned(), bytes as f64);
+        extra.insert("algbw".to_owned(), timings[slowest].algbw);
+        extra.insert("bytes".to_owned(), size.bytes as f64);
         extra.insert(
             "time_us_mean".to_owned(),
-            total_secs / iterations as f64 * 1e6,
+            timings[slowest].total_secs / iterations as f64 * 1e6,
         );
         extra.insert("init_secs".to_owned(), init_secs);
         if let RankLayout::Rails { .. } = layout {
@@ -439,21 +617,21 @@ pub fn run(
             }
         }
         let mut params = BTreeMap::new();
-        params.insert("bytes".to_owned(), bytes.to_string());
-        params.insert("count".to_owned(), count.to_string());
+        params.insert("bytes".to_owned(), size.bytes.to_string());
+        params.insert("count".to_owned(), size.count.to_string());
         params.insert("dtype".to_owned(), "fp32".to_owned());
         params.insert("collective".to_owned(), kind.label().to_owned());
         if kind == Kind::AllReduce {
             params.insert("op".to_owned(), "sum".to_owned());
         }
-        params.insert("ranks".to_owned(), ranks.to_string());
+        params.insert("ranks".to_owned(), size.ranks.to_string());
         match layout {
             RankLayout::ThisNode => {}
             RankLayout::Across { first_rank, .. } => {
                 params.insert("first_rank".to_owned(), first_rank.to_string());
             }
             RankLayout::Rails { .. } => {
-                params.insert("rails".to_owned(), local.to_string());
+                params.insert("rails".to_owned(), self.contexts.len().to_string());
             }
         }
         if layout.spans_nodes() {
@@ -467,32 +645,7 @@ pub fn run(
         params.insert("nccl_version".to_owned(), nccl.version_string());
         params.insert("nccl_library".to_owned(), nccl.path.display().to_string());
         params.insert("nccl_mode".to_owned(), nccl.mode());
-        Ok(Sample {
-            value: busbw,
-            samples: samples.clone(),
-            wrong_result,
-            extra,
-            params,
-        })
-    })();
-
-    // Stuck or failed communicators are aborted so their kernels end before the
-    // buffers are freed; healthy ones are destroyed by `Drop`.
-    if outcome.is_err() {
-        comms.abort();
-    }
-    drop(comms);
-    drop((send, recv, streams));
-    // Freeing records a failure in the context (cudarc's drops cannot return one), where
-    // the next check on that GPU would find it. After an abort it is this failure's
-    // echo and is cleared; after a clean run it is reported here.
-    let leftover = contexts.iter().find_map(|ctx| ctx.check_err().err());
-    match (outcome, leftover) {
-        (Ok(_), Some(e)) => Err(BackendError::Failed(driver_error(
-            "freeing the collective's buffers",
-            e,
-        ))),
-        (outcome, _) => outcome,
+        (extra, params)
     }
 }
 

@@ -599,25 +599,7 @@ pub fn run(
 
     let before = readings.as_ref().map(Readings::sample).unwrap_or_default();
 
-    // Warm-up, in chunks so cancellation and the time limit are seen.
-    let warm_start = Instant::now();
-    let mut warmup_iterations = 0;
-    let mut seconds_per_gemm;
-    loop {
-        let chunk_start = Instant::now();
-        for _ in 0..WARMUP_CHUNK {
-            engine.enqueue()?;
-        }
-        let done = stream
-            .record_event(None)
-            .map_err(err("recording an event"))?;
-        poll_event(&done, cancel, || {})?;
-        warmup_iterations += WARMUP_CHUNK;
-        seconds_per_gemm = chunk_start.elapsed().as_secs_f64() / WARMUP_CHUNK as f64;
-        if warmup_is_over(warm_start.elapsed(), warmup_iterations, seconds_per_gemm) {
-            break;
-        }
-    }
+    let (warmup_iterations, seconds_per_gemm) = warm_up(&engine, &stream, cancel)?;
 
     let iterations = timed_iterations(seconds_per_gemm);
     let events: Vec<CudaEvent> = (0..=iterations)
@@ -663,22 +645,7 @@ pub fn run(
     }
     let value = tflops(n, n, n, total_ms / 1000.0 / iterations as f64);
 
-    // The correctness sample: a few entries of C against the host reference.
-    let mut checked = Vec::with_capacity(CHECKED_ENTRIES);
-    for (i, j) in sample_positions(n, n, CHECKED_ENTRIES) {
-        let at = (i + j * n) * ty.output_bytes();
-        let bytes = stream
-            .clone_dtoh(&c.slice(at..at + ty.output_bytes()))
-            .map_err(err("reading C back"))?;
-        let (reference, scale) = inputs.reference(i, j);
-        checked.push(Checked {
-            i,
-            j,
-            got: output_value(ty, &bytes),
-            reference,
-            scale,
-        });
-    }
+    let checked = read_checked_entries(&stream, &c, inputs)?;
     let wrong_result = verify(ty, &checked);
 
     let mut extra = summarize_readings(&before, &during, &after);
@@ -717,6 +684,57 @@ pub fn run(
         extra,
         params,
     })
+}
+
+/// Warms the GPU up, in chunks so cancellation and the time limit are seen: the
+/// iterations run and the seconds per GEMM of the last chunk.
+fn warm_up(
+    engine: &Engine,
+    stream: &Arc<CudaStream>,
+    cancel: &CancelToken,
+) -> Result<(usize, f64), BackendError> {
+    let warm_start = Instant::now();
+    let mut warmup_iterations = 0;
+    loop {
+        let chunk_start = Instant::now();
+        for _ in 0..WARMUP_CHUNK {
+            engine.enqueue()?;
+        }
+        let done = stream
+            .record_event(None)
+            .map_err(|e| BackendError::Failed(driver_error("recording an event", e)))?;
+        poll_event(&done, cancel, || {})?;
+        warmup_iterations += WARMUP_CHUNK;
+        let seconds_per_gemm = chunk_start.elapsed().as_secs_f64() / WARMUP_CHUNK as f64;
+        if warmup_is_over(warm_start.elapsed(), warmup_iterations, seconds_per_gemm) {
+            return Ok((warmup_iterations, seconds_per_gemm));
+        }
+    }
+}
+
+/// The correctness sample: a few entries of C read back beside the host reference.
+fn read_checked_entries(
+    stream: &Arc<CudaStream>,
+    c: &CudaSlice<u8>,
+    inputs: &HostInputs,
+) -> Result<Vec<Checked>, BackendError> {
+    let (ty, n) = (inputs.ty, inputs.size);
+    let mut checked = Vec::with_capacity(CHECKED_ENTRIES);
+    for (i, j) in sample_positions(n, n, CHECKED_ENTRIES) {
+        let at = (i + j * n) * ty.output_bytes();
+        let bytes = stream
+            .clone_dtoh(&c.slice(at..at + ty.output_bytes()))
+            .map_err(|e| BackendError::Failed(driver_error("reading C back", e)))?;
+        let (reference, scale) = inputs.reference(i, j);
+        checked.push(Checked {
+            i,
+            j,
+            got: output_value(ty, &bytes),
+            reference,
+            scale,
+        });
+    }
+    Ok(checked)
 }
 
 #[cfg(test)]
