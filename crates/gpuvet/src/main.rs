@@ -9,6 +9,8 @@ mod failure;
 mod identity;
 mod output;
 mod runtime;
+mod sanity;
+mod supervise;
 
 use std::process::ExitCode;
 

@@ -8,11 +8,11 @@ use gpuvet_core::render;
 use gpuvet_core::results::Outcome;
 use gpuvet_store::Store;
 
-use super::{group, sanity};
 use crate::cli::CheckArgs;
 use crate::failure::Failure;
 use crate::identity::{Identity, load_config, store_path};
 use crate::output;
+use crate::sanity::{self, group};
 use gpuvet_core::time::unix_now_ms;
 
 pub fn check(args: CheckArgs) -> Result<i32, Failure> {

@@ -4,17 +4,14 @@ mod catalog;
 mod check;
 mod events;
 mod fr;
-mod group;
-mod local_gpus;
 mod results;
 mod run;
-mod sanity;
-mod supervise;
 mod watch;
 mod worker;
 
 use crate::cli::{Cli, Command};
 use crate::failure::Failure;
+use crate::sanity::group;
 
 /// Runs the chosen subcommand; `Ok` carries the exit code.
 pub fn dispatch(cli: Cli) -> Result<i32, Failure> {

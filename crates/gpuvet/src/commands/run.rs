@@ -11,13 +11,13 @@ use gpuvet_core::results::{Lane, Outcome, RunReport};
 use gpuvet_store::Store;
 use serde_json::json;
 
-use super::supervise::{HOOK_TIMEOUT, HookOutcome, Supervised, run_hook, shell_code};
-use super::{group, sanity};
 use crate::cli::RunArgs;
 use crate::failure::{Failure, warn};
 use crate::identity::{Identity, load_config, store_path};
 use crate::output;
 use crate::runtime::{Echo, KillSwitch, RuntimeWatch};
+use crate::sanity::{self, group};
+use crate::supervise::{HOOK_TIMEOUT, HookOutcome, Supervised, run_hook, shell_code};
 use gpuvet_core::time::unix_now_ms;
 
 pub fn run(args: RunArgs) -> Result<i32, Failure> {

@@ -6,10 +6,10 @@
 use gpuvet_core::config::BackendChoice;
 use gpuvet_core::exit_codes;
 
-use super::sanity;
 use crate::cli::WorkerArgs;
 use crate::failure::Failure;
 use crate::identity::load_config;
+use crate::sanity;
 
 pub fn worker(args: WorkerArgs) -> Result<i32, Failure> {
     // Taken first, so nothing printed while the backend loads can reach the protocol.

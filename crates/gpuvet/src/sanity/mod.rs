@@ -1,5 +1,9 @@
 //! The part `check` and `run` share: apply flags over the config, pick the backend, run
-//! the checks with progress, and summarise the outcome for events.
+//! the checks with progress, and summarise the outcome for events. Across nodes,
+//! [`group`] joins or coordinates the group instead.
+
+pub mod group;
+mod local_gpus;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -14,7 +18,6 @@ use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{RunReport, Verdict};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
-use super::group;
 use crate::cli::SanityArgs;
 use crate::failure::{Failure, note};
 use crate::output::Progress;
