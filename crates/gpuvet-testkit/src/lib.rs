@@ -1,4 +1,5 @@
-//! Helpers that several crates' tests share. Nothing here ships in the binary.
+//! Helpers that several crates' tests share. Nothing here ships in the binary. The
+//! workspace-wide test of the crate layering (`tests/layering.rs`) lives here too.
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
