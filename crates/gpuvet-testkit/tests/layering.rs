@@ -47,7 +47,12 @@ fn package_name(manifest: &str) -> Option<String> {
         if line.starts_with('[') {
             in_package = line == "[package]";
         } else if in_package && let Some(value) = line.strip_prefix("name") {
-            return Some(value.trim_start_matches([' ', '=']).trim_matches('"').to_owned());
+            return Some(
+                value
+                    .trim_start_matches([' ', '='])
+                    .trim_matches('"')
+                    .to_owned(),
+            );
         }
     }
     None
@@ -110,8 +115,8 @@ fn documented_graph(doc: &str) -> (BTreeMap<String, usize>, Edges) {
 fn the_documented_crate_graph_is_the_declared_one_and_points_down() {
     let root = workspace_root();
     let (crates, declared) = declared_graph(&root);
-    let doc = fs::read_to_string(root.join("docs/architecture.md"))
-        .expect("docs/architecture.md exists");
+    let doc =
+        fs::read_to_string(root.join("docs/architecture.md")).expect("docs/architecture.md exists");
     let (layers, documented) = documented_graph(&doc);
 
     let placed: BTreeSet<String> = layers.keys().cloned().collect();

@@ -199,110 +199,188 @@ fn analyze_group(
     dumped: &BTreeSet<u32>,
     wrapped: &BTreeMap<u32, Option<&FrEntry>>,
 ) -> GroupReport {
-    let members: BTreeSet<u32> = match &key.members {
-        Some(members) => members.iter().copied().collect(),
-        None => traces.keys().copied().collect(),
-    };
-    let empty = Trace::new();
-    let trace_of = |rank: &u32| traces.get(rank).unwrap_or(&empty);
-    let dumped_ranks: BTreeSet<u32> = members.intersection(dumped).copied().collect();
-    let missing: Vec<u32> = members.difference(dumped).copied().collect();
-    let group_used = dumped_ranks.iter().any(|rank| !trace_of(rank).is_empty());
-    // No entry of a used group in a wrapped buffer says nothing: they may have been
-    // overwritten by other groups' entries. In a buffer that never wrapped it means the
-    // rank never entered any collective of this group.
-    let unknown: Vec<u32> = dumped_ranks
-        .iter()
-        .filter(|rank| group_used && trace_of(rank).is_empty() && wrapped.contains_key(rank))
-        .copied()
-        .collect();
-    let participants: Vec<u32> = dumped_ranks
-        .iter()
-        .filter(|rank| !unknown.contains(rank))
-        .copied()
-        .collect();
-
-    // Align: start at the first sequence id every rank still holds.
-    let mut aligned_from = participants
-        .iter()
-        .filter_map(|rank| trace_of(rank).keys().next())
-        .max()
-        .copied();
-    let last_seq = participants
-        .iter()
-        .filter_map(|rank| trace_of(rank).keys().next_back())
-        .max()
-        .copied();
-    // A wrapped buffer that starts inside that collective may hold only its tail.
-    if let (Some(start), Some(last)) = (aligned_from, last_seq) {
-        let truncated = participants.iter().any(|rank| {
-            wrapped.get(rank).copied().flatten().is_some_and(|oldest| {
-                oldest.pg_name == key.name && oldest.collective_seq_id == start
-            })
-        });
-        if truncated && start < last {
-            aligned_from = trace_of_any_after(&participants, traces, start);
-        }
-    }
-    // Work on one group runs on one stream in order, so a later completed collective
-    // means every earlier one completed, even if the watchdog had not noticed yet.
-    let completed_up_to: BTreeMap<u32, u64> = participants
-        .iter()
-        .filter_map(|rank| {
-            let highest = trace_of(rank)
-                .iter()
-                .filter(|(_, entries)| last_state(entries) == EntryState::Completed)
-                .map(|(seq, _)| *seq)
-                .max()?;
-            Some((*rank, highest))
-        })
-        .collect();
-
+    let view = GroupView::new(key, traces, dumped, wrapped);
     let mut report = GroupReport {
         name: key.name.clone(),
         desc: desc.to_string(),
-        ranks: members.iter().copied().collect(),
+        ranks: view.members.iter().copied().collect(),
         membership_known: key.members.is_some(),
-        dumped_ranks: dumped_ranks.iter().copied().collect(),
-        missing_ranks: missing.clone(),
-        unknown_ranks: unknown,
-        aligned_from_seq: aligned_from,
-        last_seq,
+        dumped_ranks: view.dumped_ranks.iter().copied().collect(),
+        missing_ranks: view.missing.clone(),
+        unknown_ranks: view.unknown.clone(),
+        aligned_from_seq: view.aligned_from,
+        last_seq: view.last_seq,
         last_completed_seq: None,
         collectives_checked: 0,
         first_error: None,
     };
-    let Some(start) = aligned_from else {
+    let Some(start) = view.aligned_from else {
         return report;
     };
-    let seqs: BTreeSet<u64> = participants
-        .iter()
-        .flat_map(|rank| trace_of(rank).range(start..).map(|(seq, _)| *seq))
-        .collect();
     let place = GroupPlace {
         name: &key.name,
         desc,
     };
+    for seq in view.seqs_from(start) {
+        if let Some(divergence) = view.divergence_at(&place, seq) {
+            report.first_error = Some(divergence);
+            break;
+        }
+        report.last_completed_seq = Some(seq);
+        report.collectives_checked += 1;
+    }
+    report
+}
 
-    for seq in seqs {
-        let at_seq: BTreeMap<u32, &[&FrEntry]> = participants
+/// One process group across the dumps: who is in it, whose dump can speak for it, and
+/// where the ranks' traces line up.
+struct GroupView<'t, 'e> {
+    traces: &'t BTreeMap<u32, Trace<'e>>,
+    empty: Trace<'e>,
+    members: BTreeSet<u32>,
+    dumped_ranks: BTreeSet<u32>,
+    /// Members without a dump.
+    missing: Vec<u32>,
+    /// Members whose wrapped buffer holds nothing of this group: nothing can be said.
+    unknown: Vec<u32>,
+    /// Members whose dumps are compared.
+    participants: Vec<u32>,
+    aligned_from: Option<u64>,
+    last_seq: Option<u64>,
+    /// The highest completed sequence id of each participant.
+    completed_up_to: BTreeMap<u32, u64>,
+}
+
+impl<'t, 'e> GroupView<'t, 'e> {
+    fn new(
+        key: &GroupKey,
+        traces: &'t BTreeMap<u32, Trace<'e>>,
+        dumped: &BTreeSet<u32>,
+        wrapped: &BTreeMap<u32, Option<&FrEntry>>,
+    ) -> Self {
+        let members: BTreeSet<u32> = match &key.members {
+            Some(members) => members.iter().copied().collect(),
+            None => traces.keys().copied().collect(),
+        };
+        let mut view = GroupView {
+            traces,
+            empty: Trace::new(),
+            dumped_ranks: members.intersection(dumped).copied().collect(),
+            missing: members.difference(dumped).copied().collect(),
+            members,
+            unknown: Vec::new(),
+            participants: Vec::new(),
+            aligned_from: None,
+            last_seq: None,
+            completed_up_to: BTreeMap::new(),
+        };
+        let group_used = view
+            .dumped_ranks
             .iter()
-            .filter_map(|rank| Some((*rank, trace_of(rank).get(&seq)?.as_slice())))
+            .any(|rank| !view.trace_of(*rank).is_empty());
+        // No entry of a used group in a wrapped buffer says nothing: they may have been
+        // overwritten by other groups' entries. In a buffer that never wrapped it means the
+        // rank never entered any collective of this group.
+        view.unknown = view
+            .dumped_ranks
+            .iter()
+            .filter(|rank| {
+                group_used && view.trace_of(**rank).is_empty() && wrapped.contains_key(rank)
+            })
+            .copied()
+            .collect();
+        view.participants = view
+            .dumped_ranks
+            .iter()
+            .filter(|rank| !view.unknown.contains(rank))
+            .copied()
+            .collect();
+        view.align(key, wrapped);
+        // Work on one group runs on one stream in order, so a later completed collective
+        // means every earlier one completed, even if the watchdog had not noticed yet.
+        view.completed_up_to = view
+            .participants
+            .iter()
+            .filter_map(|rank| {
+                let highest = view
+                    .trace_of(*rank)
+                    .iter()
+                    .filter(|(_, entries)| last_state(entries) == EntryState::Completed)
+                    .map(|(seq, _)| *seq)
+                    .max()?;
+                Some((*rank, highest))
+            })
+            .collect();
+        view
+    }
+
+    fn trace_of(&self, rank: u32) -> &Trace<'e> {
+        self.traces.get(&rank).unwrap_or(&self.empty)
+    }
+
+    /// Align: start at the first sequence id every rank still holds.
+    fn align(&mut self, key: &GroupKey, wrapped: &BTreeMap<u32, Option<&FrEntry>>) {
+        let participants = &self.participants;
+        let mut aligned_from = participants
+            .iter()
+            .filter_map(|rank| self.trace_of(*rank).keys().next())
+            .max()
+            .copied();
+        let last_seq = participants
+            .iter()
+            .filter_map(|rank| self.trace_of(*rank).keys().next_back())
+            .max()
+            .copied();
+        // A wrapped buffer that starts inside that collective may hold only its tail.
+        if let (Some(start), Some(last)) = (aligned_from, last_seq) {
+            let truncated = participants.iter().any(|rank| {
+                wrapped.get(rank).copied().flatten().is_some_and(|oldest| {
+                    oldest.pg_name == key.name && oldest.collective_seq_id == start
+                })
+            });
+            if truncated && start < last {
+                aligned_from = trace_of_any_after(participants, self.traces, start);
+            }
+        }
+        self.aligned_from = aligned_from;
+        self.last_seq = last_seq;
+    }
+
+    /// Every sequence id from `start` that any participant holds.
+    fn seqs_from(&self, start: u64) -> BTreeSet<u64> {
+        self.participants
+            .iter()
+            .flat_map(|rank| self.trace_of(*rank).range(start..).map(|(seq, _)| *seq))
+            .collect()
+    }
+
+    /// Where the group stops lining up at `seq`, if it does: a rank that never entered
+    /// the collective, ranks that passed different arguments, or ranks that wait in it.
+    fn divergence_at(&self, place: &GroupPlace<'_>, seq: u64) -> Option<FirstDivergence> {
+        let at_seq: BTreeMap<u32, &[&FrEntry]> = self
+            .participants
+            .iter()
+            .filter_map(|rank| Some((*rank, self.trace_of(*rank).get(&seq)?.as_slice())))
             .collect();
         let joined: Vec<u32> = at_seq.keys().copied().collect();
-        let absent: Vec<u32> = participants
+        let absent: Vec<u32> = self
+            .participants
             .iter()
             .filter(|rank| !at_seq.contains_key(rank))
             .copied()
             .collect();
         let pending: Vec<u32> = joined
             .iter()
-            .filter(|rank| completed_up_to.get(rank).is_none_or(|done| *done < seq))
+            .filter(|rank| {
+                self.completed_up_to
+                    .get(rank)
+                    .is_none_or(|done| *done < seq)
+            })
             .copied()
             .collect();
         let op = majority_op(&at_seq);
         let collective = Collective {
-            place: &place,
+            place,
             seq,
             op: op.clone(),
         };
@@ -320,6 +398,7 @@ fn analyze_group(
                 waiting_ranks: waiting,
                 message,
             };
+        let missing = &self.missing;
 
         if !absent.is_empty() {
             let mut message = if pending.is_empty() {
@@ -337,10 +416,9 @@ fn analyze_group(
                 )
             };
             if !missing.is_empty() {
-                message.push_str(&format!("; no dump from {}", ranks_text(&missing)));
+                message.push_str(&format!("; no dump from {}", ranks_text(missing)));
             }
-            report.first_error = Some(error(FrFindingKind::NeverEntered, absent, pending, message));
-            break;
+            return Some(error(FrFindingKind::NeverEntered, absent, pending, message));
         }
         if let Some(odd) = find_mismatch(&at_seq) {
             let message = format!(
@@ -360,51 +438,46 @@ fn analyze_group(
                 .filter(|rank| !odd.ranks.contains(rank))
                 .copied()
                 .collect();
-            report.first_error = Some(error(odd.kind, odd.ranks, waiting, message));
-            break;
+            return Some(error(odd.kind, odd.ranks, waiting, message));
         }
-        if !pending.is_empty() {
-            let done: Vec<u32> = joined
-                .iter()
-                .filter(|rank| !pending.contains(rank))
-                .copied()
-                .collect();
-            let first_error = if !missing.is_empty() {
-                let message = format!(
-                    "{} wrote no dump while {} wait in {collective}: the process or its node \
-                     is gone, or it could not write its dump",
-                    ranks_text(&missing),
-                    ranks_text(&pending)
-                );
-                error(
-                    FrFindingKind::MissingDump,
-                    missing.clone(),
-                    pending,
-                    message,
-                )
-            } else if !done.is_empty() {
-                let message = format!(
-                    "{} entered {collective} and did not complete it while {} did: the kernel \
-                     did not finish on their GPUs",
-                    ranks_text(&pending),
-                    ranks_text(&done)
-                );
-                error(FrFindingKind::NotCompleted, pending, Vec::new(), message)
-            } else {
-                let message = format!(
-                    "every rank entered {collective} and none completed it: no rank is behind, \
-                     so the collective itself is stuck (network or GPU), or the dumps were \
-                     taken while it ran"
-                );
-                error(FrFindingKind::Stalled, Vec::new(), pending, message)
-            };
-            report.first_error = Some(first_error);
-            break;
+        if pending.is_empty() {
+            return None;
         }
-        report.last_completed_seq = Some(seq);
-        report.collectives_checked += 1;
+        let done: Vec<u32> = joined
+            .iter()
+            .filter(|rank| !pending.contains(rank))
+            .copied()
+            .collect();
+        Some(if !missing.is_empty() {
+            let message = format!(
+                "{} wrote no dump while {} wait in {collective}: the process or its node \
+                 is gone, or it could not write its dump",
+                ranks_text(missing),
+                ranks_text(&pending)
+            );
+            error(
+                FrFindingKind::MissingDump,
+                missing.clone(),
+                pending,
+                message,
+            )
+        } else if !done.is_empty() {
+            let message = format!(
+                "{} entered {collective} and did not complete it while {} did: the kernel \
+                 did not finish on their GPUs",
+                ranks_text(&pending),
+                ranks_text(&done)
+            );
+            error(FrFindingKind::NotCompleted, pending, Vec::new(), message)
+        } else {
+            let message = format!(
+                "every rank entered {collective} and none completed it: no rank is behind, \
+                 so the collective itself is stuck (network or GPU), or the dumps were \
+                 taken while it ran"
+            );
+            error(FrFindingKind::Stalled, Vec::new(), pending, message)
+        })
     }
-    report
 }
 
 /// The smallest sequence id after `start` that any participant holds.
