@@ -279,256 +279,302 @@ impl Unpickler<'_> {
     fn run(&mut self) -> Result<usize, PickleError> {
         loop {
             let opcode = self.byte()?;
-            match opcode {
-                0x80 => {
-                    self.byte()?; // PROTO
-                }
-                0x95 => {
-                    self.take(8)?; // FRAME
-                }
-                b'.' => return self.pop(), // STOP
-                b'(' => self.marks.push(self.stack.len()),
-                b'0' => {
-                    self.pop()?;
-                }
-                b'1' => {
-                    self.pop_mark()?;
-                }
-                b'2' => {
-                    let top = self.top()?;
-                    self.push_ref(top)?;
-                }
-
-                // Constants and numbers.
-                b'N' => self.push(Node::Null)?,
-                0x88 => self.push(Node::Bool(true))?,
-                0x89 => self.push(Node::Bool(false))?,
-                b'J' => {
-                    let bytes = self.take(4)?;
-                    let value = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
-                    self.push(Node::Int(i64::from(value)))?;
-                }
-                b'K' => {
-                    let value = self.uint(1)?;
-                    self.push(Node::Int(value as i64))?;
-                }
-                b'M' => {
-                    let value = self.uint(2)?;
-                    self.push(Node::Int(value as i64))?;
-                }
-                0x8a | 0x8b => {
-                    let width = if opcode == 0x8a { 1 } else { 4 };
-                    let length = self.length(width)?;
-                    let bytes = self.take(length)?.to_vec();
-                    let node = self.int_from_le(&bytes)?;
-                    self.push(node)?;
-                }
-                b'I' | b'L' => {
-                    let line = self.line()?;
-                    let node = self.text_int(&line)?;
-                    self.push(node)?;
-                }
-                b'G' => {
-                    let bytes = self.take(8)?;
-                    let mut raw = [0u8; 8];
-                    raw.copy_from_slice(bytes);
-                    self.push(Node::Float(f64::from_be_bytes(raw)))?;
-                }
-                b'F' => {
-                    let line = self.line()?;
-                    let value = line.trim().parse().unwrap_or(f64::NAN);
-                    self.push(Node::Float(value))?;
-                }
-
-                // Strings and bytes (bytes are read as text, lossily).
-                0x8c | b'U' | b'C' => {
-                    let node = self.string(1)?;
-                    self.push(node)?;
-                }
-                b'X' | b'T' | b'B' => {
-                    let node = self.string(4)?;
-                    self.push(node)?;
-                }
-                0x8d | 0x8e | 0x96 => {
-                    let node = self.string(8)?;
-                    self.push(node)?;
-                }
-                b'V' => {
-                    let line = self.line()?;
-                    self.push(Node::Str(line))?;
-                }
-                b'S' => {
-                    let line = self.line()?;
-                    let quoted = line.trim();
-                    let unquoted = quoted
-                        .strip_prefix(['\'', '"'])
-                        .and_then(|s| s.strip_suffix(['\'', '"']))
-                        .unwrap_or(quoted);
-                    self.push(Node::Str(unquoted.to_string()))?;
-                }
-
-                // Containers.
-                b']' | 0x8f => self.push(Node::List(Vec::new()))?,
-                b')' => self.push(Node::Tuple(Vec::new()))?,
-                b'}' => self.push(Node::Dict(Vec::new()))?,
-                b'l' | 0x91 => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::List(items))?;
-                }
-                b't' => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::Tuple(items))?;
-                }
-                0x85..=0x87 => {
-                    let count = usize::from(opcode - 0x84);
-                    if self.stack.len() < count {
-                        return self.fail("stack underflow");
-                    }
-                    let items = self.stack.split_off(self.stack.len() - count);
-                    self.push(Node::Tuple(items))?;
-                }
-                b'd' => {
-                    let items = self.pop_mark()?;
-                    self.push(Node::Dict(Vec::new()))?;
-                    let dict = self.top()?;
-                    self.extend_dict(dict, items)?;
-                }
-                b'a' => {
-                    let item = self.pop()?;
-                    let list = self.top()?;
-                    self.extend_list(list, vec![item])?;
-                }
-                b'e' | 0x90 => {
-                    let items = self.pop_mark()?;
-                    let list = self.top()?;
-                    self.extend_list(list, items)?;
-                }
-                b's' => {
-                    let value = self.pop()?;
-                    let key = self.pop()?;
-                    let dict = self.top()?;
-                    self.extend_dict(dict, vec![key, value])?;
-                }
-                b'u' => {
-                    let items = self.pop_mark()?;
-                    let dict = self.top()?;
-                    self.extend_dict(dict, items)?;
-                }
-
-                // Memo.
-                b'q' => {
-                    let key = self.uint(1)?;
-                    self.memo_put(key)?;
-                }
-                b'r' => {
-                    let key = self.uint(4)?;
-                    self.memo_put(key)?;
-                }
-                b'p' => {
-                    let line = self.line()?;
-                    let Ok(key) = line.trim().parse() else {
-                        return self.fail(format!("invalid memo key `{line}`"));
-                    };
-                    self.memo_put(key)?;
-                }
-                0x94 => {
-                    let key = self.memo.len() as u64;
-                    self.memo_put(key)?;
-                }
-                b'h' => {
-                    let key = self.uint(1)?;
-                    self.memo_get(key)?;
-                }
-                b'j' => {
-                    let key = self.uint(4)?;
-                    self.memo_get(key)?;
-                }
-                b'g' => {
-                    let line = self.line()?;
-                    let Ok(key) = line.trim().parse() else {
-                        return self.fail(format!("invalid memo key `{line}`"));
-                    };
-                    self.memo_get(key)?;
-                }
-
-                // Objects: kept opaque, but torch's own list and type-tag helpers
-                // return their first argument.
-                b'c' => {
-                    let module = self.line()?;
-                    self.line()?; // the name
-                    self.push(Node::Global(module))?;
-                }
-                0x93 => {
-                    self.pop()?; // the name
-                    let module = self.pop()?;
-                    let module = match &self.nodes[module] {
-                        Node::Str(text) => text.clone(),
-                        _ => String::new(),
-                    };
-                    self.push(Node::Global(module))?;
-                }
-                b'R' => {
-                    let arguments = self.pop()?;
-                    let callable = self.pop()?;
-                    let passthrough = matches!(
-                        &self.nodes[callable],
-                        Node::Global(module) if module == "torch.jit._pickle"
-                    );
-                    match (&self.nodes[arguments], passthrough) {
-                        (Node::Tuple(items), true) if !items.is_empty() => {
-                            let first = items[0];
-                            self.push_ref(first)?;
-                        }
-                        _ => self.push(Node::Opaque)?,
-                    }
-                }
-                0x81 => {
-                    self.pop()?;
-                    self.pop()?;
-                    self.push(Node::Opaque)?;
-                }
-                0x92 => {
-                    self.pop()?;
-                    self.pop()?;
-                    self.pop()?;
-                    self.push(Node::Opaque)?;
-                }
-                b'b' => {
-                    self.pop()?; // BUILD: the state; the object stays.
-                }
-                b'i' => {
-                    self.line()?;
-                    self.line()?;
-                    self.pop_mark()?;
-                    self.push(Node::Opaque)?;
-                }
-                b'o' => {
-                    self.pop_mark()?;
-                    self.push(Node::Opaque)?;
-                }
-                b'P' => {
-                    self.line()?;
-                    self.push(Node::Opaque)?;
-                }
-                b'Q' => {
-                    self.pop()?;
-                    self.push(Node::Opaque)?;
-                }
-                0x82 => {
-                    self.take(1)?;
-                    self.push(Node::Opaque)?;
-                }
-                0x83 => {
-                    self.take(2)?;
-                    self.push(Node::Opaque)?;
-                }
-                0x84 => {
-                    self.take(4)?;
-                    self.push(Node::Opaque)?;
-                }
-                other => return self.fail(format!("unsupported opcode 0x{other:02x}")),
+            if opcode == b'.' {
+                return self.pop(); // STOP
+            }
+            let known = self.framing_op(opcode)?
+                || self.number_op(opcode)?
+                || self.string_op(opcode)?
+                || self.container_op(opcode)?
+                || self.memo_op(opcode)?
+                || self.object_op(opcode)?;
+            if !known {
+                return self.fail(format!("unsupported opcode 0x{opcode:02x}"));
             }
         }
+    }
+
+    /// Protocol framing, marks and stack shuffles. `Ok(false)`: not one of these opcodes.
+    fn framing_op(&mut self, opcode: u8) -> Result<bool, PickleError> {
+        match opcode {
+            0x80 => {
+                self.byte()?; // PROTO
+            }
+            0x95 => {
+                self.take(8)?; // FRAME
+            }
+            b'(' => self.marks.push(self.stack.len()),
+            b'0' => {
+                self.pop()?;
+            }
+            b'1' => {
+                self.pop_mark()?;
+            }
+            b'2' => {
+                let top = self.top()?;
+                self.push_ref(top)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Constants and numbers. `Ok(false)`: not one of these opcodes.
+    fn number_op(&mut self, opcode: u8) -> Result<bool, PickleError> {
+        match opcode {
+            b'N' => self.push(Node::Null)?,
+            0x88 => self.push(Node::Bool(true))?,
+            0x89 => self.push(Node::Bool(false))?,
+            b'J' => {
+                let bytes = self.take(4)?;
+                let value = i32::from_le_bytes([bytes[0], bytes[1], bytes[2], bytes[3]]);
+                self.push(Node::Int(i64::from(value)))?;
+            }
+            b'K' => {
+                let value = self.uint(1)?;
+                self.push(Node::Int(value as i64))?;
+            }
+            b'M' => {
+                let value = self.uint(2)?;
+                self.push(Node::Int(value as i64))?;
+            }
+            0x8a | 0x8b => {
+                let width = if opcode == 0x8a { 1 } else { 4 };
+                let length = self.length(width)?;
+                let bytes = self.take(length)?.to_vec();
+                let node = self.int_from_le(&bytes)?;
+                self.push(node)?;
+            }
+            b'I' | b'L' => {
+                let line = self.line()?;
+                let node = self.text_int(&line)?;
+                self.push(node)?;
+            }
+            b'G' => {
+                let bytes = self.take(8)?;
+                let mut raw = [0u8; 8];
+                raw.copy_from_slice(bytes);
+                self.push(Node::Float(f64::from_be_bytes(raw)))?;
+            }
+            b'F' => {
+                let line = self.line()?;
+                let value = line.trim().parse().unwrap_or(f64::NAN);
+                self.push(Node::Float(value))?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Strings and bytes (bytes are read as text, lossily). `Ok(false)`: not one of these opcodes.
+    fn string_op(&mut self, opcode: u8) -> Result<bool, PickleError> {
+        match opcode {
+            0x8c | b'U' | b'C' => {
+                let node = self.string(1)?;
+                self.push(node)?;
+            }
+            b'X' | b'T' | b'B' => {
+                let node = self.string(4)?;
+                self.push(node)?;
+            }
+            0x8d | 0x8e | 0x96 => {
+                let node = self.string(8)?;
+                self.push(node)?;
+            }
+            b'V' => {
+                let line = self.line()?;
+                self.push(Node::Str(line))?;
+            }
+            b'S' => {
+                let line = self.line()?;
+                let quoted = line.trim();
+                let unquoted = quoted
+                    .strip_prefix(['\'', '"'])
+                    .and_then(|s| s.strip_suffix(['\'', '"']))
+                    .unwrap_or(quoted);
+                self.push(Node::Str(unquoted.to_string()))?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Containers. `Ok(false)`: not one of these opcodes.
+    fn container_op(&mut self, opcode: u8) -> Result<bool, PickleError> {
+        match opcode {
+            b']' | 0x8f => self.push(Node::List(Vec::new()))?,
+            b')' => self.push(Node::Tuple(Vec::new()))?,
+            b'}' => self.push(Node::Dict(Vec::new()))?,
+            b'l' | 0x91 => {
+                let items = self.pop_mark()?;
+                self.push(Node::List(items))?;
+            }
+            b't' => {
+                let items = self.pop_mark()?;
+                self.push(Node::Tuple(items))?;
+            }
+            0x85..=0x87 => {
+                let count = usize::from(opcode - 0x84);
+                if self.stack.len() < count {
+                    return self.fail("stack underflow");
+                }
+                let items = self.stack.split_off(self.stack.len() - count);
+                self.push(Node::Tuple(items))?;
+            }
+            b'd' => {
+                let items = self.pop_mark()?;
+                self.push(Node::Dict(Vec::new()))?;
+                let dict = self.top()?;
+                self.extend_dict(dict, items)?;
+            }
+            b'a' => {
+                let item = self.pop()?;
+                let list = self.top()?;
+                self.extend_list(list, vec![item])?;
+            }
+            b'e' | 0x90 => {
+                let items = self.pop_mark()?;
+                let list = self.top()?;
+                self.extend_list(list, items)?;
+            }
+            b's' => {
+                let value = self.pop()?;
+                let key = self.pop()?;
+                let dict = self.top()?;
+                self.extend_dict(dict, vec![key, value])?;
+            }
+            b'u' => {
+                let items = self.pop_mark()?;
+                let dict = self.top()?;
+                self.extend_dict(dict, items)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// The memo. `Ok(false)`: not one of these opcodes.
+    fn memo_op(&mut self, opcode: u8) -> Result<bool, PickleError> {
+        match opcode {
+            b'q' => {
+                let key = self.uint(1)?;
+                self.memo_put(key)?;
+            }
+            b'r' => {
+                let key = self.uint(4)?;
+                self.memo_put(key)?;
+            }
+            b'p' => {
+                let line = self.line()?;
+                let Ok(key) = line.trim().parse() else {
+                    return self.fail(format!("invalid memo key `{line}`"));
+                };
+                self.memo_put(key)?;
+            }
+            0x94 => {
+                let key = self.memo.len() as u64;
+                self.memo_put(key)?;
+            }
+            b'h' => {
+                let key = self.uint(1)?;
+                self.memo_get(key)?;
+            }
+            b'j' => {
+                let key = self.uint(4)?;
+                self.memo_get(key)?;
+            }
+            b'g' => {
+                let line = self.line()?;
+                let Ok(key) = line.trim().parse() else {
+                    return self.fail(format!("invalid memo key `{line}`"));
+                };
+                self.memo_get(key)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
+    /// Objects: kept opaque, but torch's own list and type-tag helpers return their first
+    /// argument. `Ok(false)`: not one of these opcodes.
+    fn object_op(&mut self, opcode: u8) -> Result<bool, PickleError> {
+        match opcode {
+            b'c' => {
+                let module = self.line()?;
+                self.line()?; // the name
+                self.push(Node::Global(module))?;
+            }
+            0x93 => {
+                self.pop()?; // the name
+                let module = self.pop()?;
+                let module = match &self.nodes[module] {
+                    Node::Str(text) => text.clone(),
+                    _ => String::new(),
+                };
+                self.push(Node::Global(module))?;
+            }
+            b'R' => {
+                let arguments = self.pop()?;
+                let callable = self.pop()?;
+                let passthrough = matches!(
+                    &self.nodes[callable],
+                    Node::Global(module) if module == "torch.jit._pickle"
+                );
+                match (&self.nodes[arguments], passthrough) {
+                    (Node::Tuple(items), true) if !items.is_empty() => {
+                        let first = items[0];
+                        self.push_ref(first)?;
+                    }
+                    _ => self.push(Node::Opaque)?,
+                }
+            }
+            0x81 => {
+                self.pop()?;
+                self.pop()?;
+                self.push(Node::Opaque)?;
+            }
+            0x92 => {
+                self.pop()?;
+                self.pop()?;
+                self.pop()?;
+                self.push(Node::Opaque)?;
+            }
+            b'b' => {
+                self.pop()?; // BUILD: the state; the object stays.
+            }
+            b'i' => {
+                self.line()?;
+                self.line()?;
+                self.pop_mark()?;
+                self.push(Node::Opaque)?;
+            }
+            b'o' => {
+                self.pop_mark()?;
+                self.push(Node::Opaque)?;
+            }
+            b'P' => {
+                self.line()?;
+                self.push(Node::Opaque)?;
+            }
+            b'Q' => {
+                self.pop()?;
+                self.push(Node::Opaque)?;
+            }
+            0x82 => {
+                self.take(1)?;
+                self.push(Node::Opaque)?;
+            }
+            0x83 => {
+                self.take(2)?;
+                self.push(Node::Opaque)?;
+            }
+            0x84 => {
+                self.take(4)?;
+                self.push(Node::Opaque)?;
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
     }
 }
 
