@@ -5,9 +5,11 @@
 //! knows nothing of verdicts, deadlines or reports: the runner schedules the work,
 //! enforces the timeout and hands the samples to the analysis in `gpuvet-core`.
 //!
-//! Implementations: [`cpu::CpuBackend`] measures real work on host cores, and
-//! [`sim::SimBackend`] plays a scripted machine (speeds, noise, hangs, errors) for
-//! tests, drills and benchmarks.
+//! Implementations: [`cpu::CpuBackend`] measures real work on host cores,
+//! [`cuda::CudaBackend`] runs cuBLAS GEMMs and NCCL collectives on NVIDIA GPUs (loaded at
+//! run time, so the binary builds and runs without CUDA), and [`sim::SimBackend`] plays
+//! a scripted machine (speeds, noise, hangs, errors) for tests, drills and benchmarks.
+//! [`child`] holds what every child process gpuvet spawns needs: it dies with its parent.
 
 pub mod child;
 pub mod cpu;
