@@ -1,5 +1,6 @@
-//! gpuvet's pure domain: the check catalog, configuration, results, analysis, events
-//! and report rendering.
+//! gpuvet's pure domain: the check catalog, configuration, results, analysis, events,
+//! report rendering, each node's inventory and the one model of GPU health
+//! ([`gpu_health`]) that the inventory, the NVML reader and the runtime watch share.
 //!
 //! Nothing here does I/O or spawns threads, so every piece is a plain function that
 //! tests call directly. Backends, the runner, the store and the binary build on it.
@@ -11,6 +12,7 @@ pub mod catalog;
 pub mod config;
 pub mod events;
 pub mod exit_codes;
+pub mod gpu_health;
 pub mod inventory;
 pub mod inventory_check;
 pub mod localize;

@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::thread;
 
+use crate::finding::{GpuId, XidObservation, normalize_pci_bus_id};
 use crate::health::{HealthError, HealthReading, HealthSource};
-use crate::policy::{GpuId, XidObservation, normalize_pci_bus_id};
 
 /// Where the kernel puts the boot id, the third part of the (GPU, XID, boot) key.
 pub const BOOT_ID_PATH: &str = "/proc/sys/kernel/random/boot_id";

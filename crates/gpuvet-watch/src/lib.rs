@@ -2,9 +2,11 @@
 //!
 //! Health sources (NVML, the kernel log) feed the XID policy, which deduplicates and
 //! escalates; the NCCL RAS client and the flight-recorder analyzer find the rank that
-//! stopped a collective. Everything here returns typed findings; the binary records
-//! them as events.
+//! stopped a collective. Everything here returns typed findings ([`finding`]); the
+//! binary records them as events. NVML is read through `gpuvet-nvml`, and the health
+//! readings, thresholds and severities are gpuvet-core's ([`gpuvet_core::gpu_health`]).
 
+pub mod finding;
 pub mod flight_recorder;
 pub mod health;
 pub mod kmsg;

@@ -17,12 +17,13 @@ use std::time::Duration;
 use gpuvet_core::config::{NcclRas, WatchSettings};
 use gpuvet_core::events::{Attempt, EventKind, NewEvent};
 use gpuvet_store::Store;
+use gpuvet_watch::finding::{RuntimeFinding, Severity};
 use gpuvet_watch::health::{
     NvmlOptions, NvmlSource, StepOutput, Watchdog, Watcher, WatcherConfig, WatcherHandle,
 };
 use gpuvet_watch::kmsg::{KmsgOptions, KmsgSource};
 use gpuvet_watch::metrics::{Metrics, MetricsServer};
-use gpuvet_watch::policy::{PolicyState, RuntimeFinding, Severity};
+use gpuvet_watch::policy::PolicyState;
 use gpuvet_watch::ras::{RasClient, RasSource};
 
 use crate::failure::{note, warn};

@@ -6,50 +6,12 @@
 
 use std::collections::BTreeMap;
 
+use gpuvet_core::gpu_health::throttle::{self, ClockEventReason};
 use gpuvet_core::results::Lane;
-use serde::{Deserialize, Serialize};
 
-use super::{
-    ClockEventReason, GpuSample, HealthReading, RecoveryAction, clock_event_reasons_text,
-    decode_clock_event_reasons,
-};
-use crate::policy::{RuntimeFinding, Severity};
+use super::{GpuSample, HealthReading, HealthThresholds, RecoveryAction};
+use crate::finding::{RuntimeFinding, Severity};
 use crate::xid::ActionClass;
-
-/// Where health readings cross into findings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct HealthThresholds {
-    /// Above this the GPU is too hot: 85 °C (SuperBench `rule.yaml`).
-    pub max_temperature_c: u32,
-    /// NVLink CRC errors (flit + data, all links) per second: 100 (DCGM health watch).
-    pub nvlink_crc_per_s: f64,
-    /// PCIe replays per minute per lane: 1.92 (DCGM health watch, Gen5).
-    pub pcie_replays_per_min_per_lane: f64,
-    /// Lanes assumed when NVML does not say: 16.
-    pub default_pcie_lanes: u32,
-    /// Retired pages (single + double bit) that fail the GPU: 63 (DCGM).
-    pub retired_pages_fail: u64,
-    /// Uncorrectable row remaps that warn: 512 (DCGM).
-    pub uncorrectable_remaps_warn: u64,
-    /// A probe hung this long fails (reboot): 60 s; shorter hangs warn. gpuvet's
-    /// choice: NVML answers in milliseconds, and a minute-long hang is a wedged driver.
-    pub probe_hung_fail_ms: u64,
-}
-
-impl Default for HealthThresholds {
-    fn default() -> Self {
-        HealthThresholds {
-            max_temperature_c: 85,
-            nvlink_crc_per_s: 100.0,
-            pcie_replays_per_min_per_lane: 1.92,
-            default_pcie_lanes: 16,
-            retired_pages_fail: 63,
-            uncorrectable_remaps_warn: 512,
-            probe_hung_fail_ms: 60_000,
-        }
-    }
-}
 
 /// Findings from one GPU sample, given the previous sample of the same GPU (for rates
 /// and transitions). Pure.
@@ -182,8 +144,8 @@ pub fn evaluate_sample(
     }
 
     if let Some(bits) = cur.clock_event_reasons {
-        let text = clock_event_reasons_text(bits);
-        for r in decode_clock_event_reasons(bits) {
+        let text = throttle::labels_text(bits);
+        for r in throttle::decode(bits) {
             let severity = if r.is_fault() {
                 Severity::Fail
             } else if r == ClockEventReason::HwPowerBrakeSlowdown {

@@ -8,7 +8,7 @@
 //!   probe becomes a [`HealthReading::ProbeHung`] reading, not a hung watcher.
 //! - [`evaluate_sample`] / [`evaluate_reading`]: pure functions from readings to
 //!   findings, with thresholds from DCGM, SuperBench and gpu-fryer
-//!   ([`HealthThresholds`]).
+//!   ([`HealthThresholds`], gpuvet-core's, as are the reading types).
 //! - [`Watcher`]: polls the sources, feeds the XID policy and yields new findings.
 //!
 //! [`HealthError`] is this part of the crate's error type.
@@ -24,10 +24,15 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-use crate::policy::{GpuId, XidObservation};
+use crate::finding::{GpuId, XidObservation};
 
-pub use eval::{HealthEvaluator, HealthThresholds, evaluate_reading, evaluate_sample};
+pub use eval::{HealthEvaluator, evaluate_reading, evaluate_sample};
+// The readings and thresholds are gpuvet-core's, shared with the start-time inventory.
 pub use fake::{FakeSource, FakeStep};
+pub use gpuvet_core::gpu_health::{
+    EccCounts, HealthThresholds, NvLinkCounters, NvLinkState, RecoveryAction, RemappedRows,
+    RetiredPages,
+};
 pub use nvml::{NvmlOptions, NvmlSource};
 pub use watchdog::{Watchdog, WatchdogStats};
 pub use watcher::{StepOutput, Watcher, WatcherConfig, WatcherHandle};
@@ -40,13 +45,13 @@ pub enum HealthError {
         "cannot initialize NVML (is the NVIDIA driver installed and libnvidia-ml.so.1 \
          loadable?): {0}"
     )]
-    NvmlInit(#[source] nvml_wrapper::error::NvmlError),
+    NvmlInit(#[source] gpuvet_nvml::NvmlError),
     /// An NVML call that the whole source depends on failed.
     #[error("NVML call {call} failed: {source}")]
     Nvml {
         call: &'static str,
         #[source]
-        source: nvml_wrapper::error::NvmlError,
+        source: gpuvet_nvml::NvmlError,
     },
     #[error("cannot read kernel log {}: {source}", path.display())]
     Kmsg {
@@ -118,7 +123,7 @@ pub enum HealthReading {
     },
     /// A source that judges for itself (the NCCL RAS analyzer) hands over a finding;
     /// the policy deduplicates it like any other condition.
-    Finding(crate::policy::RuntimeFinding),
+    Finding(crate::finding::RuntimeFinding),
 }
 
 /// One poll's counters and state of one GPU. `None`: not supported or not read.
@@ -132,211 +137,11 @@ pub struct GpuSample {
     pub ecc: EccCounts,
     pub remapped_rows: Option<RemappedRows>,
     pub retired_pages: Option<RetiredPages>,
-    /// NVML clock-event (throttle) reasons, raw bits; see [`decode_clock_event_reasons`].
+    /// NVML clock-event (throttle) reasons, raw bits; see
+    /// [`gpuvet_core::gpu_health::throttle`].
     pub clock_event_reasons: Option<u64>,
     pub pcie_replays: Option<u64>,
     pub pcie_link_width: Option<u32>,
     pub nvlink: NvLinkCounters,
     pub recovery_action: Option<RecoveryAction>,
-}
-
-/// ECC error counts (`nvmlDeviceGetTotalEccErrors`). Volatile counts reset with the
-/// driver, aggregate ones last the GPU's life.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct EccCounts {
-    pub volatile_corrected: Option<u64>,
-    pub volatile_uncorrected: Option<u64>,
-    pub aggregate_corrected: Option<u64>,
-    pub aggregate_uncorrected: Option<u64>,
-}
-
-/// `nvmlDeviceGetRemappedRows` (Ampere and newer).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RemappedRows {
-    pub correctable: u64,
-    pub uncorrectable: u64,
-    /// A remap waits for a GPU reset.
-    pub pending: bool,
-    /// A remap failed: the GPU is out of spare rows.
-    pub failure: bool,
-}
-
-/// Retired pages (pre-Ampere page retirement).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RetiredPages {
-    pub single_bit: u64,
-    pub double_bit: u64,
-    /// A retirement waits for a reboot / driver reload.
-    pub pending: bool,
-}
-
-/// NVLink state and error totals of one GPU.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default)]
-pub struct NvLinkCounters {
-    /// Per-link state; empty when not read in this poll (or no NVLink).
-    pub links: Vec<NvLinkState>,
-    pub crc_flit_total: Option<u64>,
-    pub crc_data_total: Option<u64>,
-    pub replay_total: Option<u64>,
-    pub recovery_total: Option<u64>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct NvLinkState {
-    pub link: u32,
-    pub active: bool,
-}
-
-/// The driver's GPU recovery action (`NVML_FI_DEV_GET_GPU_RECOVERY_ACTION`,
-/// `DCGM_FI_DEV_GPU_RECOVERY_ACTION`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RecoveryAction {
-    None,
-    GpuReset,
-    NodeReboot,
-    DrainP2p,
-    DrainAndReset,
-    Other(u32),
-}
-
-impl RecoveryAction {
-    /// From `nvmlDeviceGpuRecoveryAction_t`.
-    pub fn from_raw(v: u32) -> Self {
-        match v {
-            0 => RecoveryAction::None,
-            1 => RecoveryAction::GpuReset,
-            2 => RecoveryAction::NodeReboot,
-            3 => RecoveryAction::DrainP2p,
-            4 => RecoveryAction::DrainAndReset,
-            n => RecoveryAction::Other(n),
-        }
-    }
-}
-
-/// One NVML clock-event ("throttle") reason bit.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
-pub enum ClockEventReason {
-    GpuIdle,
-    ApplicationsClocksSetting,
-    SwPowerCap,
-    HwSlowdown,
-    SyncBoost,
-    SwThermalSlowdown,
-    HwThermalSlowdown,
-    HwPowerBrakeSlowdown,
-    DisplayClockSetting,
-    /// Bits this table does not know (newer drivers).
-    Unknown(u64),
-}
-
-/// The known bits, from `nvml.h` (`nvmlClocksEventReason*`).
-pub const CLOCK_EVENT_BITS: [(u64, ClockEventReason); 9] = [
-    (0x1, ClockEventReason::GpuIdle),
-    (0x2, ClockEventReason::ApplicationsClocksSetting),
-    (0x4, ClockEventReason::SwPowerCap),
-    (0x8, ClockEventReason::HwSlowdown),
-    (0x10, ClockEventReason::SyncBoost),
-    (0x20, ClockEventReason::SwThermalSlowdown),
-    (0x40, ClockEventReason::HwThermalSlowdown),
-    (0x80, ClockEventReason::HwPowerBrakeSlowdown),
-    (0x100, ClockEventReason::DisplayClockSetting),
-];
-
-impl ClockEventReason {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ClockEventReason::GpuIdle => "GPU_IDLE",
-            ClockEventReason::ApplicationsClocksSetting => "APPLICATIONS_CLOCKS_SETTING",
-            ClockEventReason::SwPowerCap => "SW_POWER_CAP",
-            ClockEventReason::HwSlowdown => "HW_SLOWDOWN",
-            ClockEventReason::SyncBoost => "SYNC_BOOST",
-            ClockEventReason::SwThermalSlowdown => "SW_THERMAL",
-            ClockEventReason::HwThermalSlowdown => "HW_THERMAL",
-            ClockEventReason::HwPowerBrakeSlowdown => "HW_POWER_BRAKE",
-            ClockEventReason::DisplayClockSetting => "DISPLAY_CLOCK_SETTING",
-            ClockEventReason::Unknown(_) => "UNKNOWN",
-        }
-    }
-
-    /// gpu-fryer (`are_gpus_healthy`) counts HW_SLOWDOWN, HW_THERMAL and SW_THERMAL as
-    /// faults; the others are normal operation (idle, power cap, boost, ...).
-    pub fn is_fault(self) -> bool {
-        matches!(
-            self,
-            ClockEventReason::HwSlowdown
-                | ClockEventReason::HwThermalSlowdown
-                | ClockEventReason::SwThermalSlowdown
-        )
-    }
-}
-
-/// Every reason set in `bits`, in bit order; unknown bits come last as one
-/// [`ClockEventReason::Unknown`]. A value with several bits set yields all of them.
-pub fn decode_clock_event_reasons(bits: u64) -> Vec<ClockEventReason> {
-    let mut out: Vec<ClockEventReason> = CLOCK_EVENT_BITS
-        .iter()
-        .filter(|(b, _)| bits & b != 0)
-        .map(|(_, r)| *r)
-        .collect();
-    let known = CLOCK_EVENT_BITS.iter().fold(0, |acc, (b, _)| acc | b);
-    if bits & !known != 0 {
-        out.push(ClockEventReason::Unknown(bits & !known));
-    }
-    out
-}
-
-/// `HW_SLOWDOWN | HW_THERMAL` style text for messages.
-pub fn clock_event_reasons_text(bits: u64) -> String {
-    let names: Vec<String> = decode_clock_event_reasons(bits)
-        .into_iter()
-        .map(|r| match r {
-            ClockEventReason::Unknown(b) => format!("UNKNOWN(0x{b:x})"),
-            r => r.as_str().to_owned(),
-        })
-        .collect();
-    if names.is_empty() {
-        "NONE".to_owned()
-    } else {
-        names.join(" | ")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn combined_bits_decode_to_all_reasons() {
-        let r = decode_clock_event_reasons(0x8 | 0x20 | 0x40 | 0x4);
-        assert_eq!(
-            r,
-            vec![
-                ClockEventReason::SwPowerCap,
-                ClockEventReason::HwSlowdown,
-                ClockEventReason::SwThermalSlowdown,
-                ClockEventReason::HwThermalSlowdown,
-            ]
-        );
-        assert_eq!(decode_clock_event_reasons(0), vec![]);
-        assert_eq!(
-            decode_clock_event_reasons(0x1 | 0x1000),
-            vec![ClockEventReason::GpuIdle, ClockEventReason::Unknown(0x1000)]
-        );
-        assert_eq!(
-            clock_event_reasons_text(0x88),
-            "HW_SLOWDOWN | HW_POWER_BRAKE"
-        );
-        assert_eq!(clock_event_reasons_text(0), "NONE");
-    }
-
-    #[test]
-    fn recovery_actions_decode() {
-        assert_eq!(RecoveryAction::from_raw(0), RecoveryAction::None);
-        assert_eq!(RecoveryAction::from_raw(4), RecoveryAction::DrainAndReset);
-        assert_eq!(RecoveryAction::from_raw(9), RecoveryAction::Other(9));
-    }
 }

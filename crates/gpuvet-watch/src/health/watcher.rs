@@ -15,8 +15,9 @@ use gpuvet_core::results::Lane;
 use super::{
     HealthError, HealthEvaluator, HealthReading, HealthSource, HealthThresholds, evaluate_reading,
 };
+use crate::finding::{RuntimeFinding, Severity};
 use crate::metrics::Metrics;
-use crate::policy::{PolicyConfig, PolicyState, Restored, RuntimeFinding, Severity, XidPolicy};
+use crate::policy::{PolicyConfig, PolicyState, Restored, XidPolicy};
 use crate::xid::ActionClass;
 
 /// The watcher's settings.

@@ -21,8 +21,10 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use crate::health::{CLOCK_EVENT_BITS, GpuSample, HealthReading, NvLinkState, RecoveryAction};
-use crate::policy::{GpuId, RuntimeFinding};
+use gpuvet_core::gpu_health::throttle;
+
+use crate::finding::{GpuId, RuntimeFinding};
+use crate::health::{GpuSample, HealthReading, NvLinkState, RecoveryAction};
 
 pub use server::{MetricsServer, ServerOptions};
 
@@ -573,11 +575,10 @@ fn render_gpus(st: &State, w: &mut Writer<'_>) {
         let Some(bits) = s.clock_event_reasons else {
             continue;
         };
-        let known = CLOCK_EVENT_BITS.iter().fold(0, |acc, (b, _)| acc | b);
-        let each = CLOCK_EVENT_BITS
+        let each = throttle::TABLE
             .iter()
-            .map(|(bit, r)| (r.as_str(), bits & bit != 0))
-            .chain(std::iter::once(("UNKNOWN", bits & !known != 0)));
+            .map(|e| (e.label, bits & e.bit != 0))
+            .chain(std::iter::once(("UNKNOWN", bits & !throttle::KNOWN != 0)));
         for (reason, set) in each {
             reasons.push((with_label(l, "reason", reason.to_owned()), b(set)));
         }

@@ -3,8 +3,8 @@
 //! which keeps one event per (condition, boot) however often RAS repeats it.
 
 use super::{CommFinding, CommFindingKind, RasAnalyzer, RasClient, RasError};
+use crate::finding::{RuntimeFinding, Severity};
 use crate::health::{HealthError, HealthReading, HealthSource};
-use crate::policy::{RuntimeFinding, Severity};
 use crate::xid::ActionClass;
 
 /// Polls NCCL RAS. Run it behind a [`crate::health::Watchdog`]: a query can take up to
