@@ -27,47 +27,41 @@ struct Builds {
     old: PathBuf,
 }
 
-static BUILDS: OnceLock<Result<Builds, String>> = OnceLock::new();
+static BUILDS: OnceLock<Builds> = OnceLock::new();
 
-/// Compiles the fake once per test binary; `Err` (the reason to skip) when there is no
-/// C compiler. A compiler that fails on the fixture is a failure, not a skip.
-fn builds() -> Result<&'static Builds, String> {
-    BUILDS
-        .get_or_init(|| {
-            let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
-            if Command::new(&cc).arg("--version").output().is_err() {
-                return Err(format!("no C compiler (`{cc}`) to build the fake NCCL"));
-            }
-            let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_nccl.c");
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-                .join(format!("fake-nccl-{}", std::process::id()));
-            std::fs::create_dir_all(&dir).unwrap();
-            let build = |name: &str, defines: &[&str]| {
-                let out = dir.join(name);
-                let status = Command::new(&cc)
-                    .args(["-shared", "-fPIC", "-O1", "-o"])
-                    .arg(&out)
-                    .args(defines)
-                    .arg(&source)
-                    .arg("-lpthread")
-                    .status()
-                    .unwrap();
-                assert!(status.success(), "`{cc}` failed to build the fake NCCL");
-                out
-            };
-            Ok(Builds {
-                current: build("libfake_nccl.so", &[]),
-                old: build("libfake_nccl_2_12.so", &["-DFAKE_NCCL_NO_CONFIG"]),
-                dir,
-            })
-        })
-        .as_ref()
-        .map_err(Clone::clone)
-}
-
-#[allow(clippy::print_stderr)] // a skipped test says why, in the test output
-fn skip(why: &str) {
-    eprintln!("skipped: {why}");
+/// Compiles the fake once per test binary. A missing C compiler fails the tests: Rust
+/// links with one, so wherever these tests build there is one to find.
+fn builds() -> &'static Builds {
+    BUILDS.get_or_init(|| {
+        let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_owned());
+        if let Err(err) = Command::new(&cc).arg("--version").output() {
+            panic!(
+                "these tests need a C compiler (`{cc}`, or `$CC`) to build the fake NCCL: {err}"
+            );
+        }
+        let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/fake_nccl.c");
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("fake-nccl-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let build = |name: &str, defines: &[&str]| {
+            let out = dir.join(name);
+            let status = Command::new(&cc)
+                .args(["-shared", "-fPIC", "-O1", "-o"])
+                .arg(&out)
+                .args(defines)
+                .arg(&source)
+                .arg("-lpthread")
+                .status()
+                .unwrap();
+            assert!(status.success(), "`{cc}` failed to build the fake NCCL");
+            out
+        };
+        Builds {
+            current: build("libfake_nccl.so", &[]),
+            old: build("libfake_nccl_2_12.so", &["-DFAKE_NCCL_NO_CONFIG"]),
+            dir,
+        }
+    })
 }
 
 /// One test's own copy of the fake (a copy is a separate library with separate state,
@@ -116,15 +110,10 @@ impl Fake {
     }
 }
 
-/// The current fake, or `None` after saying why the test is skipped.
-fn current() -> Option<Fake> {
-    match builds() {
-        Ok(builds) => Some(Fake::load(&builds.current, &builds.dir)),
-        Err(why) => {
-            skip(&why);
-            None
-        }
-    }
+/// A copy of the current fake.
+fn current() -> Fake {
+    let builds = builds();
+    Fake::load(&builds.current, &builds.dir)
 }
 
 /// Runs `body` on its own thread and fails the test if it has not ended within [`HANG`].
@@ -175,7 +164,7 @@ fn limits(init: Duration, step: Duration) -> Limits {
 
 #[test]
 fn a_healthy_init_and_collective_end_without_an_abort() {
-    let Some(fake) = current() else { return };
+    let fake = current();
     fake.set("init_polls", 3);
     fake.set("launch_polls", 2);
     let fake = bounded(move || {
@@ -214,7 +203,7 @@ fn a_healthy_init_and_collective_end_without_an_abort() {
 
 #[test]
 fn a_hung_init_is_aborted_at_its_deadline() {
-    let Some(fake) = current() else { return };
+    let fake = current();
     fake.set("init_polls", -1);
     let (fake, message) = bounded(move || {
         let result = init(
@@ -237,7 +226,7 @@ fn a_hung_init_is_aborted_at_its_deadline() {
 
 #[test]
 fn a_cancel_aborts_a_hung_init() {
-    let Some(fake) = current() else { return };
+    let fake = current();
     fake.set("init_polls", -1);
     let fake: &'static Fake = Box::leak(Box::new(fake));
     let cancel = CancelToken::new();
@@ -265,7 +254,7 @@ fn a_cancel_aborts_a_hung_init() {
 
 #[test]
 fn a_hung_launch_is_aborted_on_cancel_and_at_its_deadline() {
-    let Some(fake) = current() else { return };
+    let fake = current();
     fake.set("launch_polls", -1);
     let fake = bounded(move || {
         let cancel = CancelToken::new();
@@ -285,7 +274,7 @@ fn a_hung_launch_is_aborted_on_cancel_and_at_its_deadline() {
     assert_eq!(fake.count("aborts"), 2);
     assert_eq!(fake.count("destroys"), 0);
 
-    let Some(fake) = current() else { return };
+    let fake = current();
     fake.set("launch_polls", -1);
     let (fake, message) = bounded(move || {
         let cancel = CancelToken::new();
@@ -304,7 +293,7 @@ fn a_hung_launch_is_aborted_on_cancel_and_at_its_deadline() {
 
 #[test]
 fn an_asynchronous_error_mid_collective_is_reported_in_nccl_s_words_and_aborts() {
-    let Some(fake) = current() else { return };
+    let fake = current();
     fake.set("init_polls", 1);
     fake.set("launch_polls", 1);
     fake.set("run_error", code::REMOTE_ERROR);
@@ -335,7 +324,7 @@ fn an_asynchronous_error_mid_collective_is_reported_in_nccl_s_words_and_aborts()
 
 #[test]
 fn a_failed_init_is_reported_and_aborted() {
-    let Some(fake) = current() else { return };
+    let fake = current();
     fake.set("init_polls", 2);
     fake.set("init_error", 2);
     let (fake, message) = bounded(move || {
@@ -354,10 +343,7 @@ fn a_failed_init_is_reported_and_aborted() {
 
 #[test]
 fn an_nccl_without_the_config_call_is_driven_blocking() {
-    let builds = match builds() {
-        Ok(builds) => builds,
-        Err(why) => return skip(&why),
-    };
+    let builds = builds();
     let fake = Fake::load(&builds.old, &builds.dir);
     assert_eq!(fake.nccl.version_string(), "2.12.12");
     assert!(!fake.nccl.nonblocking());

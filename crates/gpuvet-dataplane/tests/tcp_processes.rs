@@ -36,12 +36,10 @@ fn long_spec() -> CollectiveSpec {
     }
 }
 
-/// The child's side; a no-op test when the variable is unset (the normal run).
-#[test]
-fn child_rank_entry() {
-    let Ok(work) = std::env::var(CHILD_ENV) else {
-        return;
-    };
+gpuvet_testkit::child_process_entry!(CHILD_ENV, child_rank);
+
+/// The child's side: one rank, doing `work` (see [`child_work`]).
+fn child_rank(work: String) {
     let mut fields = work.split(';');
     let rank: usize = fields.next().unwrap().parse().unwrap();
     let collectives: Vec<String> = fields
@@ -98,12 +96,6 @@ struct ChildRank {
 impl ChildRank {
     fn spawn(rank: usize, collectives: &str, long: bool) -> ChildRank {
         let mut child = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "child_rank_entry",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
             .env(CHILD_ENV, child_work(rank, collectives, long))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -114,9 +106,9 @@ impl ChildRank {
         let (sender, lines) = mpsc::channel();
         thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-                // libtest may print `test child_rank_entry ... ` just before.
-                if let Some(at) = line.find(TAG) {
-                    let _ = sender.send(line[at + TAG.len()..].trim().to_owned());
+                // Only tagged lines are the child's reports.
+                if let Some(report) = line.strip_prefix(TAG) {
+                    let _ = sender.send(report.trim().to_owned());
                 }
             }
         });

@@ -513,12 +513,6 @@ fn processes_never_share_an_attempt_number() {
     let children: Vec<_> = (0..3)
         .map(|_| {
             std::process::Command::new(std::env::current_exe().unwrap())
-                .args([
-                    "--exact",
-                    "begin_attempts_in_a_child_process",
-                    "--test-threads=1",
-                    "-q",
-                ])
                 .env(CHILD_STORE, &path)
                 .stdout(std::process::Stdio::null())
                 .spawn()
@@ -540,12 +534,10 @@ fn processes_never_share_an_attempt_number() {
     assert_eq!(numbers, (1..=45).collect::<Vec<u32>>());
 }
 
-/// A no-op unless run as a child of `processes_never_share_an_attempt_number`.
-#[test]
-fn begin_attempts_in_a_child_process() {
-    let Some(path) = std::env::var_os(CHILD_STORE) else {
-        return;
-    };
+gpuvet_testkit::child_process_entry!(CHILD_STORE, begin_attempts_in_a_child_process);
+
+/// A child of `processes_never_share_an_attempt_number`, with the store at `path`.
+fn begin_attempts_in_a_child_process(path: String) {
     let mut store = Store::open(Path::new(&path)).unwrap();
     for i in 0..15 {
         store

@@ -69,6 +69,46 @@ fn seed() -> u32 {
         .wrapping_add(call.wrapping_mul(7_919))
 }
 
+/// Makes this test binary a child process instead of a test run when the environment
+/// variable `$var` is set: it calls `$entry` with the variable's value and exits, 0
+/// when `$entry` returns and 101 (a failed test's code) when it panics. A test that
+/// needs real processes (to stop or kill one, or to race them) starts
+/// `std::env::current_exe()` with `$var` set.
+///
+/// The check runs before `main`, from the binary's `.init_array`, so the entry point is
+/// not a `#[test]`: libtest and nextest never list, run or count it.
+#[macro_export]
+macro_rules! child_process_entry {
+    ($var:expr, $entry:path) => {
+        const _: () = {
+            extern "C" fn run_child_process_entry_if_asked() {
+                $crate::run_child_if_asked($var, $entry);
+            }
+            // The loader calls every function in `.init_array` before `main`.
+            #[used]
+            #[unsafe(link_section = ".init_array")]
+            static CHILD_PROCESS_ENTRY: extern "C" fn() = run_child_process_entry_if_asked;
+        };
+    };
+}
+
+/// What [`child_process_entry!`] runs before `main`: nothing unless `var` is set.
+#[doc(hidden)]
+pub fn run_child_if_asked(var: &str, entry: fn(String)) {
+    let Ok(value) = std::env::var(var) else {
+        return;
+    };
+    // Rust's runtime ignores SIGPIPE before it calls `main`, which never runs here: a
+    // write to a parent that has gone is then an error, as in a test, not a kill.
+    // SAFETY: signal(2) with a valid signal number and SIG_IGN has no preconditions.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let code = match std::panic::catch_unwind(|| entry(value)) {
+        Ok(()) => 0,
+        Err(_) => 101,
+    };
+    std::process::exit(code);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,7 +3,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use gpuvet_core::config::BackendChoice;
 
 /// The exit codes for `--help`, from the one table of them in `gpuvet_core::exit_codes`.
 fn exit_codes_help() -> String {
@@ -56,8 +57,8 @@ pub struct SanityArgs {
     #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// Backend that runs the checks [default: the config's, else auto].
-    #[arg(long, value_parser = ["auto", "cuda", "cpu", "sim"])]
-    pub backend: Option<String>,
+    #[arg(long)]
+    pub backend: Option<BackendArg>,
     /// Number of logical devices for the cpu backend [default: the core count, at most 8].
     #[arg(long, value_name = "N")]
     pub cpu_devices: Option<u32>,
@@ -79,6 +80,27 @@ pub struct SanityArgs {
     pub store: StoreArgs,
     #[command(flatten)]
     pub group: GroupArgs,
+}
+
+/// The values of `--backend`: the backends the config's `gpuvet.backend` names, in the
+/// same words. (No doc comments on the variants: clap would print them in `--help`.)
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BackendArg {
+    Auto,
+    Cuda,
+    Cpu,
+    Sim,
+}
+
+impl From<BackendArg> for BackendChoice {
+    fn from(arg: BackendArg) -> Self {
+        match arg {
+            BackendArg::Auto => BackendChoice::Auto,
+            BackendArg::Cuda => BackendChoice::Cuda,
+            BackendArg::Cpu => BackendChoice::Cpu,
+            BackendArg::Sim => BackendChoice::Sim,
+        }
+    }
 }
 
 /// Where this node's group meets. Each flag overrides the environment launchers set;
@@ -283,10 +305,24 @@ pub struct WorkerArgs {
 
 #[cfg(test)]
 mod tests {
-    use clap::CommandFactory;
+    use clap::{CommandFactory, ValueEnum};
+    use gpuvet_core::config::BackendChoice;
 
-    use super::Cli;
+    use super::{BackendArg, Cli};
     use gpuvet_core::exit_codes::ALL;
+
+    #[test]
+    fn backend_values_are_the_configs_names_for_the_same_backends() {
+        let names: Vec<String> = BackendArg::value_variants()
+            .iter()
+            .map(|arg| {
+                let name = arg.to_possible_value().unwrap().get_name().to_owned();
+                assert_eq!(BackendChoice::parse(&name), Some(BackendChoice::from(*arg)));
+                name
+            })
+            .collect();
+        assert_eq!(names, BackendChoice::NAMES);
+    }
 
     #[test]
     fn help_lists_every_exit_code_with_its_meaning() {

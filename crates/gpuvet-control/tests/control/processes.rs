@@ -1,5 +1,5 @@
 //! Real processes, really stopped and killed: this test binary re-executes itself as an
-//! agent or a coordinator (see [`child_process_entry`]), and the tests send it SIGSTOP
+//! agent or a coordinator (see [`child_process`]), and the tests send it SIGSTOP
 //! and SIGKILL.
 
 use std::path::PathBuf;
@@ -26,13 +26,13 @@ const PORT_FILE: &str = "GPUVET_CLUSTER_TEST_PORT_FILE";
 const CHILD_LIFETIME: Duration = Duration::from_secs(60);
 const CHILD_PHASE: &str = "child all_reduce_2 step 1";
 
-/// Not a test of its own: the entry point of the child processes. Without the role
-/// variable it does nothing.
-#[test]
-fn child_process_entry() {
+gpuvet_testkit::child_process_entry!(ROLE, child_process);
+
+/// The child processes: an agent or a coordinator, as `role` says.
+fn child_process(role: String) {
     let var = |name| std::env::var(name).unwrap();
-    match std::env::var(ROLE).as_deref() {
-        Ok("agent") => {
+    match role.as_str() {
+        "agent" => {
             let endpoint = Endpoint {
                 host: "127.0.0.1".to_owned(),
                 port: var(PORT).parse().unwrap(),
@@ -54,7 +54,7 @@ fn child_process_entry() {
                 }
             }
         }
-        Ok("coordinator") => {
+        "coordinator" => {
             let coordinator = coordinator(1, CoordinatorOptions::default());
             let file = PathBuf::from(var(PORT_FILE));
             let partial = file.with_extension("partial");
@@ -63,7 +63,7 @@ fn child_process_entry() {
             coordinator.wait_for_members(in_(ANTI_HANG));
             std::thread::sleep(CHILD_LIFETIME);
         }
-        _ => {}
+        other => panic!("unknown child role `{other}`"),
     }
 }
 
@@ -74,12 +74,6 @@ impl Child {
     fn spawn(role: &str, vars: &[(&str, String)]) -> Child {
         let mut command = Command::new(std::env::current_exe().unwrap());
         command
-            .args([
-                "processes::child_process_entry",
-                "--exact",
-                "--test-threads=1",
-                "--nocapture",
-            ])
             .env(ROLE, role)
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -47,7 +47,7 @@ pub fn sanity_settings(
 /// The backend the flags and config ask for.
 pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, Failure> {
     let choice = match &args.backend {
-        Some(name) => BackendChoice::parse(name).expect("clap only accepts known backends"),
+        Some(arg) => BackendChoice::from(*arg),
         None => config.settings.backend,
     };
     build_backend(choice, config, args.cpu_devices)

@@ -1,11 +1,9 @@
 //! `gpuvet fr` on the flight-recorder fixtures of `gpuvet-watch`: the culprit rank is
 //! named, a healthy set passes, and a directory without dumps is a usage error.
 
-mod common;
-
 use std::path::PathBuf;
 
-use common::{Scratch, json, stderr, stdout};
+use crate::common::{Scratch, json, stderr, stdout};
 
 fn fixture(format: &str, case: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))

@@ -3,9 +3,7 @@
 //! events while the app keeps running, and the app's exit code is returned; a watch
 //! restarted against the same store keeps its escalation history.
 
-mod common;
-
-use common::{Scratch, stderr, stdout};
+use crate::common::{Scratch, stderr, stdout};
 
 const XID_79: &str =
     "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.";

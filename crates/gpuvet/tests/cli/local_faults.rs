@@ -4,14 +4,12 @@
 //! How fast it acts is measured by `scripts/soak-local-faults.py` (docs/benchmarks.md);
 //! the limit here only turns a hang into a failure.
 
-mod common;
-
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::Scratch;
+use crate::common::{self, Scratch};
 
 /// Far beyond the seconds a stopped agent costs; only a hang reaches it.
 const HANG_GUARD: Duration = Duration::from_secs(90);

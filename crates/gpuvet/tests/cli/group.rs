@@ -2,12 +2,10 @@
 //! crashes, holds the wrong token or never joins is named the first error, its peers
 //! are secondary, and every process ends with a report instead of hanging.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::group::{Finished, Group, GroupSpec, findings};
-use common::{Scratch, json, stderr};
+use crate::common::group::{Finished, Group, GroupSpec, findings};
+use crate::common::{self, Scratch, json, stderr};
 
 /// Long enough for three checks and every wait gpuvet has (heartbeat deadline 3 s,
 /// data-plane stall 5 s, agent's coordinator deadline 5 s), with room for a busy CI

@@ -16,14 +16,14 @@ pub fn data_ip(node: u32) -> String {
 }
 
 /// Why netns tests cannot run here, or `None` when they can.
-pub fn unavailable() -> Option<String> {
+fn unavailable() -> Option<&'static str> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        return Some("needs root (CI runs as root)".to_owned());
+        return Some("needs root (CI runs as root)");
     }
     match Command::new("ip").arg("-V").output() {
         Ok(output) if output.status.success() => None,
-        _ => Some("needs iproute2's `ip` (.ci/run installs it)".to_owned()),
+        _ => Some("needs iproute2's `ip` (.ci/run installs it)"),
     }
 }
 
@@ -59,7 +59,12 @@ fn in_ns(ns: &str, program: &str, args: &[&str]) {
 
 impl Netns {
     /// Creates `nodes` namespaces named after `tag` (a few letters, unique per test).
+    /// The tests that call it are ignored by default; run with `--include-ignored`
+    /// where they cannot run, they fail here, saying what is missing.
     pub fn create(tag: &str, nodes: u32) -> Netns {
+        if let Some(why) = unavailable() {
+            panic!("this test {why}");
+        }
         let prefix = format!("gv{}{tag}", std::process::id() % 10_000);
         assert!(prefix.len() <= 10, "interface names are at most 15 bytes");
         let netns = Netns { prefix, nodes };

@@ -1,9 +1,7 @@
 //! `gpuvet check` end to end: real measurements on the cpu backend, skipped and
 //! not-implemented checks, hangs through the sim backend, JUnit output, and the store.
 
-mod common;
-
-use common::{PAI_SAMPLE, Scratch, assert_exit, json, stderr, stdout};
+use crate::common::{PAI_SAMPLE, Scratch, assert_exit, json, stderr, stdout};
 
 #[test]
 fn cpu_backend_measures_real_numbers_and_skips_what_one_node_cannot_run() {

@@ -9,9 +9,7 @@
 //! runs. The config allows 60 %; the namespace tests keep the default and still name
 //! a rate-limited node (96 % below its peers).
 
-mod common;
-
-use common::{Scratch, json, stderr};
+use crate::common::{self, Scratch, json, stderr};
 
 const ALL_CHECKS: &str = "gemm_flops,all_reduce_1,all_reduce_2,kernel_launch,all_reduce,\
 all_to_all_2,all_gather_2,all_gather,multi_all_reduce_2,multi_all_reduce,pytorch_gloo_2,\

@@ -8,8 +8,6 @@
 //! (a kernel log with a gigantic line, or a RAS server that talks too much, must not
 //! end the watch of the other sources), reports the source error, and exits 0.
 
-mod common;
-
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::net::{TcpListener, TcpStream};
@@ -18,7 +16,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::thread;
 
-use common::Scratch;
+use crate::common::Scratch;
 
 /// The resident-memory bound the issue sets for the whole process.
 const MAX_RSS_BYTES: u64 = 256 << 20;

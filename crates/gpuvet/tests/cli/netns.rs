@@ -1,28 +1,16 @@
 //! Groups whose "nodes" are network namespaces joined by veth links through two
 //! bridges (control and data networks): a slowed data link is named slow in the
 //! network lane, a cut link is named unreachable, and an odd group still localizes.
-//! Needs root and iproute2 (CI has both); elsewhere each test says why it skipped.
-
-mod common;
+//! Needs root and iproute2, so the tests are ignored by default; `.ci/run` (as root,
+//! with iproute2) runs them with `--include-ignored`, where a missing one fails them.
 
 use std::time::Duration;
 
-use common::Scratch;
-use common::group::{Group, GroupSpec, findings};
-use common::netns::{Netns, control_ip, data_ip, unavailable};
+use crate::common::group::{Group, GroupSpec, findings};
+use crate::common::netns::{Netns, control_ip, data_ip};
+use crate::common::{self, Scratch};
 
 const LIMIT: Duration = Duration::from_secs(120);
-
-#[allow(clippy::print_stderr)] // a skipped test says why, in the test output
-fn skip() -> bool {
-    match unavailable() {
-        Some(why) => {
-            eprintln!("skipped: {why}");
-            true
-        }
-        None => false,
-    }
-}
 
 fn spec(netns: &Netns, nodes: u32, checks: &str) -> GroupSpec {
     let mut spec = GroupSpec::loopback(nodes, checks);
@@ -69,11 +57,9 @@ fn lane_of(report: &serde_json::Value, check: &str, entity: &str) -> String {
 }
 
 #[test]
+#[ignore = "needs root and iproute2"]
 fn a_rate_limited_link_names_its_node_slow_in_the_network_lane() {
     let _turn = common::one_at_a_time();
-    if skip() {
-        return;
-    }
     let netns = Netns::create("s", 4);
     netns.limit_rate(2, "200mbit");
     let report = run(&netns, 4, "all_reduce_2,all_reduce");
@@ -86,11 +72,9 @@ fn a_rate_limited_link_names_its_node_slow_in_the_network_lane() {
 }
 
 #[test]
+#[ignore = "needs root and iproute2"]
 fn a_cut_link_names_the_unreachable_pair() {
     let _turn = common::one_at_a_time();
-    if skip() {
-        return;
-    }
     let netns = Netns::create("c", 4);
     netns.cut(1, 3);
     // Both networks are probed: the control one (c0) stays up, the data one (d0, where
@@ -132,11 +116,9 @@ fn a_cut_link_names_the_unreachable_pair() {
 }
 
 #[test]
+#[ignore = "needs root and iproute2"]
 fn an_odd_group_of_five_localizes_its_slow_node() {
     let _turn = common::one_at_a_time();
-    if skip() {
-        return;
-    }
     let netns = Netns::create("o", 5);
     // The fifth node is the one round one leaves over and pairs in a second round.
     netns.limit_rate(4, "200mbit");
@@ -146,11 +128,9 @@ fn an_odd_group_of_five_localizes_its_slow_node() {
 }
 
 #[test]
+#[ignore = "needs root and iproute2"]
 fn a_healthy_namespace_group_passes() {
     let _turn = common::one_at_a_time();
-    if skip() {
-        return;
-    }
     let netns = Netns::create("h", 4);
     let report = run(
         &netns,
@@ -161,14 +141,10 @@ fn a_healthy_namespace_group_passes() {
 }
 
 #[test]
+#[ignore = "needs root, iproute2 and GPUVET_TEST_TORCH_PYTHON"]
 fn gloo_through_torch_runs_on_the_data_network() {
     let _turn = common::one_at_a_time();
-    if skip() {
-        return;
-    }
-    let Some(python) = common::torch_python() else {
-        return;
-    };
+    let python = common::torch_python();
     let netns = Netns::create("t", 2);
     let report = run_with(&netns, 2, "pytorch_gloo_2", &["--python", &python]);
     assert_eq!(report["outcome"], "passed", "{report:#}");
@@ -217,11 +193,9 @@ fn wait_for_listeners(ns: &str, count: usize, port: Option<u16>) -> Vec<std::net
 }
 
 #[test]
+#[ignore = "needs root and iproute2"]
 fn every_listener_binds_where_the_control_connection_comes_from() {
     let _turn = common::one_at_a_time();
-    if skip() {
-        return;
-    }
     let netns = Netns::create("l", 3);
     for listen_addr in [None, Some(control_ip(0))] {
         let scratch = Scratch::temp();
@@ -259,11 +233,9 @@ fn every_listener_binds_where_the_control_connection_comes_from() {
 }
 
 #[test]
+#[ignore = "needs root and iproute2"]
 fn a_node_that_reaches_its_coordinator_on_loopback_is_still_reached_by_the_others() {
     let _turn = common::one_at_a_time();
-    if skip() {
-        return;
-    }
     let netns = Netns::create("o", 3);
     let scratch = Scratch::temp();
     let mut spec = spec(&netns, 3, "all_reduce_2,network_connectivity");

@@ -6,16 +6,47 @@
 pub mod group;
 pub mod netns;
 
+use std::fs::{File, OpenOptions};
+use std::io::ErrorKind;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::{Mutex, MutexGuard, PoisonError};
 
-static TURN: Mutex<()> = Mutex::new(());
+/// A test's turn from [`one_at_a_time`], until dropped.
+#[derive(Debug)]
+pub struct Turn {
+    /// Closing it releases the lock.
+    _locked: File,
+}
 
 /// Tests that run groups measure bandwidth and judge it against peers: they take
 /// turns, so that none measures another's load on a small machine.
-pub fn one_at_a_time() -> MutexGuard<'static, ()> {
-    TURN.lock().unwrap_or_else(PoisonError::into_inner)
+///
+/// The turn is an exclusive `flock` on one file in the temp dir, so it holds across
+/// processes too: nextest runs each test in a process of its own (and
+/// `.config/nextest.toml` puts these tests in one test group besides, so that none
+/// waits here in a slot another test could use).
+pub fn one_at_a_time() -> Turn {
+    let path = std::env::temp_dir().join("gpuvet-tests-one-at-a-time.lock");
+    // Each call opens the file anew: threads of one process then hold separate locks
+    // and exclude each other too. Read access is enough to lock, and lets a file
+    // another user created serve.
+    let file = File::open(&path)
+        .or_else(|_| OpenOptions::new().append(true).create(true).open(&path))
+        .unwrap_or_else(|err| panic!("opening {}: {err}", path.display()));
+    loop {
+        // SAFETY: flock(2) on a descriptor `file` owns.
+        if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } == 0 {
+            return Turn { _locked: file };
+        }
+        let err = std::io::Error::last_os_error();
+        assert_eq!(
+            err.kind(),
+            ErrorKind::Interrupted,
+            "flock {}: {err}",
+            path.display()
+        );
+    }
 }
 
 #[derive(Debug)]
@@ -84,7 +115,7 @@ impl Scratch {
 }
 
 /// PAI's own sample config, verbatim: all 13 checks (the file core's config tests read).
-pub const PAI_SAMPLE: &str = include_str!("../../../gpuvet-core/tests/fixtures/pai_sample.json");
+pub const PAI_SAMPLE: &str = include_str!("../../../../gpuvet-core/tests/fixtures/pai_sample.json");
 
 /// Asserts that the command exited with `code` and said `needle` on stderr.
 #[track_caller]
@@ -152,14 +183,15 @@ pub fn exists(path: &Path) -> bool {
 }
 
 /// A Python that imports torch, for the tests of `pytorch_gloo_2`'s torch engine
-/// (`.ci/run` installs one); `None`, with the test's reason to skip, without it.
-#[allow(clippy::print_stderr)] // a skipped test says why, in the test output
-pub fn torch_python() -> Option<String> {
-    let python = std::env::var("GPUVET_TEST_TORCH_PYTHON").ok();
-    if python.is_none() {
-        eprintln!("skipped: set GPUVET_TEST_TORCH_PYTHON to a Python that imports torch");
-    }
-    python
+/// (`.ci/run` installs one). Those tests are ignored by default; run with
+/// `--include-ignored` and without the variable they fail here, saying what is missing.
+pub fn torch_python() -> String {
+    std::env::var("GPUVET_TEST_TORCH_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "this test needs GPUVET_TEST_TORCH_PYTHON set to a Python that imports torch \
+             (.ci/run installs one)"
+        )
+    })
 }
 
 /// The measured values of a check's entities in a JSON report.

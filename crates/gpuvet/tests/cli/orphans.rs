@@ -4,12 +4,10 @@
 //! rendezvous, in the middle of a check). Processes are found by an environment mark
 //! that only this test's gpuvet, and so everything it starts, carries.
 
-mod common;
-
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::Scratch;
+use crate::common::{self, Scratch};
 
 const MARK: &str = "GPUVET_TEST_ORPHAN_MARK";
 const MOMENTS: u32 = 20;

@@ -3,13 +3,11 @@
 //! device. Workers are found by an environment marker that only this test's gpuvet
 //! (and so its workers) carries.
 
-mod common;
-
 use std::path::Path;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{Scratch, stderr};
+use crate::common::{self, Scratch, stderr};
 
 const MARK: &str = "GPUVET_TEST_WORKER_MARK";
 /// Generous: the checks end in seconds; this guards against a hang.

@@ -2,11 +2,9 @@
 //! baseline floor the cpu backend cannot meet), the events in the store, the rebuild
 //! hook, exit codes, and signal forwarding.
 
-mod common;
-
 use std::time::{Duration, Instant};
 
-use common::{Scratch, stderr};
+use crate::common::{Scratch, stderr};
 
 /// A config whose gemm_flops floor no CPU meets, so the check really fails.
 fn unmeetable(fail_action: &str, extra: &str) -> String {

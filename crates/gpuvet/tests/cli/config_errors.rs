@@ -1,9 +1,7 @@
 //! Every bad input is refused with a message naming the JSON path, exit code 2, and
 //! nothing started (no store written).
 
-mod common;
-
-use common::{PAI_SAMPLE, Scratch, assert_exit, stderr};
+use crate::common::{self, PAI_SAMPLE, Scratch, assert_exit, stderr};
 
 fn refused(json: &str) -> String {
     let scratch = Scratch::temp();

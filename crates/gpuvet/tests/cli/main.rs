@@ -1,0 +1,21 @@
+//! The `gpuvet` binary end to end: each module runs the real binary (and the groups,
+//! workers and scripts it starts) for one area. One test binary, so the suite links
+//! once.
+
+mod common;
+
+mod check;
+mod config_errors;
+mod fr;
+mod gpu_smoke_script;
+mod group;
+mod group_local;
+mod input_bombs;
+mod local_faults;
+mod netns;
+mod orphans;
+mod output_snapshots;
+mod run;
+mod runtime;
+mod torch_gloo;
+mod worker;
