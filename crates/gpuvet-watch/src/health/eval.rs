@@ -51,6 +51,31 @@ pub fn evaluate_sample(
         );
     }
 
+    ecc_findings(prev, cur, &finding, &mut out);
+    memory_findings(cur, th, &finding, &mut out);
+    throttle_findings(cur, &finding, &mut out);
+    nvlink_findings(prev, cur, th, &finding, &mut out);
+    if let Some(f) = pcie_replay_finding(prev, cur, th) {
+        out.push(f);
+    }
+    if let Some(f) = recovery_finding(cur, &finding) {
+        out.push(f);
+    }
+    out
+}
+
+/// What a finding of one kind on this GPU looks like, given its check, action,
+/// severity and message.
+type Finding<'a> = &'a dyn Fn(&str, ActionClass, Severity, String) -> RuntimeFinding;
+
+/// Uncorrectable ECC errors: any since the driver loaded, or a rise in the lifetime count.
+fn ecc_findings(
+    prev: Option<&GpuSample>,
+    cur: &GpuSample,
+    finding: Finding<'_>,
+    out: &mut Vec<RuntimeFinding>,
+) {
+    let gpu = &cur.gpu;
     // Any uncorrectable ECC error fails (DCGM, SuperBench); corrected ones are what ECC
     // is for, and XID 92 reports an excessive rate of them.
     if let Some(n) = cur.ecc.volatile_uncorrected.filter(|&n| n > 0) {
@@ -80,7 +105,16 @@ pub fn evaluate_sample(
             );
         }
     }
+}
 
+/// Row remapping and page retirement: failed or pending repairs, and too many of them.
+fn memory_findings(
+    cur: &GpuSample,
+    th: &HealthThresholds,
+    finding: Finding<'_>,
+    out: &mut Vec<RuntimeFinding>,
+) {
+    let gpu = &cur.gpu;
     if let Some(r) = &cur.remapped_rows {
         if r.failure {
             out.push(finding(
@@ -142,7 +176,11 @@ pub fn evaluate_sample(
             ));
         }
     }
+}
 
+/// Clock event reasons that are faults (and the power brake, a warning).
+fn throttle_findings(cur: &GpuSample, finding: Finding<'_>, out: &mut Vec<RuntimeFinding>) {
+    let gpu = &cur.gpu;
     if let Some(bits) = cur.clock_event_reasons {
         let text = throttle::labels_text(bits);
         for r in throttle::decode(bits) {
@@ -168,15 +206,13 @@ pub fn evaluate_sample(
             );
         }
     }
+}
 
-    nvlink_findings(prev, cur, th, &finding, &mut out);
-
-    if let Some(f) = pcie_replay_finding(prev, cur, th) {
-        out.push(f);
-    }
-
+/// The driver's recovery action, when it asks for one.
+fn recovery_finding(cur: &GpuSample, finding: Finding<'_>) -> Option<RuntimeFinding> {
+    let gpu = &cur.gpu;
     match cur.recovery_action {
-        None | Some(RecoveryAction::None) => {}
+        None | Some(RecoveryAction::None) => None,
         Some(a) => {
             let (action, severity, what) = match a {
                 RecoveryAction::GpuReset => (ActionClass::ResetGpu, Severity::Fail, "GPU_RESET"),
@@ -193,22 +229,21 @@ pub fn evaluate_sample(
                     "an unknown action",
                 ),
             };
-            out.push(finding(
+            Some(finding(
                 "recovery_action",
                 action,
                 severity,
                 format!("{gpu}: the driver asks for {what} ({})", action.describe()),
-            ));
+            ))
         }
     }
-    out
 }
 
 fn nvlink_findings(
     prev: Option<&GpuSample>,
     cur: &GpuSample,
     th: &HealthThresholds,
-    finding: &dyn Fn(&str, ActionClass, Severity, String) -> RuntimeFinding,
+    finding: Finding<'_>,
     out: &mut Vec<RuntimeFinding>,
 ) {
     let gpu = &cur.gpu;
