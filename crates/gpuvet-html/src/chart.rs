@@ -62,9 +62,14 @@ impl Scale {
         self.bottom - fraction * (self.bottom - self.top)
     }
 
-    /// The values of the horizontal grid lines: zero, quarters, the top.
-    pub fn ticks(&self) -> [f64; 5] {
-        [0.0, 0.25, 0.5, 0.75, 1.0].map(|f| f * self.max)
+    /// The values of the horizontal grid lines, from zero to the top in round steps:
+    /// fifths of a top of 1, 2.5 or 5 (times a power of ten), quarters of a top of 2.
+    pub fn ticks(&self) -> Vec<f64> {
+        let mantissa = self.max / 10f64.powf(self.max.log10().floor());
+        let steps = if (mantissa - 2.0).abs() < 1e-9 { 4 } else { 5 };
+        (0..=steps)
+            .map(|i| self.max * i as f64 / steps as f64)
+            .collect()
     }
 }
 
@@ -372,6 +377,10 @@ mod tests {
         assert_eq!(scale.y(200.0), 10.0);
         assert_eq!(scale.y(100.0), 110.0);
         assert_eq!(scale.ticks(), [0.0, 50.0, 100.0, 150.0, 200.0]);
+        let steps = |largest: f64| Scale::new(largest, 0.0, 1.0).ticks();
+        assert_eq!(steps(240.0), [0.0, 50.0, 100.0, 150.0, 200.0, 250.0]);
+        assert_eq!(steps(0.7), [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]);
+        assert_eq!(steps(4.2), [0.0, 1.0, 2.0, 3.0, 4.0, 5.0]);
     }
 
     #[test]
