@@ -293,17 +293,14 @@ fn profile(out: &mut String, check: &CheckResult, measured: &[(usize, f64)], sca
             String::new()
         }
     ));
-    let labels_at = |entity: usize| {
-        let e = &check.entities[entity];
-        (e.entity.to_string(), e)
-    };
     let mut named = 0;
     let unit = &check.metric.unit;
     for (rank, &(entity, value)) in sorted.iter().enumerate() {
-        let (label, result) = labels_at(entity);
+        let result = &check.entities[entity];
         if result.verdict == Verdict::Ok {
             continue;
         }
+        let label = result.entity.to_string();
         let class = verdict_name(result.verdict);
         let (cx, cy) = (x(rank), scale.y(value));
         out.push_str(&format!(

@@ -10,6 +10,7 @@
 pub mod chart;
 
 use gpuvet_core::analysis::fmt_value;
+use gpuvet_core::catalog::Direction;
 use gpuvet_core::render::{rank_name, value_summary};
 use gpuvet_core::repeats::group_repeats;
 use gpuvet_core::results::{CheckResult, Entity, GroupSummary, RunReport, Verdict};
@@ -220,8 +221,8 @@ pub fn check_panel(check: &CheckResult) -> String {
         check.duration_secs
     );
     let direction = match check.metric.direction {
-        gpuvet_core::catalog::Direction::HigherIsBetter => "higher is better",
-        gpuvet_core::catalog::Direction::LowerIsBetter => "lower is better",
+        Direction::HigherIsBetter => "higher is better",
+        Direction::LowerIsBetter => "lower is better",
     };
     out.push_str(&format!(
         "<p class=\"metric\">{} ({}, {direction}): {}</p>\n",

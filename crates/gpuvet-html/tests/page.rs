@@ -7,7 +7,7 @@ mod support;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, CheckStatus};
 use gpuvet_html::{chart, check_panel, escape, page};
-use support::{SLOW_REASON, group_report, one_node_report};
+use support::{SLOW_DEVICE, SLOW_REASON, group_report, one_node_report};
 
 /// The most a 1,024-node page may weigh. Per check, the chart is bounded (200 profile
 /// buckets, 12 named findings: about 10 kB) and the text is a few hundred bytes; the
@@ -52,7 +52,7 @@ fn nothing_from_the_report_can_inject_markup() {
     let hostile = "<script>alert('x')</script>";
     let mut report = one_node_report(hostile);
     report.job_id = "\"><img src=x onerror=alert(1)>".to_owned();
-    report.checks[0].entities[SLOW_DEVICE_INDEX].reason = "<b>bold</b> & more".to_owned();
+    report.checks[0].entities[SLOW_DEVICE].reason = "<b>bold</b> & more".to_owned();
     report.checks[0]
         .params
         .insert("<k>".to_owned(), "</code><i>".to_owned());
@@ -73,8 +73,6 @@ fn nothing_from_the_report_can_inject_markup() {
     );
     assert!(html.contains("&quot;&gt;&lt;img"), "{html}");
 }
-
-const SLOW_DEVICE_INDEX: usize = support::SLOW_DEVICE;
 
 #[test]
 fn escape_covers_the_five_special_characters() {
