@@ -51,7 +51,7 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
             check.name.as_str().to_owned(),
             check.status.as_str().to_owned(),
             format!("{:.1}s", check.duration_secs),
-            value_cell(check),
+            value_summary(check),
             details_cell(check, detail),
         ]);
     }
@@ -66,7 +66,7 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
         if let Some(first) = &group.first_error {
             out.push_str(&format!(
                 "first error: {} {} [lane: {}]: {}\n",
-                who(first),
+                rank_name(first),
                 first.kind,
                 first.lane,
                 first.detail
@@ -76,7 +76,7 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
         let secondary: Vec<(String, String)> = group
             .secondary
             .iter()
-            .map(|i| (who(i), format!("{} {}", i.kind, i.detail)))
+            .map(|i| (rank_name(i), format!("{} {}", i.kind, i.detail)))
             .collect();
         for line in group_repeats(&secondary, group.nodes.len()) {
             out.push_str(&format!("  secondary: {line}\n"));
@@ -84,7 +84,7 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
         for incident in &group.other_failures {
             out.push_str(&format!(
                 "  also: {} {} [lane: {}]: {}\n",
-                who(incident),
+                rank_name(incident),
                 incident.kind,
                 incident.lane,
                 incident.detail
@@ -115,7 +115,7 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
 }
 
 /// `rank 3 (node-3)`, or `rank 3` when that is all that is known.
-fn who(incident: &GroupIncident) -> String {
+pub fn rank_name(incident: &GroupIncident) -> String {
     if incident.node.is_empty() || incident.node == format!("rank {}", incident.rank) {
         format!("rank {}", incident.rank)
     } else {
@@ -123,7 +123,9 @@ fn who(incident: &GroupIncident) -> String {
     }
 }
 
-fn value_cell(check: &CheckResult) -> String {
+/// The headline values of a check in a few words: `median 12.3 TFLOPS (min 11.9, max
+/// 12.5)`, the one value when there is one, `-` when none was measured.
+pub fn value_summary(check: &CheckResult) -> String {
     let values: Vec<f64> = check
         .entities
         .iter()

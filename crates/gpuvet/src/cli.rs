@@ -71,6 +71,10 @@ pub struct SanityArgs {
     /// Also write the report as JUnit XML to FILE.
     #[arg(long, value_name = "FILE")]
     pub junit: Option<PathBuf>,
+    /// Also write the report as one self-contained HTML page to FILE (charts and
+    /// findings; opens in a browser without a server).
+    #[arg(long, value_name = "FILE")]
+    pub html: Option<PathBuf>,
     /// Show every parameter and whole reasons in the table (JSON always has them).
     #[arg(long, short)]
     pub verbose: bool,

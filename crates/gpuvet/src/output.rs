@@ -1,5 +1,5 @@
-//! Where reports go: progress on the terminal while checks run, then the table, JSON or
-//! JUnit XML. Data goes to stdout, progress and diagnostics to stderr.
+//! Where reports go: progress on the terminal while checks run, then the table or JSON,
+//! and the JUnit XML and HTML files the flags ask for. Data goes to stdout, progress and diagnostics to stderr.
 
 use std::io::Write;
 use std::path::Path;
@@ -100,11 +100,25 @@ pub fn json(report: &RunReport) -> String {
     text
 }
 
-/// Writes the JUnit XML next to its final name first, so a reader never sees half a file.
-pub fn write_junit(path: &Path, report: &RunReport) -> Result<(), Failure> {
-    write_atomically(path, render::junit(report).as_bytes()).map_err(|err| {
+/// Writes the report files the flags ask for (`--junit`, `--html`), each next to its
+/// final name first, so a reader never sees half a file.
+pub fn write_report_files(
+    args: &crate::cli::SanityArgs,
+    report: &RunReport,
+) -> Result<(), Failure> {
+    if let Some(path) = &args.junit {
+        write_report_file(path, "JUnit report", &render::junit(report))?;
+    }
+    if let Some(path) = &args.html {
+        write_report_file(path, "HTML report", &gpuvet_html::page(report))?;
+    }
+    Ok(())
+}
+
+fn write_report_file(path: &Path, what: &str, text: &str) -> Result<(), Failure> {
+    write_atomically(path, text.as_bytes()).map_err(|err| {
         Failure::usage(format!(
-            "cannot write the JUnit report to `{}`: {err}",
+            "cannot write the {what} to `{}`: {err}",
             path.display()
         ))
         .with_hint("check that the directory exists and is writable")
@@ -117,8 +131,10 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "report".to_owned());
     let temp = path.with_file_name(format!(".{file_name}.tmp-{}", std::process::id()));
-    std::fs::write(&temp, bytes)?;
-    std::fs::rename(&temp, path).inspect_err(|_| {
-        let _ = std::fs::remove_file(&temp);
-    })
+    // A write cut short (a full disk) leaves no temp file behind either.
+    std::fs::write(&temp, bytes)
+        .and_then(|()| std::fs::rename(&temp, path))
+        .inspect_err(|_| {
+            let _ = std::fs::remove_file(&temp);
+        })
 }

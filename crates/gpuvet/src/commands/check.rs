@@ -60,9 +60,7 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     if let Some(store) = store.as_mut() {
         store.record_report(&attempt, &report)?;
     }
-    if let Some(path) = &args.sanity.junit {
-        output::write_junit(path, &report)?;
-    }
+    output::write_report_files(&args.sanity, &report)?;
     if args.json {
         output::stdout(&output::json(&report))?;
     } else {

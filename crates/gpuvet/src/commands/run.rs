@@ -61,9 +61,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         )?;
         // The app owns stdout; gpuvet's report goes to stderr.
         output::stderr(&render::table(&report, None, output::detail(&args.sanity)));
-        if let Some(path) = &args.sanity.junit {
-            output::write_junit(path, &report)?;
-        }
+        output::write_report_files(&args.sanity, &report)?;
         recorder.store.record_report(&attempt, &report)?;
         let failed = report.outcome == Outcome::Failed;
         let kind = if failed {

@@ -10,6 +10,7 @@ mod fr;
 mod gpu_smoke_script;
 mod group;
 mod group_local;
+mod html_report;
 mod input_bombs;
 mod local_faults;
 mod netns;

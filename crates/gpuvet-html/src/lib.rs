@@ -1,0 +1,297 @@
+//! gpuvet's HTML report: one run as a self-contained page (inline CSS and SVG, no
+//! script, nothing fetched), with a header, the group, every finding with its lane, and
+//! one panel per check with its status, duration, values and chart.
+//!
+//! Pure functions from a [`RunReport`] to HTML text. `gpuvet check --html` writes
+//! [`page`]; the web UI is meant to reuse [`check_panel`], [`findings_table`] and
+//! [`STYLESHEET`] inside its own templates. Every string that comes from the report
+//! (node names, messages, parameters) goes through [`escape`].
+
+pub mod chart;
+
+use gpuvet_core::analysis::fmt_value;
+use gpuvet_core::catalog::Direction;
+use gpuvet_core::render::{rank_name, value_summary};
+use gpuvet_core::repeats::group_repeats;
+use gpuvet_core::results::{CheckResult, Entity, GroupSummary, RunReport, Verdict};
+use gpuvet_core::time::format_utc_ms;
+
+/// The page's styles, inlined into its `<head>`.
+pub const STYLESHEET: &str = include_str!("style.css");
+
+/// The most node names the group section shows before folding them away.
+const SHOWN_NODES: usize = 16;
+
+/// `text` safe inside HTML elements and quoted attributes.
+pub fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The whole report as one HTML document.
+pub fn page(report: &RunReport) -> String {
+    let mut out =
+        String::from("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n");
+    out.push_str("<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n");
+    out.push_str(&format!(
+        "<title>gpuvet {}: job {} attempt {} on {}</title>\n<style>\n{STYLESHEET}</style>\n</head>\n<body>\n",
+        report.outcome.as_str(),
+        escape(&report.job_id),
+        report.attempt,
+        escape(&report.node)
+    ));
+    out.push_str(&header(report));
+    if let Some(group) = &report.group {
+        out.push_str(&group_section(group));
+    }
+    out.push_str(&findings_table(report));
+    out.push_str("<section id=\"checks\">\n<h2>Checks</h2>\n");
+    for check in &report.checks {
+        out.push_str(&check_panel(check));
+    }
+    out.push_str(&format!(
+        "</section>\n<footer>gpuvet {} &middot; a static report: nothing on this page is fetched</footer>\n</body>\n</html>\n",
+        escape(&report.gpuvet_version)
+    ));
+    out
+}
+
+fn header(report: &RunReport) -> String {
+    let outcome = report.outcome.as_str();
+    let mut out = format!(
+        "<header>\n<h1>gpuvet <span class=\"status {outcome}\">{outcome}</span></h1>\n<p class=\"summary\">{}</p>\n<dl class=\"facts\">\n",
+        escape(&report.summary())
+    );
+    let facts = [
+        ("job", report.job_id.clone()),
+        ("attempt", report.attempt.to_string()),
+        ("node", report.node.clone()),
+        ("instance", report.instance.clone()),
+        ("backend", report.backend.clone()),
+        ("devices", devices(report)),
+        ("started", format_utc_ms(report.started_at_ms)),
+        (
+            "duration",
+            format!(
+                "{:.1} s of a {:.0} s timeout",
+                report.duration_secs, report.timeout_secs
+            ),
+        ),
+    ];
+    for (name, value) in facts {
+        out.push_str(&format!("<dt>{name}</dt><dd>{}</dd>\n", escape(&value)));
+    }
+    out.push_str("</dl>\n</header>\n");
+    out
+}
+
+/// `8 × NVIDIA H200`, one part per distinct device name.
+fn devices(report: &RunReport) -> String {
+    if report.devices.is_empty() {
+        return "none".to_owned();
+    }
+    let mut counts: Vec<(&str, usize)> = Vec::new();
+    for device in &report.devices {
+        match counts.iter_mut().find(|(name, _)| *name == device.name) {
+            Some((_, n)) => *n += 1,
+            None => counts.push((&device.name, 1)),
+        }
+    }
+    counts
+        .iter()
+        .map(|(name, n)| format!("{n} × {name}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+fn group_section(group: &GroupSummary) -> String {
+    let mut out = format!(
+        "<section id=\"group\">\n<h2>Group of {} nodes</h2>\n",
+        group.nodes.len()
+    );
+    let names: Vec<String> = group.nodes.iter().map(|n| escape(n)).collect();
+    if names.len() <= SHOWN_NODES {
+        out.push_str(&format!("<p class=\"nodes\">{}</p>\n", names.join(", ")));
+    } else {
+        // A thousand names are there to search, not to read: folded, in one paragraph.
+        out.push_str(&format!(
+            "<details><summary>{} … {} (all {} names)</summary><p class=\"nodes\">{}</p></details>\n",
+            names[0],
+            names[names.len() - 1],
+            names.len(),
+            names.join(", ")
+        ));
+    }
+    if let Some(first) = &group.first_error {
+        out.push_str(&format!(
+            "<p class=\"first-error\"><strong>first error</strong>: {} {} <span class=\"lane\">{}</span>: {}</p>\n",
+            escape(&rank_name(first)),
+            escape(&first.kind),
+            first.lane,
+            escape(&first.detail)
+        ));
+    }
+    // Ranks that only waited on the first error mostly say the same: said once.
+    let secondary: Vec<(String, String)> = group
+        .secondary
+        .iter()
+        .map(|i| (rank_name(i), format!("{} {}", i.kind, i.detail)))
+        .collect();
+    let mut notes: Vec<String> = group_repeats(&secondary, group.nodes.len())
+        .into_iter()
+        .map(|line| format!("secondary: {}", escape(&line)))
+        .collect();
+    notes.extend(group.other_failures.iter().map(|i| {
+        format!(
+            "also: {} {} <span class=\"lane\">{}</span>: {}",
+            escape(&rank_name(i)),
+            escape(&i.kind),
+            i.lane,
+            escape(&i.detail)
+        )
+    }));
+    if !notes.is_empty() {
+        out.push_str(&format!(
+            "<ul class=\"incidents\"><li>{}</li></ul>\n",
+            notes.join("</li><li>")
+        ));
+    }
+    out.push_str("</section>\n");
+    out
+}
+
+/// Every slow or faulty entity of the run, with its check, lane and reason.
+pub fn findings_table(report: &RunReport) -> String {
+    let findings: Vec<_> = report.findings().collect();
+    let mut out = format!(
+        "<section id=\"findings\">\n<h2>Findings ({})</h2>\n",
+        findings.len()
+    );
+    if findings.is_empty() {
+        out.push_str("<p>No GPU, node or link was found slow or faulty.</p>\n</section>\n");
+        return out;
+    }
+    out.push_str("<table>\n<thead><tr><th>check</th><th>entity</th><th>verdict</th><th>lane</th><th>value</th><th>reason</th></tr></thead>\n<tbody>\n");
+    for (check, finding) in findings {
+        let verdict = verdict_name(finding.verdict);
+        let value = finding.measurement.value.map_or_else(
+            || "-".to_owned(),
+            |v| format!("{} {}", fmt_value(v), check.metric.unit),
+        );
+        out.push_str(&format!(
+            "<tr class=\"{verdict}\"><td><a href=\"#check-{name}\">{name}</a></td><td>{}</td><td><span class=\"status {verdict}\">{verdict}</span></td><td><span class=\"lane\">{}</span></td><td>{}</td><td>{}</td></tr>\n",
+            escape(&finding.entity.to_string()),
+            finding.lane,
+            escape(&value),
+            escape(&finding.reason),
+            name = check.name.as_str(),
+        ));
+    }
+    out.push_str("</tbody>\n</table>\n</section>\n");
+    out
+}
+
+pub(crate) fn verdict_name(verdict: Verdict) -> &'static str {
+    match verdict {
+        Verdict::Ok => "ok",
+        Verdict::Slow => "slow",
+        Verdict::Faulty => "faulty",
+        Verdict::Skipped => "skipped",
+    }
+}
+
+/// One check's panel: status, duration, values, parameters, its entities in counts,
+/// and its chart.
+pub fn check_panel(check: &CheckResult) -> String {
+    let name = check.name.as_str();
+    let status = check.status.as_str();
+    let mut out = format!(
+        "<article class=\"panel {status}\" id=\"check-{name}\">\n<h3>{name} <span class=\"status {status}\">{}</span> <span class=\"duration\">{:.1} s</span></h3>\n",
+        status.replace('_', " "),
+        check.duration_secs
+    );
+    let direction = match check.metric.direction {
+        Direction::HigherIsBetter => "higher is better",
+        Direction::LowerIsBetter => "lower is better",
+    };
+    out.push_str(&format!(
+        "<p class=\"metric\">{} ({}, {direction}): {}</p>\n",
+        escape(&check.metric.name),
+        escape(&check.metric.unit),
+        escape(&value_summary(check))
+    ));
+    if let Some(reason) = &check.reason {
+        out.push_str(&format!("<p class=\"reason\">{}</p>\n", escape(reason)));
+    }
+    if !check.entities.is_empty() {
+        out.push_str(&format!(
+            "<p class=\"counts\">{}</p>\n",
+            escape(&entity_counts(check))
+        ));
+    }
+    if !check.params.is_empty() {
+        let params: Vec<String> = check
+            .params
+            .iter()
+            .map(|(k, v)| format!("<code>{}={}</code>", escape(k), escape(v)))
+            .collect();
+        out.push_str(&format!("<p class=\"params\">{}</p>\n", params.join(" ")));
+    }
+    if let Some(svg) = chart::svg(check) {
+        out.push_str(&svg);
+        out.push('\n');
+    }
+    out.push_str("</article>\n");
+    out
+}
+
+/// `8192 GPUs on 1024 nodes: 8190 ok, 1 slow, 1 faulty`.
+fn entity_counts(check: &CheckResult) -> String {
+    let mut nodes: Vec<&str> = check
+        .entities
+        .iter()
+        .flat_map(|e| match &e.entity {
+            Entity::NodePair { a, b } => vec![a.as_str(), b.as_str()],
+            entity => vec![entity.node()],
+        })
+        .collect();
+    nodes.sort_unstable();
+    nodes.dedup();
+    let kind = match check.entities.first().map(|e| &e.entity) {
+        Some(Entity::Device { .. }) => "GPUs",
+        Some(Entity::NodePair { .. }) => "pairs",
+        _ => "nodes",
+    };
+    let mut text = format!("{} {kind}", check.entities.len());
+    if kind != "nodes" {
+        let plural = if nodes.len() == 1 { "" } else { "s" };
+        text.push_str(&format!(" on {} node{plural}", nodes.len()));
+    }
+    let counts: Vec<String> = [
+        Verdict::Ok,
+        Verdict::Slow,
+        Verdict::Faulty,
+        Verdict::Skipped,
+    ]
+    .into_iter()
+    .filter_map(|verdict| {
+        let n = check
+            .entities
+            .iter()
+            .filter(|e| e.verdict == verdict)
+            .count();
+        (n > 0).then(|| format!("{n} {}", verdict_name(verdict)))
+    })
+    .collect();
+    format!("{text}: {}", counts.join(", "))
+}

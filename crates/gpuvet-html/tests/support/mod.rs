@@ -1,0 +1,195 @@
+//! Reports the tests and the `html_scale` example render: a few GPUs on one node, and
+//! a group of any size with a slow GPU, a GPU that failed and a slow pair.
+
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::results::{
+    CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, GroupIncident,
+    GroupSummary, Lane, Measurement, Outcome, RunReport, Verdict,
+};
+
+/// The slow GPU of [`group_report`] and of [`one_node_report`].
+pub const SLOW_DEVICE: usize = 3;
+pub const SLOW_REASON: &str = "22.0% below the peer median 100.0 TFLOPS (threshold 5.0%)";
+
+pub fn node_name(rank: usize) -> String {
+    format!("node-{rank}")
+}
+
+fn entity(entity: Entity, value: Option<f64>, verdict: Verdict, reason: &str) -> EntityResult {
+    let measurement = match value {
+        Some(value) => Measurement::ok(entity.clone(), value, Vec::new()),
+        None => Measurement::failed(entity.clone(), reason),
+    };
+    EntityResult {
+        entity,
+        verdict,
+        lane: Lane::Host,
+        reason: reason.to_owned(),
+        evidence: Evidence {
+            value,
+            peer_median: Some(100.0),
+            baseline: Some(60.0),
+            ..Evidence::default()
+        },
+        measurement,
+    }
+}
+
+/// Healthy values that differ a little, deterministically.
+fn healthy(i: usize) -> f64 {
+    100.0 + ((i * 37) % 11) as f64 * 0.3 - 1.5
+}
+
+fn gemm(nodes: usize, devices: usize, faulty: Option<(usize, usize)>) -> CheckResult {
+    let mut entities = Vec::new();
+    for rank in 0..nodes {
+        for index in 0..devices {
+            let device = Entity::Device {
+                node: node_name(rank),
+                index: index as u32,
+            };
+            let i = rank * devices + index;
+            entities.push(if rank == nodes / 2 && index == SLOW_DEVICE {
+                entity(device, Some(78.0), Verdict::Slow, SLOW_REASON)
+            } else if faulty == Some((rank, index)) {
+                entity(
+                    device,
+                    None,
+                    Verdict::Faulty,
+                    "cuda error: an illegal memory access",
+                )
+            } else {
+                entity(
+                    device,
+                    Some(healthy(i)),
+                    Verdict::Ok,
+                    "within 5.0% of its peers",
+                )
+            });
+        }
+    }
+    let mut check = CheckResult::judged(CheckName::GemmFlops, CheckStatus::Failed, entities);
+    check.duration_secs = 4.2;
+    check.params = BTreeMap::from([("dtype".to_owned(), "bf16".to_owned())]);
+    check
+}
+
+fn devices(n: usize) -> Vec<DeviceInfo> {
+    (0..n)
+        .map(|index| DeviceInfo {
+            index: index as u32,
+            name: "NVIDIA H200".to_owned(),
+            memory_bytes: None,
+            details: BTreeMap::new(),
+        })
+        .collect()
+}
+
+fn report(node: &str, devices_per_node: usize, checks: Vec<CheckResult>) -> RunReport {
+    RunReport {
+        gpuvet_version: "0.1.0".to_owned(),
+        job_id: "job-7".to_owned(),
+        attempt: 2,
+        node: node.to_owned(),
+        instance: "instance-a".to_owned(),
+        backend: "sim".to_owned(),
+        devices: devices(devices_per_node),
+        started_at_ms: 1_767_225_600_000,
+        duration_secs: 12.5,
+        timeout_secs: 300.0,
+        outcome: Outcome::of(&checks),
+        checks,
+        group: None,
+    }
+}
+
+/// One node of 8 GPUs: GPU 3 slow, the rest fine; a skipped pair check.
+pub fn one_node_report(node: &str) -> RunReport {
+    let checks = vec![
+        gemm(1, 8, None),
+        CheckResult::without_work(
+            CheckName::AllReduce2,
+            CheckStatus::Skipped,
+            "needs at least 2 nodes",
+        ),
+    ];
+    let mut report = report(node, 8, checks);
+    // One node: its devices carry its own name.
+    for entity in &mut report.checks[0].entities {
+        entity.entity = Entity::Device {
+            node: node.to_owned(),
+            index: match entity.entity {
+                Entity::Device { index, .. } => index,
+                _ => unreachable!("gemm entities are devices"),
+            },
+        };
+    }
+    report
+}
+
+/// A group of `nodes` nodes with 8 GPUs each: GPU 3 of the middle node slow, GPU 0 of
+/// the last node faulty, one slow pair in a ring of pairs, a node-scope check, and a
+/// first error.
+pub fn group_report(nodes: usize) -> RunReport {
+    let ring: Vec<EntityResult> = (0..nodes)
+        .map(|rank| {
+            let pair = Entity::NodePair {
+                a: node_name(rank),
+                b: node_name((rank + 1) % nodes),
+            };
+            if rank == 1 {
+                let mut slow = entity(
+                    pair,
+                    Some(21.0),
+                    Verdict::Slow,
+                    "busbw 21.0 GB/s, 45% below the peer median",
+                );
+                slow.lane = Lane::Network;
+                slow
+            } else {
+                entity(
+                    pair,
+                    Some(healthy(rank) * 0.4),
+                    Verdict::Ok,
+                    "within tolerance",
+                )
+            }
+        })
+        .collect();
+    let mut pairs = CheckResult::judged(CheckName::AllReduce2, CheckStatus::Failed, ring);
+    pairs.duration_secs = 9.8;
+    let per_node: Vec<EntityResult> = (0..nodes)
+        .map(|rank| {
+            entity(
+                Entity::Node {
+                    node: node_name(rank),
+                },
+                Some(healthy(rank) * 2.0),
+                Verdict::Ok,
+                "within tolerance",
+            )
+        })
+        .collect();
+    let mut node_scope = CheckResult::judged(CheckName::AllReduce1, CheckStatus::Passed, per_node);
+    node_scope.duration_secs = 3.1;
+    let checks = vec![gemm(nodes, 8, Some((nodes - 1, 0))), node_scope, pairs];
+    let mut report = report(&node_name(0), 8, checks);
+    report.group = Some(GroupSummary {
+        nodes: (0..nodes).map(node_name).collect(),
+        first_error: Some(GroupIncident {
+            rank: (nodes - 1) as u32,
+            node: node_name(nodes - 1),
+            kind: "failed".to_owned(),
+            lane: Lane::Host,
+            time_ms: 1_767_225_605_000,
+            detail: "gemm_flops: cuda error: an illegal memory access".to_owned(),
+        }),
+        secondary: Vec::new(),
+        other_failures: Vec::new(),
+    });
+    report
+}
