@@ -13,7 +13,6 @@ mod group_local;
 mod html_report;
 mod input_bombs;
 mod local_faults;
-mod netns;
 mod orphans;
 mod output_snapshots;
 mod run;
