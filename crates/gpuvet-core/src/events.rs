@@ -82,6 +82,10 @@ pub struct Attempt {
 /// An event before the store gives it an id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct NewEvent {
+    /// The event's own id ([`crate::ids::new_id`]): storing or sending it twice stores
+    /// it once. Empty in events made before ids existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub event_id: String,
     /// Unix time in milliseconds.
     pub time_ms: u64,
     pub kind: EventKind,

@@ -351,6 +351,11 @@ pub struct DeviceInfo {
 /// The report of one sanity-check run on one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunReport {
+    /// This report's own id ([`crate::ids::new_id`]), given when the node keeps the
+    /// report: storing or sending it twice stores it once. Empty in reports made before
+    /// ids existed, and in reports still being put together.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub report_id: String,
     pub gpuvet_version: String,
     pub job_id: String,
     pub attempt: u32,

@@ -151,6 +151,7 @@ pub fn run_group(
 
     let summary = summarize(&conversation, expected);
     let report = RunReport {
+        report_id: String::new(),
         gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
         job_id: plan.attempt.job_id.clone(),
         attempt: plan.attempt.attempt,
@@ -526,6 +527,7 @@ mod tests {
             .map(|i| entity(i, if i == 3 { Verdict::Slow } else { Verdict::Ok }))
             .collect();
         RunReport {
+            report_id: String::new(),
             gpuvet_version: "0".to_owned(),
             job_id: "j".to_owned(),
             attempt: 1,

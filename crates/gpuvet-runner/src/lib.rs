@@ -127,6 +127,7 @@ pub fn run(
     }
 
     let report = RunReport {
+        report_id: String::new(),
         gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
         job_id: plan.attempt.job_id.clone(),
         attempt: plan.attempt.attempt,

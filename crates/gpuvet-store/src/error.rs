@@ -49,6 +49,10 @@ pub enum StoreError {
         id: i64,
         message: String,
     },
+    /// A report or event arrived again under its id with different content: two
+    /// writers gave one id to different things, which the store never hides.
+    #[error("the store already holds a {what} with id `{id}` whose content differs")]
+    IdConflict { what: &'static str, id: String },
     /// A report was recorded under an attempt it does not belong to.
     #[error("the report's {field} is `{report}` but the attempt's is `{attempt}`")]
     Mismatch {
@@ -83,6 +87,9 @@ impl StoreError {
             StoreError::Sqlite { error, .. } => error.sqlite_error_code().and_then(sqlite_hint),
             StoreError::Decode { .. } => Some(
                 "the row was written by an incompatible gpuvet or changed by hand; narrow the query to skip it, or move the store file aside to start a new one",
+            ),
+            StoreError::IdConflict { .. } => Some(
+                "gpuvet gives each report and event its own id; one id on two different contents means the sender reused it (a bug in the sender, or a file edited by hand)",
             ),
             StoreError::Encode { .. } | StoreError::Mismatch { .. } => None,
         }

@@ -31,7 +31,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::{Attempt, Event, EventKind, NewEvent};
 use gpuvet_core::results::{CheckResult, Lane, RunReport};
 use rusqlite::types::Value;
-use rusqlite::{Connection, OpenFlags, Row, TransactionBehavior, params};
+use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -165,6 +165,11 @@ impl Store {
     /// Records a report and each of its check results, all or nothing; returns the
     /// run's id.
     ///
+    /// A report with an id (`report_id`) that is already stored is not stored again:
+    /// the stored run's id is returned when the content is the same, and
+    /// [`StoreError::IdConflict`] when it differs. A report without an id (from before
+    /// ids) is always added.
+    ///
     /// The report must belong to `attempt` (same job, attempt, node and instance). An
     /// attempt this store has not begun (a report pushed from another node) is added.
     /// A report whose JSON would not read back (e.g. a NaN where a number is required)
@@ -193,6 +198,27 @@ impl Store {
             .conn
             .transaction_with_behavior(TransactionBehavior::Immediate)
             .during(ACTION)?;
+        let report_id = non_empty(&report.report_id);
+        if let Some(id) = report_id {
+            let stored: Option<(i64, String)> = tx
+                .query_row(
+                    "SELECT id, report_json FROM runs WHERE report_id = ?1",
+                    [id],
+                    |row| Ok((row.get(0)?, row.get(1)?)),
+                )
+                .optional()
+                .during(ACTION)?;
+            if let Some((run_id, stored_json)) = stored {
+                return if same_json(&stored_json, &report_json) {
+                    Ok(run_id)
+                } else {
+                    Err(StoreError::IdConflict {
+                        what: "report",
+                        id: id.to_owned(),
+                    })
+                };
+            }
+        }
         tx.execute(
             "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
              VALUES (?1, ?2, ?3, ?4, ?5)
@@ -216,8 +242,8 @@ impl Store {
         let run_id: i64 = tx
             .query_row(
                 "INSERT INTO runs (attempt_id, gpuvet_version, backend, outcome, started_at_ms,
-                                   duration_secs, timeout_secs, report_json)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)
+                                   duration_secs, timeout_secs, report_json, report_id)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
                  RETURNING id",
                 params![
                     attempt_id,
@@ -228,6 +254,7 @@ impl Store {
                     report.duration_secs,
                     report.timeout_secs,
                     report_json,
+                    report_id,
                 ],
                 |row| row.get(0),
             )
@@ -268,7 +295,7 @@ impl Store {
     ) -> Result<Event, StoreError> {
         const ACTION: &str = "record an event in the store";
         let details = encode("event details", &event.details)?;
-        let id = insert_event(&self.conn, attempt, event, &details).during(ACTION)?;
+        let id = insert_event(&self.conn, attempt, event, &details, ACTION)?;
         Ok(Event {
             id,
             attempt: attempt.clone(),
@@ -301,7 +328,7 @@ impl Store {
             .during(ACTION)?;
         let mut stored = Vec::with_capacity(events.len());
         for (event, details) in events.iter().zip(details) {
-            let id = insert_event(&tx, attempt, event, &details).during(ACTION)?;
+            let id = insert_event(&tx, attempt, event, &details, ACTION)?;
             stored.push(Event {
                 id,
                 attempt: attempt.clone(),
@@ -357,7 +384,8 @@ impl Store {
     pub fn events(&self, filter: &EventFilter) -> Result<Vec<Event>, StoreError> {
         const ACTION: &str = "read events from the store";
         let mut query = Query::new(
-            "SELECT id, time_ms, job_id, attempt, node, instance, kind, lane, message, details
+            "SELECT id, time_ms, job_id, attempt, node, instance, kind, lane, message, details,
+                    event_id
              FROM events",
         );
         query.filter("job_id", filter.job_id.as_deref().map(text));
@@ -455,32 +483,93 @@ impl Store {
     }
 }
 
-/// Inserts one event row (its details already encoded) and returns its id.
+/// Inserts one event row (its details already encoded) and returns its id. An event
+/// whose id is already stored is not stored again: the stored row's id is returned when
+/// it is the same event, and [`StoreError::IdConflict`] when it is not.
 fn insert_event(
     conn: &Connection,
     attempt: &Attempt,
     event: &NewEvent,
     details: &str,
-) -> rusqlite::Result<i64> {
+    action: &'static str,
+) -> Result<i64, StoreError> {
+    let event_id = non_empty(&event.event_id);
+    if let Some(id) = event_id {
+        let stored = conn
+            .prepare_cached(
+                "SELECT id, time_ms, job_id, attempt, node, instance, kind, lane, message, details
+                 FROM events WHERE event_id = ?1",
+            )
+            .and_then(|mut select| {
+                select
+                    .query_row([id], |row| {
+                        let same = row.get::<_, u64>(1)? == event.time_ms
+                            && row.get::<_, String>(2)? == attempt.job_id
+                            && row.get::<_, u32>(3)? == attempt.attempt
+                            && row.get::<_, String>(4)? == attempt.node
+                            && row.get::<_, String>(5)? == attempt.instance
+                            && row.get::<_, String>(6)? == event.kind.as_str()
+                            && row.get::<_, Option<String>>(7)?.as_deref()
+                                == event.lane.map(Lane::as_str)
+                            && row.get::<_, String>(8)? == event.message
+                            && same_json(&row.get::<_, String>(9)?, details);
+                        Ok((row.get::<_, i64>(0)?, same))
+                    })
+                    .optional()
+            })
+            .during(action)?;
+        match stored {
+            Some((row_id, true)) => return Ok(row_id),
+            Some((_, false)) => {
+                return Err(StoreError::IdConflict {
+                    what: "event",
+                    id: id.to_owned(),
+                });
+            }
+            None => {}
+        }
+    }
     conn.prepare_cached(
-        "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message, details)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+        "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message, details,
+                             event_id)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
          RETURNING id",
-    )?
-    .query_row(
-        params![
-            event.time_ms,
-            attempt.job_id,
-            attempt.attempt,
-            attempt.node,
-            attempt.instance,
-            event.kind.as_str(),
-            event.lane.map(Lane::as_str),
-            event.message,
-            details,
-        ],
-        |row| row.get(0),
     )
+    .and_then(|mut insert| {
+        insert.query_row(
+            params![
+                event.time_ms,
+                attempt.job_id,
+                attempt.attempt,
+                attempt.node,
+                attempt.instance,
+                event.kind.as_str(),
+                event.lane.map(Lane::as_str),
+                event.message,
+                details,
+                event_id,
+            ],
+            |row| row.get(0),
+        )
+    })
+    .during(action)
+}
+
+/// An id as stored: `None` (NULL) for the empty id of reports and events from before ids.
+fn non_empty(id: &str) -> Option<&str> {
+    (!id.is_empty()).then_some(id)
+}
+
+/// Whether two JSON texts hold the same value (the same report or details, whatever
+/// the spelling of its numbers or the order of its keys).
+fn same_json(a: &str, b: &str) -> bool {
+    match (
+        serde_json::from_str::<serde_json::Value>(a),
+        serde_json::from_str::<serde_json::Value>(b),
+    ) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => a == b,
+    }
 }
 
 /// Refuses a report recorded under another attempt: it would mix tries.
@@ -589,6 +678,8 @@ struct RawEvent {
     lane: Option<String>,
     message: String,
     details: String,
+    /// NULL for events from before ids.
+    event_id: Option<String>,
 }
 
 impl RawEvent {
@@ -606,6 +697,7 @@ impl RawEvent {
             lane: row.get(7)?,
             message: row.get(8)?,
             details: row.get(9)?,
+            event_id: row.get(10)?,
         })
     }
 
@@ -628,6 +720,7 @@ impl RawEvent {
             id: self.id,
             attempt: self.attempt,
             event: NewEvent {
+                event_id: self.event_id.unwrap_or_default(),
                 time_ms: self.time_ms,
                 kind,
                 lane,

@@ -27,7 +27,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 2] = [V1, V2];
+const MIGRATIONS: [&str; 3] = [V1, V2, V3];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -101,6 +101,15 @@ CREATE TABLE watch_state (
     state_json  TEXT    NOT NULL,
     UNIQUE (job_id, node)
 );
+";
+
+/// Reports and events carry their own ids, so that one stored or pushed twice is kept
+/// once. Rows from before have none (NULL), and NULLs never collide.
+const V3: &str = "
+ALTER TABLE runs ADD COLUMN report_id TEXT;
+CREATE UNIQUE INDEX runs_by_report_id ON runs (report_id) WHERE report_id IS NOT NULL;
+ALTER TABLE events ADD COLUMN event_id TEXT;
+CREATE UNIQUE INDEX events_by_event_id ON events (event_id) WHERE event_id IS NOT NULL;
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

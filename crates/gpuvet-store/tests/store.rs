@@ -63,6 +63,7 @@ fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
         CheckResult::without_work(CheckName::AllReduce2, CheckStatus::NotRun, "time ran out"),
     ];
     RunReport {
+        report_id: String::new(),
         gpuvet_version: "0.1.0".to_owned(),
         job_id: attempt.job_id.clone(),
         attempt: attempt.attempt,
@@ -86,6 +87,7 @@ fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
 
 fn event(time_ms: u64, kind: EventKind, message: &str) -> NewEvent {
     NewEvent {
+        event_id: String::new(),
         time_ms,
         kind,
         lane: (kind == EventKind::SanityCheckFailed).then_some(Lane::Network),
@@ -982,4 +984,109 @@ fn a_version_1_store_is_migrated_and_keeps_its_data() {
         store.watch_state("job", "n0").unwrap(),
         Some((9, watch_state(1)))
     );
+}
+
+fn count(path: &Path, table: &str) -> i64 {
+    raw(path)
+        .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
+        .unwrap()
+}
+
+#[test]
+fn a_report_stored_twice_under_its_id_is_stored_once() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
+    let mut sent = report(&attempt, 10);
+    sent.report_id = gpuvet_core::ids::new_id();
+    let first = store.record_report(&attempt, &sent).unwrap();
+    // Again, and from another handle on the same file (a retried push).
+    assert_eq!(store.record_report(&attempt, &sent).unwrap(), first);
+    let mut other = Store::open(&path).unwrap();
+    assert_eq!(other.record_report(&attempt, &sent).unwrap(), first);
+    assert_eq!(count(&path, "runs"), 1);
+    assert_eq!(count(&path, "check_results"), 3);
+    let stored = store.reports("job", 1).unwrap();
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].report_id, sent.report_id);
+
+    // Another report, with its own id, is another run.
+    let mut next = report(&attempt, 20);
+    next.report_id = gpuvet_core::ids::new_id();
+    assert_ne!(store.record_report(&attempt, &next).unwrap(), first);
+    assert_eq!(count(&path, "runs"), 2);
+}
+
+#[test]
+fn one_report_id_on_two_different_reports_is_refused_and_changes_nothing() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
+    let mut sent = report(&attempt, 10);
+    sent.report_id = gpuvet_core::ids::new_id();
+    store.record_report(&attempt, &sent).unwrap();
+    let mut changed = sent.clone();
+    changed.duration_secs += 1.0;
+    let err = store.record_report(&attempt, &changed).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::IdConflict { what: "report", id } if *id == sent.report_id),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string().contains(&format!("`{}`", sent.report_id)),
+        "{err}"
+    );
+    assert!(err.hint().is_some());
+    assert_eq!(count(&path, "runs"), 1);
+    assert_eq!(count(&path, "check_results"), 3);
+}
+
+#[test]
+fn reports_without_an_id_are_each_stored_as_before() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
+    let sent = report(&attempt, 10);
+    assert!(sent.report_id.is_empty());
+    let first = store.record_report(&attempt, &sent).unwrap();
+    assert_ne!(store.record_report(&attempt, &sent).unwrap(), first);
+    assert_eq!(count(&path, "runs"), 2);
+}
+
+#[test]
+fn an_event_stored_twice_under_its_id_is_stored_once_and_keeps_its_id() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
+    let mut sent = event(5, EventKind::RuntimeCheckFailed, "xid 79");
+    sent.event_id = gpuvet_core::ids::new_id();
+    let first = store.record_event(&attempt, &sent).unwrap();
+    assert_eq!(store.record_event(&attempt, &sent).unwrap().id, first.id);
+    // The runtime check's batch path deduplicates too, inside its transaction.
+    let other = event(6, EventKind::RuntimeCheckFailed, "xid 48");
+    let stored = store
+        .record_runtime(&attempt, &[sent.clone(), other], None::<&()>, 9)
+        .unwrap();
+    assert_eq!(stored[0].id, first.id);
+    assert_eq!(count(&path, "events"), 2);
+    let read = store.events(&EventFilter::default()).unwrap();
+    assert_eq!(read[0].event.event_id, sent.event_id);
+    assert_eq!(read[1].event.event_id, "");
+}
+
+#[test]
+fn one_event_id_on_two_different_events_is_refused() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
+    let mut sent = event(5, EventKind::RuntimeCheckFailed, "xid 79");
+    sent.event_id = gpuvet_core::ids::new_id();
+    store.record_event(&attempt, &sent).unwrap();
+    let mut changed = sent.clone();
+    changed.message = "xid 48".to_owned();
+    let err = store.record_event(&attempt, &changed).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::IdConflict { what: "event", .. }),
+        "{err:?}"
+    );
+    // The same event under another attempt is another event, not a repeat.
+    let later = store.begin_attempt("job", "n0", "pod-0", 2).unwrap();
+    let err = store.record_event(&later, &sent).unwrap_err();
+    assert!(matches!(err, StoreError::IdConflict { .. }), "{err:?}");
+    assert_eq!(count(&path, "events"), 1);
 }

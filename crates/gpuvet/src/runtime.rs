@@ -349,6 +349,7 @@ fn spawn_recorder(
 
 fn event_of(finding: &RuntimeFinding) -> NewEvent {
     NewEvent {
+        event_id: gpuvet_core::ids::new_id(),
         time_ms: unix_now_ms(),
         kind: EventKind::RuntimeCheckFailed,
         lane: Some(finding.lane),

@@ -50,6 +50,7 @@ fn sample_report() -> RunReport {
         ),
     ];
     RunReport {
+        report_id: String::new(),
         gpuvet_version: "0.0.0-test".into(),
         job_id: "job-1".into(),
         attempt: 2,

@@ -91,6 +91,7 @@ fn devices(n: usize) -> Vec<DeviceInfo> {
 
 fn report(node: &str, devices_per_node: usize, checks: Vec<CheckResult>) -> RunReport {
     RunReport {
+        report_id: String::new(),
         gpuvet_version: "0.1.0".to_owned(),
         job_id: "job-7".to_owned(),
         attempt: 2,

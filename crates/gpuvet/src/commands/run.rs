@@ -135,6 +135,7 @@ impl Recorder<'_> {
         details: serde_json::Value,
     ) -> Result<(), Failure> {
         let event = NewEvent {
+            event_id: gpuvet_core::ids::new_id(),
             time_ms: unix_now_ms(),
             kind,
             lane,

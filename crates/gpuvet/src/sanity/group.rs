@@ -495,6 +495,7 @@ fn no_verdict(setup: &Setup<'_>, why: &str) -> RunReport {
         .map(|&name| CheckResult::without_work(name, CheckStatus::NotRun, reason.clone()))
         .collect();
     RunReport {
+        report_id: String::new(),
         gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
         job_id: setup.attempt.job_id.clone(),
         attempt: setup.attempt.attempt,

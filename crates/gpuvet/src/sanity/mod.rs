@@ -15,6 +15,7 @@ use gpuvet_core::baselines::{self, DEFAULT_FRACTION, Workload};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
 use gpuvet_core::events::Attempt;
+use gpuvet_core::ids::new_id;
 use gpuvet_core::results::{RunReport, Verdict};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
@@ -107,8 +108,24 @@ pub fn worker_launcher(
 }
 
 /// Runs the checks, on this node or across its group as the group flags and the
-/// launcher's environment say, with progress on stderr when `show_progress`.
+/// launcher's environment say, with progress on stderr when `show_progress`. The
+/// report gets its id here: it is this node's report from now on, in the store, the
+/// JSON and the files, whichever way the run went.
 pub fn execute(
+    args: &SanityArgs,
+    mode: group::Mode,
+    backend: Arc<dyn Backend>,
+    config: &Config,
+    sanity: &SanityConfig,
+    attempt: &Attempt,
+    show_progress: bool,
+) -> Result<RunReport, Failure> {
+    let mut report = run_checks(args, mode, backend, config, sanity, attempt, show_progress)?;
+    report.report_id = new_id();
+    Ok(report)
+}
+
+fn run_checks(
     args: &SanityArgs,
     mode: group::Mode,
     backend: Arc<dyn Backend>,
