@@ -217,6 +217,16 @@ mod tests {
         limit: None,
     };
 
+    /// An all-reduce ring of `n0`, `n1`, … with these replies, judged.
+    fn judged(replies: &[CollectiveReply]) -> CheckResult {
+        let nodes: Vec<(String, Option<&CollectiveReply>)> = replies
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (format!("n{i}"), Some(r)))
+            .collect();
+        judge_ring(CheckName::AllReduce, &nodes, &POLICY)
+    }
+
     fn names(result: &CheckResult) -> Vec<String> {
         result.findings().map(|e| e.entity.to_string()).collect()
     }
@@ -229,12 +239,7 @@ mod tests {
             reply(0.1, 0.02, 0.9),
             reply(0.1, 0.04, 0.8),
         ];
-        let nodes: Vec<(String, Option<&CollectiveReply>)> = replies
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (format!("n{i}"), Some(r)))
-            .collect();
-        let result = judge_ring(CheckName::AllReduce, &nodes, &POLICY);
+        let result = judged(&replies);
         assert_eq!(names(&result), ["n1"]);
         let finding = result.findings().next().unwrap();
         assert_eq!(finding.lane, Lane::Network);
@@ -255,12 +260,7 @@ mod tests {
             reply(0.024, 0.165, 0.483),
             reply(0.024, 0.024, 0.555),
         ];
-        let nodes: Vec<(String, Option<&CollectiveReply>)> = replies
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (format!("n{i}"), Some(r)))
-            .collect();
-        let result = judge_ring(CheckName::AllReduce, &nodes, &POLICY);
+        let result = judged(&replies);
         assert_eq!(names(&result), ["n2"]);
     }
 
@@ -282,12 +282,7 @@ mod tests {
             reply(1.0, 0.18, 0.82),
             reply(1.0, 0.2, 0.8),
         ];
-        let nodes: Vec<(String, Option<&CollectiveReply>)> = replies
-            .iter()
-            .enumerate()
-            .map(|(i, r)| (format!("n{i}"), Some(r)))
-            .collect();
-        let result = judge_ring(CheckName::AllReduce, &nodes, &POLICY);
+        let result = judged(&replies);
         assert!(names(&result).is_empty());
         assert_eq!(result.entities.len(), 4);
     }
