@@ -5,6 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::hex::to_hex;
 use crate::time::unix_now_ns;
 
 /// Digits of an id.
@@ -22,7 +23,7 @@ pub fn new_id() -> String {
         bytes[..8].copy_from_slice(&(unix_now_ns() as u64).to_be_bytes());
         bytes[8..].copy_from_slice(&process.to_be_bytes());
     }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    to_hex(&bytes)
 }
 
 /// Whether `text` has the form [`new_id`] gives.

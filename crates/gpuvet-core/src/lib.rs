@@ -13,6 +13,7 @@ pub mod config;
 pub mod events;
 pub mod exit_codes;
 pub mod gpu_health;
+pub mod hex;
 pub mod ids;
 pub mod inventory;
 pub mod inventory_check;
