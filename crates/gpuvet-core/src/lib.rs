@@ -18,6 +18,7 @@ pub mod ids;
 pub mod inventory;
 pub mod inventory_check;
 pub mod localize;
+pub mod overview;
 pub mod pairing;
 pub mod render;
 pub mod repeats;

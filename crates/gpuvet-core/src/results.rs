@@ -313,6 +313,8 @@ pub enum Outcome {
 }
 
 impl Outcome {
+    pub const ALL: [Outcome; 3] = [Outcome::Passed, Outcome::Incomplete, Outcome::Failed];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Outcome::Passed => "passed",
@@ -373,6 +375,19 @@ pub struct RunReport {
     /// error when a node never joined, crashed or stopped answering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<GroupSummary>,
+}
+
+impl std::str::FromStr for Outcome {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Outcome::ALL
+            .into_iter()
+            .find(|o| o.as_str() == s)
+            .ok_or_else(|| {
+                format!("unknown outcome `{s}`; expected `passed`, `incomplete` or `failed`")
+            })
+    }
 }
 
 /// The group a multi-node report covers.
