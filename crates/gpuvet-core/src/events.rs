@@ -105,6 +105,16 @@ pub struct Event {
     pub event: NewEvent,
 }
 
+/// An event with the attempt it belongs to, before a store gives it an id: what a node
+/// sends to a central `gpuvet serve`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventRecord {
+    #[serde(flatten)]
+    pub attempt: Attempt,
+    #[serde(flatten)]
+    pub event: NewEvent,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,21 +11,22 @@ use serde::{Deserialize, Serialize};
 use crate::events::Attempt;
 use crate::results::Outcome;
 
-/// One job: how many nodes it ran on in its latest attempt and how they did.
+/// One job: how many nodes it ran on and how each node's latest attempt did.
+/// (Attempts are numbered per node, so nodes may be at different attempts.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobSummary {
     pub job_id: String,
     /// The highest attempt number on any node.
     pub latest_attempt: u32,
-    /// Nodes with that attempt.
+    /// Nodes the job ran on.
     pub nodes: u32,
-    /// Of those nodes, how many have a latest run that passed, failed or was
-    /// incomplete; the rest (`running`) began the attempt and have no report yet.
+    /// Of those nodes, how many have a latest attempt whose latest run passed, failed
+    /// or was incomplete; the rest (`running`) have no report yet in that attempt.
     pub passed: u32,
     pub failed: u32,
     pub incomplete: u32,
     pub running: u32,
-    /// Unix milliseconds of the earliest start of the latest attempt on any node.
+    /// Unix milliseconds of the earliest start among the nodes' latest attempts.
     pub started_at_ms: u64,
 }
 

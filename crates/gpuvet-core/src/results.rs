@@ -196,6 +196,15 @@ pub enum CheckStatus {
 }
 
 impl CheckStatus {
+    pub const ALL: [CheckStatus; 6] = [
+        CheckStatus::Passed,
+        CheckStatus::Failed,
+        CheckStatus::Skipped,
+        CheckStatus::TimedOut,
+        CheckStatus::NotRun,
+        CheckStatus::NotImplemented,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             CheckStatus::Passed => "passed",

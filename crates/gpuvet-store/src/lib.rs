@@ -22,14 +22,17 @@
 //! ```
 
 mod error;
+mod outbox;
+mod overview;
 mod schema;
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
 use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, Event, EventKind, NewEvent};
+use gpuvet_core::events::{Attempt, Event, EventKind, EventRecord, NewEvent};
 use gpuvet_core::results::{CheckResult, Lane, RunReport};
+use gpuvet_core::time::unix_now_ms;
 use rusqlite::types::Value;
 use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
 use serde::de::DeserializeOwned;
@@ -37,10 +40,12 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::During;
 pub use crate::error::StoreError;
+pub use crate::outbox::{FIRST_RETRY_MS, MAX_RETRY_MS, OutboxEntry, OutboxKind, next_try_delay_ms};
+pub use crate::overview::{RunFilter, StoredRun};
 pub use crate::schema::SCHEMA_VERSION;
 
 /// Which events to read. Every field that is set must match; `limit` keeps the first
-/// events in time order.
+/// events in time order (the last ones with `newest_first`).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct EventFilter {
@@ -48,7 +53,13 @@ pub struct EventFilter {
     pub attempt: Option<u32>,
     pub kind: Option<EventKind>,
     pub node: Option<String>,
+    /// Unix milliseconds: only events at or after this time.
+    pub since_ms: Option<u64>,
+    /// Unix milliseconds: only events before this time.
+    pub until_ms: Option<u64>,
     pub limit: Option<usize>,
+    /// Newest first instead of oldest first.
+    pub newest_first: bool,
 }
 
 /// Which check results to read. Every field that is set must match.
@@ -78,6 +89,8 @@ pub struct StoredResult {
 pub struct Store {
     conn: Connection,
     path: Option<PathBuf>,
+    /// Whether recorded reports and events are also queued in the outbox.
+    queue_pushes: bool,
 }
 
 impl Store {
@@ -107,6 +120,7 @@ impl Store {
         Ok(Store {
             conn,
             path: Some(path.to_owned()),
+            queue_pushes: false,
         })
     }
 
@@ -118,7 +132,11 @@ impl Store {
             cause: Box::new(e),
         })?;
         schema::prepare(&mut conn, path)?;
-        Ok(Store { conn, path: None })
+        Ok(Store {
+            conn,
+            path: None,
+            queue_pushes: false,
+        })
     }
 
     /// The file behind the store; `None` in memory.
@@ -259,6 +277,16 @@ impl Store {
                 |row| row.get(0),
             )
             .during(ACTION)?;
+        if let (true, Some(id)) = (self.queue_pushes, report_id) {
+            outbox::enqueue(
+                &tx,
+                OutboxKind::Report,
+                id,
+                &report_json,
+                unix_now_ms(),
+                ACTION,
+            )?;
+        }
         {
             let mut insert = tx
                 .prepare_cached(
@@ -295,7 +323,12 @@ impl Store {
     ) -> Result<Event, StoreError> {
         const ACTION: &str = "record an event in the store";
         let details = encode("event details", &event.details)?;
-        let id = insert_event(&self.conn, attempt, event, &details, ACTION)?;
+        let tx = self
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .during(ACTION)?;
+        let id = insert_event(&tx, attempt, event, &details, self.queue_pushes, ACTION)?;
+        tx.commit().during(ACTION)?;
         Ok(Event {
             id,
             attempt: attempt.clone(),
@@ -328,7 +361,7 @@ impl Store {
             .during(ACTION)?;
         let mut stored = Vec::with_capacity(events.len());
         for (event, details) in events.iter().zip(details) {
-            let id = insert_event(&tx, attempt, event, &details, ACTION)?;
+            let id = insert_event(&tx, attempt, event, &details, self.queue_pushes, ACTION)?;
             stored.push(Event {
                 id,
                 attempt: attempt.clone(),
@@ -392,11 +425,30 @@ impl Store {
         query.filter("attempt", filter.attempt.map(|a| Value::Integer(a.into())));
         query.filter("kind", filter.kind.map(|k| text(k.as_str())));
         query.filter("node", filter.node.as_deref().map(text));
-        query.sql.push_str(" ORDER BY time_ms, id LIMIT ?");
+        event_times(&mut query, filter);
+        query.sql.push_str(if filter.newest_first {
+            " ORDER BY time_ms DESC, id DESC LIMIT ?"
+        } else {
+            " ORDER BY time_ms, id LIMIT ?"
+        });
         query.args.push(Value::Integer(limit(filter.limit)));
 
         let rows = query.rows(&self.conn, RawEvent::from_row).during(ACTION)?;
         rows.into_iter().map(RawEvent::decode).collect()
+    }
+
+    /// How many events match `filter`, ignoring its `limit`.
+    pub fn count_events(&self, filter: &EventFilter) -> Result<u64, StoreError> {
+        let mut query = Query::new("SELECT COUNT(*) FROM events");
+        query.filter("job_id", filter.job_id.as_deref().map(text));
+        query.filter("attempt", filter.attempt.map(|a| Value::Integer(a.into())));
+        query.filter("kind", filter.kind.map(|k| text(k.as_str())));
+        query.filter("node", filter.node.as_deref().map(text));
+        event_times(&mut query, filter);
+        let counts = query
+            .rows(&self.conn, |row| row.get::<_, u64>(0))
+            .during("count events in the store")?;
+        Ok(counts.into_iter().next().unwrap_or(0))
     }
 
     /// The check results that match `filter`, by run start time, then run, then the
@@ -483,14 +535,16 @@ impl Store {
     }
 }
 
-/// Inserts one event row (its details already encoded) and returns its id. An event
-/// whose id is already stored is not stored again: the stored row's id is returned when
-/// it is the same event, and [`StoreError::IdConflict`] when it is not.
+/// Inserts one event row (its details already encoded) and returns its id, and queues
+/// it in the outbox when `queue` is set. An event whose id is already stored is not
+/// stored again: the stored row's id is returned when it is the same event, and
+/// [`StoreError::IdConflict`] when it is not.
 fn insert_event(
     conn: &Connection,
     attempt: &Attempt,
     event: &NewEvent,
     details: &str,
+    queue: bool,
     action: &'static str,
 ) -> Result<i64, StoreError> {
     let event_id = non_empty(&event.event_id);
@@ -529,7 +583,7 @@ fn insert_event(
             None => {}
         }
     }
-    conn.prepare_cached(
+    let row_id = conn.prepare_cached(
         "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message, details,
                              event_id)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
@@ -552,7 +606,23 @@ fn insert_event(
             |row| row.get(0),
         )
     })
-    .during(action)
+    .during(action)?;
+    if let (true, Some(id)) = (queue, event_id) {
+        let record = EventRecord {
+            attempt: attempt.clone(),
+            event: event.clone(),
+        };
+        let body = encode("event", &record)?;
+        outbox::enqueue(conn, OutboxKind::Event, id, &body, unix_now_ms(), action)?;
+    }
+    Ok(row_id)
+}
+
+/// The time range of an event filter.
+fn event_times(query: &mut Query, filter: &EventFilter) {
+    let millis = |ms: u64| Value::Integer(i64::try_from(ms).unwrap_or(i64::MAX));
+    query.condition("time_ms >= ?", filter.since_ms.map(millis));
+    query.condition("time_ms < ?", filter.until_ms.map(millis));
 }
 
 /// An id as stored: `None` (NULL) for the empty id of reports and events from before ids.
@@ -642,7 +712,13 @@ impl Query {
         }
     }
 
+    /// Adds `column = ?` when there is a value.
     fn filter(&mut self, column: &str, value: Option<Value>) {
+        self.condition(&format!("{column} = ?"), value);
+    }
+
+    /// Adds `condition` (with one `?`) when there is a value.
+    fn condition(&mut self, condition: &str, value: Option<Value>) {
         if let Some(value) = value {
             self.conditions += 1;
             let joiner = if self.conditions == 1 {
@@ -651,8 +727,7 @@ impl Query {
                 " AND "
             };
             self.sql.push_str(joiner);
-            self.sql.push_str(column);
-            self.sql.push_str(" = ?");
+            self.sql.push_str(condition);
             self.args.push(value);
         }
     }

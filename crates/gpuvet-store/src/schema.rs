@@ -27,7 +27,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 3] = [V1, V2, V3];
+const MIGRATIONS: [&str; 4] = [V1, V2, V3, V4];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -110,6 +110,23 @@ ALTER TABLE runs ADD COLUMN report_id TEXT;
 CREATE UNIQUE INDEX runs_by_report_id ON runs (report_id) WHERE report_id IS NOT NULL;
 ALTER TABLE events ADD COLUMN event_id TEXT;
 CREATE UNIQUE INDEX events_by_event_id ON events (event_id) WHERE event_id IS NOT NULL;
+";
+
+/// The outbox of reports and events waiting to be sent to a central server; see
+/// `outbox.rs`. One entry per item: queuing one again while it waits changes nothing.
+const V4: &str = "
+CREATE TABLE outbox (
+    id             INTEGER PRIMARY KEY,
+    kind           TEXT    NOT NULL,
+    item_id        TEXT    NOT NULL,
+    body           TEXT    NOT NULL,
+    created_at_ms  INTEGER NOT NULL,
+    tries          INTEGER NOT NULL,
+    next_try_at_ms INTEGER NOT NULL,
+    last_error     TEXT,
+    UNIQUE (kind, item_id)
+);
+CREATE INDEX outbox_by_next_try ON outbox (next_try_at_ms);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

@@ -12,7 +12,9 @@ use gpuvet_core::results::{
     CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, Lane, Measurement,
     Outcome, RunReport, Verdict,
 };
-use gpuvet_store::{EventFilter, ResultFilter, SCHEMA_VERSION, Store, StoreError};
+use gpuvet_store::{
+    EventFilter, OutboxKind, ResultFilter, RunFilter, SCHEMA_VERSION, Store, StoreError,
+};
 use rusqlite::Connection;
 use serde_json::json;
 use tempfile::TempDir;
@@ -1089,4 +1091,318 @@ fn one_event_id_on_two_different_events_is_refused() {
     let err = store.record_event(&later, &sent).unwrap_err();
     assert!(matches!(err, StoreError::IdConflict { .. }), "{err:?}");
     assert_eq!(count(&path, "events"), 1);
+}
+
+// Lists and pages: jobs, instances, runs.
+
+fn passing_report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
+    let mut report = report(attempt, started_at_ms);
+    report.checks.truncate(2);
+    report.checks[0].status = CheckStatus::Passed;
+    for entity in &mut report.checks[0].entities {
+        entity.verdict = Verdict::Ok;
+    }
+    report.outcome = Outcome::of(&report.checks);
+    report
+}
+
+#[test]
+fn jobs_and_instances_summarize_each_nodes_latest_attempt() {
+    let mut store = Store::open_in_memory().unwrap();
+    // node-a: attempt 1 failed, attempt 2 passed. node-b: attempt 1 failed.
+    // node-c: attempt 1 begun, no report yet. Another job on node-a.
+    let a1 = store
+        .begin_attempt("job", "node-a", "pod-a", 1_000)
+        .unwrap();
+    store.record_report(&a1, &report(&a1, 1_000)).unwrap();
+    let a2 = store
+        .begin_attempt("job", "node-a", "pod-a", 5_000)
+        .unwrap();
+    let passed_run = store
+        .record_report(&a2, &passing_report(&a2, 5_000))
+        .unwrap();
+    let b1 = store
+        .begin_attempt("job", "node-b", "pod-b", 2_000)
+        .unwrap();
+    let failed_run = store.record_report(&b1, &report(&b1, 2_000)).unwrap();
+    store
+        .begin_attempt("job", "node-c", "pod-c", 3_000)
+        .unwrap();
+    let other = store
+        .begin_attempt("other", "node-a", "pod-x", 9_000)
+        .unwrap();
+    store
+        .record_report(&other, &passing_report(&other, 9_000))
+        .unwrap();
+
+    let jobs = store.jobs().unwrap();
+    let names: Vec<&str> = jobs.iter().map(|j| j.job_id.as_str()).collect();
+    assert_eq!(names, ["other", "job"], "the most recently started first");
+    let job = &jobs[1];
+    assert_eq!(
+        (
+            job.latest_attempt,
+            job.nodes,
+            job.passed,
+            job.failed,
+            job.incomplete,
+            job.running
+        ),
+        (2, 3, 1, 1, 0, 1)
+    );
+    assert_eq!(
+        job.started_at_ms, 2_000,
+        "the earliest start among latest attempts"
+    );
+    assert_eq!(store.job("job").unwrap().as_ref(), Some(job));
+    assert_eq!(store.job("missing").unwrap(), None);
+
+    let instances = store.instances("job", None).unwrap();
+    let rows: Vec<(&str, u32, &str)> = instances
+        .iter()
+        .map(|i| (i.attempt.node.as_str(), i.attempt.attempt, i.status()))
+        .collect();
+    assert_eq!(
+        rows,
+        [
+            ("node-a", 2, "passed"),
+            ("node-b", 1, "failed"),
+            ("node-c", 1, "running")
+        ]
+    );
+    let run = instances[1].latest_run.as_ref().unwrap();
+    assert_eq!(run.run_id, failed_run);
+    assert_eq!(
+        (run.checks, run.failed_checks, run.findings),
+        (3, 2, 1),
+        "gemm failed with one slow device and all_reduce_2 did not run"
+    );
+    assert_eq!(run.duration_secs, Some(2.75));
+    assert_eq!(run.backend, "sim");
+
+    // An older attempt by number; one node.
+    let first = store.instances("job", Some(1)).unwrap();
+    assert_eq!(first.len(), 3);
+    assert_eq!(first[0].status(), "failed");
+    let node_a = store.instance("job", "node-a", None).unwrap().unwrap();
+    assert_eq!(node_a.latest_run.unwrap().run_id, passed_run);
+    assert_eq!(node_a.attempt_started_at_ms, 5_000);
+    assert_eq!(store.instance("job", "node-z", None).unwrap(), None);
+    assert_eq!(store.instance("job", "node-a", Some(7)).unwrap(), None);
+}
+
+#[test]
+fn runs_list_newest_first_with_filters_and_one_run_reads_back_whole() {
+    let mut store = Store::open_in_memory().unwrap();
+    let mut ids = Vec::new();
+    for (node, at) in [("n0", 1_000), ("n1", 2_000), ("n0", 3_000)] {
+        let attempt = store.begin_attempt("job", node, node, at).unwrap();
+        let report = if at == 2_000 {
+            passing_report(&attempt, at)
+        } else {
+            report(&attempt, at)
+        };
+        ids.push((store.record_report(&attempt, &report).unwrap(), report));
+    }
+    let all = store.runs(&RunFilter::default()).unwrap();
+    let order: Vec<i64> = all.iter().map(|r| r.run.run_id).collect();
+    assert_eq!(order, [ids[2].0, ids[1].0, ids[0].0]);
+
+    let filter = |f: RunFilter| -> Vec<i64> {
+        store
+            .runs(&f)
+            .unwrap()
+            .iter()
+            .map(|r| r.run.run_id)
+            .collect()
+    };
+    let n0 = RunFilter {
+        node: Some("n0".into()),
+        ..RunFilter::default()
+    };
+    assert_eq!(filter(n0.clone()), [ids[2].0, ids[0].0]);
+    assert_eq!(
+        filter(RunFilter {
+            limit: Some(1),
+            ..n0.clone()
+        }),
+        [ids[2].0]
+    );
+    assert_eq!(
+        filter(RunFilter {
+            attempt: Some(2),
+            ..n0
+        }),
+        [ids[2].0]
+    );
+    assert_eq!(
+        filter(RunFilter {
+            outcome: Some(Outcome::Passed),
+            ..RunFilter::default()
+        }),
+        [ids[1].0]
+    );
+    assert!(
+        filter(RunFilter {
+            job_id: Some("nope".into()),
+            ..RunFilter::default()
+        })
+        .is_empty()
+    );
+
+    let (attempt, report) = store.run(ids[1].0).unwrap().unwrap();
+    assert_eq!(attempt.node, "n1");
+    assert_eq!(report, ids[1].1);
+    assert_eq!(store.run(9_999).unwrap(), None);
+}
+
+#[test]
+fn events_filter_by_time_range_newest_first_and_count_ignores_the_limit() {
+    let mut store = Store::open_in_memory().unwrap();
+    let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
+    for t in [100, 200, 300, 400] {
+        store
+            .record_event(
+                &attempt,
+                &event(t, EventKind::InstanceStarted, &format!("at {t}")),
+            )
+            .unwrap();
+    }
+    let filter = EventFilter {
+        since_ms: Some(200),
+        until_ms: Some(400),
+        ..EventFilter::default()
+    };
+    assert_eq!(
+        messages(&store.events(&filter).unwrap()),
+        ["at 200", "at 300"]
+    );
+    let newest = EventFilter {
+        newest_first: true,
+        limit: Some(3),
+        ..EventFilter::default()
+    };
+    assert_eq!(
+        messages(&store.events(&newest).unwrap()),
+        ["at 400", "at 300", "at 200"]
+    );
+    assert_eq!(store.count_events(&newest).unwrap(), 4);
+    assert_eq!(store.count_events(&filter).unwrap(), 2);
+}
+
+// The outbox.
+
+fn with_ids(mut report: RunReport, id: &str) -> RunReport {
+    report.report_id = id.to_owned();
+    report
+}
+
+fn event_with_id(time_ms: u64, id: &str) -> NewEvent {
+    NewEvent {
+        event_id: id.to_owned(),
+        ..event(time_ms, EventKind::SanityCheckFailed, "failed")
+    }
+}
+
+#[test]
+fn with_queueing_on_every_new_report_and_event_is_queued_once_in_the_same_transaction() {
+    let (_dir, path, mut store) = temp_store();
+    let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
+    // Recorded before queueing was on: not queued.
+    store
+        .record_report(&attempt, &with_ids(report(&attempt, 1), "r-before"))
+        .unwrap();
+    store.queue_pushes(true);
+    let queued = with_ids(report(&attempt, 2), "r-1");
+    store.record_report(&attempt, &queued).unwrap();
+    store.record_report(&attempt, &queued).unwrap();
+    // A report without an id cannot be sent idempotently, so it is not queued.
+    store.record_report(&attempt, &report(&attempt, 3)).unwrap();
+    store
+        .record_event(&attempt, &event_with_id(10, "e-1"))
+        .unwrap();
+    store
+        .record_event(&attempt, &event_with_id(10, "e-1"))
+        .unwrap();
+    store
+        .record_runtime::<serde_json::Value>(
+            &attempt,
+            &[event_with_id(11, "e-2"), event_with_id(12, "e-3")],
+            None,
+            20,
+        )
+        .unwrap();
+
+    let due = store.outbox_due(u64::MAX, 100).unwrap();
+    let items: Vec<(OutboxKind, &str)> = due.iter().map(|e| (e.kind, e.item_id.as_str())).collect();
+    assert_eq!(
+        items,
+        [
+            (OutboxKind::Report, "r-1"),
+            (OutboxKind::Event, "e-1"),
+            (OutboxKind::Event, "e-2"),
+            (OutboxKind::Event, "e-3")
+        ]
+    );
+    assert_eq!(store.outbox_len().unwrap(), 4);
+    let body: RunReport = serde_json::from_str(&due[0].body).unwrap();
+    assert_eq!(body, queued);
+    let record: gpuvet_core::events::EventRecord = serde_json::from_str(&due[1].body).unwrap();
+    assert_eq!(record.attempt, attempt);
+    assert_eq!(record.event, event_with_id(10, "e-1"));
+    assert!(due.iter().all(|e| e.tries == 0 && e.last_error.is_none()));
+
+    // A report refused for its id (different content) is neither stored nor queued.
+    let mut conflicting = queued.clone();
+    conflicting.duration_secs = 99.0;
+    store.record_report(&attempt, &conflicting).unwrap_err();
+    assert_eq!(store.outbox_len().unwrap(), 4);
+
+    // Another handle on the file sees the queue.
+    let other = Store::open(&path).unwrap();
+    assert_eq!(other.outbox_len().unwrap(), 4);
+}
+
+#[test]
+fn a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox() {
+    let mut store = Store::open_in_memory().unwrap();
+    store.queue_pushes(true);
+    let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
+    store
+        .record_event(&attempt, &event_with_id(10, "e-1"))
+        .unwrap();
+    store
+        .record_event(&attempt, &event_with_id(11, "e-2"))
+        .unwrap();
+    let first = store.outbox_due(u64::MAX, 1).unwrap();
+    assert_eq!(first.len(), 1, "the limit holds");
+    let id = first[0].id;
+
+    let now = first[0].next_try_at_ms;
+    let next = store.outbox_failed(id, "connection refused", now).unwrap();
+    assert_eq!(next, now + 1_000);
+    let next = store.outbox_failed(id, "connection refused", now).unwrap();
+    assert_eq!(next, now + 2_000);
+    let due_now: Vec<String> = store
+        .outbox_due(now, 10)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.item_id)
+        .collect();
+    assert_eq!(due_now, ["e-2"], "e-1 waits for its retry");
+    let later = store.outbox_due(now + 2_000, 10).unwrap();
+    assert_eq!(later[0].item_id, "e-1");
+    assert_eq!(later[0].tries, 2);
+    assert_eq!(later[0].last_error.as_deref(), Some("connection refused"));
+    assert_eq!(
+        store.outbox_next_try_ms().unwrap(),
+        Some(later[1].next_try_at_ms)
+    );
+
+    store.outbox_sent(id).unwrap();
+    store.outbox_sent(later[1].id).unwrap();
+    assert_eq!(store.outbox_len().unwrap(), 0);
+    assert_eq!(store.outbox_next_try_ms().unwrap(), None);
+    // The events stay in the store itself.
+    assert_eq!(store.count_events(&EventFilter::default()).unwrap(), 2);
 }
