@@ -27,7 +27,7 @@ pub fn events(args: EventsArgs) -> Result<i32, Failure> {
         attempt: args.attempt,
         kind,
         node: args.node,
-        limit: None,
+        ..EventFilter::default()
     };
     let events = store.events(&filter)?;
     if args.json {
