@@ -6,8 +6,13 @@
 //! [`page`]; the web UI is meant to reuse [`check_panel`], [`findings_table`] and
 //! [`STYLESHEET`] inside its own templates. Every string that comes from the report
 //! (node names, messages, parameters) goes through [`escape`].
+//!
+//! [`site`] holds the pages of `gpuvet serve` (instances, one instance, events, errors),
+//! built on the same pieces and the same stylesheet: pure functions too, with their
+//! links in [`site::href`].
 
 pub mod chart;
+pub mod site;
 
 use gpuvet_core::analysis::fmt_value;
 use gpuvet_core::catalog::Direction;
@@ -114,7 +119,7 @@ fn devices(report: &RunReport) -> String {
         .join(", ")
 }
 
-fn group_section(group: &GroupSummary) -> String {
+pub(crate) fn group_section(group: &GroupSummary) -> String {
     let mut out = format!(
         "<section id=\"group\">\n<h2>Group of {} nodes</h2>\n",
         group.nodes.len()

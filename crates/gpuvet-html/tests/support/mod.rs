@@ -1,11 +1,14 @@
-//! Reports the tests and the `html_scale` example render: a few GPUs on one node, and
-//! a group of any size with a slow GPU, a GPU that failed and a slow pair.
+//! Reports the tests and the `html_scale` and `site_scale` examples render: a few GPUs
+//! on one node, and a group of any size with a slow GPU, a GPU that failed and a slow
+//! pair; and that group's instances, runs and events as the server would list them.
 
 #![allow(dead_code)]
 
 use std::collections::BTreeMap;
 
 use gpuvet_core::catalog::CheckName;
+use gpuvet_core::events::{Attempt, Event, EventKind, NewEvent};
+use gpuvet_core::overview::{InstanceSummary, JobSummary, RunSummary};
 use gpuvet_core::results::{
     CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, GroupIncident,
     GroupSummary, Lane, Measurement, Outcome, RunReport, Verdict,
@@ -193,4 +196,89 @@ pub fn group_report(nodes: usize) -> RunReport {
         other_failures: Vec::new(),
     });
     report
+}
+
+/// The summary of a run of [`group_report`]'s job, stored as `run_id`.
+pub fn run_summary(run_id: i64, outcome: Outcome) -> RunSummary {
+    RunSummary {
+        run_id,
+        report_id: String::new(),
+        outcome,
+        backend: "sim".to_owned(),
+        started_at_ms: 1_767_225_600_000,
+        duration_secs: Some(12.5),
+        checks: 3,
+        failed_checks: u32::from(outcome == Outcome::Failed) * 2,
+        findings: u32::from(outcome == Outcome::Failed) * 3,
+    }
+}
+
+/// The instances of [`group_report`]'s job (attempt 2) on `nodes` nodes: the node of
+/// the report and the nodes it names failed, one node in 64 still running, the rest
+/// passed; and the job's summary counted from them. Run ids are the ranks.
+pub fn job_instances(nodes: usize) -> (JobSummary, Vec<InstanceSummary>) {
+    let failed = [0, 1, 2, nodes / 2, nodes - 1];
+    let instances: Vec<InstanceSummary> = (0..nodes)
+        .map(|rank| {
+            let outcome = if failed.contains(&rank) {
+                Some(Outcome::Failed)
+            } else if rank % 64 == 5 {
+                None
+            } else {
+                Some(Outcome::Passed)
+            };
+            InstanceSummary {
+                attempt: attempt(rank),
+                attempt_started_at_ms: 1_767_225_590_000,
+                latest_run: outcome.map(|outcome| run_summary(rank as i64, outcome)),
+            }
+        })
+        .collect();
+    let count = |status: &str| instances.iter().filter(|i| i.status() == status).count() as u32;
+    let job = JobSummary {
+        job_id: "job-7".to_owned(),
+        latest_attempt: 2,
+        nodes: nodes as u32,
+        passed: count("passed"),
+        failed: count("failed"),
+        incomplete: count("incomplete"),
+        running: count("running"),
+        started_at_ms: 1_767_225_590_000,
+    };
+    (job, instances)
+}
+
+fn attempt(rank: usize) -> Attempt {
+    Attempt {
+        job_id: "job-7".to_owned(),
+        attempt: 2,
+        node: node_name(rank),
+        instance: format!("instance-{rank}"),
+    }
+}
+
+/// The events of one node of [`group_report`]'s job: started, then the failed check.
+pub fn node_events(rank: usize) -> Vec<Event> {
+    [
+        (
+            EventKind::SanityCheckFailed,
+            "gemm_flops: node-512/dev3 slow",
+        ),
+        (EventKind::InstanceStarted, "instance started"),
+    ]
+    .into_iter()
+    .enumerate()
+    .map(|(i, (kind, message))| Event {
+        id: (rank * 2 + i) as i64,
+        attempt: attempt(rank),
+        event: NewEvent {
+            event_id: String::new(),
+            time_ms: 1_767_225_600_000 - i as u64 * 10_000,
+            kind,
+            lane: Some(Lane::Host),
+            message: message.to_owned(),
+            details: serde_json::Value::Null,
+        },
+    })
+    .collect()
 }
