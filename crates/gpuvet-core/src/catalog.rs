@@ -52,6 +52,7 @@ pub enum Scope {
 /// Whether a larger value of a metric is better or worse.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Direction {
     HigherIsBetter,
     LowerIsBetter,
@@ -327,6 +328,20 @@ impl<'de> Deserialize<'de> for CheckName {
             .map_err(|_| serde::de::Error::custom(format!("unknown check `{name}`")))
     }
 }
+
+/// A check's name is a string from the catalog.
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for CheckName {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .enum_values(Some(CATALOG.iter().map(|spec| spec.name.as_str())))
+            .into()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for CheckName {}
 
 impl fmt::Display for CheckName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

@@ -12,6 +12,7 @@ use serde::{Deserialize, Serialize};
 use crate::results::Lane;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum EventKind {
     SanityCheckSucceeded,
     SanityCheckFailed,
@@ -71,6 +72,7 @@ impl FromStr for EventKind {
 
 /// Who and what an event is about: one attempt of one instance of a job.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attempt {
     pub job_id: String,
     /// Numbered from 1; each new run of the same job gets the next number.
@@ -81,6 +83,7 @@ pub struct Attempt {
 
 /// An event before the store gives it an id.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewEvent {
     /// The event's own id ([`crate::ids::new_id`]): storing or sending it twice stores
     /// it once. Empty in events made before ids existed.
@@ -97,6 +100,7 @@ pub struct NewEvent {
 
 /// An event as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Event {
     pub id: i64,
     #[serde(flatten)]
@@ -108,6 +112,7 @@ pub struct Event {
 /// An event with the attempt it belongs to, before a store gives it an id: what a node
 /// sends to a central `gpuvet serve`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventRecord {
     #[serde(flatten)]
     pub attempt: Attempt,

@@ -26,6 +26,9 @@ pub const STORE_ERROR: i32 = 74;
 /// `gpuvet run` with `fail_action: rebuild`: checks failed, the rebuild hook ran, and
 /// the instance should be rebuilt elsewhere. `EX_TEMPFAIL`: retrying elsewhere helps.
 pub const REBUILD_REQUESTED: i32 = 75;
+/// `gpuvet push`: entries are still waiting in the outbox (the server could not be
+/// reached, or refused them). `EX_PROTOCOL`.
+pub const PUSH_PENDING: i32 = 76;
 /// `gpuvet run` with runtime `fail_action: kill`: a fatal runtime finding (a GPU that
 /// needs a reset, a reboot or support) made gpuvet stop the app. Just past
 /// `sysexits.h`'s range (64–78), so it means nothing else.
@@ -37,7 +40,7 @@ pub const APP_NOT_FOUND: i32 = 127;
 
 /// Every code with its name and meaning: `gpuvet --help` prints this table, and a test
 /// holds the README's table to the same codes.
-pub const ALL: [(i32, &str, &str); 11] = [
+pub const ALL: [(i32, &str, &str); 12] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
     (
         CHECK_FAILED,
@@ -65,6 +68,11 @@ pub const ALL: [(i32, &str, &str); 11] = [
         REBUILD_REQUESTED,
         "REBUILD_REQUESTED",
         "`run` with `rebuild`: checks failed and the rebuild hook ran",
+    ),
+    (
+        PUSH_PENDING,
+        "PUSH_PENDING",
+        "`push`: entries still wait in the outbox",
     ),
     (
         RUNTIME_FAULT,

@@ -14,6 +14,7 @@ use crate::results::Outcome;
 /// One job: how many nodes it ran on and how each node's latest attempt did.
 /// (Attempts are numbered per node, so nodes may be at different attempts.)
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobSummary {
     pub job_id: String,
     /// The highest attempt number on any node.
@@ -32,6 +33,7 @@ pub struct JobSummary {
 
 /// One instance (node) of a job in one attempt, with its latest run when it has one.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct InstanceSummary {
     #[serde(flatten)]
     pub attempt: Attempt,
@@ -52,6 +54,7 @@ impl InstanceSummary {
 
 /// One stored sanity-check run, without its report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunSummary {
     /// The store's id of the run.
     pub run_id: i64,

@@ -14,6 +14,7 @@ use crate::catalog::{CheckName, Direction};
 /// The team that owns a problem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Lane {
     /// GPU compute, XID, ECC, PCIe: the host/hardware team.
     Host,
@@ -45,6 +46,7 @@ impl fmt::Display for Lane {
 /// The verdict on one entity (GPU, node, pair, rail).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Verdict {
     Ok,
     /// Works, but worse than its peers or its baseline.
@@ -57,6 +59,7 @@ pub enum Verdict {
 /// What a measurement is about.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Entity {
     Device {
         node: String,
@@ -94,6 +97,7 @@ impl fmt::Display for Entity {
 
 /// One entity's measurement for one check, as a backend reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Measurement {
     pub entity: Entity,
     /// The headline metric (see the check's `MetricSpec`); `None` when it failed.
@@ -143,6 +147,7 @@ impl Measurement {
 
 /// The numbers behind a verdict.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Evidence {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub value: Option<f64>,
@@ -168,6 +173,7 @@ pub struct Evidence {
 
 /// A measurement with its verdict.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EntityResult {
     pub entity: Entity,
     pub verdict: Verdict,
@@ -181,6 +187,7 @@ pub struct EntityResult {
 /// How one check ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum CheckStatus {
     Passed,
     /// At least one entity is slow or faulty.
@@ -233,6 +240,7 @@ impl fmt::Display for CheckStatus {
 
 /// The headline metric of a check, as reported.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MetricInfo {
     pub name: String,
     pub unit: String,
@@ -253,6 +261,7 @@ impl MetricInfo {
 
 /// The result of one check on one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CheckResult {
     pub name: CheckName,
     pub status: CheckStatus,
@@ -312,6 +321,7 @@ impl CheckResult {
 /// How the whole run ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Outcome {
     /// Every check passed or was skipped for a reason.
     Passed,
@@ -349,6 +359,7 @@ impl Outcome {
 
 /// One device as the backend sees it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeviceInfo {
     pub index: u32,
     pub name: String,
@@ -361,6 +372,7 @@ pub struct DeviceInfo {
 
 /// The report of one sanity-check run on one node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RunReport {
     /// This report's own id ([`crate::ids::new_id`]), given when the node keeps the
     /// report: storing or sending it twice stores it once. Empty in reports made before
@@ -401,6 +413,7 @@ impl std::str::FromStr for Outcome {
 
 /// The group a multi-node report covers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupSummary {
     /// Node names by rank; a rank that never joined is named `rank N`.
     pub nodes: Vec<String>,
@@ -417,6 +430,7 @@ pub struct GroupSummary {
 
 /// One node's failure on the group's timeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupIncident {
     pub rank: u32,
     pub node: String,

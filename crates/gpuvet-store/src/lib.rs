@@ -74,6 +74,7 @@ pub struct ResultFilter {
 
 /// One check result as stored, with the attempt and the run it belongs to.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoredResult {
     #[serde(flatten)]
     pub attempt: Attempt,

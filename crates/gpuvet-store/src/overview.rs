@@ -27,6 +27,7 @@ pub struct RunFilter {
 
 /// One run as listed: the attempt it belongs to and its summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StoredRun {
     #[serde(flatten)]
     pub attempt: Attempt,

@@ -44,6 +44,11 @@ pub enum Command {
     /// Analyze PyTorch flight-recorder dumps: which rank did not join or finish a
     /// collective (the first error), and which ranks only waited on it.
     Fr(FrArgs),
+    /// Serve the store over HTTP: a JSON API under /api/v1, web pages and /metrics.
+    /// Writes (pushed reports and events) need `GPUVET_REPORT_TOKEN`.
+    Serve(ServeArgs),
+    /// Send the reports and events waiting in the store's outbox to the server now.
+    Push(PushArgs),
     /// Run one check's device work for the gpuvet that started this process, over a
     /// pipe protocol on stdin and stdout (internal).
     #[command(hide = true)]
@@ -283,6 +288,30 @@ pub struct WatchArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Config file; only its `gpuvet.store` is used.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on; loopback unless told otherwise.
+    #[arg(long, value_name = "IP:PORT", default_value = gpuvet_server::DEFAULT_LISTEN)]
+    pub listen: std::net::SocketAddr,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct PushArgs {
+    /// Config file; its `gpuvet.report_to` names the server.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The server's address (`http://HOST:PORT`); replaces `gpuvet.report_to`.
+    #[arg(long, value_name = "URL")]
+    pub to: Option<String>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+#[derive(Debug, Args)]
 pub struct FrArgs {
     /// Directory with one dump per rank (pickle or JSON).
     #[arg(value_name = "DUMP_DIR")]
@@ -305,6 +334,9 @@ pub struct WorkerArgs {
     /// The parent's number of cpu devices.
     #[arg(long, value_name = "N")]
     pub cpu_devices: Option<u32>,
+    /// The parent's node name, for the sim backend's per-node script.
+    #[arg(long, value_name = "NAME", default_value = "")]
+    pub node: String,
 }
 
 #[cfg(test)]

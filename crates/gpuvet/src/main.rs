@@ -8,6 +8,7 @@ mod commands;
 mod failure;
 mod identity;
 mod output;
+mod push;
 mod runtime;
 mod sanity;
 mod supervise;

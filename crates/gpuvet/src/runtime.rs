@@ -117,6 +117,7 @@ impl RuntimeWatch {
     pub fn start(
         settings: &WatchSettings,
         store: &Path,
+        queue_pushes: bool,
         attempt: &Attempt,
         echo: Echo,
         kill: Option<KillSwitch>,
@@ -197,7 +198,14 @@ impl RuntimeWatch {
         }
         restore_state(&mut watcher, store, attempt);
         let (tx, rx) = mpsc::channel::<StepOutput>();
-        let recorder = spawn_recorder(store.to_owned(), attempt.clone(), rx, echo, kill);
+        let recorder = spawn_recorder(
+            store.to_owned(),
+            queue_pushes,
+            attempt.clone(),
+            rx,
+            echo,
+            kill,
+        );
         let watcher = match watcher.spawn_with_state(move |step| {
             let _ = tx.send(step);
         }) {
@@ -283,6 +291,7 @@ fn kmsg_boot_time() -> Option<u64> {
 /// lost silently.
 fn spawn_recorder(
     store_path: PathBuf,
+    queue_pushes: bool,
     attempt: Attempt,
     steps: mpsc::Receiver<StepOutput>,
     echo: Echo,
@@ -291,7 +300,8 @@ fn spawn_recorder(
     std::thread::Builder::new()
         .name("gpuvet-c4d-recorder".into())
         .spawn(move || {
-            let mut store = Store::open(&store_path);
+            let open = || crate::push::open_store(&store_path, queue_pushes);
+            let mut store = open();
             let mut pending: Vec<NewEvent> = Vec::new();
             let mut unsaved: Option<PolicyState> = None;
             let mut recorded = 0;
@@ -302,7 +312,7 @@ fn spawn_recorder(
                 }
                 if let Err(err) = &store {
                     warn(format!("c4d: the store is not available ({err}); retrying"));
-                    store = Store::open(&store_path);
+                    store = open();
                 }
                 if let Ok(store) = store.as_mut() {
                     match store.record_runtime(&attempt, &pending, unsaved.as_ref(), unix_now_ms())

@@ -51,6 +51,7 @@ pub(super) struct RawSettings {
     pub(super) tolerance_pct: Option<f64>,
     pub(super) baselines: Option<BTreeMap<String, RawLimit>>,
     pub(super) store: Option<String>,
+    pub(super) report_to: Option<String>,
     pub(super) rebuild_hook: Option<RawCommand>,
     pub(super) cpu_devices: Option<u32>,
     pub(super) gemm: Option<RawGemm>,
@@ -100,6 +101,7 @@ pub(super) struct RawSim {
     pub(super) devices: Option<u32>,
     pub(super) noise_pct: Option<f64>,
     pub(super) speed: Option<BTreeMap<String, f64>>,
+    pub(super) node_speed: Option<BTreeMap<String, f64>>,
     pub(super) faults: Option<Vec<RawFault>>,
 }
 

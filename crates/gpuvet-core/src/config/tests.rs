@@ -254,6 +254,7 @@ fn gpuvet_settings_parse() {
             "tolerance_pct": 8,
             "baselines": {"gemm_flops": {"floor": 1000}, "kernel_launch": {"ceiling": 20}},
             "store": "/tmp/x.db",
+            "report_to": " http://gpuvet-server:9470/ ",
             "rebuild_hook": "echo rebuild",
             "cpu_devices": 4,
             "gemm": {"dtype": "fp32", "size": 512},
@@ -269,6 +270,7 @@ fn gpuvet_settings_parse() {
     assert_eq!(s.baselines[&CheckName::GemmFlops], Limit::Floor(1000.0));
     assert_eq!(s.baselines[&CheckName::KernelLaunch], Limit::Ceiling(20.0));
     assert_eq!(s.rebuild_hook.unwrap(), ["/bin/sh", "-c", "echo rebuild"]);
+    assert_eq!(s.report_to.as_deref(), Some("http://gpuvet-server:9470"));
     assert_eq!(
         (s.cpu_devices, s.gemm_dtype, s.gemm_size),
         (Some(4), Dtype::Fp32, Some(512))
@@ -316,6 +318,41 @@ fn bad_gpuvet_settings_name_their_path() {
             r#"{"store": " "}"#,
             "gpuvet.store",
             "the store path is empty",
+        ),
+        (
+            r#"{"sim": {"node_speed": {"local-1": 0}}}"#,
+            "gpuvet.sim.node_speed.local-1",
+            "`0` is out of range; expected a speed factor above 0 and at most 10",
+        ),
+        (
+            r#"{"sim": {"node_speed": {" ": 0.5}}}"#,
+            "gpuvet.sim.node_speed. ",
+            "the node name is empty",
+        ),
+        (
+            r#"{"report_to": "https://server:9470"}"#,
+            "gpuvet.report_to",
+            "`https://server:9470` is not an `http://` address",
+        ),
+        (
+            r#"{"report_to": "server:9470"}"#,
+            "gpuvet.report_to",
+            "`server:9470` is not an `http://` address",
+        ),
+        (
+            r#"{"report_to": "http://"}"#,
+            "gpuvet.report_to",
+            "`http://` has no host",
+        ),
+        (
+            r#"{"report_to": "http://user:pw@server:9470"}"#,
+            "gpuvet.report_to",
+            "the address holds credentials, which would be written to logs and reports",
+        ),
+        (
+            r#"{"report_to": "http://server:9470/?x=1"}"#,
+            "gpuvet.report_to",
+            "`http://server:9470/?x=1` has a query, a fragment or a space; expected `http://HOST[:PORT][/PATH]`",
         ),
         (
             r#"{"rebuild_hook": []}"#,
@@ -520,4 +557,20 @@ fn the_size_bound_is_checked_before_parsing() {
         "the config has more than `1048576` bytes"
     );
     assert!(error.hint().is_some());
+}
+
+#[test]
+fn a_node_speed_slows_every_device_of_that_node_only() {
+    let config = Config::from_json(
+        r#"{"gpuvet": {"sim": {"devices": 3, "speed": {"1": 0.5}, "node_speed": {"n2": 0.8}}}}"#,
+    )
+    .unwrap();
+    let sim = config.settings.sim.unwrap();
+    let slow = sim.clone().for_node("n2");
+    assert_eq!(
+        slow.speed.into_iter().collect::<Vec<_>>(),
+        [(0, 0.8), (1, 0.4), (2, 0.8)]
+    );
+    let other = sim.clone().for_node("n1");
+    assert_eq!(other.speed, sim.speed);
 }

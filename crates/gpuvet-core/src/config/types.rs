@@ -184,7 +184,24 @@ pub struct SimScript {
     pub noise: f64,
     /// Speed factor per device index (1.0 is nominal, 0.9 is 10 % slow).
     pub speed: BTreeMap<u32, f64>,
+    /// Speed factor of every device of the node with this name, on top of `speed`: a
+    /// slow node in a group whose nodes share one config (`--local-nodes`, drills).
+    pub node_speed: BTreeMap<String, f64>,
     pub faults: Vec<(CheckName, u32, SimFault)>,
+}
+
+impl SimScript {
+    /// The script as node `node` plays it: its `node_speed` folded into each device's
+    /// speed.
+    pub fn for_node(mut self, node: &str) -> SimScript {
+        if let Some(factor) = self.node_speed.get(node).copied() {
+            for device in 0..self.devices {
+                let speed = self.speed.entry(device).or_insert(1.0);
+                *speed *= factor;
+            }
+        }
+        self
+    }
 }
 
 impl Default for SimScript {
@@ -194,6 +211,7 @@ impl Default for SimScript {
             devices: 8,
             noise: 0.0,
             speed: BTreeMap::new(),
+            node_speed: BTreeMap::new(),
             faults: Vec::new(),
         }
     }
@@ -208,6 +226,9 @@ pub struct Settings {
     pub tolerance: Option<f64>,
     pub baselines: BTreeMap<CheckName, Limit>,
     pub store: Option<String>,
+    /// The base address of a `gpuvet serve` that reports and events are pushed to
+    /// (`gpuvet.report_to`), without a trailing slash; `None`: nothing is pushed.
+    pub report_to: Option<String>,
     /// The command run when `fail_action` is `rebuild`; never empty.
     pub rebuild_hook: Option<Vec<String>>,
     pub cpu_devices: Option<u32>,

@@ -182,12 +182,51 @@ fn validate_runtime(raw: RawRuntime) -> Result<RuntimeConfig, ConfigError> {
     }
 }
 
+/// `gpuvet.report_to`: the base address of a `gpuvet serve`, as `http://HOST[:PORT][/PATH]`,
+/// without a trailing slash.
+fn validate_report_to(text: &str) -> Result<String, ConfigError> {
+    const FIELD: &str = "gpuvet.report_to";
+    let trimmed = text.trim();
+    let Some(rest) = trimmed
+        .strip_prefix("http://")
+        .map(|r| r.trim_end_matches('/'))
+    else {
+        let error = ConfigError::invalid(FIELD, format!("`{text}` is not an `http://` address"));
+        return Err(if trimmed.starts_with("https://") {
+            error.with_hint("gpuvet pushes over plain HTTP; reach the server over a private network, or through a local proxy that adds TLS")
+        } else {
+            error.with_hint("give the server's base address, e.g. `http://gpuvet-server:9470`")
+        });
+    };
+    let authority = rest.split('/').next().unwrap_or_default();
+    if authority.is_empty() {
+        return Err(ConfigError::invalid(FIELD, format!("`{text}` has no host")));
+    }
+    if authority.contains('@') {
+        return Err(ConfigError::invalid(
+            FIELD,
+            "the address holds credentials, which would be written to logs and reports",
+        )
+        .with_hint("put the token in the `GPUVET_REPORT_TOKEN` environment variable instead"));
+    }
+    if rest.contains(['?', '#', ' ']) {
+        return Err(ConfigError::invalid(
+            FIELD,
+            format!(
+                "`{text}` has a query, a fragment or a space; expected `http://HOST[:PORT][/PATH]`"
+            ),
+        ));
+    }
+    Ok(format!("http://{rest}"))
+}
+
 fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> {
     let raw = raw.unwrap_or(RawSettings {
         backend: None,
         tolerance_pct: None,
         baselines: None,
         store: None,
+        report_to: None,
         rebuild_hook: None,
         cpu_devices: None,
         gemm: None,
@@ -234,6 +273,11 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         }
         other => other,
     };
+    let report_to = raw
+        .report_to
+        .as_deref()
+        .map(validate_report_to)
+        .transpose()?;
     let rebuild_hook = match raw.rebuild_hook {
         None => None,
         Some(RawCommand::Shell(line)) if line.trim().is_empty() => {
@@ -296,6 +340,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         tolerance: raw.tolerance_pct.map(|pct| pct / 100.0),
         baselines,
         store,
+        report_to,
         rebuild_hook,
         cpu_devices,
         gemm_dtype,
@@ -503,15 +548,15 @@ fn validate_sim(raw: RawSim) -> Result<SimScript, ConfigError> {
                     ),
                 )
             })?;
-        if !(factor.is_finite() && factor > 0.0 && factor <= 10.0) {
-            return Err(ConfigError::invalid(
-                path,
-                format!(
-                    "`{factor}` is out of range; expected a speed factor above 0 and at most 10"
-                ),
-            ));
+        speed.insert(index, speed_factor(&path, factor)?);
+    }
+    let mut node_speed = BTreeMap::new();
+    for (node, factor) in raw.node_speed.unwrap_or_default() {
+        let path = format!("gpuvet.sim.node_speed.{node}");
+        if node.trim().is_empty() {
+            return Err(ConfigError::invalid(path, "the node name is empty"));
         }
-        speed.insert(index, factor);
+        node_speed.insert(node, speed_factor(&path, factor)?);
     }
     let mut faults = Vec::new();
     for (i, fault) in raw.faults.unwrap_or_default().into_iter().enumerate() {
@@ -552,6 +597,18 @@ fn validate_sim(raw: RawSim) -> Result<SimScript, ConfigError> {
         devices,
         noise: noise_pct / 100.0,
         speed,
+        node_speed,
         faults,
     })
+}
+
+fn speed_factor(path: &str, factor: f64) -> Result<f64, ConfigError> {
+    if factor.is_finite() && factor > 0.0 && factor <= 10.0 {
+        Ok(factor)
+    } else {
+        Err(ConfigError::invalid(
+            path,
+            format!("`{factor}` is out of range; expected a speed factor above 0 and at most 10"),
+        ))
+    }
 }

@@ -6,12 +6,14 @@ use gpuvet_core::events::Attempt;
 use gpuvet_core::exit_codes;
 use gpuvet_core::render;
 use gpuvet_core::results::Outcome;
+use gpuvet_push::Pusher;
 use gpuvet_store::Store;
 
 use crate::cli::CheckArgs;
-use crate::failure::Failure;
+use crate::failure::{Failure, warn};
 use crate::identity::{Identity, load_config, store_path};
 use crate::output;
+use crate::push;
 use crate::sanity::{self, group};
 use gpuvet_core::time::unix_now_ms;
 
@@ -24,13 +26,17 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     let mode = group::mode(&args.sanity.group)?;
     let identity = Identity::resolve(&args.sanity.identity);
 
+    // Without a store there is no outbox, so nothing is pushed either.
+    let pusher = (!args.no_store)
+        .then(|| push::pusher(&config, None))
+        .flatten();
     let mut store = if args.no_store {
         None
     } else {
-        Some(Store::open(&store_path(
-            args.sanity.store.store.as_deref(),
-            &config,
-        ))?)
+        Some(push::open_store(
+            &store_path(args.sanity.store.store.as_deref(), &config),
+            pusher.is_some(),
+        )?)
     };
     let attempt = match store.as_mut() {
         Some(store) => store.begin_attempt(
@@ -59,6 +65,9 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     )?;
     if let Some(store) = store.as_mut() {
         store.record_report(&attempt, &report)?;
+        if let Some(pusher) = &pusher {
+            send_now(store, pusher);
+        }
     }
     output::write_report_files(&args.sanity, &report)?;
     if args.json {
@@ -71,4 +80,20 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
         Outcome::Incomplete => exit_codes::INCOMPLETE,
         Outcome::Failed => exit_codes::CHECK_FAILED,
     })
+}
+
+/// Sends the report (and whatever else is due) once; what fails stays in the outbox
+/// for `gpuvet push` or the next command, and is said on stderr.
+fn send_now(store: &mut Store, pusher: &Pusher) {
+    match gpuvet_push::drain(store, pusher, unix_now_ms, false) {
+        Ok(drained) => {
+            if let Some(error) = drained.last_error {
+                warn(format!(
+                    "push: {error}; {} waiting in the outbox; `gpuvet push` sends them",
+                    drained.waiting
+                ));
+            }
+        }
+        Err(error) => warn(format!("push: {error}")),
+    }
 }

@@ -4,8 +4,10 @@ mod catalog;
 mod check;
 mod events;
 mod fr;
+mod push;
 mod results;
 mod run;
+mod serve;
 mod watch;
 mod worker;
 
@@ -28,6 +30,8 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Checks(args) => catalog::catalog(args),
         Command::Watch(args) => watch::watch(args),
         Command::Fr(args) => fr::fr(args),
+        Command::Serve(args) => serve::serve(args),
+        Command::Push(args) => push::push(args),
         Command::Worker(args) => worker::worker(args),
     }
 }

@@ -15,6 +15,7 @@ use crate::cli::RunArgs;
 use crate::failure::{Failure, warn};
 use crate::identity::{Identity, load_config, store_path};
 use crate::output;
+use crate::push;
 use crate::runtime::{Echo, KillSwitch, RuntimeWatch};
 use crate::sanity::{self, group};
 use crate::supervise::{HOOK_TIMEOUT, HookOutcome, Supervised, run_hook, shell_code};
@@ -37,7 +38,12 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         .transpose()?;
     let identity = Identity::resolve(&args.sanity.identity);
     let store_file = store_path(args.sanity.store.store.as_deref(), &config);
-    let mut store = Store::open(&store_file)?;
+    let pusher = push::pusher(&config, None);
+    let queue_pushes = pusher.is_some();
+    let mut store = push::open_store(&store_file, queue_pushes)?;
+    // Sends on its own thread from now until this command returns: the app's start
+    // never waits on the server.
+    let _sending = push::Background::start(&store_file, pusher);
     let attempt = store.begin_attempt(
         &identity.job_id,
         &identity.node,
@@ -108,6 +114,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         RuntimeWatch::start(
             &config.settings.watch,
             &store_file,
+            queue_pushes,
             &attempt,
             Echo::Stderr,
             kill.clone(),

@@ -12,6 +12,7 @@ use crate::cli::WatchArgs;
 use crate::failure::Failure;
 use crate::identity::{Identity, load_config, store_path};
 use crate::output;
+use crate::push;
 use crate::runtime::{Echo, RuntimeWatch};
 use gpuvet_core::time::unix_now_ms;
 
@@ -30,6 +31,8 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
     };
     let identity = Identity::resolve(&args.identity);
     let store_file = store_path(args.store.store.as_deref(), &config);
+    let pusher = push::pusher(&config, None);
+    let queue_pushes = pusher.is_some();
     let attempt = Store::open(&store_file)?.begin_attempt(
         &identity.job_id,
         &identity.node,
@@ -47,9 +50,15 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
     } else {
         Echo::Stdout
     };
-    let Some(watch) =
-        RuntimeWatch::start(&config.settings.watch, &store_file, &attempt, echo, None)
-    else {
+    let sending = push::Background::start(&store_file, pusher);
+    let Some(watch) = RuntimeWatch::start(
+        &config.settings.watch,
+        &store_file,
+        queue_pushes,
+        &attempt,
+        echo,
+        None,
+    ) else {
         return Err(Failure::usage("the runtime check has no source to watch on this machine")
             .with_hint("point `gpuvet.watch.kmsg` at a readable kernel log, or run where NVML is available"));
     };
@@ -71,6 +80,7 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
         }
     }
     let recorded = watch.stop();
+    drop(sending);
     output::stderr(&format!("c4d: stopped; {recorded} findings recorded\n"));
     Ok(exit_codes::SUCCESS)
 }

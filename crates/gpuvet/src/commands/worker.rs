@@ -16,7 +16,7 @@ pub fn worker(args: WorkerArgs) -> Result<i32, Failure> {
     let output = gpuvet_runner::protocol_output().map_err(Failure::bug)?;
     let choice = BackendChoice::parse(&args.backend).expect("clap only accepts known backends");
     let built = load_config(args.config.as_deref())
-        .and_then(|config| sanity::build_backend(choice, &config, args.cpu_devices));
+        .and_then(|config| sanity::build_backend(choice, &config, args.cpu_devices, &args.node));
     let (backend, code) = match built {
         Ok(selected) => (Ok(selected), exit_codes::SUCCESS),
         Err(failure) => (Err(failure.error.to_string()), failure.code),

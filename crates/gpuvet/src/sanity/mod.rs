@@ -21,6 +21,7 @@ use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::cli::SanityArgs;
 use crate::failure::{Failure, note};
+use crate::identity::Identity;
 use crate::output::Progress;
 use gpuvet_core::time::unix_now_ms;
 
@@ -51,7 +52,8 @@ pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, F
         Some(arg) => BackendChoice::from(*arg),
         None => config.settings.backend,
     };
-    build_backend(choice, config, args.cpu_devices)
+    let node = Identity::resolve(&args.identity).node;
+    build_backend(choice, config, args.cpu_devices, &node)
 }
 
 /// The backend `choice` names, built from the config with `--cpu-devices` over it; a
@@ -60,8 +62,10 @@ pub fn build_backend(
     choice: BackendChoice,
     config: &Config,
     cpu_devices: Option<u32>,
+    node: &str,
 ) -> Result<Arc<dyn Backend>, Failure> {
     let mut settings = config.settings.clone();
+    settings.sim = settings.sim.map(|sim| sim.for_node(node));
     if let Some(devices) = cpu_devices {
         if devices == 0 || devices > 1024 {
             return Err(Failure::usage(format!(
@@ -94,6 +98,11 @@ pub fn worker_launcher(
         // The worker starts in this directory, but an absolute path says what it reads.
         let config = std::path::absolute(config).unwrap_or_else(|_| config.clone());
         worker_args.extend(["--config".into(), config.into_os_string()]);
+    }
+    if backend.name() == "sim" {
+        // The node's share of the script (`gpuvet.sim.node_speed`) depends on its name.
+        let node = Identity::resolve(&args.identity).node;
+        worker_args.extend(["--node".into(), node.into()]);
     }
     if backend.name() == "cpu" {
         worker_args.extend([

@@ -1,0 +1,183 @@
+//! Sends a node's queued reports and events to a central `gpuvet serve`.
+//!
+//! The store queues what it records in its outbox (see `gpuvet_store`'s `outbox`);
+//! this crate empties it. [`drain`] sends what is due once, and is what `gpuvet push`
+//! and `gpuvet check` call. [`Sender`] does the same on a thread of its own until it is
+//! stopped, so that `gpuvet run` and `gpuvet watch` keep sending while the app runs and
+//! never wait for the server.
+//!
+//! An entry leaves the outbox only when the server accepted it. Every other outcome
+//! (no answer, a 5xx, a refusal) keeps it, with the error and a later next try, so
+//! nothing is lost; the server stores each report and event once by its own id, so
+//! nothing is stored twice when a reply is lost and the entry is sent again.
+
+mod sender;
+
+use std::time::Duration;
+
+use gpuvet_store::{OutboxEntry, OutboxKind, Store, StoreError};
+
+pub use crate::sender::Sender;
+
+/// The environment variable that holds the token sent with every push.
+pub const TOKEN_ENV: &str = "GPUVET_REPORT_TOKEN";
+
+/// How long one send may take, connecting included.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Entries taken from the outbox per round.
+const BATCH: usize = 64;
+
+/// What went wrong.
+#[derive(Debug, thiserror::Error)]
+pub enum PushError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+/// A client of one server.
+#[derive(Debug)]
+pub struct Pusher {
+    base_url: String,
+    authorization: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Pusher {
+    /// A client of the server at `base_url` (`http://HOST[:PORT][/PATH]`, as
+    /// `gpuvet.report_to` is validated), sending `token` when there is one.
+    pub fn new(base_url: &str, token: Option<&str>) -> Pusher {
+        let config = ureq::Agent::config_builder()
+            .timeout_global(Some(SEND_TIMEOUT))
+            .timeout_connect(Some(Duration::from_secs(3)))
+            // A 4xx or 5xx is an answer to read, not a transport error.
+            .http_status_as_error(false)
+            .build();
+        Pusher {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            authorization: token
+                .filter(|t| !t.is_empty())
+                .map(|t| format!("Bearer {t}")),
+            agent: config.into(),
+        }
+    }
+
+    /// The server's address, for messages.
+    pub fn base_url(&self) -> &str {
+        &self.base_url
+    }
+
+    /// Sends one entry; `Ok` when the server accepted it (stored now or before).
+    pub fn send(&self, entry: &OutboxEntry) -> Result<(), String> {
+        let path = match entry.kind {
+            OutboxKind::Report => "/api/v1/reports",
+            OutboxKind::Event => "/api/v1/events",
+        };
+        let url = format!("{}{path}", self.base_url);
+        let mut request = self
+            .agent
+            .post(&url)
+            .header("content-type", "application/json");
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
+        let mut response = request
+            .send(entry.body.as_bytes())
+            .map_err(|e| format!("cannot reach `{url}`: {e}"))?;
+        let status = response.status().as_u16();
+        if (200..300).contains(&status) {
+            return Ok(());
+        }
+        let body = response
+            .body_mut()
+            .with_config()
+            .limit(64 * 1024)
+            .read_to_string()
+            .unwrap_or_default();
+        Err(format!(
+            "`{url}` answered {status}: {}",
+            error_message(&body)
+        ))
+    }
+}
+
+/// The `message` of the server's JSON error, or the start of whatever it sent.
+fn error_message(body: &str) -> String {
+    let parsed: Option<String> = body
+        .find("\"message\":\"")
+        .map(|start| &body[start + 11..])
+        .and_then(|rest| rest.split('"').next())
+        .map(str::to_owned);
+    parsed.unwrap_or_else(|| body.chars().take(200).collect())
+}
+
+/// What one drain did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Drained {
+    pub sent: u64,
+    pub failed: u64,
+    /// Entries still in the outbox afterwards, due or not.
+    pub waiting: u64,
+    /// The last send's error, when one failed.
+    pub last_error: Option<String>,
+}
+
+/// Sends the entries due at `now_ms` (every entry with `all`, whatever its next try),
+/// oldest first; stops at the first failure, since the server is then most likely
+/// unreachable for the rest too, and that failure's next try is pushed back.
+pub fn drain(
+    store: &mut Store,
+    pusher: &Pusher,
+    now_ms: impl Fn() -> u64,
+    all: bool,
+) -> Result<Drained, PushError> {
+    let mut drained = Drained::default();
+    'rounds: loop {
+        let due_by = if all { u64::MAX } else { now_ms() };
+        let entries = store.outbox_due(due_by, BATCH)?;
+        if entries.is_empty() {
+            break;
+        }
+        for entry in &entries {
+            match pusher.send(entry) {
+                Ok(()) => {
+                    store.outbox_sent(entry.id)?;
+                    drained.sent += 1;
+                }
+                Err(error) => {
+                    store.outbox_failed(entry.id, &error, now_ms())?;
+                    drained.failed += 1;
+                    drained.last_error = Some(error);
+                    break 'rounds;
+                }
+            }
+        }
+    }
+    drained.waiting = store.outbox_len()?;
+    Ok(drained)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_servers_error_message_is_taken_from_its_json() {
+        let body = r#"{"error":{"status":401,"message":"the token does not match the server's","hint":"set it"}}"#;
+        assert_eq!(error_message(body), "the token does not match the server's");
+        assert_eq!(
+            error_message("<html>bad gateway</html>"),
+            "<html>bad gateway</html>"
+        );
+        assert_eq!(error_message(&"x".repeat(500)).len(), 200);
+    }
+
+    #[test]
+    fn the_base_address_loses_its_trailing_slash_and_an_empty_token_sends_none() {
+        let pusher = Pusher::new("http://server:9470/", Some(""));
+        assert_eq!(pusher.base_url(), "http://server:9470");
+        assert!(pusher.authorization.is_none());
+        let pusher = Pusher::new("http://server:9470", Some("t"));
+        assert_eq!(pusher.authorization.as_deref(), Some("Bearer t"));
+    }
+}

@@ -1,0 +1,152 @@
+//! Prometheus `/metrics` of the server itself: requests by route and status, and the
+//! reports and events taken in.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::{MatchedPath, Request, State};
+use axum::http::header;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+use crate::AppState;
+
+/// Counters since the server started.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    /// By (method, route template, status).
+    requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    pub reports_accepted: AtomicU64,
+    pub events_accepted: AtomicU64,
+    /// Writes refused for their content (400, 409) or their token (401).
+    pub writes_refused: AtomicU64,
+}
+
+impl Metrics {
+    fn count(&self, method: &str, route: &str, status: u16) {
+        let mut requests = self
+            .requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        *requests
+            .entry((method.to_owned(), route.to_owned(), status))
+            .or_default() += 1;
+    }
+
+    /// The counters in Prometheus's text format.
+    pub fn text(&self) -> String {
+        let mut out = String::new();
+        out.push_str(
+            "# HELP gpuvet_server_requests_total HTTP requests answered, by route and status.\n",
+        );
+        out.push_str("# TYPE gpuvet_server_requests_total counter\n");
+        let requests = self
+            .requests
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        for ((method, route, status), count) in requests.iter() {
+            let _ = writeln!(
+                out,
+                "gpuvet_server_requests_total{{method=\"{method}\",route=\"{}\",status=\"{status}\"}} {count}",
+                label_value(route)
+            );
+        }
+        for (name, help, counter) in [
+            (
+                "gpuvet_server_reports_accepted_total",
+                "Reports taken in (stored, or already stored under their id).",
+                &self.reports_accepted,
+            ),
+            (
+                "gpuvet_server_events_accepted_total",
+                "Events taken in (stored, or already stored under their id).",
+                &self.events_accepted,
+            ),
+            (
+                "gpuvet_server_writes_refused_total",
+                "Pushed reports and events refused for their content or token.",
+                &self.writes_refused,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+            let _ = writeln!(out, "{name} {}", counter.load(Ordering::Relaxed));
+        }
+        out
+    }
+}
+
+/// A label value in the text format: backslash, quote and newline escaped.
+fn label_value(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// Middleware: counts every request under its route template (never the raw path,
+/// whose names would make one series per node), or `unmatched`.
+pub(crate) async fn count_requests(
+    State(state): State<AppState>,
+    request: Request,
+    next: Next,
+) -> Response {
+    let method = request.method().as_str().to_owned();
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", MatchedPath::as_str)
+        .to_owned();
+    let response = next.run(request).await;
+    state
+        .metrics
+        .count(&method, &route, response.status().as_u16());
+    response
+}
+
+/// `GET /metrics`.
+pub(crate) async fn render(State(state): State<AppState>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "text/plain; version=0.0.4; charset=utf-8",
+        )],
+        state.metrics.text(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_are_counted_by_route_and_status_in_the_text_format() {
+        let metrics = Metrics::default();
+        metrics.count("GET", "/api/v1/jobs/{job}", 200);
+        metrics.count("GET", "/api/v1/jobs/{job}", 200);
+        metrics.count("GET", "/api/v1/jobs/{job}", 404);
+        metrics.reports_accepted.fetch_add(3, Ordering::Relaxed);
+        let text = metrics.text();
+        assert!(
+            text.contains(
+                "gpuvet_server_requests_total{method=\"GET\",route=\"/api/v1/jobs/{job}\",status=\"200\"} 2\n"
+            ),
+            "{text}"
+        );
+        assert!(text.contains("status=\"404\"} 1\n"), "{text}");
+        assert!(
+            text.contains("gpuvet_server_reports_accepted_total 3\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("gpuvet_server_events_accepted_total 0\n"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

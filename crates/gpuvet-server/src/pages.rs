@@ -1,0 +1,234 @@
+//! The web pages: server-rendered HTML from `gpuvet-html`, with a little inline script
+//! for live refresh and nothing to build.
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, Uri, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::get;
+
+use gpuvet_core::events::EventKind;
+use gpuvet_core::overview::JobSummary;
+use gpuvet_core::time::unix_now_ms;
+use gpuvet_html::site;
+use gpuvet_store::{EventFilter, RunFilter};
+use serde::Deserialize;
+
+use crate::AppState;
+use crate::error::ApiError;
+use crate::extract::{Path, Query};
+
+/// Events a page lists at most; the page says how many more match.
+const EVENTS_SHOWN: usize = 200;
+
+/// Runs of one instance a page lists at most.
+const HISTORY_SHOWN: usize = 20;
+
+pub(crate) fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/", get(instances_page))
+        .route("/instances", get(instances_page))
+        .route("/instances/{job}/{node}", get(instance_page))
+        .route("/events", get(events_page))
+        .route("/reports/{file}", get(report_page))
+}
+
+/// A form's empty field means "any".
+fn given(value: Option<String>) -> Option<String> {
+    value.filter(|v| !v.is_empty())
+}
+
+#[derive(Debug, Deserialize)]
+struct InstancesQuery {
+    job: Option<String>,
+}
+
+/// `GET /` and `GET /instances?job=JOB`: every job with its instances.
+async fn instances_page(
+    State(state): State<AppState>,
+    Query(query): Query<InstancesQuery>,
+) -> Response {
+    let job = given(query.job);
+    let filter = job.clone();
+    let found = state
+        .store(move |store| {
+            let jobs: Vec<JobSummary> = store
+                .jobs()?
+                .into_iter()
+                .filter(|j| filter.as_ref().is_none_or(|f| &j.job_id == f))
+                .collect();
+            let mut instances = Vec::new();
+            for job in &jobs {
+                instances.extend(store.instances(&job.job_id, None)?);
+            }
+            Ok((jobs, instances))
+        })
+        .await;
+    match found {
+        Ok((jobs, instances)) => Html(site::instances_page(
+            &jobs,
+            &instances,
+            job.as_deref(),
+            unix_now_ms(),
+        ))
+        .into_response(),
+        Err(error) => page_error(error),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct InstanceQuery {
+    attempt: Option<u32>,
+}
+
+/// `GET /instances/{job}/{node}`: one instance's latest run, panel by panel.
+async fn instance_page(
+    State(state): State<AppState>,
+    Path((job, node)): Path<(String, String)>,
+    Query(query): Query<InstanceQuery>,
+) -> Response {
+    let (lookup_job, lookup_node) = (job.clone(), node.clone());
+    let found = state
+        .store(move |store| {
+            let Some(instance) = store.instance(&lookup_job, &lookup_node, query.attempt)? else {
+                return Ok(None);
+            };
+            let report = match &instance.latest_run {
+                Some(run) => store.run(run.run_id)?.map(|(_, report)| report),
+                None => None,
+            };
+            let history = store
+                .runs(&RunFilter {
+                    job_id: Some(lookup_job.clone()),
+                    node: Some(lookup_node.clone()),
+                    limit: Some(HISTORY_SHOWN),
+                    ..RunFilter::default()
+                })?
+                .into_iter()
+                .map(|stored| stored.run)
+                .collect::<Vec<_>>();
+            let events = store.events(&EventFilter {
+                job_id: Some(lookup_job),
+                attempt: Some(instance.attempt.attempt),
+                node: Some(lookup_node),
+                limit: Some(EVENTS_SHOWN),
+                ..EventFilter::default()
+            })?;
+            Ok(Some((instance, report, history, events)))
+        })
+        .await;
+    match found {
+        Ok(Some((instance, report, history, events))) => {
+            // Until its report arrives, the page watches for it.
+            let live = instance.latest_run.is_none();
+            Html(site::instance_page(
+                &instance,
+                report.as_ref(),
+                &history,
+                &events,
+                live,
+            ))
+            .into_response()
+        }
+        Ok(None) => html_error(
+            StatusCode::NOT_FOUND,
+            "No such instance",
+            &format!("the store has no instance of job `{job}` on node `{node}`"),
+        ),
+        Err(error) => page_error(error),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct EventsQuery {
+    kind: Option<String>,
+    job: Option<String>,
+    node: Option<String>,
+}
+
+/// `GET /events?kind=&job=&node=`: deployment events, the newest first.
+async fn events_page(State(state): State<AppState>, Query(query): Query<EventsQuery>) -> Response {
+    let kind = match given(query.kind)
+        .map(|k| k.parse::<EventKind>())
+        .transpose()
+    {
+        Ok(kind) => kind,
+        Err(message) => return html_error(StatusCode::BAD_REQUEST, "Bad filter", &message),
+    };
+    let filter = EventFilter {
+        kind,
+        job_id: given(query.job),
+        node: given(query.node),
+        limit: Some(EVENTS_SHOWN),
+        newest_first: true,
+        ..EventFilter::default()
+    };
+    let shown = filter.clone();
+    let found = state
+        .store(move |store| Ok((store.events(&filter)?, store.count_events(&filter)?)))
+        .await;
+    match found {
+        Ok((events, total)) => Html(site::events_page(
+            &events,
+            shown.kind,
+            shown.job_id.as_deref(),
+            shown.node.as_deref(),
+            usize::try_from(total).unwrap_or(usize::MAX),
+        ))
+        .into_response(),
+        Err(error) => page_error(error),
+    }
+}
+
+/// `GET /reports/{run_id}.html`: one run's static report.
+async fn report_page(State(state): State<AppState>, Path(file): Path<String>) -> Response {
+    let Some(run_id) = file
+        .strip_suffix(".html")
+        .and_then(|id| id.parse::<i64>().ok())
+    else {
+        return html_error(
+            StatusCode::NOT_FOUND,
+            "No such report",
+            &format!("`{file}` names no report: reports are at /reports/RUN_ID.html"),
+        );
+    };
+    match state.store(move |store| store.run(run_id)).await {
+        Ok(Some((_, report))) => Html(gpuvet_html::page(&report)).into_response(),
+        Ok(None) => html_error(
+            StatusCode::NOT_FOUND,
+            "No such report",
+            &format!("there is no run {run_id}"),
+        ),
+        Err(error) => page_error(error),
+    }
+}
+
+/// Any other address: a JSON 404 under `/api/`, an HTML one elsewhere.
+pub(crate) async fn not_found(uri: Uri) -> Response {
+    let path = uri.path();
+    if path.starts_with("/api/") {
+        ApiError::not_found(format!("no endpoint at `{path}`"))
+            .with_hint("the endpoints are listed in /api/v1/openapi.json")
+            .into_response()
+    } else {
+        html_error(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            &format!("there is no page at `{path}`"),
+        )
+    }
+}
+
+pub(crate) fn page_error(error: ApiError) -> Response {
+    html_error(error.status, "Error", &error.message)
+}
+
+fn html_error(status: StatusCode, title: &str, message: &str) -> Response {
+    let body = site::error_page(status.as_u16(), title, message);
+    (
+        status,
+        [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}

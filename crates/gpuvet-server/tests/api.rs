@@ -1,0 +1,593 @@
+//! The server over real HTTP on a loopback port, against a real SQLite store: every
+//! endpoint, its filters, and its 400, 401, 404 and 409 answers; pushes stored once;
+//! the pages and `/metrics`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::events::{Attempt, EventKind, EventRecord, NewEvent};
+use gpuvet_core::results::{
+    CheckResult, CheckStatus, Entity, EntityResult, Evidence, Lane, Measurement, Outcome,
+    RunReport, Verdict,
+};
+use gpuvet_server::Server;
+use gpuvet_server::pool::StorePool;
+use gpuvet_store::Store;
+use serde_json::{Value, json};
+
+const TOKEN: &str = "test-token";
+
+/// A server on its own thread and runtime; stops when dropped.
+struct Running {
+    addr: SocketAddr,
+    store: PathBuf,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+    _dir: tempfile::TempDir,
+}
+
+impl Running {
+    fn start(token: Option<&str>) -> Running {
+        let dir = tempfile::tempdir().unwrap();
+        let store = dir.path().join("server.db");
+        let path = store.clone();
+        let pool = StorePool::new(move || Store::open(&path)).unwrap();
+        let token = token.map(str::to_owned);
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (ready, addr) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(async move {
+                let server = Server::bind("127.0.0.1:0".parse().unwrap(), pool, token)
+                    .await
+                    .unwrap();
+                ready.send(server.local_addr().unwrap()).unwrap();
+                server
+                    .run(async {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .unwrap();
+            });
+        });
+        Running {
+            addr: addr.recv().unwrap(),
+            store,
+            stop: Some(stop),
+            thread: Some(thread),
+            _dir: dir,
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    fn agent() -> ureq::Agent {
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into()
+    }
+
+    /// `GET path`: the status and the body as text.
+    fn get(&self, path: &str) -> (u16, String) {
+        let mut response = Self::agent().get(&self.url(path)).call().unwrap();
+        let status = response.status().as_u16();
+        (status, response.body_mut().read_to_string().unwrap())
+    }
+
+    /// `GET path` answered with JSON.
+    fn get_json(&self, path: &str) -> (u16, Value) {
+        let (status, body) = self.get(path);
+        (
+            status,
+            serde_json::from_str(&body).unwrap_or_else(|e| panic!("{path}: {e}: {body}")),
+        )
+    }
+
+    /// `POST path` with `body`, and the token when given.
+    fn post(&self, path: &str, token: Option<&str>, body: &str) -> (u16, Value) {
+        let mut request = Self::agent()
+            .post(&self.url(path))
+            .header("content-type", "application/json");
+        if let Some(token) = token {
+            request = request.header("authorization", &format!("Bearer {token}"));
+        }
+        let mut response = request.send(body).unwrap();
+        let status = response.status().as_u16();
+        let text = response.body_mut().read_to_string().unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or_else(|e| panic!("{path}: {e}: {text}")),
+        )
+    }
+
+    fn store(&self) -> Store {
+        Store::open(&self.store).unwrap()
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn attempt(job: &str, node: &str, number: u32) -> Attempt {
+    Attempt {
+        job_id: job.to_owned(),
+        attempt: number,
+        node: node.to_owned(),
+        instance: format!("pod-{node}"),
+    }
+}
+
+/// A report with one gemm check; device 1 slow when `slow`.
+fn report(attempt: &Attempt, id: &str, slow: bool) -> RunReport {
+    let entities = [(0, 700.0), (1, if slow { 400.0 } else { 701.0 })]
+        .into_iter()
+        .map(|(index, value)| {
+            let entity = Entity::Device {
+                node: attempt.node.clone(),
+                index,
+            };
+            let verdict = if value < 500.0 {
+                Verdict::Slow
+            } else {
+                Verdict::Ok
+            };
+            EntityResult {
+                entity: entity.clone(),
+                verdict,
+                lane: Lane::Host,
+                reason: format!("{value} TFLOPS"),
+                evidence: Evidence {
+                    value: Some(value),
+                    peer_median: Some(700.0),
+                    ..Evidence::default()
+                },
+                measurement: Measurement::ok(entity, value, vec![value]),
+            }
+        })
+        .collect();
+    let status = if slow {
+        CheckStatus::Failed
+    } else {
+        CheckStatus::Passed
+    };
+    let mut gemm = CheckResult::judged(CheckName::GemmFlops, status, entities);
+    gemm.duration_secs = 1.5;
+    let checks = vec![gemm];
+    RunReport {
+        report_id: id.to_owned(),
+        gpuvet_version: "0.1.0".to_owned(),
+        job_id: attempt.job_id.clone(),
+        attempt: attempt.attempt,
+        node: attempt.node.clone(),
+        instance: attempt.instance.clone(),
+        backend: "sim".to_owned(),
+        devices: Vec::new(),
+        started_at_ms: 1_700_000_000_000,
+        duration_secs: 2.0,
+        timeout_secs: 300.0,
+        outcome: Outcome::of(&checks),
+        checks,
+        group: None,
+    }
+}
+
+fn event(attempt: &Attempt, id: &str, time_ms: u64, kind: EventKind) -> EventRecord {
+    EventRecord {
+        attempt: attempt.clone(),
+        event: NewEvent {
+            event_id: id.to_owned(),
+            time_ms,
+            kind,
+            lane: Some(Lane::Host),
+            message: format!("{kind} at {time_ms}"),
+            details: json!({ "n": time_ms }),
+        },
+    }
+}
+
+fn push_report(server: &Running, report: &RunReport) -> (u16, Value) {
+    server.post(
+        "/api/v1/reports",
+        Some(TOKEN),
+        &serde_json::to_string(report).unwrap(),
+    )
+}
+
+fn push_event(server: &Running, record: &EventRecord) -> (u16, Value) {
+    server.post(
+        "/api/v1/events",
+        Some(TOKEN),
+        &serde_json::to_string(record).unwrap(),
+    )
+}
+
+/// job-a: n0 failed (slow GPU), n1 passed, both attempt 1; then n0 attempt 2 passed.
+fn populated() -> Running {
+    let server = Running::start(Some(TOKEN));
+    let n0 = attempt("job-a", "n0", 1);
+    assert_eq!(push_report(&server, &report(&n0, "r-n0-1", true)).0, 200);
+    let n1 = attempt("job-a", "n1", 1);
+    assert_eq!(push_report(&server, &report(&n1, "r-n1-1", false)).0, 200);
+    let n0_2 = attempt("job-a", "n0", 2);
+    assert_eq!(push_report(&server, &report(&n0_2, "r-n0-2", false)).0, 200);
+    for (record, time) in [
+        (event(&n0, "e-1", 100, EventKind::SanityCheckFailed), 100),
+        (event(&n1, "e-2", 200, EventKind::SanityCheckSucceeded), 200),
+        (
+            event(&n0_2, "e-3", 300, EventKind::SanityCheckSucceeded),
+            300,
+        ),
+    ] {
+        let (status, body) = push_event(&server, &record);
+        assert_eq!(status, 200, "{time}: {body}");
+    }
+    server
+}
+
+#[test]
+fn jobs_attempts_and_instances_read_back_and_unknown_ones_are_404() {
+    let server = populated();
+    let (status, jobs) = server.get_json("/api/v1/jobs");
+    assert_eq!(status, 200);
+    assert_eq!(jobs[0]["job_id"], "job-a");
+    assert_eq!(jobs[0]["nodes"], 2);
+    assert_eq!(jobs[0]["passed"], 2, "each node's latest attempt: {jobs}");
+
+    let (status, job) = server.get_json("/api/v1/jobs/job-a");
+    assert_eq!((status, &job["latest_attempt"]), (200, &json!(2)));
+
+    let (status, attempts) = server.get_json("/api/v1/jobs/job-a/attempts");
+    assert_eq!(status, 200);
+    assert_eq!(attempts[0]["attempt"], 1);
+    assert_eq!(attempts[0]["failed"], 1);
+    assert_eq!(attempts[0]["passed"], 1);
+    assert_eq!(attempts[1]["attempt"], 2);
+    assert_eq!(attempts[1]["nodes"], 1);
+
+    let (_, instances) = server.get_json("/api/v1/jobs/job-a/instances");
+    let nodes: Vec<(&str, u64)> = instances
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| (i["node"].as_str().unwrap(), i["attempt"].as_u64().unwrap()))
+        .collect();
+    assert_eq!(nodes, [("n0", 2), ("n1", 1)]);
+    let (_, first) = server.get_json("/api/v1/jobs/job-a/instances?attempt=1");
+    assert_eq!(first[0]["latest_run"]["outcome"], "failed");
+    assert_eq!(first[0]["latest_run"]["findings"], 1);
+
+    let (status, one) = server.get_json("/api/v1/jobs/job-a/instances/n1");
+    assert_eq!((status, &one["instance"]), (200, &json!("pod-n1")));
+
+    for (path, message) in [
+        ("/api/v1/jobs/nope", "no job `nope` in the store"),
+        ("/api/v1/jobs/nope/attempts", "no job `nope` in the store"),
+        ("/api/v1/jobs/nope/instances", "no job `nope` in the store"),
+        (
+            "/api/v1/jobs/job-a/instances/n9",
+            "no instance of job `job-a` on node `n9`",
+        ),
+        (
+            "/api/v1/jobs/job-a/instances/n1?attempt=2",
+            "no instance of job `job-a` on node `n1` in attempt 2",
+        ),
+        ("/api/v1/runs/999", "no run `999` in the store"),
+        ("/api/v1/unknown", "no endpoint at `/api/v1/unknown`"),
+    ] {
+        let (status, body) = server.get_json(path);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(body["error"]["status"], 404);
+        assert_eq!(body["error"]["message"], message, "{path}");
+        assert!(body["error"]["hint"].is_string(), "{path}: {body}");
+    }
+}
+
+#[test]
+fn runs_results_and_events_filter_and_bad_filters_are_400() {
+    let server = populated();
+    let (_, runs) = server.get_json("/api/v1/runs?job=job-a&node=n0");
+    let ids: Vec<&str> = runs
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["report_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["r-n0-2", "r-n0-1"], "the newest first");
+    let (_, failed) = server.get_json("/api/v1/runs?outcome=failed");
+    assert_eq!(failed.as_array().unwrap().len(), 1);
+    let run_id = failed[0]["run_id"].as_i64().unwrap();
+    let (status, run) = server.get_json(&format!("/api/v1/runs/{run_id}"));
+    assert_eq!(status, 200);
+    assert_eq!(run["report"]["report_id"], "r-n0-1");
+    assert_eq!(run["node"], "n0");
+
+    let (_, results) = server.get_json("/api/v1/results?check=gemm_flops&node=n0&attempt=1");
+    assert_eq!(results.as_array().unwrap().len(), 1);
+    assert_eq!(results[0]["result"]["status"], "failed");
+    assert_eq!(results[0]["result"]["entities"][1]["verdict"], "slow");
+
+    let kinds = |path: &str| -> Vec<String> {
+        let (status, events) = server.get_json(path);
+        assert_eq!(status, 200, "{path}: {events}");
+        events
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["event_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(kinds("/api/v1/events"), ["e-1", "e-2", "e-3"]);
+    assert_eq!(kinds("/api/v1/events?kind=SanityCheckFailed"), ["e-1"]);
+    assert_eq!(kinds("/api/v1/events?node=n0"), ["e-1", "e-3"]);
+    assert_eq!(kinds("/api/v1/events?job=job-a&attempt=2"), ["e-3"]);
+    assert_eq!(kinds("/api/v1/events?since_ms=150&until_ms=300"), ["e-2"]);
+    assert_eq!(kinds("/api/v1/events?order=newest&limit=2"), ["e-3", "e-2"]);
+    assert!(kinds("/api/v1/events?job=other").is_empty());
+
+    for (path, needle) in [
+        ("/api/v1/events?kind=Bogus", "unknown variant `Bogus`"),
+        ("/api/v1/events?limit=0", "`limit` is 0"),
+        ("/api/v1/events?limit=10001", "`limit` is 10001"),
+        (
+            "/api/v1/events?since_ms=5&until_ms=1",
+            "`since_ms` (5) is after `until_ms` (1)",
+        ),
+        ("/api/v1/events?since_ms=-1", "since_ms"),
+        ("/api/v1/events?colour=red", "unknown field `colour`"),
+        ("/api/v1/runs?outcome=great", "unknown variant `great`"),
+        ("/api/v1/runs?attempt=x", "attempt"),
+        ("/api/v1/results?check=gemm", "unknown check `gemm`"),
+        ("/api/v1/runs/abc", "abc"),
+        ("/api/v1/jobs/a%00b", "NUL"),
+        ("/api/v1/events?job=a%00b", "NUL"),
+    ] {
+        let (status, body) = server.get_json(path);
+        assert_eq!(status, 400, "{path}: {body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{path}: {message}");
+    }
+}
+
+#[test]
+fn a_push_needs_the_token_and_is_stored_once_under_its_id() {
+    let server = Running::start(Some(TOKEN));
+    let n0 = attempt("job-p", "n0", 1);
+    let body = serde_json::to_string(&report(&n0, "r-1", true)).unwrap();
+    for (token, needle) in [
+        (None, "needs the server's token"),
+        (Some("wrong"), "does not match"),
+    ] {
+        let (status, answer) = server.post("/api/v1/reports", token, &body);
+        assert_eq!(status, 401, "{answer}");
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains(needle)
+        );
+    }
+    assert!(
+        server.store().jobs().unwrap().is_empty(),
+        "nothing stored without the token"
+    );
+
+    let (status, first) = server.post("/api/v1/reports", Some(TOKEN), &body);
+    assert_eq!(status, 200, "{first}");
+    let (status, again) = server.post("/api/v1/reports", Some(TOKEN), &body);
+    assert_eq!((status, &again), (200, &first), "the same run id");
+    assert_eq!(server.store().runs(&Default::default()).unwrap().len(), 1);
+
+    let mut changed = report(&n0, "r-1", false);
+    changed.duration_secs = 9.0;
+    let (status, conflict) = push_report(&server, &changed);
+    assert_eq!(status, 409, "{conflict}");
+    assert!(
+        conflict["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("`r-1`")
+    );
+
+    let record = event(&n0, "e-1", 5, EventKind::SanityCheckFailed);
+    let (status, stored) = push_event(&server, &record);
+    assert_eq!(status, 200, "{stored}");
+    assert_eq!(push_event(&server, &record), (200, stored));
+    assert_eq!(server.store().count_events(&Default::default()).unwrap(), 1);
+
+    for (path, body, needle) in [
+        (
+            "/api/v1/reports",
+            serde_json::to_string(&report(&n0, "", true)).unwrap(),
+            "no `report_id`",
+        ),
+        (
+            "/api/v1/events",
+            serde_json::to_string(&event(&n0, "", 1, EventKind::InstanceStarted)).unwrap(),
+            "no `event_id`",
+        ),
+        (
+            "/api/v1/reports",
+            "{\"job_id\": 3}".to_owned(),
+            "not a gpuvet report",
+        ),
+        ("/api/v1/events", "[1, 2".to_owned(), "JSON"),
+        (
+            "/api/v1/events",
+            serde_json::to_string(&event(
+                &attempt("a\u{0}b", "n0", 1),
+                "e-9",
+                1,
+                EventKind::InstanceStarted,
+            ))
+            .unwrap(),
+            "NUL",
+        ),
+    ] {
+        let (status, answer) = server.post(path, Some(TOKEN), &body);
+        assert_eq!(status, 400, "{path} {body}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{path}: {message}");
+    }
+}
+
+#[test]
+fn a_server_without_a_token_refuses_writes_and_still_serves_reads() {
+    let server = Running::start(None);
+    let n0 = attempt("job", "n0", 1);
+    let (status, answer) = push_report(&server, &report(&n0, "r-1", false));
+    assert_eq!(status, 401);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("takes no writes")
+    );
+    assert_eq!(server.get_json("/api/v1/jobs"), (200, json!([])));
+    assert_eq!(server.get_json("/api/v1/health").1["status"], "ok");
+}
+
+#[test]
+fn pages_show_instances_the_failed_instance_and_filtered_events() {
+    let server = populated();
+    let (status, list) = server.get("/");
+    assert_eq!(status, 200);
+    assert!(list.contains("data-node=\"n0\""), "{list}");
+    assert!(list.contains("/instances/job-a/n0"), "{list}");
+
+    let (status, page) = server.get("/instances/job-a/n0?attempt=1");
+    assert_eq!(status, 200);
+    assert!(page.contains("<svg"), "a chart: {page}");
+    assert!(page.contains("n0/dev1"), "the slow GPU: {page}");
+    assert!(
+        !page.contains("<script"),
+        "no live refresh once the report is in"
+    );
+
+    let (status, events) = server.get("/events?kind=SanityCheckFailed&job=&node=");
+    assert_eq!(status, 200);
+    assert_eq!(
+        events.matches("data-kind=\"SanityCheckFailed\"").count(),
+        1,
+        "{events}"
+    );
+    assert!(
+        !events.contains("data-kind=\"SanityCheckSucceeded\""),
+        "{events}"
+    );
+
+    let (status, report) = server.get(&format!(
+        "/reports/{}.html",
+        server.store().runs(&Default::default()).unwrap()[2]
+            .run
+            .run_id
+    ));
+    assert_eq!(status, 200);
+    assert!(report.starts_with("<!DOCTYPE html>"));
+
+    for path in [
+        "/instances/job-a/n9",
+        "/reports/abc.html",
+        "/reports/999.html",
+        "/nowhere",
+    ] {
+        let (status, body) = server.get(path);
+        assert_eq!(status, 404, "{path}");
+        assert!(body.starts_with("<!DOCTYPE html>"), "{path}: {body}");
+    }
+    assert_eq!(server.get("/events?kind=Bogus").0, 400);
+}
+
+#[test]
+fn an_instance_without_a_report_yet_gets_the_live_refresh() {
+    let server = Running::start(Some(TOKEN));
+    server
+        .store()
+        .begin_attempt("job-l", "n0", "pod-n0", 1_700_000_000_000)
+        .unwrap();
+    let (status, page) = server.get("/instances/job-l/n0");
+    assert_eq!(status, 200);
+    assert!(page.contains("<script"), "{page}");
+    assert!(page.contains("/api/v1/jobs/job-l/instances/n0"), "{page}");
+}
+
+#[test]
+fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint() {
+    let server = populated();
+    server.get("/api/v1/jobs/job-a");
+    server.get("/api/v1/jobs/nope");
+    let (status, metrics) = server.get("/metrics");
+    assert_eq!(status, 200);
+    assert!(
+        metrics.contains(
+            "gpuvet_server_requests_total{method=\"GET\",route=\"/api/v1/jobs/{job}\",status=\"404\"} 1"
+        ),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gpuvet_server_reports_accepted_total 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("gpuvet_server_events_accepted_total 3"),
+        "{metrics}"
+    );
+
+    let (status, document) = server.get_json("/api/v1/openapi.json");
+    assert_eq!(status, 200);
+    assert!(document["openapi"].as_str().unwrap().starts_with("3."));
+    let paths: BTreeMap<&str, Vec<&str>> = document["paths"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(path, item)| {
+            (
+                path.as_str(),
+                item.as_object()
+                    .unwrap()
+                    .keys()
+                    .map(String::as_str)
+                    .collect(),
+            )
+        })
+        .collect();
+    let expected = BTreeMap::from([
+        ("/api/v1/events", vec!["get", "post"]),
+        ("/api/v1/health", vec!["get"]),
+        ("/api/v1/jobs", vec!["get"]),
+        ("/api/v1/jobs/{job}", vec!["get"]),
+        ("/api/v1/jobs/{job}/attempts", vec!["get"]),
+        ("/api/v1/jobs/{job}/instances", vec!["get"]),
+        ("/api/v1/jobs/{job}/instances/{node}", vec!["get"]),
+        ("/api/v1/reports", vec!["post"]),
+        ("/api/v1/results", vec!["get"]),
+        ("/api/v1/runs", vec!["get"]),
+        ("/api/v1/runs/{run_id}", vec!["get"]),
+    ]);
+    assert_eq!(paths, expected);
+    // Every schema a response names is in the document.
+    let text = document.to_string();
+    for reference in text.split("\"$ref\":\"#/components/schemas/").skip(1) {
+        let name = reference.split('"').next().unwrap();
+        assert!(
+            document["components"]["schemas"].get(name).is_some(),
+            "`{name}` is referenced but not defined"
+        );
+    }
+}
