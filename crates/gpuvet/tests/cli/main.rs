@@ -17,5 +17,6 @@ mod orphans;
 mod output_snapshots;
 mod run;
 mod runtime;
+mod serve_push;
 mod torch_gloo;
 mod worker;

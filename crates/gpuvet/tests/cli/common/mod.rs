@@ -5,6 +5,7 @@
 
 pub mod group;
 pub mod netns;
+pub mod serve;
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;

@@ -1,0 +1,274 @@
+//! Pushing to `gpuvet serve` end to end, with real processes: what `check` and `run`
+//! record while the server is down waits in the outbox and arrives once it is up,
+//! with nothing lost and nothing stored twice, also when a reply is lost and an entry
+//! is sent again. And the browser test of the served pages: Chromium opens the failed
+//! instance of a `--local-nodes` group with a slow node, and the events filtered to
+//! `SanityCheckFailed`.
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::process::Command;
+
+use crate::common::serve::{Serve, TOKEN, free_loopback_addr};
+use crate::common::{Scratch, stderr, stdout};
+
+/// A sim node whose reports and events go to `addr`.
+fn pushing_config(scratch: &Scratch, addr: &str, extra: &str) -> std::path::PathBuf {
+    scratch.config(
+        "push.json",
+        &format!(
+            r#"{{"aimaster": {{"sanity_check": {{"fail_action": "fail", "micro_benchmarks": "gemm_flops", "timeout": 2}}}},
+               "gpuvet": {{"backend": "sim", "report_to": "http://{addr}", "sim": {{"devices": 2{extra}}}}}}}"#
+        ),
+    )
+}
+
+fn with_token(mut command: Command) -> Command {
+    command.env("GPUVET_REPORT_TOKEN", TOKEN);
+    command
+}
+
+/// The event ids of a node's own store.
+fn local_event_ids(scratch: &Scratch) -> BTreeSet<String> {
+    scratch
+        .events()
+        .iter()
+        .map(|e| {
+            e["event_id"]
+                .as_str()
+                .expect("every event has an id")
+                .to_owned()
+        })
+        .collect()
+}
+
+fn server_event_ids(server: &Serve) -> Vec<String> {
+    server
+        .get_json("/api/v1/events")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["event_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn server_report_ids(server: &Serve) -> Vec<String> {
+    server
+        .get_json("/api/v1/runs")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["report_id"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+fn push(scratch: &Scratch, config: &Path, store: &Path) -> std::process::Output {
+    with_token(scratch.gpuvet())
+        .args(["push", "--config"])
+        .arg(config)
+        .arg("--store")
+        .arg(store)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn what_is_recorded_while_the_server_is_down_arrives_once_when_it_is_up() {
+    let scratch = Scratch::temp();
+    let addr = free_loopback_addr().to_string();
+    let config = pushing_config(&scratch, &addr, "");
+
+    // The server is down: `check` and `run` still do their work, and say so.
+    let check = with_token(scratch.gpuvet())
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    assert!(
+        stderr(&check).contains("push: cannot reach"),
+        "{}",
+        stderr(&check)
+    );
+    let run = with_token(scratch.gpuvet())
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--", "sh", "-c", "exit 3"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(3), "the app ran: {}", stderr(&run));
+
+    let down = push(&scratch, &config, &scratch.store());
+    assert_eq!(down.status.code(), Some(76), "{}", stderr(&down));
+    let waiting = local_event_ids(&scratch).len() + 2;
+    assert!(
+        stdout(&down).contains(&format!("sent 0 to http://{addr}; {waiting} waiting")),
+        "two reports and every event wait: {}",
+        stdout(&down)
+    );
+
+    // A copy of the node's store, as if every reply to the sends below were lost.
+    let copy = scratch.path("copy.db");
+    std::fs::copy(scratch.store(), &copy).unwrap();
+
+    let server = Serve::start(&scratch, &scratch.path("server.db"), &addr);
+    let up = push(&scratch, &config, &scratch.store());
+    assert_eq!(up.status.code(), Some(0), "{}", stderr(&up));
+    assert!(
+        stdout(&up).contains(&format!("sent {waiting} to")),
+        "{}",
+        stdout(&up)
+    );
+    let again = push(&scratch, &config, &copy);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    let empty = push(&scratch, &config, &scratch.store());
+    assert!(stdout(&empty).contains("sent 0 to"), "{}", stdout(&empty));
+    assert!(stdout(&empty).contains("; 0 waiting"), "{}", stdout(&empty));
+
+    let events = server_event_ids(&server);
+    let unique: BTreeSet<String> = events.iter().cloned().collect();
+    assert_eq!(unique.len(), events.len(), "nothing twice: {events:?}");
+    assert_eq!(unique, local_event_ids(&scratch), "nothing lost");
+    let reports = server_report_ids(&server);
+    assert_eq!(reports.len(), 2, "{reports:?}");
+    let jobs = server.get_json("/api/v1/jobs/job-test/instances");
+    assert_eq!(jobs[0]["node"], "node-test");
+    assert_eq!(jobs[0]["attempt"], 2, "check was attempt 1, run attempt 2");
+}
+
+#[test]
+fn run_sends_its_report_and_events_while_the_server_is_up_and_leaves_nothing_queued() {
+    let scratch = Scratch::temp();
+    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
+    let config = pushing_config(&scratch, &server.addr.to_string(), "");
+    let run = with_token(scratch.gpuvet())
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert!(!stderr(&run).contains("push:"), "{}", stderr(&run));
+    let events: BTreeSet<String> = server_event_ids(&server).into_iter().collect();
+    assert_eq!(events, local_event_ids(&scratch));
+    let kinds: Vec<String> = server
+        .get_json("/api/v1/events")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["kind"].as_str().unwrap().to_owned())
+        .collect();
+    assert!(
+        kinds.contains(&"SanityCheckSucceeded".to_owned()),
+        "{kinds:?}"
+    );
+    assert_eq!(server_report_ids(&server).len(), 1);
+    let left = push(&scratch, &config, &scratch.store());
+    assert!(stdout(&left).contains("sent 0 to"), "{}", stdout(&left));
+    assert!(stdout(&left).contains("; 0 waiting"), "{}", stdout(&left));
+}
+
+#[test]
+fn a_wrong_token_keeps_everything_queued_and_says_why() {
+    let scratch = Scratch::temp();
+    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
+    let config = pushing_config(&scratch, &server.addr.to_string(), "");
+    let check = scratch
+        .gpuvet()
+        .env("GPUVET_REPORT_TOKEN", "not-the-token")
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    assert!(
+        stderr(&check).contains("answered 401: the token does not match the server's"),
+        "{}",
+        stderr(&check)
+    );
+    assert!(server_report_ids(&server).is_empty());
+    let fixed = push(&scratch, &config, &scratch.store());
+    assert_eq!(fixed.status.code(), Some(0), "{}", stdout(&fixed));
+    assert_eq!(server_report_ids(&server).len(), 1);
+}
+
+#[test]
+fn push_without_a_server_to_push_to_is_a_usage_error() {
+    let scratch = Scratch::temp();
+    let output = scratch.run(&["push"]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("error: there is no server to push to"));
+    assert!(stderr(&output).contains("hint: set `gpuvet.report_to`"));
+}
+
+fn repo_root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/gpuvet sits two levels below the workspace root")
+        .to_path_buf()
+}
+
+#[test]
+#[ignore = "needs chromium and node with playwright-core (tests/browser: npm ci)"]
+fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
+    let chromium =
+        std::env::var("GPUVET_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
+    assert!(
+        Path::new(&chromium).exists(),
+        "missing chromium at `{chromium}` (apt-get install chromium)"
+    );
+    let playwright = repo_root().join("tests/browser/node_modules/playwright-core");
+    assert!(
+        playwright.exists(),
+        "missing playwright-core in `{}` (npm ci --prefix tests/browser)",
+        playwright.display()
+    );
+    let _turn = crate::common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
+    // Four local agents share the config; `local-2` runs at 60 %.
+    let config = pushing_config(
+        &scratch,
+        &server.addr.to_string(),
+        r#", "node_speed": {"local-2": 0.6}"#,
+    );
+    let config_text = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("\"gemm_flops\"", "\"gemm_flops,all_reduce_2\"");
+    std::fs::write(&config, config_text).unwrap();
+    let run = with_token(scratch.gpuvet())
+        .env("GPUVET_JOB_ID", "job-e2e")
+        .args(["run", "--local-nodes", "4", "--config"])
+        .arg(&config)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(1),
+        "fail_action fail: {}",
+        stderr(&run)
+    );
+    assert!(stderr(&run).contains("local-2"), "{}", stderr(&run));
+
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-e2e");
+    std::fs::create_dir_all(&shots).unwrap();
+    let output = Command::new("node")
+        .arg(repo_root().join("tests/browser/serve_pages.mjs"))
+        .arg(server.url(""))
+        .arg(&shots)
+        .arg("local-2")
+        .env("GPUVET_TEST_CHROMIUM", &chromium)
+        .output()
+        .expect("running node");
+    assert!(
+        output.status.success(),
+        "the browser check failed:\n{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+    for shot in ["instances.png", "instance.png", "events.png"] {
+        assert!(shots.join(shot).exists(), "{shot} saved");
+    }
+}
