@@ -76,6 +76,7 @@ impl FromStr for EventKind {
 pub struct Attempt {
     pub job_id: String,
     /// Numbered from 1; each new run of the same job gets the next number.
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub attempt: u32,
     pub node: String,
     pub instance: String,

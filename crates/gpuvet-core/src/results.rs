@@ -381,6 +381,7 @@ pub struct RunReport {
     pub report_id: String,
     pub gpuvet_version: String,
     pub job_id: String,
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
     pub attempt: u32,
     pub node: String,
     pub instance: String,

@@ -238,6 +238,7 @@ pub(crate) struct RunQuery {
     node: Option<String>,
     outcome: Option<Outcome>,
     /// At most this many, the newest first (1 to 10000; default 1000).
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<usize>,
 }
 
@@ -297,7 +298,6 @@ pub(crate) struct ResultQuery {
     job: Option<String>,
     attempt: Option<u32>,
     /// A check's name from the catalog, e.g. `gemm_flops`.
-    #[param(value_type = Option<String>)]
     check: Option<CheckName>,
     node: Option<String>,
 }
@@ -343,6 +343,7 @@ pub(crate) struct EventQuery {
     /// Unix milliseconds: events before this time.
     until_ms: Option<u64>,
     /// At most this many (1 to 10000; default 1000).
+    #[param(minimum = 1, maximum = 10000)]
     limit: Option<usize>,
     /// `oldest` (the default) or `newest` first.
     order: Option<Order>,
@@ -391,6 +392,29 @@ fn limit(limit: Option<usize>) -> Result<usize, ApiError> {
     }
 }
 
+/// The schema of `POST /api/v1/reports`'s body: a report whose `report_id` is
+/// required, since the server stores a report once per id. The body is read as a
+/// [`RunReport`]; this type only describes it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct ReportPush {
+    /// The report's own id.
+    #[schema(min_length = 1)]
+    report_id: String,
+    #[serde(flatten)]
+    report: RunReport,
+}
+
+/// The schema of `POST /api/v1/events`'s body: an event whose `event_id` is required.
+/// The body is read as an [`EventRecord`]; this type only describes it.
+#[derive(Debug, Serialize, ToSchema)]
+pub(crate) struct EventPush {
+    /// The event's own id.
+    #[schema(min_length = 1)]
+    event_id: String,
+    #[serde(flatten)]
+    event: EventRecord,
+}
+
 /// A pushed report, as stored.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct ReportAccepted {
@@ -400,11 +424,12 @@ pub(crate) struct ReportAccepted {
 }
 
 #[utoipa::path(post, path = "/api/v1/reports", tag = "push",
-    request_body(content = RunReport, description = "A node's report, with its `report_id`"),
+    request_body(content = ReportPush, description = "A node's report, with its `report_id`"),
     security(("token" = [])),
     responses((status = 200, description = "Stored, or already stored under its id", body = ReportAccepted),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 409, description = "Another report is stored under this id", body = ErrorBody)))]
+              (status = 409, description = "Another report is stored under this id", body = ErrorBody),
+              (status = 415, description = "The body is not `application/json`", body = ErrorBody)))]
 pub(crate) async fn push_report(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -417,6 +442,8 @@ pub(crate) async fn push_report(
             return Err(ApiError::bad_request("the report has no `report_id`")
                 .with_hint("a pushed report needs its own id, so that sending it twice stores it once; gpuvet gives every report one"));
         }
+        first_attempt_is_one(report.attempt)?;
+        storable_time("started_at_ms", report.started_at_ms)?;
         let attempt = Attempt {
             job_id: report.job_id.clone(),
             attempt: report.attempt,
@@ -443,11 +470,12 @@ pub(crate) struct EventAccepted {
 }
 
 #[utoipa::path(post, path = "/api/v1/events", tag = "push",
-    request_body(content = EventRecord, description = "An event of one attempt, with its `event_id`"),
+    request_body(content = EventPush, description = "An event of one attempt, with its `event_id`"),
     security(("token" = [])),
     responses((status = 200, description = "Stored, or already stored under its id", body = EventAccepted),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 409, description = "Another event is stored under this id", body = ErrorBody)))]
+              (status = 409, description = "Another event is stored under this id", body = ErrorBody),
+              (status = 415, description = "The body is not `application/json`", body = ErrorBody)))]
 pub(crate) async fn push_event(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -460,6 +488,8 @@ pub(crate) async fn push_event(
             return Err(ApiError::bad_request("the event has no `event_id`")
                 .with_hint("a pushed event needs its own id, so that sending it twice stores it once; gpuvet gives every event one"));
         }
+        first_attempt_is_one(record.attempt.attempt)?;
+        storable_time("time_ms", record.event.time_ms)?;
         let event_id = record.event.event_id.clone();
         let stored = state
             .store(move |store| store.record_event(&record.attempt, &record.event))
@@ -472,6 +502,27 @@ pub(crate) async fn push_event(
     .await;
     state.count_write(&result, &state.metrics.events_accepted);
     result
+}
+
+/// Attempts are numbered from 1.
+fn first_attempt_is_one(attempt: u32) -> Result<(), ApiError> {
+    if attempt == 0 {
+        return Err(ApiError::bad_request(
+            "`attempt` is 0; attempts are numbered from 1",
+        ));
+    }
+    Ok(())
+}
+
+/// The stores keep times as signed 64-bit milliseconds.
+fn storable_time(field: &str, ms: u64) -> Result<(), ApiError> {
+    if i64::try_from(ms).is_err() {
+        return Err(ApiError::bad_request(format!(
+            "`{field}` is {ms}, beyond the largest time the store keeps ({})",
+            i64::MAX
+        )));
+    }
+    Ok(())
 }
 
 fn decode_body<T: serde::de::DeserializeOwned>(

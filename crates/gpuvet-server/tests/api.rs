@@ -429,6 +429,28 @@ fn a_push_needs_the_token_and_is_stored_once_under_its_id() {
         ),
         ("/api/v1/events", "[1, 2".to_owned(), "JSON"),
         (
+            "/api/v1/reports",
+            serde_json::to_string(&report(&attempt("job-p", "n0", 0), "r-0", true)).unwrap(),
+            "`attempt` is 0",
+        ),
+        (
+            "/api/v1/events",
+            serde_json::to_string(&event(&n0, "e-9", u64::MAX, EventKind::InstanceStarted))
+                .unwrap(),
+            "`time_ms` is 18446744073709551615, beyond the largest time the store keeps",
+        ),
+        (
+            "/api/v1/events",
+            serde_json::to_string(&event(
+                &attempt("job-p", "n0", 0),
+                "e-0",
+                1,
+                EventKind::InstanceStarted,
+            ))
+            .unwrap(),
+            "`attempt` is 0",
+        ),
+        (
             "/api/v1/events",
             serde_json::to_string(&event(
                 &attempt("a\u{0}b", "n0", 1),
