@@ -65,6 +65,20 @@ impl AppState {
             )),
         }
     }
+
+    /// Like [`AppState::store`], for a write: it waits for its turn among writers.
+    pub(crate) async fn store_write<T: Send + 'static>(
+        &self,
+        work: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let _turn = self.writers.acquire().await.map_err(|closed| {
+            ApiError::new(
+                axum::http::StatusCode::SERVICE_UNAVAILABLE,
+                format!("the server is shutting down: {closed}"),
+            )
+        })?;
+        self.store(work).await
+    }
 }
 
 /// The server is up and its store answers.
@@ -452,7 +466,7 @@ pub(crate) async fn push_report(
         };
         let report_id = report.report_id.clone();
         let run_id = state
-            .store(move |store| store.record_report(&attempt, &report))
+            .store_write(move |store| store.record_report(&attempt, &report))
             .await?;
         Ok(Json(ReportAccepted { run_id, report_id }))
     }
@@ -492,7 +506,7 @@ pub(crate) async fn push_event(
         storable_time("time_ms", record.event.time_ms)?;
         let event_id = record.event.event_id.clone();
         let stored = state
-            .store(move |store| store.record_event(&record.attempt, &record.event))
+            .store_write(move |store| store.record_event(&record.attempt, &record.event))
             .await?;
         Ok(Json(EventAccepted {
             id: stored.id,

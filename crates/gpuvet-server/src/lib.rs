@@ -38,10 +38,17 @@ pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
 /// and nodes send it with what they push.
 pub const TOKEN_ENV: &str = "GPUVET_REPORT_TOKEN";
 
+/// The largest body a push may have: a 1,024-node group report is about 3 MB of JSON.
+pub const MAX_BODY_BYTES: usize = 64 << 20;
+
 /// What every request handler shares.
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
     pub pool: Arc<StorePool>,
+    /// Writes take turns here rather than in the database: SQLite lets one writer in at
+    /// a time and makes the others sleep and retry, which is what a burst of pushes
+    /// would otherwise spend its time on.
+    pub writers: Arc<tokio::sync::Semaphore>,
     /// `None`: the server takes no writes.
     pub token: Option<Arc<str>>,
     pub metrics: Arc<Metrics>,
@@ -68,6 +75,7 @@ impl Server {
                 error,
             })?;
         let state = AppState {
+            writers: Arc::new(tokio::sync::Semaphore::new(pool.concurrent_writers())),
             pool: Arc::new(pool),
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
             metrics: Arc::new(Metrics::default()),
@@ -101,6 +109,7 @@ fn router(state: AppState) -> Router {
         .merge(pages::routes())
         .route("/metrics", axum::routing::get(metrics::render))
         .fallback(pages::not_found)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             metrics::count_requests,

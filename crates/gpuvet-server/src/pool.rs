@@ -10,8 +10,9 @@ use std::sync::Mutex;
 
 use gpuvet_store::{Store, StoreError};
 
-/// Idle handles kept between requests: about one per blocking thread in steady use.
-pub const MAX_IDLE: usize = 16;
+/// Idle handles kept between requests: enough for a burst of readers, so that few
+/// requests pay for opening one.
+pub const MAX_IDLE: usize = 64;
 
 type Opener = Box<dyn Fn() -> Result<Store, StoreError> + Send + Sync>;
 
@@ -38,6 +39,12 @@ impl StorePool {
             open: Box::new(open),
             idle: Mutex::new(vec![first]),
         })
+    }
+
+    /// How many writes may run at once. SQLite takes one writer at a time; more would
+    /// only wait on its lock.
+    pub fn concurrent_writers(&self) -> usize {
+        1
     }
 
     /// Runs `work` with a handle. Blocks: call it on a blocking thread.
