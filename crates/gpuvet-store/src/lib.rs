@@ -1,48 +1,60 @@
-//! gpuvet's SQLite store of attempts, sanity-check reports, per-check results,
-//! deployment events, and the runtime check's state between restarts.
+//! gpuvet's store of attempts, sanity-check reports, per-check results, deployment
+//! events, and the runtime check's state between restarts: an SQLite file on each
+//! node (the embedded default), or a PostgreSQL database for a central `gpuvet serve`
+//! that many nodes push to. Both hold the same schema and behave the same through
+//! [`Store`]; [`StoreLocation`] says which (`--store postgres://…` or a path).
 //!
-//! One file, in WAL mode with a busy timeout, so that several gpuvet processes on one
-//! node (the sanity checks, the runtime check, a `gpuvet check` by hand) write to it at
-//! once. Every write that spans rows runs in one `BEGIN IMMEDIATE` transaction: a
-//! report is stored whole or not at all, and two processes never get the same attempt
-//! number.
+//! SQLite: one file, in WAL mode with a busy timeout, so that several gpuvet processes
+//! on one node (the sanity checks, the runtime check, a `gpuvet check` by hand) write
+//! to it at once. PostgreSQL: one connection per handle, without TLS (for a private
+//! network or a local socket). Every write that spans rows runs in one transaction: a
+//! report is stored whole or not at all, two handles or processes never get the same
+//! attempt number, and an item stored twice under its id (a retried push, or two
+//! servers receiving it at once) is stored once.
 //!
 //! Reports, check results and event details are kept as the JSON of the core types
 //! (their serialized form is API) and decoded on the way out; a row that no longer
 //! decodes is an error naming its table and id, never silently skipped. The runtime
 //! check's state is opaque JSON here: its type lives with the runtime check.
 //!
+//! Each query is written once, for both databases, against `db.rs`'s `Db`; the
+//! schemas are in `schema.rs` (SQLite) and `schema_pg.rs` (PostgreSQL).
+//!
 //! ```no_run
-//! # use gpuvet_store::{Store, EventFilter};
-//! let mut store = Store::open("/var/lib/gpuvet/store.db".as_ref())?;
+//! # use gpuvet_store::{Store, StoreLocation, EventFilter};
+//! let mut store = Store::open_location(&StoreLocation::parse("/var/lib/gpuvet/store.db"))?;
 //! let attempt = store.begin_attempt("job-1", "node-0", "pod-0", 1_700_000_000_000)?;
 //! let filter = EventFilter { job_id: Some("job-1".into()), ..EventFilter::default() };
 //! let events = store.events(&filter)?;
 //! # Ok::<(), gpuvet_store::StoreError>(())
 //! ```
 
+mod db;
 mod error;
+mod open;
 mod outbox;
 mod overview;
 mod schema;
+mod schema_pg;
+mod value;
 
-use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::{Attempt, Event, EventKind, EventRecord, NewEvent};
 use gpuvet_core::results::{CheckResult, Lane, RunReport};
 use gpuvet_core::time::unix_now_ms;
-use rusqlite::types::Value;
-use rusqlite::{Connection, OpenFlags, OptionalExtension, Row, TransactionBehavior, params};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::db::{Db, IdSpace, Row, Value};
 use crate::error::During;
 pub use crate::error::StoreError;
+pub use crate::open::StoreLocation;
 pub use crate::outbox::{FIRST_RETRY_MS, MAX_RETRY_MS, OutboxEntry, OutboxKind, next_try_delay_ms};
 pub use crate::overview::{RunFilter, StoredRun};
 pub use crate::schema::SCHEMA_VERSION;
+use crate::value::params;
 
 /// Which events to read. Every field that is set must match; `limit` keeps the first
 /// events in time order (the last ones with `newest_first`).
@@ -84,67 +96,22 @@ pub struct StoredResult {
     pub result: CheckResult,
 }
 
-/// An open store. Each handle is one SQLite connection: `Send`, not `Sync`; give each
-/// thread or process its own.
+/// An open store. Each handle is one SQLite connection or one PostgreSQL connection:
+/// `Send`, not `Sync`; give each thread or process its own. (On PostgreSQL, the
+/// `postgres` client blocks on its own runtime: from async code, use a handle inside
+/// `spawn_blocking`.)
 #[derive(Debug)]
 pub struct Store {
-    conn: Connection,
+    db: Db,
+    /// The SQLite file; `None` in memory and on PostgreSQL.
     path: Option<PathBuf>,
+    /// [`Store::location_display`].
+    display: String,
     /// Whether recorded reports and events are also queued in the outbox.
     queue_pushes: bool,
 }
 
 impl Store {
-    /// Opens the store at `path`, creating the file and its missing parent
-    /// directories, and migrates its schema to [`SCHEMA_VERSION`].
-    pub fn open(path: &Path) -> Result<Store, StoreError> {
-        let open_error = |cause: Box<dyn std::error::Error + Send + Sync>| StoreError::Open {
-            path: path.to_owned(),
-            cause,
-        };
-        if let Some(parent) = path.parent().filter(|p| !p.as_os_str().is_empty()) {
-            fs::create_dir_all(parent).map_err(|e| {
-                if parent.is_file() {
-                    open_error(format!("`{}` is a file, not a directory", parent.display()).into())
-                } else {
-                    open_error(Box::new(e))
-                }
-            })?;
-        }
-        // No SQLITE_OPEN_URI: a path is a path, even one that starts with `file:`.
-        let flags = OpenFlags::SQLITE_OPEN_READ_WRITE
-            | OpenFlags::SQLITE_OPEN_CREATE
-            | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let mut conn =
-            Connection::open_with_flags(path, flags).map_err(|e| open_error(Box::new(e)))?;
-        schema::prepare(&mut conn, path)?;
-        Ok(Store {
-            conn,
-            path: Some(path.to_owned()),
-            queue_pushes: false,
-        })
-    }
-
-    /// A private store that lives as long as the handle, for tests and dry runs.
-    pub fn open_in_memory() -> Result<Store, StoreError> {
-        let path = Path::new(":memory:");
-        let mut conn = Connection::open_in_memory().map_err(|e| StoreError::Open {
-            path: path.to_owned(),
-            cause: Box::new(e),
-        })?;
-        schema::prepare(&mut conn, path)?;
-        Ok(Store {
-            conn,
-            path: None,
-            queue_pushes: false,
-        })
-    }
-
-    /// The file behind the store; `None` in memory.
-    pub fn path(&self) -> Option<&Path> {
-        self.path.as_deref()
-    }
-
     /// Starts the next attempt of `job_id` on `node`: one more than the highest
     /// recorded so far, starting at 1.
     pub fn begin_attempt(
@@ -155,24 +122,24 @@ impl Store {
         now_ms: u64,
     ) -> Result<Attempt, StoreError> {
         const ACTION: &str = "begin an attempt in the store";
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .during(ACTION)?;
-        let attempt: u32 = tx
-            .query_row(
-                "SELECT COALESCE(MAX(attempt), 0) + 1 FROM attempts WHERE job_id = ?1 AND node = ?2",
-                params![job_id, node],
-                |row| row.get(0),
+        let attempt = self.db.write(ACTION, |db| {
+            db.lock_attempt_numbers().during(ACTION)?;
+            let attempt: u32 = db
+                .query_one(
+                    "SELECT COALESCE(MAX(attempt), 0) + 1 FROM attempts
+                     WHERE job_id = ?1 AND node = ?2",
+                    &params![job_id, node],
+                )
+                .and_then(|mut row| row.get(0))
+                .during(ACTION)?;
+            db.execute(
+                "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)",
+                &params![job_id, node, instance, attempt, now_ms],
             )
             .during(ACTION)?;
-        tx.execute(
-            "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5)",
-            params![job_id, node, instance, attempt, now_ms],
-        )
-        .during(ACTION)?;
-        tx.commit().during(ACTION)?;
+            Ok(attempt)
+        })?;
         Ok(Attempt {
             job_id: job_id.to_owned(),
             attempt,
@@ -213,107 +180,103 @@ impl Store {
             .map(|c| encode("check result", c))
             .collect::<Result<Vec<_>, _>>()?;
 
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .during(ACTION)?;
-        let report_id = non_empty(&report.report_id);
-        if let Some(id) = report_id {
-            let stored: Option<(i64, String)> = tx
-                .query_row(
-                    "SELECT id, report_json FROM runs WHERE report_id = ?1",
-                    [id],
-                    |row| Ok((row.get(0)?, row.get(1)?)),
-                )
-                .optional()
-                .during(ACTION)?;
-            if let Some((run_id, stored_json)) = stored {
-                return if same_json(&stored_json, &report_json) {
-                    Ok(run_id)
-                } else {
-                    Err(StoreError::IdConflict {
-                        what: "report",
-                        id: id.to_owned(),
+        let queue = self.queue_pushes;
+        self.db.write(ACTION, |db| {
+            let report_id = non_empty(&report.report_id);
+            if let Some(id) = report_id {
+                db.lock_ids(IdSpace::Report, [id]).during(ACTION)?;
+                let stored = db
+                    .query_opt(
+                        "SELECT id, report_json FROM runs WHERE report_id = ?1",
+                        &params![id],
+                    )
+                    .and_then(|row| {
+                        row.map(|mut row| Ok((row.get::<i64>(0)?, row.get::<String>(1)?)))
+                            .transpose()
                     })
-                };
+                    .during(ACTION)?;
+                if let Some((run_id, stored_json)) = stored {
+                    return if same_json(&stored_json, &report_json) {
+                        Ok(run_id)
+                    } else {
+                        Err(StoreError::IdConflict {
+                            what: "report",
+                            id: id.to_owned(),
+                        })
+                    };
+                }
             }
-        }
-        tx.execute(
-            "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
-             VALUES (?1, ?2, ?3, ?4, ?5)
-             ON CONFLICT (job_id, node, attempt) DO NOTHING",
-            params![
-                attempt.job_id,
-                attempt.node,
-                attempt.instance,
-                attempt.attempt,
-                report.started_at_ms
-            ],
-        )
-        .during(ACTION)?;
-        let attempt_id: i64 = tx
-            .query_row(
-                "SELECT id FROM attempts WHERE job_id = ?1 AND node = ?2 AND attempt = ?3",
-                params![attempt.job_id, attempt.node, attempt.attempt],
-                |row| row.get(0),
-            )
-            .during(ACTION)?;
-        let run_id: i64 = tx
-            .query_row(
-                "INSERT INTO runs (attempt_id, gpuvet_version, backend, outcome, started_at_ms,
-                                   duration_secs, timeout_secs, report_json, report_id)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                 RETURNING id",
-                params![
-                    attempt_id,
-                    report.gpuvet_version,
-                    report.backend,
-                    report.outcome.as_str(),
-                    report.started_at_ms,
-                    report.duration_secs,
-                    report.timeout_secs,
-                    report_json,
-                    report_id,
+            db.execute(
+                "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (job_id, node, attempt) DO NOTHING",
+                &params![
+                    &attempt.job_id,
+                    &attempt.node,
+                    &attempt.instance,
+                    attempt.attempt,
+                    report.started_at_ms
                 ],
-                |row| row.get(0),
             )
             .during(ACTION)?;
-        if let (true, Some(id)) = (self.queue_pushes, report_id) {
-            outbox::enqueue(
-                &tx,
-                OutboxKind::Report,
-                id,
-                &report_json,
-                unix_now_ms(),
-                ACTION,
-            )?;
-        }
-        {
-            let mut insert = tx
-                .prepare_cached(
+            let attempt_id: i64 = db
+                .query_one(
+                    "SELECT id FROM attempts WHERE job_id = ?1 AND node = ?2 AND attempt = ?3",
+                    &params![&attempt.job_id, &attempt.node, attempt.attempt],
+                )
+                .and_then(|mut row| row.get(0))
+                .during(ACTION)?;
+            let run_id: i64 = db
+                .query_one(
+                    "INSERT INTO runs (attempt_id, gpuvet_version, backend, outcome, started_at_ms,
+                                       duration_secs, timeout_secs, report_json, report_id)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
+                     RETURNING id",
+                    &params![
+                        attempt_id,
+                        &report.gpuvet_version,
+                        &report.backend,
+                        report.outcome.as_str(),
+                        report.started_at_ms,
+                        report.duration_secs,
+                        report.timeout_secs,
+                        &report_json,
+                        report_id,
+                    ],
+                )
+                .and_then(|mut row| row.get(0))
+                .during(ACTION)?;
+            if let (true, Some(id)) = (queue, report_id) {
+                outbox::enqueue(
+                    db,
+                    OutboxKind::Report,
+                    id,
+                    &report_json,
+                    unix_now_ms(),
+                    ACTION,
+                )?;
+            }
+            for (position, (check, json)) in report.checks.iter().zip(&check_jsons).enumerate() {
+                db.execute(
                     "INSERT INTO check_results (run_id, position, check_name, status, duration_secs,
                                                 median_value, unit, findings, result_json)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                )
-                .during(ACTION)?;
-            for (position, (check, json)) in report.checks.iter().zip(&check_jsons).enumerate() {
-                insert
-                    .execute(params![
+                    &params![
                         run_id,
                         position,
                         check.name.as_str(),
                         check.status.as_str(),
                         check.duration_secs,
                         check.median_value(),
-                        check.metric.unit,
+                        &check.metric.unit,
                         check.findings().count(),
                         json,
-                    ])
-                    .during(ACTION)?;
+                    ],
+                )
+                .during(ACTION)?;
             }
-        }
-        tx.commit().during(ACTION)?;
-        Ok(run_id)
+            Ok(run_id)
+        })
     }
 
     /// Records an event of `attempt` and returns it as stored, with its id.
@@ -324,12 +287,12 @@ impl Store {
     ) -> Result<Event, StoreError> {
         const ACTION: &str = "record an event in the store";
         let details = encode("event details", &event.details)?;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .during(ACTION)?;
-        let id = insert_event(&tx, attempt, event, &details, self.queue_pushes, ACTION)?;
-        tx.commit().during(ACTION)?;
+        let queue = self.queue_pushes;
+        let id = self.db.write(ACTION, |db| {
+            db.lock_ids(IdSpace::Event, non_empty(&event.event_id))
+                .during(ACTION)?;
+            insert_event(db, attempt, event, &details, queue, ACTION)
+        })?;
         Ok(Event {
             id,
             attempt: attempt.clone(),
@@ -356,33 +319,34 @@ impl Store {
         let state_json = state
             .map(|s| encode("runtime check state", s))
             .transpose()?;
-        let tx = self
-            .conn
-            .transaction_with_behavior(TransactionBehavior::Immediate)
-            .during(ACTION)?;
-        let mut stored = Vec::with_capacity(events.len());
-        for (event, details) in events.iter().zip(details) {
-            let id = insert_event(&tx, attempt, event, &details, self.queue_pushes, ACTION)?;
-            stored.push(Event {
-                id,
-                attempt: attempt.clone(),
-                event: event.clone(),
-            });
-        }
-        if let Some(json) = state_json {
-            tx.prepare_cached(
-                "INSERT INTO watch_state (job_id, node, saved_at_ms, state_json)
-                 VALUES (?1, ?2, ?3, ?4)
-                 ON CONFLICT (job_id, node) DO UPDATE
-                 SET saved_at_ms = excluded.saved_at_ms, state_json = excluded.state_json",
+        let queue = self.queue_pushes;
+        self.db.write(ACTION, |db| {
+            db.lock_ids(
+                IdSpace::Event,
+                events.iter().filter_map(|e| non_empty(&e.event_id)),
             )
-            .and_then(|mut upsert| {
-                upsert.execute(params![attempt.job_id, attempt.node, now_ms, json])
-            })
             .during(ACTION)?;
-        }
-        tx.commit().during(ACTION)?;
-        Ok(stored)
+            let mut stored = Vec::with_capacity(events.len());
+            for (event, details) in events.iter().zip(&details) {
+                let id = insert_event(db, attempt, event, details, queue, ACTION)?;
+                stored.push(Event {
+                    id,
+                    attempt: attempt.clone(),
+                    event: event.clone(),
+                });
+            }
+            if let Some(json) = &state_json {
+                db.execute(
+                    "INSERT INTO watch_state (job_id, node, saved_at_ms, state_json)
+                     VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (job_id, node) DO UPDATE
+                     SET saved_at_ms = excluded.saved_at_ms, state_json = excluded.state_json",
+                    &params![&attempt.job_id, &attempt.node, now_ms, json],
+                )
+                .during(ACTION)?;
+            }
+            Ok(stored)
+        })
     }
 
     /// The runtime check's state last saved for `job_id` on `node`, with the time it
@@ -393,21 +357,20 @@ impl Store {
         node: &str,
     ) -> Result<Option<(u64, S)>, StoreError> {
         let row = self
-            .conn
-            .prepare_cached(
+            .db
+            .query_opt(
                 "SELECT id, saved_at_ms, state_json FROM watch_state WHERE job_id = ?1 AND node = ?2",
+                &params![job_id, node],
             )
-            .and_then(|mut select| {
-                select
-                    .query_map(params![job_id, node], |row| {
-                        Ok((
-                            row.get::<_, i64>(0)?,
-                            row.get::<_, u64>(1)?,
-                            row.get::<_, String>(2)?,
-                        ))
-                    })?
-                    .next()
-                    .transpose()
+            .and_then(|row| {
+                row.map(|mut row| {
+                    Ok((
+                        row.get::<i64>(0)?,
+                        row.get::<u64>(1)?,
+                        row.get::<String>(2)?,
+                    ))
+                })
+                .transpose()
             })
             .during("read the runtime check's state from the store")?;
         row.map(|(id, saved_at_ms, json)| Ok((saved_at_ms, decode("watch_state", id, &json)?)))
@@ -422,32 +385,24 @@ impl Store {
                     event_id
              FROM events",
         );
-        query.filter("job_id", filter.job_id.as_deref().map(text));
-        query.filter("attempt", filter.attempt.map(|a| Value::Integer(a.into())));
-        query.filter("kind", filter.kind.map(|k| text(k.as_str())));
-        query.filter("node", filter.node.as_deref().map(text));
-        event_times(&mut query, filter);
+        event_conditions(&mut query, filter);
         query.sql.push_str(if filter.newest_first {
             " ORDER BY time_ms DESC, id DESC LIMIT ?"
         } else {
             " ORDER BY time_ms, id LIMIT ?"
         });
-        query.args.push(Value::Integer(limit(filter.limit)));
+        query.args.push(self.db.limit(filter.limit));
 
-        let rows = query.rows(&self.conn, RawEvent::from_row).during(ACTION)?;
+        let rows = query.rows(&self.db, RawEvent::from_row).during(ACTION)?;
         rows.into_iter().map(RawEvent::decode).collect()
     }
 
     /// How many events match `filter`, ignoring its `limit`.
     pub fn count_events(&self, filter: &EventFilter) -> Result<u64, StoreError> {
         let mut query = Query::new("SELECT COUNT(*) FROM events");
-        query.filter("job_id", filter.job_id.as_deref().map(text));
-        query.filter("attempt", filter.attempt.map(|a| Value::Integer(a.into())));
-        query.filter("kind", filter.kind.map(|k| text(k.as_str())));
-        query.filter("node", filter.node.as_deref().map(text));
-        event_times(&mut query, filter);
+        event_conditions(&mut query, filter);
         let counts = query
-            .rows(&self.conn, |row| row.get::<_, u64>(0))
+            .rows(&self.db, |row| row.get::<u64>(0))
             .during("count events in the store")?;
         Ok(counts.into_iter().next().unwrap_or(0))
     }
@@ -462,30 +417,27 @@ impl Store {
              JOIN runs r ON r.id = c.run_id
              JOIN attempts a ON a.id = r.attempt_id",
         );
-        query.filter("a.job_id", filter.job_id.as_deref().map(text));
-        query.filter(
-            "a.attempt",
-            filter.attempt.map(|a| Value::Integer(a.into())),
-        );
-        query.filter("c.check_name", filter.check.map(|c| text(c.as_str())));
-        query.filter("a.node", filter.node.as_deref().map(text));
+        query.filter("a.job_id", filter.job_id.as_deref());
+        query.filter("a.attempt", filter.attempt);
+        query.filter("c.check_name", filter.check.map(|c| c.as_str()));
+        query.filter("a.node", filter.node.as_deref());
         query
             .sql
             .push_str(" ORDER BY r.started_at_ms, r.id, c.position");
 
         let rows = query
-            .rows(&self.conn, |row| {
+            .rows(&self.db, |row| {
                 Ok((
-                    row.get::<_, i64>(0)?,
+                    row.get::<i64>(0)?,
                     Attempt {
                         job_id: row.get(1)?,
                         attempt: row.get(2)?,
                         node: row.get(3)?,
                         instance: row.get(4)?,
                     },
-                    row.get::<_, i64>(5)?,
-                    row.get::<_, u64>(6)?,
-                    row.get::<_, String>(7)?,
+                    row.get::<i64>(5)?,
+                    row.get::<u64>(6)?,
+                    row.get::<String>(7)?,
                 ))
             })
             .during(ACTION)?;
@@ -503,31 +455,30 @@ impl Store {
 
     /// The highest attempt number of `job_id` on any node; `None` when it has none.
     pub fn latest_attempt(&self, job_id: &str) -> Result<Option<u32>, StoreError> {
-        self.conn
-            .query_row(
+        self.db
+            .query_one(
                 "SELECT MAX(attempt) FROM attempts WHERE job_id = ?1",
-                [job_id],
-                |row| row.get(0),
+                &params![job_id],
             )
+            .and_then(|mut row| row.get(0))
             .during("read the latest attempt from the store")
     }
 
     /// The reports of one attempt of a job, from every node, by start time.
     pub fn reports(&self, job_id: &str, attempt: u32) -> Result<Vec<RunReport>, StoreError> {
         let rows = self
-            .conn
-            .prepare_cached(
+            .db
+            .query(
                 "SELECT r.id, r.report_json
                  FROM runs r JOIN attempts a ON a.id = r.attempt_id
                  WHERE a.job_id = ?1 AND a.attempt = ?2
                  ORDER BY r.started_at_ms, r.id",
+                &params![job_id, attempt],
             )
-            .and_then(|mut select| {
-                select
-                    .query_map(params![job_id, attempt], |row| {
-                        Ok((row.get::<_, i64>(0)?, row.get::<_, String>(1)?))
-                    })?
-                    .collect::<rusqlite::Result<Vec<_>>>()
+            .and_then(|rows| {
+                rows.into_iter()
+                    .map(|mut row| Ok((row.get::<i64>(0)?, row.get::<String>(1)?)))
+                    .collect::<Result<Vec<_>, _>>()
             })
             .during("read reports from the store")?;
         rows.into_iter()
@@ -539,9 +490,10 @@ impl Store {
 /// Inserts one event row (its details already encoded) and returns its id, and queues
 /// it in the outbox when `queue` is set. An event whose id is already stored is not
 /// stored again: the stored row's id is returned when it is the same event, and
-/// [`StoreError::IdConflict`] when it is not.
+/// [`StoreError::IdConflict`] when it is not. Runs inside the caller's write, which
+/// holds the lock of the event's id.
 fn insert_event(
-    conn: &Connection,
+    db: &Db,
     attempt: &Attempt,
     event: &NewEvent,
     details: &str,
@@ -550,27 +502,26 @@ fn insert_event(
 ) -> Result<i64, StoreError> {
     let event_id = non_empty(&event.event_id);
     if let Some(id) = event_id {
-        let stored = conn
-            .prepare_cached(
+        let stored = db
+            .query_opt(
                 "SELECT id, time_ms, job_id, attempt, node, instance, kind, lane, message, details
                  FROM events WHERE event_id = ?1",
+                &params![id],
             )
-            .and_then(|mut select| {
-                select
-                    .query_row([id], |row| {
-                        let same = row.get::<_, u64>(1)? == event.time_ms
-                            && row.get::<_, String>(2)? == attempt.job_id
-                            && row.get::<_, u32>(3)? == attempt.attempt
-                            && row.get::<_, String>(4)? == attempt.node
-                            && row.get::<_, String>(5)? == attempt.instance
-                            && row.get::<_, String>(6)? == event.kind.as_str()
-                            && row.get::<_, Option<String>>(7)?.as_deref()
-                                == event.lane.map(Lane::as_str)
-                            && row.get::<_, String>(8)? == event.message
-                            && same_json(&row.get::<_, String>(9)?, details);
-                        Ok((row.get::<_, i64>(0)?, same))
-                    })
-                    .optional()
+            .and_then(|row| {
+                row.map(|mut row| {
+                    let same = row.get::<u64>(1)? == event.time_ms
+                        && row.get::<String>(2)? == attempt.job_id
+                        && row.get::<u32>(3)? == attempt.attempt
+                        && row.get::<String>(4)? == attempt.node
+                        && row.get::<String>(5)? == attempt.instance
+                        && row.get::<String>(6)? == event.kind.as_str()
+                        && row.get::<Option<String>>(7)?.as_deref() == event.lane.map(Lane::as_str)
+                        && row.get::<String>(8)? == event.message
+                        && same_json(&row.get::<String>(9)?, details);
+                    Ok((row.get::<i64>(0)?, same))
+                })
+                .transpose()
             })
             .during(action)?;
         match stored {
@@ -584,44 +535,46 @@ fn insert_event(
             None => {}
         }
     }
-    let row_id = conn.prepare_cached(
-        "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message, details,
-                             event_id)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-         RETURNING id",
-    )
-    .and_then(|mut insert| {
-        insert.query_row(
-            params![
+    let row_id = db
+        .query_one(
+            "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message,
+                                 details, event_id)
+             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+             RETURNING id",
+            &params![
                 event.time_ms,
-                attempt.job_id,
+                &attempt.job_id,
                 attempt.attempt,
-                attempt.node,
-                attempt.instance,
+                &attempt.node,
+                &attempt.instance,
                 event.kind.as_str(),
                 event.lane.map(Lane::as_str),
-                event.message,
+                &event.message,
                 details,
                 event_id,
             ],
-            |row| row.get(0),
         )
-    })
-    .during(action)?;
+        .and_then(|mut row| row.get(0))
+        .during(action)?;
     if let (true, Some(id)) = (queue, event_id) {
         let record = EventRecord {
             attempt: attempt.clone(),
             event: event.clone(),
         };
         let body = encode("event", &record)?;
-        outbox::enqueue(conn, OutboxKind::Event, id, &body, unix_now_ms(), action)?;
+        outbox::enqueue(db, OutboxKind::Event, id, &body, unix_now_ms(), action)?;
     }
     Ok(row_id)
 }
 
-/// The time range of an event filter.
-fn event_times(query: &mut Query, filter: &EventFilter) {
-    let millis = |ms: u64| Value::Integer(i64::try_from(ms).unwrap_or(i64::MAX));
+/// The conditions of an event filter, all but its limit and order.
+fn event_conditions(query: &mut Query, filter: &EventFilter) {
+    query.filter("job_id", filter.job_id.as_deref());
+    query.filter("attempt", filter.attempt);
+    query.filter("kind", filter.kind.map(|k| k.as_str()));
+    query.filter("node", filter.node.as_deref());
+    // A time beyond what the store holds matches as the largest it holds.
+    let millis = |ms: u64| Value::Int(i64::try_from(ms).unwrap_or(i64::MAX));
     query.condition("time_ms >= ?", filter.since_ms.map(millis));
     query.condition("time_ms < ?", filter.until_ms.map(millis));
 }
@@ -688,15 +641,6 @@ fn decode<T: for<'de> Deserialize<'de>>(
     })
 }
 
-fn text(s: &str) -> Value {
-    Value::Text(s.to_owned())
-}
-
-/// SQLite's `LIMIT`: a negative one means none.
-fn limit(limit: Option<usize>) -> i64 {
-    limit.map_or(-1, |n| i64::try_from(n).unwrap_or(i64::MAX))
-}
-
 /// A `SELECT` with optional `column = ?` conditions.
 struct Query {
     sql: String,
@@ -714,8 +658,8 @@ impl Query {
     }
 
     /// Adds `column = ?` when there is a value.
-    fn filter(&mut self, column: &str, value: Option<Value>) {
-        self.condition(&format!("{column} = ?"), value);
+    fn filter<V: Into<Value>>(&mut self, column: &str, value: Option<V>) {
+        self.condition(&format!("{column} = ?"), value.map(Into::into));
     }
 
     /// Adds `condition` (with one `?`) when there is a value.
@@ -735,12 +679,12 @@ impl Query {
 
     fn rows<T>(
         &self,
-        conn: &Connection,
-        map: impl FnMut(&Row<'_>) -> rusqlite::Result<T>,
-    ) -> rusqlite::Result<Vec<T>> {
-        let mut select = conn.prepare_cached(&self.sql)?;
-        select
-            .query_map(rusqlite::params_from_iter(&self.args), map)?
+        db: &Db,
+        mut map: impl FnMut(&mut Row) -> Result<T, db::DbError>,
+    ) -> Result<Vec<T>, db::DbError> {
+        db.query(&self.sql, &self.args)?
+            .iter_mut()
+            .map(&mut map)
             .collect()
     }
 }
@@ -759,7 +703,7 @@ struct RawEvent {
 }
 
 impl RawEvent {
-    fn from_row(row: &Row<'_>) -> rusqlite::Result<Self> {
+    fn from_row(row: &mut Row) -> Result<Self, db::DbError> {
         Ok(RawEvent {
             id: row.get(0)?,
             time_ms: row.get(1)?,

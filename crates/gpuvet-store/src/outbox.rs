@@ -7,10 +7,11 @@
 //! with [`next_try_delay_ms`]. Each entry carries the report's or event's own id, which
 //! the server uses to store it once however often it arrives.
 
-use rusqlite::{Connection, params};
 use serde::{Deserialize, Serialize};
 
+use crate::db::Db;
 use crate::error::During;
+use crate::value::params;
 use crate::{Store, StoreError};
 
 /// What an outbox entry holds, which decides where it is sent.
@@ -72,19 +73,19 @@ pub fn next_try_delay_ms(tries: u32) -> u64 {
 /// Queues one entry inside the caller's transaction. An item already queued (or
 /// queued and not yet sent) is not queued again.
 pub(crate) fn enqueue(
-    conn: &Connection,
+    db: &Db,
     kind: OutboxKind,
     item_id: &str,
     body: &str,
     now_ms: u64,
     action: &'static str,
 ) -> Result<(), StoreError> {
-    conn.prepare_cached(
+    db.execute(
         "INSERT INTO outbox (kind, item_id, body, created_at_ms, tries, next_try_at_ms)
          VALUES (?1, ?2, ?3, ?4, 0, ?4)
          ON CONFLICT (kind, item_id) DO NOTHING",
+        &params![kind.as_str(), item_id, body, now_ms],
     )
-    .and_then(|mut insert| insert.execute(params![kind.as_str(), item_id, body, now_ms]))
     .during(action)?;
     Ok(())
 }
@@ -99,32 +100,30 @@ impl Store {
     pub fn outbox_due(&self, now_ms: u64, limit: usize) -> Result<Vec<OutboxEntry>, StoreError> {
         const ACTION: &str = "read the outbox";
         let rows = self
-            .conn
-            .prepare_cached(
+            .db
+            .query(
                 "SELECT id, kind, item_id, body, created_at_ms, tries, next_try_at_ms, last_error
                  FROM outbox WHERE next_try_at_ms <= ?1 ORDER BY id LIMIT ?2",
+                &params![
+                    i64::try_from(now_ms).unwrap_or(i64::MAX),
+                    i64::try_from(limit).unwrap_or(i64::MAX)
+                ],
             )
-            .and_then(|mut select| {
-                select
-                    .query_map(
-                        params![
-                            i64::try_from(now_ms).unwrap_or(i64::MAX),
-                            i64::try_from(limit).unwrap_or(i64::MAX)
-                        ],
-                        |row| {
-                            Ok((
-                                row.get::<_, i64>(0)?,
-                                row.get::<_, String>(1)?,
-                                row.get::<_, String>(2)?,
-                                row.get::<_, String>(3)?,
-                                row.get::<_, u64>(4)?,
-                                row.get::<_, u32>(5)?,
-                                row.get::<_, u64>(6)?,
-                                row.get::<_, Option<String>>(7)?,
-                            ))
-                        },
-                    )?
-                    .collect::<rusqlite::Result<Vec<_>>>()
+            .and_then(|rows| {
+                rows.into_iter()
+                    .map(|mut row| {
+                        Ok((
+                            row.get::<i64>(0)?,
+                            row.get::<String>(1)?,
+                            row.get::<String>(2)?,
+                            row.get::<String>(3)?,
+                            row.get::<u64>(4)?,
+                            row.get::<u32>(5)?,
+                            row.get::<u64>(6)?,
+                            row.get::<Option<String>>(7)?,
+                        ))
+                    })
+                    .collect::<Result<Vec<_>, _>>()
             })
             .during(ACTION)?;
         rows.into_iter()
@@ -152,47 +151,52 @@ impl Store {
 
     /// How many entries wait, due or not.
     pub fn outbox_len(&self) -> Result<u64, StoreError> {
-        self.conn
-            .query_row("SELECT COUNT(*) FROM outbox", [], |row| row.get(0))
+        self.db
+            .query_one("SELECT COUNT(*) FROM outbox", &[])
+            .and_then(|mut row| row.get(0))
             .during("count the outbox")
     }
 
     /// The earliest next try of any waiting entry; `None` when the outbox is empty.
     pub fn outbox_next_try_ms(&self) -> Result<Option<u64>, StoreError> {
-        self.conn
-            .query_row("SELECT MIN(next_try_at_ms) FROM outbox", [], |row| {
-                row.get(0)
-            })
+        self.db
+            .query_one("SELECT MIN(next_try_at_ms) FROM outbox", &[])
+            .and_then(|mut row| row.get(0))
             .during("read the outbox")
     }
 
-    /// Removes an entry the server accepted.
+    /// Removes an entry the server accepted. Removing one that is not there (already
+    /// removed) does nothing.
     pub fn outbox_sent(&mut self, id: i64) -> Result<(), StoreError> {
-        self.conn
-            .execute("DELETE FROM outbox WHERE id = ?1", [id])
+        self.db
+            .execute("DELETE FROM outbox WHERE id = ?1", &params![id])
             .during("remove a sent entry from the outbox")?;
         Ok(())
     }
 
     /// Records a failed send of an entry and when to try it next
-    /// ([`next_try_delay_ms`] after `now_ms`); returns that time.
+    /// ([`next_try_delay_ms`] after `now_ms`); returns that time. An entry that is not
+    /// in the outbox is [`StoreError::NotFound`].
     pub fn outbox_failed(&mut self, id: i64, error: &str, now_ms: u64) -> Result<u64, StoreError> {
         const ACTION: &str = "record a failed send in the outbox";
-        let tries: u32 = self
-            .conn
-            .query_row("SELECT tries FROM outbox WHERE id = ?1", [id], |row| {
-                row.get(0)
-            })
-            .during(ACTION)?;
-        let tries = tries.saturating_add(1);
-        let next_try_at_ms = now_ms.saturating_add(next_try_delay_ms(tries));
-        self.conn
-            .execute(
+        self.db.write(ACTION, |db| {
+            let tries: u32 = db
+                .query_opt("SELECT tries FROM outbox WHERE id = ?1", &params![id])
+                .and_then(|row| row.map(|mut row| row.get(0)).transpose())
+                .during(ACTION)?
+                .ok_or_else(|| StoreError::NotFound {
+                    what: "outbox entry",
+                    id: id.to_string(),
+                })?;
+            let tries = tries.saturating_add(1);
+            let next_try_at_ms = now_ms.saturating_add(next_try_delay_ms(tries));
+            db.execute(
                 "UPDATE outbox SET tries = ?2, next_try_at_ms = ?3, last_error = ?4 WHERE id = ?1",
-                params![id, tries, next_try_at_ms, error],
+                &params![id, tries, next_try_at_ms, error],
             )
             .during(ACTION)?;
-        Ok(next_try_at_ms)
+            Ok(next_try_at_ms)
+        })
     }
 }
 

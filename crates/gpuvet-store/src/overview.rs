@@ -7,12 +7,12 @@
 use gpuvet_core::events::Attempt;
 use gpuvet_core::overview::{InstanceSummary, JobSummary, RunSummary};
 use gpuvet_core::results::{CheckStatus, Outcome, RunReport};
-use rusqlite::types::Value;
-use rusqlite::{OptionalExtension, Row, params};
 use serde::{Deserialize, Serialize};
 
+use crate::db::{DbError, Row};
 use crate::error::During;
-use crate::{Query, Store, StoreError, decode, limit, text};
+use crate::value::params;
+use crate::{Query, Store, StoreError, decode};
 
 /// Which runs to read. Every field that is set must match; `limit` keeps the newest.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -46,6 +46,7 @@ const LATEST_ATTEMPTS: &str = "
                        WHERE b.job_id = a.job_id AND b.node = a.node)";
 
 /// A run's summary columns, from `runs r`; the three counts come from its check rows.
+/// (The sum is cast: PostgreSQL's `SUM` of a `BIGINT` is a `NUMERIC`.)
 fn run_columns() -> String {
     let failing: Vec<String> = CheckStatus::ALL
         .into_iter()
@@ -56,20 +57,21 @@ fn run_columns() -> String {
         "r.id, r.report_id, r.outcome, r.backend, r.started_at_ms, r.duration_secs,
          (SELECT COUNT(*) FROM check_results c WHERE c.run_id = r.id),
          (SELECT COUNT(*) FROM check_results c WHERE c.run_id = r.id AND c.status IN ({})),
-         (SELECT COALESCE(SUM(c.findings), 0) FROM check_results c WHERE c.run_id = r.id)",
+         (SELECT CAST(COALESCE(SUM(c.findings), 0) AS BIGINT)
+          FROM check_results c WHERE c.run_id = r.id)",
         failing.join(", ")
     )
 }
 
 /// Reads the columns of [`run_columns`] starting at `first`; `None` when the run's id is
 /// NULL (an attempt without a run, from a left join).
-fn run_summary(row: &Row<'_>, first: usize) -> rusqlite::Result<Option<RawRun>> {
-    let Some(run_id) = row.get::<_, Option<i64>>(first)? else {
+fn run_summary(row: &mut Row, first: usize) -> Result<Option<RawRun>, DbError> {
+    let Some(run_id) = row.get::<Option<i64>>(first)? else {
         return Ok(None);
     };
     Ok(Some(RawRun {
         run_id,
-        report_id: row.get::<_, Option<String>>(first + 1)?.unwrap_or_default(),
+        report_id: row.get::<Option<String>>(first + 1)?.unwrap_or_default(),
         outcome: row.get(first + 2)?,
         backend: row.get(first + 3)?,
         started_at_ms: row.get(first + 4)?,
@@ -114,7 +116,7 @@ impl RawRun {
     }
 }
 
-fn attempt_columns(row: &Row<'_>, first: usize) -> rusqlite::Result<Attempt> {
+fn attempt_columns(row: &mut Row, first: usize) -> Result<Attempt, DbError> {
     Ok(Attempt {
         job_id: row.get(first)?,
         attempt: row.get(first + 1)?,
@@ -136,23 +138,24 @@ impl Store {
     }
 
     fn job_summaries(&self, job_id: Option<&str>) -> Result<Vec<JobSummary>, StoreError> {
-        let count =
-            |outcome: &str| format!("SUM(CASE WHEN outcome = '{outcome}' THEN 1 ELSE 0 END)");
+        let count = |outcome: &str| {
+            format!("CAST(SUM(CASE WHEN outcome = '{outcome}' THEN 1 ELSE 0 END) AS BIGINT)")
+        };
         let mut query = Query::new(&format!(
             "SELECT job_id, MAX(attempt), COUNT(*), {}, {}, {},
-                    SUM(CASE WHEN outcome IS NULL THEN 1 ELSE 0 END), MIN(started_at_ms),
-                    MAX(started_at_ms)
+                    CAST(SUM(CASE WHEN outcome IS NULL THEN 1 ELSE 0 END) AS BIGINT),
+                    MIN(started_at_ms), MAX(started_at_ms)
              FROM ({LATEST_ATTEMPTS}) latest",
             count(Outcome::Passed.as_str()),
             count(Outcome::Failed.as_str()),
             count(Outcome::Incomplete.as_str()),
         ));
-        query.filter("job_id", job_id.map(text));
+        query.filter("job_id", job_id);
         query
             .sql
             .push_str(" GROUP BY job_id ORDER BY MAX(started_at_ms) DESC, job_id");
         query
-            .rows(&self.conn, |row| {
+            .rows(&self.db, |row| {
                 Ok(JobSummary {
                     job_id: row.get(0)?,
                     latest_attempt: row.get(1)?,
@@ -203,10 +206,10 @@ impl Store {
              LEFT JOIN runs r ON r.id = (SELECT MAX(id) FROM runs WHERE attempt_id = a.id)",
             run_columns()
         ));
-        query.filter("a.job_id", Some(text(job_id)));
-        query.filter("a.node", node.map(text));
+        query.filter("a.job_id", Some(job_id));
+        query.filter("a.node", node);
         match attempt {
-            Some(attempt) => query.filter("a.attempt", Some(Value::Integer(attempt.into()))),
+            Some(attempt) => query.filter("a.attempt", Some(attempt)),
             None => query.sql.push_str(
                 " AND a.attempt = (SELECT MAX(b.attempt) FROM attempts b
                                    WHERE b.job_id = a.job_id AND b.node = a.node)",
@@ -214,10 +217,10 @@ impl Store {
         }
         query.sql.push_str(" ORDER BY a.node");
         let rows = query
-            .rows(&self.conn, |row| {
+            .rows(&self.db, |row| {
                 Ok((
                     attempt_columns(row, 0)?,
-                    row.get::<_, u64>(4)?,
+                    row.get::<u64>(4)?,
                     run_summary(row, 5)?,
                 ))
             })
@@ -240,19 +243,16 @@ impl Store {
              FROM runs r JOIN attempts a ON a.id = r.attempt_id",
             run_columns()
         ));
-        query.filter("a.job_id", filter.job_id.as_deref().map(text));
-        query.filter(
-            "a.attempt",
-            filter.attempt.map(|a| Value::Integer(a.into())),
-        );
-        query.filter("a.node", filter.node.as_deref().map(text));
-        query.filter("r.outcome", filter.outcome.map(|o| text(o.as_str())));
+        query.filter("a.job_id", filter.job_id.as_deref());
+        query.filter("a.attempt", filter.attempt);
+        query.filter("a.node", filter.node.as_deref());
+        query.filter("r.outcome", filter.outcome.map(|o| o.as_str()));
         query
             .sql
             .push_str(" ORDER BY r.started_at_ms DESC, r.id DESC LIMIT ?");
-        query.args.push(Value::Integer(limit(filter.limit)));
+        query.args.push(self.db.limit(filter.limit));
         let rows = query
-            .rows(&self.conn, |row| {
+            .rows(&self.db, |row| {
                 Ok((attempt_columns(row, 0)?, run_summary(row, 4)?))
             })
             .during("read runs from the store")?;
@@ -270,17 +270,15 @@ impl Store {
     /// One run's attempt and full report; `None` when there is no run `run_id`.
     pub fn run(&self, run_id: i64) -> Result<Option<(Attempt, RunReport)>, StoreError> {
         let row = self
-            .conn
-            .prepare_cached(
+            .db
+            .query_opt(
                 "SELECT a.job_id, a.attempt, a.node, a.instance, r.report_json
                  FROM runs r JOIN attempts a ON a.id = r.attempt_id WHERE r.id = ?1",
+                &params![run_id],
             )
-            .and_then(|mut select| {
-                select
-                    .query_row(params![run_id], |row| {
-                        Ok((attempt_columns(row, 0)?, row.get::<_, String>(4)?))
-                    })
-                    .optional()
+            .and_then(|row| {
+                row.map(|mut row| Ok((attempt_columns(&mut row, 0)?, row.get::<String>(4)?)))
+                    .transpose()
             })
             .during("read a run from the store")?;
         row.map(|(attempt, json)| Ok((attempt, decode("runs", run_id, &json)?)))

@@ -1,4 +1,5 @@
-//! The connection settings and the schema, migrated with `PRAGMA user_version`.
+//! SQLite's connection settings and schema, migrated with `PRAGMA user_version`.
+//! (PostgreSQL's are in `schema_pg.rs`, with the same tables at the same versions.)
 //!
 //! `MIGRATIONS[i]` takes the schema from version `i` to `i + 1`. To change the schema,
 //! append a migration and never edit a published one: stores in the field run every
@@ -10,7 +11,6 @@
 //! The JSON columns hold the serialized core types (their form is API) and are what
 //! queries return; the other columns are copies kept for filtering and for plain SQL.
 
-use std::path::Path;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -130,9 +130,9 @@ CREATE INDEX outbox_by_next_try ON outbox (next_try_at_ms);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].
-pub(crate) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreError> {
+pub(crate) fn prepare(conn: &mut Connection, location: &str) -> Result<(), StoreError> {
     let open_error = |error: rusqlite::Error| StoreError::Open {
-        path: path.to_owned(),
+        location: location.to_owned(),
         cause: Box::new(error),
     };
     // The busy timeout first: switching to WAL and migrating may wait on another process.
@@ -147,7 +147,7 @@ pub(crate) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
     // the three values come from one snapshot even while another process migrates.
     let current = {
         let read = conn.transaction().map_err(open_error)?;
-        check_version(&read, path).map_err(open_error)??
+        check_version(&read, location).map_err(open_error)??
     };
     if current {
         return Ok(());
@@ -156,7 +156,7 @@ pub(crate) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
         .transaction_with_behavior(TransactionBehavior::Immediate)
         .map_err(open_error)?;
     // Again under the write lock: another process may have migrated meanwhile.
-    if check_version(&tx, path).map_err(open_error)?? {
+    if check_version(&tx, location).map_err(open_error)?? {
         return Ok(());
     }
     let version = user_version(&tx).map_err(open_error)?;
@@ -172,7 +172,7 @@ pub(crate) fn prepare(conn: &mut Connection, path: &Path) -> Result<(), StoreErr
 
 /// `Ok(true)` when the schema is current, `Ok(false)` when it needs migrations, and an
 /// error when the file is not a gpuvet store or is newer than this gpuvet.
-fn check_version(conn: &Connection, path: &Path) -> rusqlite::Result<Result<bool, StoreError>> {
+fn check_version(conn: &Connection, location: &str) -> rusqlite::Result<Result<bool, StoreError>> {
     let application_id: i32 = conn.pragma_query_value(None, "application_id", |row| row.get(0))?;
     let version = user_version(conn)?;
     let ours = application_id == APPLICATION_ID;
@@ -183,11 +183,11 @@ fn check_version(conn: &Connection, path: &Path) -> rusqlite::Result<Result<bool
     };
     Ok(if !ours && !fresh {
         Err(StoreError::NotAStore {
-            path: path.to_owned(),
+            location: location.to_owned(),
         })
     } else if version > SCHEMA_VERSION {
         Err(StoreError::TooNew {
-            path: path.to_owned(),
+            location: location.to_owned(),
             found: version,
             supported: SCHEMA_VERSION,
         })

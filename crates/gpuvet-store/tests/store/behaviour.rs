@@ -1,114 +1,70 @@
-//! The store against real SQLite files in a temporary directory (and in memory): attempt
-//! numbering, report and event round trips, filters, concurrency between handles, and
-//! the errors a user can meet.
+//! What a store does, the same on SQLite and on PostgreSQL: attempt numbering, report
+//! and event round trips, ids that keep an item once, filters, lists, the outbox,
+//! concurrency between handles and processes, and the errors a user can meet. Each
+//! test is a function of a fresh [`Fixture`]; [`behaviours!`] names them all, and
+//! `sqlite.rs` and `postgres.rs` run each on their database.
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
 use std::thread;
 
 use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, EventKind, NewEvent};
-use gpuvet_core::results::{
-    CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, Lane, Measurement,
-    Outcome, RunReport, Verdict,
-};
+use gpuvet_core::events::{Attempt, EventKind};
+use gpuvet_core::results::{Lane, Outcome, RunReport};
 use gpuvet_store::{
     EventFilter, OutboxKind, ResultFilter, RunFilter, SCHEMA_VERSION, Store, StoreError,
+    StoreLocation,
 };
-use rusqlite::Connection;
 use serde_json::json;
-use tempfile::TempDir;
 
-fn temp_store() -> (TempDir, PathBuf, Store) {
-    let dir = tempfile::tempdir().unwrap();
-    // A missing parent directory is created.
-    let path = dir.path().join("state").join("gpuvet.db");
-    let store = Store::open(&path).unwrap();
-    (dir, path, store)
-}
+use crate::common::{
+    Fixture, event, event_with_id, messages, passing_report, report, watch_state, with_id,
+};
 
-/// A report of `attempt` with two checks that did no work and one with a slow device.
-fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
-    let mut gemm = CheckResult::without_work(CheckName::GemmFlops, CheckStatus::Failed, "slow");
-    gemm.reason = None;
-    gemm.duration_secs = 2.5;
-    gemm.params = BTreeMap::from([("dtype".to_owned(), "bf16".to_owned())]);
-    gemm.entities = [
-        (0, 700.0, Verdict::Ok),
-        (1, 710.0, Verdict::Ok),
-        (2, 300.0, Verdict::Slow),
-    ]
-    .into_iter()
-    .map(|(index, value, verdict)| {
-        let entity = Entity::Device {
-            node: attempt.node.clone(),
-            index,
-        };
-        EntityResult {
-            entity: entity.clone(),
-            verdict,
-            lane: Lane::Host,
-            reason: format!("{value} TFLOPS"),
-            evidence: Evidence {
-                value: Some(value),
-                peer_median: Some(705.0),
-                ..Evidence::default()
-            },
-            measurement: Measurement::ok(entity, value, vec![value, value + 1.0])
-                .with_extra("m", 8192.0),
+/// Calls `$run!` with the name of every test in this file: each database's module
+/// makes a `#[test]` of each, so none can be left out on one of them.
+macro_rules! behaviours {
+    ($run:ident) => {
+        $run! {
+            attempts_start_at_one_and_count_per_job_and_node,
+            report_round_trips_and_its_check_rows_match,
+            results_of_one_attempt_never_appear_under_another,
+            events_filter_by_job_attempt_kind_and_node_in_time_order,
+            reopening_keeps_the_data_and_the_schema,
+            two_handles_on_one_store_interleave_their_writes,
+            concurrent_handles_never_share_an_attempt_number,
+            processes_never_share_an_attempt_number,
+            concurrent_first_opens_migrate_a_new_store_once,
+            another_programs_database_is_left_alone,
+            a_store_from_a_newer_gpuvet_is_refused,
+            corrupt_rows_give_decode_errors_naming_table_and_id,
+            a_value_the_store_cannot_read_is_an_error_naming_it,
+            a_number_too_large_to_store_is_refused_and_changes_nothing,
+            a_report_is_stored_whole_or_not_at_all,
+            a_report_of_another_attempt_or_that_cannot_read_back_is_refused,
+            a_report_of_an_attempt_begun_elsewhere_adds_the_attempt,
+            runtime_events_and_state_are_recorded_together_and_read_back,
+            runtime_events_and_state_are_stored_whole_or_not_at_all,
+            a_saved_state_that_no_longer_decodes_names_its_row,
+            a_report_stored_twice_under_its_id_is_stored_once,
+            one_report_pushed_by_several_handles_at_once_is_stored_once,
+            one_report_id_on_two_different_reports_is_refused_and_changes_nothing,
+            reports_without_an_id_are_each_stored_as_before,
+            an_event_stored_twice_under_its_id_is_stored_once_and_keeps_its_id,
+            events_pushed_by_several_handles_at_once_are_each_stored_once,
+            one_event_id_on_two_different_events_is_refused,
+            jobs_and_instances_summarize_each_nodes_latest_attempt,
+            lists_are_in_byte_order_of_their_names,
+            runs_list_newest_first_with_filters_and_one_run_reads_back_whole,
+            events_filter_by_time_range_newest_first_and_count_ignores_the_limit,
+            with_queueing_on_every_new_report_and_event_is_queued_once_in_the_same_transaction,
+            a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox,
+            a_failed_send_of_an_entry_not_in_the_outbox_is_an_error,
         }
-    })
-    .collect();
-    let checks = vec![
-        gemm,
-        CheckResult::without_work(CheckName::AllReduce1, CheckStatus::Skipped, "one device"),
-        CheckResult::without_work(CheckName::AllReduce2, CheckStatus::NotRun, "time ran out"),
-    ];
-    RunReport {
-        report_id: String::new(),
-        gpuvet_version: "0.1.0".to_owned(),
-        job_id: attempt.job_id.clone(),
-        attempt: attempt.attempt,
-        node: attempt.node.clone(),
-        instance: attempt.instance.clone(),
-        backend: "sim".to_owned(),
-        devices: vec![DeviceInfo {
-            index: 0,
-            name: "Sim H200".to_owned(),
-            memory_bytes: Some(141 << 30),
-            details: BTreeMap::new(),
-        }],
-        started_at_ms,
-        duration_secs: 2.75,
-        timeout_secs: 300.0,
-        outcome: Outcome::of(&checks),
-        checks,
-        group: None,
-    }
+    };
 }
+pub(crate) use behaviours;
 
-fn event(time_ms: u64, kind: EventKind, message: &str) -> NewEvent {
-    NewEvent {
-        event_id: String::new(),
-        time_ms,
-        kind,
-        lane: (kind == EventKind::SanityCheckFailed).then_some(Lane::Network),
-        message: message.to_owned(),
-        details: json!({ "message": message, "n": time_ms }),
-    }
-}
-
-fn messages(events: &[gpuvet_core::events::Event]) -> Vec<&str> {
-    events.iter().map(|e| e.event.message.as_str()).collect()
-}
-
-fn raw(path: &Path) -> Connection {
-    Connection::open(path).unwrap()
-}
-
-#[test]
-fn attempts_start_at_one_and_count_per_job_and_node() {
-    let (_dir, _path, mut store) = temp_store();
+pub fn attempts_start_at_one_and_count_per_job_and_node(fixture: &Fixture) {
+    let mut store = fixture.open();
     let numbers: Vec<u32> = (0..3)
         .map(|i| {
             store
@@ -140,9 +96,8 @@ fn attempts_start_at_one_and_count_per_job_and_node() {
     assert_eq!(store.latest_attempt("job-c").unwrap(), None);
 }
 
-#[test]
-fn report_round_trips_and_its_check_rows_match() {
-    let (_dir, path, mut store) = temp_store();
+pub fn report_round_trips_and_its_check_rows_match(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1_000).unwrap();
     let original = report(&attempt, 1_000);
     let run_id = store.record_report(&attempt, &original).unwrap();
@@ -163,58 +118,36 @@ fn report_round_trips_and_its_check_rows_match() {
         assert_eq!(&stored.result, check);
     }
 
-    let conn = raw(&path);
-    let mut select = conn
-        .prepare(
-            "SELECT check_name, status, duration_secs, median_value, unit, findings
-             FROM check_results WHERE run_id = ?1 ORDER BY position",
-        )
-        .unwrap();
-    let rows: Vec<(String, String, f64, Option<f64>, String, i64)> = select
-        .query_map([run_id], |r| {
-            Ok((
-                r.get(0)?,
-                r.get(1)?,
-                r.get(2)?,
-                r.get(3)?,
-                r.get(4)?,
-                r.get(5)?,
-            ))
-        })
-        .unwrap()
-        .map(Result::unwrap)
-        .collect();
-    let expected: Vec<_> = original
+    let rows = fixture.rows(&format!(
+        "SELECT check_name, status, duration_secs, median_value, unit, findings
+         FROM check_results WHERE run_id = {run_id} ORDER BY position"
+    ));
+    let expected: Vec<Vec<serde_json::Value>> = original
         .checks
         .iter()
         .map(|c| {
-            (
-                c.name.as_str().to_owned(),
-                c.status.as_str().to_owned(),
-                c.duration_secs,
-                c.median_value(),
-                c.metric.unit.clone(),
-                c.findings().count() as i64,
-            )
+            vec![
+                json!(c.name.as_str()),
+                json!(c.status.as_str()),
+                json!(c.duration_secs),
+                json!(c.median_value()),
+                json!(c.metric.unit),
+                json!(c.findings().count()),
+            ]
         })
         .collect();
     assert_eq!(rows, expected);
-    assert_eq!(rows[0].3, Some(700.0));
-    assert_eq!(rows[0].5, 1);
+    assert_eq!(rows[0][3], json!(700.0));
+    assert_eq!(rows[0][5], json!(1));
 
-    let (backend, outcome): (String, String) = conn
-        .query_row(
-            "SELECT backend, outcome FROM runs WHERE id = ?1",
-            [run_id],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    assert_eq!((backend.as_str(), outcome.as_str()), ("sim", "failed"));
+    let run = fixture.rows(&format!(
+        "SELECT backend, outcome FROM runs WHERE id = {run_id}"
+    ));
+    assert_eq!(run, [[json!("sim"), json!("failed")]]);
 }
 
-#[test]
-fn results_of_one_attempt_never_appear_under_another() {
-    let (_dir, _path, mut store) = temp_store();
+pub fn results_of_one_attempt_never_appear_under_another(fixture: &Fixture) {
+    let mut store = fixture.open();
     let first = store.begin_attempt("job", "n0", "pod-0", 1_000).unwrap();
     let first_run = store.record_report(&first, &report(&first, 1_000)).unwrap();
     let second = store.begin_attempt("job", "n0", "pod-0", 2_000).unwrap();
@@ -279,10 +212,8 @@ fn results_of_one_attempt_never_appear_under_another() {
     );
 }
 
-#[test]
-fn events_filter_by_job_attempt_kind_and_node_in_time_order() {
-    let mut store = Store::open_in_memory().unwrap();
-    assert_eq!(store.path(), None);
+pub fn events_filter_by_job_attempt_kind_and_node_in_time_order(fixture: &Fixture) {
+    let mut store = fixture.open();
     let a1 = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     let a2 = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     let b1 = store.begin_attempt("job", "n1", "pod-1", 0).unwrap();
@@ -392,24 +323,8 @@ fn events_filter_by_job_attempt_kind_and_node_in_time_order() {
     assert!(store.events(&none).unwrap().is_empty());
 }
 
-#[test]
-fn a_file_store_is_in_wal_mode_at_schema_version() {
-    let (_dir, path, store) = temp_store();
-    assert_eq!(store.path(), Some(path.as_path()));
-    let conn = raw(&path);
-    let mode: String = conn
-        .pragma_query_value(None, "journal_mode", |r| r.get(0))
-        .unwrap();
-    assert_eq!(mode, "wal");
-    let version: u32 = conn
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
-}
-
-#[test]
-fn reopening_keeps_the_data_and_the_schema() {
-    let (_dir, path, mut store) = temp_store();
+pub fn reopening_keeps_the_data_and_the_schema(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     store.record_report(&attempt, &report(&attempt, 1)).unwrap();
     store
@@ -418,7 +333,7 @@ fn reopening_keeps_the_data_and_the_schema() {
     drop(store);
 
     for round in 0..2 {
-        let mut store = Store::open(&path).unwrap();
+        let mut store = fixture.open();
         assert_eq!(store.reports("job", 1).unwrap(), [report(&attempt, 1)]);
         assert_eq!(store.results(&ResultFilter::default()).unwrap().len(), 3);
         assert_eq!(
@@ -433,16 +348,12 @@ fn reopening_keeps_the_data_and_the_schema() {
             2 + round
         );
     }
-    let version: u32 = raw(&path)
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
+    assert_eq!(fixture.schema_version(), i64::from(SCHEMA_VERSION));
 }
 
-#[test]
-fn two_handles_on_one_file_interleave_their_writes() {
-    let (_dir, path, mut first) = temp_store();
-    let mut second = Store::open(&path).unwrap();
+pub fn two_handles_on_one_store_interleave_their_writes(fixture: &Fixture) {
+    let mut first = fixture.open();
+    let mut second = fixture.open();
     let a = first.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     let b = second.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     assert_eq!((a.attempt, b.attempt), (1, 2));
@@ -467,7 +378,7 @@ fn two_handles_on_one_file_interleave_their_writes() {
     let expected: Vec<String> = (0..10)
         .flat_map(|i| [format!("first {i}"), format!("second {i}")])
         .collect();
-    for store in [&first, &second, &Store::open(&path).unwrap()] {
+    for store in [&first, &second, &fixture.open()] {
         let events = store.events(&EventFilter::default()).unwrap();
         assert_eq!(messages(&events), expected);
         let ids: Vec<i64> = events.iter().map(|e| e.id).collect();
@@ -478,30 +389,29 @@ fn two_handles_on_one_file_interleave_their_writes() {
     }
 }
 
-#[test]
-fn concurrent_handles_never_share_an_attempt_number() {
-    let (_dir, path, store) = temp_store();
-    drop(store);
-    let threads: Vec<_> = (0..2)
-        .map(|t| {
-            let path = path.clone();
-            thread::spawn(move || {
-                let mut store = Store::open(&path).unwrap();
-                (0..20)
-                    .map(|i| {
-                        store
-                            .begin_attempt("job", "n0", &format!("pod-{t}"), i)
-                            .unwrap()
-                            .attempt
-                    })
-                    .collect::<Vec<u32>>()
+pub fn concurrent_handles_never_share_an_attempt_number(fixture: &Fixture) {
+    drop(fixture.open());
+    let mut numbers: Vec<u32> = thread::scope(|scope| {
+        let threads: Vec<_> = (0..2)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut store = fixture.open();
+                    (0..20)
+                        .map(|i| {
+                            store
+                                .begin_attempt("job", "n0", &format!("pod-{t}"), i)
+                                .unwrap()
+                                .attempt
+                        })
+                        .collect::<Vec<u32>>()
+                })
             })
-        })
-        .collect();
-    let mut numbers: Vec<u32> = threads
-        .into_iter()
-        .flat_map(|t| t.join().unwrap())
-        .collect();
+            .collect();
+        threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect()
+    });
     numbers.sort_unstable();
     assert_eq!(numbers, (1..=40).collect::<Vec<u32>>());
 }
@@ -509,15 +419,12 @@ fn concurrent_handles_never_share_an_attempt_number() {
 /// Set in the child processes of `processes_never_share_an_attempt_number`.
 const CHILD_STORE: &str = "GPUVET_STORE_TEST_CHILD_STORE";
 
-#[test]
-fn processes_never_share_an_attempt_number() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("shared.db");
-    // The children open the new file at once: they also race to create the schema.
+pub fn processes_never_share_an_attempt_number(fixture: &Fixture) {
+    // The children open the new store at once: they also race to create the schema.
     let children: Vec<_> = (0..3)
         .map(|_| {
             std::process::Command::new(std::env::current_exe().unwrap())
-                .env(CHILD_STORE, &path)
+                .env(CHILD_STORE, fixture.location_arg())
                 .stdout(std::process::Stdio::null())
                 .spawn()
                 .unwrap()
@@ -526,23 +433,19 @@ fn processes_never_share_an_attempt_number() {
     for mut child in children {
         assert!(child.wait().unwrap().success());
     }
-    let conn = raw(&path);
-    let mut select = conn
-        .prepare("SELECT attempt FROM attempts ORDER BY attempt")
-        .unwrap();
-    let numbers: Vec<u32> = select
-        .query_map([], |r| r.get(0))
-        .unwrap()
-        .map(Result::unwrap)
+    let numbers: Vec<serde_json::Value> = fixture
+        .rows("SELECT attempt FROM attempts ORDER BY attempt")
+        .into_iter()
+        .flatten()
         .collect();
-    assert_eq!(numbers, (1..=45).collect::<Vec<u32>>());
+    assert_eq!(numbers, (1..=45).map(|n| json!(n)).collect::<Vec<_>>());
 }
 
 gpuvet_testkit::child_process_entry!(CHILD_STORE, begin_attempts_in_a_child_process);
 
-/// A child of `processes_never_share_an_attempt_number`, with the store at `path`.
-fn begin_attempts_in_a_child_process(path: String) {
-    let mut store = Store::open(Path::new(&path)).unwrap();
+/// A child of `processes_never_share_an_attempt_number`, with the store at `location`.
+fn begin_attempts_in_a_child_process(location: String) {
+    let mut store = Store::open_location(&StoreLocation::parse(&location)).unwrap();
     for i in 0..15 {
         store
             .begin_attempt("job", "n0", &format!("pid-{}", std::process::id()), i)
@@ -550,116 +453,78 @@ fn begin_attempts_in_a_child_process(path: String) {
     }
 }
 
-#[test]
-fn concurrent_first_opens_migrate_a_new_file_once() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("new.db");
-    let threads: Vec<_> = (0..4)
-        .map(|t| {
-            let path = path.clone();
-            thread::spawn(move || {
-                let mut store = Store::open(&path).unwrap();
-                store
-                    .begin_attempt("job", &format!("n{t}"), "pod", 0)
-                    .unwrap()
-                    .attempt
+pub fn concurrent_first_opens_migrate_a_new_store_once(fixture: &Fixture) {
+    let attempts: Vec<u32> = thread::scope(|scope| {
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                scope.spawn(move || {
+                    let mut store = fixture.open();
+                    store
+                        .begin_attempt("job", &format!("n{t}"), "pod", 0)
+                        .unwrap()
+                        .attempt
+                })
             })
-        })
-        .collect();
-    for thread in threads {
-        assert_eq!(thread.join().unwrap(), 1);
-    }
-    let store = Store::open(&path).unwrap();
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert_eq!(attempts, [1, 1, 1, 1]);
+    let store = fixture.open();
     assert_eq!(store.latest_attempt("job").unwrap(), Some(1));
+    assert_eq!(fixture.schema_version(), i64::from(SCHEMA_VERSION));
+    if fixture.is_postgres() {
+        assert_eq!(fixture.count("gpuvet_schema"), 1);
+    }
 }
 
-#[test]
-fn a_store_under_a_regular_file_names_the_path() {
-    let file = tempfile::NamedTempFile::new().unwrap();
-    let path = file.path().join("x.db");
-    let err = Store::open(&path).unwrap_err();
-    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
-    assert_eq!(
-        err.to_string(),
-        format!(
-            "cannot open the store at `{}`: `{}` is a file, not a directory",
-            path.display(),
-            file.path().display()
-        )
-    );
-    assert!(err.hint().unwrap().contains("--store"));
-}
-
-#[test]
-fn a_file_that_is_not_a_database_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("notes.db");
-    std::fs::write(
-        &path,
-        "these are not the pages you are looking for, ".repeat(100),
-    )
-    .unwrap();
-    let err = Store::open(&path).unwrap_err();
-    assert!(matches!(err, StoreError::Open { .. }), "{err:?}");
-    assert!(err.to_string().contains(&path.display().to_string()));
-    assert!(
-        err.hint().unwrap().contains("not an SQLite database"),
-        "{:?}",
-        err.hint()
-    );
-}
-
-#[test]
-fn another_programs_database_is_left_alone() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("other.db");
-    raw(&path)
-        .execute_batch("CREATE TABLE notes (body TEXT)")
-        .unwrap();
-    let err = Store::open(&path).unwrap_err();
+pub fn another_programs_database_is_left_alone(fixture: &Fixture) {
+    fixture.execute("CREATE TABLE notes (body TEXT)");
+    let err = Store::open_location(&fixture.location()).unwrap_err();
     assert!(matches!(err, StoreError::NotAStore { .. }), "{err:?}");
     assert!(
-        err.to_string().contains(&format!("`{}`", path.display())),
+        err.to_string()
+            .contains(&format!("`{}`", fixture.location())),
         "{err}"
     );
-    let tables: i64 = raw(&path)
-        .query_row("SELECT count(*) FROM sqlite_schema", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(tables, 1);
+    assert!(err.hint().is_some());
+    assert_eq!(fixture.tables(), ["notes"]);
 }
 
-#[test]
-fn a_store_from_a_newer_gpuvet_is_refused() {
-    let (_dir, path, store) = temp_store();
-    drop(store);
-    raw(&path)
-        .pragma_update(None, "user_version", SCHEMA_VERSION + 1)
-        .unwrap();
-    match Store::open(&path).unwrap_err() {
+pub fn a_store_from_a_newer_gpuvet_is_refused(fixture: &Fixture) {
+    drop(fixture.open());
+    fixture.set_schema_version(SCHEMA_VERSION + 1);
+    let err = Store::open_location(&fixture.location()).unwrap_err();
+    match &err {
         StoreError::TooNew {
             found, supported, ..
         } => {
-            assert_eq!((found, supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
+            assert_eq!((*found, *supported), (SCHEMA_VERSION + 1, SCHEMA_VERSION));
         }
         other => panic!("{other:?}"),
     }
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot open the store at `{}`: its schema version is {}, newer than the {} this gpuvet knows",
+            fixture.location(),
+            SCHEMA_VERSION + 1,
+            SCHEMA_VERSION
+        )
+    );
+    assert!(err.hint().is_some());
 }
 
-#[test]
-fn corrupt_rows_give_decode_errors_naming_table_and_id() {
-    let (_dir, path, mut store) = temp_store();
+pub fn corrupt_rows_give_decode_errors_naming_table_and_id(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     let run_id = store.record_report(&attempt, &report(&attempt, 0)).unwrap();
     let event = store
         .record_event(&attempt, &event(1, EventKind::InstanceStarted, "started"))
         .unwrap();
 
-    let conn = raw(&path);
-    conn.execute(
-        "UPDATE runs SET report_json = '{\"job_id\": 3' WHERE id = ?1",
-        [run_id],
-    )
-    .unwrap();
+    fixture.execute(&format!(
+        "UPDATE runs SET report_json = '{{\"job_id\": 3' WHERE id = {run_id}"
+    ));
     let err = store.reports("job", 1).unwrap_err();
     assert!(
         matches!(err, StoreError::Decode { table: "runs", id, .. } if id == run_id),
@@ -672,36 +537,32 @@ fn corrupt_rows_give_decode_errors_naming_table_and_id() {
     );
     assert!(err.hint().is_some());
 
-    let check_id: i64 = conn
-        .query_row("SELECT max(id) FROM check_results", [], |r| r.get(0))
+    let check_id = fixture
+        .query_int("SELECT MAX(id) FROM check_results")
         .unwrap();
-    conn.execute(
-        "UPDATE check_results SET result_json = '{\"name\": \"gemm_flop\"}' WHERE id = ?1",
-        [check_id],
-    )
-    .unwrap();
+    fixture.execute(&format!(
+        "UPDATE check_results SET result_json = '{{\"name\": \"gemm_flop\"}}' WHERE id = {check_id}"
+    ));
     let err = store.results(&ResultFilter::default()).unwrap_err();
     assert!(
         matches!(err, StoreError::Decode { table: "check_results", id, .. } if id == check_id),
         "{err:?}"
     );
 
-    conn.execute(
-        "UPDATE events SET details = 'not json' WHERE id = ?1",
-        [event.id],
-    )
-    .unwrap();
+    fixture.execute(&format!(
+        "UPDATE events SET details = 'not json' WHERE id = {}",
+        event.id
+    ));
     let err = store.events(&EventFilter::default()).unwrap_err();
     assert!(
         matches!(err, StoreError::Decode { table: "events", id, .. } if id == event.id),
         "{err:?}"
     );
 
-    conn.execute(
-        "UPDATE events SET details = '{}', kind = 'Started' WHERE id = ?1",
-        [event.id],
-    )
-    .unwrap();
+    fixture.execute(&format!(
+        "UPDATE events SET details = '{{}}', kind = 'Started' WHERE id = {}",
+        event.id
+    ));
     let err = store.events(&EventFilter::default()).unwrap_err();
     assert!(
         err.to_string().contains("unknown event type `Started`"),
@@ -709,37 +570,97 @@ fn corrupt_rows_give_decode_errors_naming_table_and_id() {
     );
 }
 
-#[test]
-fn a_report_is_stored_whole_or_not_at_all() {
-    let (_dir, path, mut store) = temp_store();
+pub fn a_value_the_store_cannot_read_is_an_error_naming_it(fixture: &Fixture) {
+    let mut store = fixture.open();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    store
+        .record_event(&attempt, &event(1, EventKind::InstanceStarted, "started"))
+        .unwrap();
+    // A time before 1970, written by hand: the store's times are unsigned.
+    fixture.execute("UPDATE events SET time_ms = -5");
+    let err = store.events(&EventFilter::default()).unwrap_err();
+    assert!(matches!(err, StoreError::Data { .. }), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "cannot read events from the store: column 1 holds the integer `-5`, not an integer from 0 up"
+    );
+    assert!(err.hint().is_some());
+}
+
+pub fn a_number_too_large_to_store_is_refused_and_changes_nothing(fixture: &Fixture) {
+    let mut store = fixture.open();
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
+    let err = store
+        .record_runtime(
+            &attempt,
+            &[
+                event(1, EventKind::RuntimeCheckFailed, "fine"),
+                event(u64::MAX, EventKind::RuntimeCheckFailed, "far future"),
+            ],
+            Some(&watch_state(1)),
+            2,
+        )
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            StoreError::OutOfRange {
+                value: u64::MAX,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "cannot record the runtime check's events and state in the store: `{}` is larger than the largest integer the store holds (`{}`)",
+            u64::MAX,
+            i64::MAX
+        )
+    );
+    assert_eq!(fixture.count("events"), 0);
+    assert_eq!(
+        store.watch_state::<serde_json::Value>("job", "n0").unwrap(),
+        None
+    );
+    // An attempt number beyond what the store holds is refused the same way.
+    assert!(matches!(
+        store.begin_attempt("job", "n0", "pod-0", u64::MAX),
+        Err(StoreError::OutOfRange { .. })
+    ));
+    assert_eq!(store.latest_attempt("job").unwrap(), Some(1));
+}
+
+pub fn a_report_is_stored_whole_or_not_at_all(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     // Make the third check row fail to insert.
-    raw(&path)
-        .execute_batch(
-            "CREATE TRIGGER refuse BEFORE INSERT ON check_results WHEN NEW.position = 2
-             BEGIN SELECT RAISE(ABORT, 'refused by test'); END;",
-        )
-        .unwrap();
+    fixture.refuse("check_results", "INSERT", "NEW.position = 2");
     let err = store
         .record_report(&attempt, &report(&attempt, 0))
         .unwrap_err();
-    assert!(matches!(err, StoreError::Sqlite { .. }), "{err:?}");
     assert!(
-        err.to_string()
-            .starts_with("cannot record a report in the store: "),
-        "{err}"
+        matches!(err, StoreError::Sqlite { .. } | StoreError::Postgres { .. }),
+        "{err:?}"
+    );
+    let message = err.to_string();
+    assert!(
+        message.starts_with("cannot record a report in the store: ")
+            && message.contains("refused by test"),
+        "{message}"
     );
     assert!(store.reports("job", 1).unwrap().is_empty());
     assert!(store.results(&ResultFilter::default()).unwrap().is_empty());
-    let runs: i64 = raw(&path)
-        .query_row("SELECT count(*) FROM runs", [], |r| r.get(0))
+    assert_eq!(fixture.count("runs"), 0);
+    // The handle is still good for the next write.
+    store
+        .record_event(&attempt, &event(1, EventKind::InstanceStarted, "started"))
         .unwrap();
-    assert_eq!(runs, 0);
 }
 
-#[test]
-fn a_report_of_another_attempt_or_that_cannot_read_back_is_refused() {
-    let mut store = Store::open_in_memory().unwrap();
+pub fn a_report_of_another_attempt_or_that_cannot_read_back_is_refused(fixture: &Fixture) {
+    let mut store = fixture.open();
     let first = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     let second = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     let err = store
@@ -770,9 +691,8 @@ fn a_report_of_another_attempt_or_that_cannot_read_back_is_refused() {
     assert!(store.reports("job", 1).unwrap().is_empty());
 }
 
-#[test]
-fn a_report_of_an_attempt_begun_elsewhere_adds_the_attempt() {
-    let mut store = Store::open_in_memory().unwrap();
+pub fn a_report_of_an_attempt_begun_elsewhere_adds_the_attempt(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = Attempt {
         job_id: "job".into(),
         attempt: 4,
@@ -798,15 +718,8 @@ fn a_report_of_an_attempt_begun_elsewhere_adds_the_attempt() {
     assert!(results.iter().all(|r| r.attempt == attempt));
 }
 
-/// An XID policy state as the runtime check saves it (its form is the watcher's; the
-/// store keeps any JSON).
-fn watch_state(level: u64) -> serde_json::Value {
-    json!({ "format": 1, "records": [{ "xid": 79, "level": level, "emitted": true }] })
-}
-
-#[test]
-fn runtime_events_and_state_are_recorded_together_and_read_back() {
-    let (_dir, path, mut store) = temp_store();
+pub fn runtime_events_and_state_are_recorded_together_and_read_back(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     assert_eq!(
         store.watch_state::<serde_json::Value>("job", "n0").unwrap(),
@@ -844,7 +757,7 @@ fn runtime_events_and_state_are_recorded_together_and_read_back() {
         )
         .unwrap();
     drop(store);
-    let store = Store::open(&path).unwrap();
+    let store = fixture.open();
     assert_eq!(
         store.watch_state("job", "n0").unwrap(),
         Some((20, watch_state(2)))
@@ -861,26 +774,17 @@ fn runtime_events_and_state_are_recorded_together_and_read_back() {
             .unwrap(),
         None
     );
-    let rows: i64 = raw(&path)
-        .query_row("SELECT count(*) FROM watch_state", [], |r| r.get(0))
-        .unwrap();
-    assert_eq!(rows, 1);
+    assert_eq!(fixture.count("watch_state"), 1);
 }
 
-#[test]
-fn runtime_events_and_state_are_stored_whole_or_not_at_all() {
-    let (_dir, path, mut store) = temp_store();
+pub fn runtime_events_and_state_are_stored_whole_or_not_at_all(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     store
         .record_runtime(&attempt, &[], Some(&watch_state(0)), 1)
         .unwrap();
     // The state's write fails after the events' inserts, in the same transaction.
-    raw(&path)
-        .execute_batch(
-            "CREATE TRIGGER refuse BEFORE UPDATE ON watch_state
-             BEGIN SELECT RAISE(ABORT, 'refused by test'); END;",
-        )
-        .unwrap();
+    fixture.refuse("watch_state", "UPDATE", "1 = 1");
     let err = store
         .record_runtime(
             &attempt,
@@ -889,7 +793,10 @@ fn runtime_events_and_state_are_stored_whole_or_not_at_all() {
             2,
         )
         .unwrap_err();
-    assert!(matches!(err, StoreError::Sqlite { .. }), "{err:?}");
+    assert!(
+        matches!(err, StoreError::Sqlite { .. } | StoreError::Postgres { .. }),
+        "{err:?}"
+    );
     assert!(
         err.to_string()
             .starts_with("cannot record the runtime check's events and state in the store: "),
@@ -902,16 +809,14 @@ fn runtime_events_and_state_are_stored_whole_or_not_at_all() {
     );
 }
 
-#[test]
-fn a_saved_state_that_no_longer_decodes_names_its_row() {
-    let (_dir, path, mut store) = temp_store();
+pub fn a_saved_state_that_no_longer_decodes_names_its_row(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 0).unwrap();
     store
         .record_runtime(&attempt, &[], Some(&watch_state(0)), 1)
         .unwrap();
-    raw(&path)
-        .execute("UPDATE watch_state SET state_json = '{\"format\": '", [])
-        .unwrap();
+    fixture.execute("UPDATE watch_state SET state_json = '{\"format\": '");
+    let row = fixture.query_int("SELECT id FROM watch_state").unwrap();
     let err = store
         .watch_state::<serde_json::Value>("job", "n0")
         .unwrap_err();
@@ -920,93 +825,27 @@ fn a_saved_state_that_no_longer_decodes_names_its_row() {
             err,
             StoreError::Decode {
                 table: "watch_state",
-                id: 1,
+                id,
                 ..
-            }
+            } if id == row
         ),
         "{err:?}"
     );
     assert!(err.hint().is_some());
 }
 
-#[test]
-fn a_version_1_store_is_migrated_and_keeps_its_data() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("gpuvet.db");
-    // A store as the previous gpuvet left it: schema version 1, with an attempt and
-    // an event.
-    {
-        let conn = raw(&path);
-        conn.execute_batch(include_str!("fixtures/schema_v1.sql"))
-            .unwrap();
-        conn.execute_batch(
-            "PRAGMA application_id = 1735423604; PRAGMA user_version = 1;
-             INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
-             VALUES ('job', 'n0', 'pod-0', 1, 5);
-             INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message, details)
-             VALUES (7, 'job', 1, 'n0', 'pod-0', 'RuntimeCheckFailed', 'host', 'xid 79', '{}');",
-        )
-        .unwrap();
-    }
-    let has_state_table = || -> bool {
-        raw(&path)
-            .query_row(
-                "SELECT count(*) FROM sqlite_schema WHERE name = 'watch_state'",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .unwrap()
-            == 1
-    };
-    assert!(!has_state_table());
-
-    let mut store = Store::open(&path).unwrap();
-    let version: u32 = raw(&path)
-        .pragma_query_value(None, "user_version", |r| r.get(0))
-        .unwrap();
-    assert_eq!(version, SCHEMA_VERSION);
-    assert!(has_state_table());
-    assert_eq!(
-        messages(&store.events(&EventFilter::default()).unwrap()),
-        ["xid 79"]
-    );
-    assert_eq!(
-        store.watch_state::<serde_json::Value>("job", "n0").unwrap(),
-        None
-    );
-    let attempt = store.begin_attempt("job", "n0", "pod-0", 8).unwrap();
-    assert_eq!(attempt.attempt, 2);
-    store
-        .record_runtime(&attempt, &[], Some(&watch_state(1)), 9)
-        .unwrap();
-    drop(store);
-    // Opened again: already current, nothing migrates twice.
-    let store = Store::open(&path).unwrap();
-    assert_eq!(
-        store.watch_state("job", "n0").unwrap(),
-        Some((9, watch_state(1)))
-    );
-}
-
-fn count(path: &Path, table: &str) -> i64 {
-    raw(path)
-        .query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
-        .unwrap()
-}
-
-#[test]
-fn a_report_stored_twice_under_its_id_is_stored_once() {
-    let (_dir, path, mut store) = temp_store();
+pub fn a_report_stored_twice_under_its_id_is_stored_once(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let mut sent = report(&attempt, 10);
     sent.report_id = gpuvet_core::ids::new_id();
     let first = store.record_report(&attempt, &sent).unwrap();
-    // Again, and from another handle on the same file (a retried push).
+    // Again, and from another handle on the same store (a retried push).
     assert_eq!(store.record_report(&attempt, &sent).unwrap(), first);
-    let mut other = Store::open(&path).unwrap();
+    let mut other = fixture.open();
     assert_eq!(other.record_report(&attempt, &sent).unwrap(), first);
-    assert_eq!(count(&path, "runs"), 1);
-    assert_eq!(count(&path, "check_results"), 3);
+    assert_eq!(fixture.count("runs"), 1);
+    assert_eq!(fixture.count("check_results"), 3);
     let stored = store.reports("job", 1).unwrap();
     assert_eq!(stored.len(), 1);
     assert_eq!(stored[0].report_id, sent.report_id);
@@ -1015,12 +854,38 @@ fn a_report_stored_twice_under_its_id_is_stored_once() {
     let mut next = report(&attempt, 20);
     next.report_id = gpuvet_core::ids::new_id();
     assert_ne!(store.record_report(&attempt, &next).unwrap(), first);
-    assert_eq!(count(&path, "runs"), 2);
+    assert_eq!(fixture.count("runs"), 2);
 }
 
-#[test]
-fn one_report_id_on_two_different_reports_is_refused_and_changes_nothing() {
-    let (_dir, path, mut store) = temp_store();
+pub fn one_report_pushed_by_several_handles_at_once_is_stored_once(fixture: &Fixture) {
+    drop(fixture.open());
+    let attempt = Attempt {
+        job_id: "job".into(),
+        attempt: 1,
+        node: "n0".into(),
+        instance: "pod-0".into(),
+    };
+    let sent = with_id(report(&attempt, 10), &gpuvet_core::ids::new_id());
+    // Each handle is a server receiving the same push (a retry after a lost reply).
+    let run_ids: Vec<i64> = thread::scope(|scope| {
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                scope.spawn(|| {
+                    let mut store = fixture.open();
+                    store.record_report(&attempt, &sent).unwrap()
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert!(run_ids.iter().all(|&id| id == run_ids[0]), "{run_ids:?}");
+    assert_eq!(fixture.count("runs"), 1);
+    assert_eq!(fixture.count("check_results"), 3);
+    assert_eq!(fixture.count("attempts"), 1);
+}
+
+pub fn one_report_id_on_two_different_reports_is_refused_and_changes_nothing(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let mut sent = report(&attempt, 10);
     sent.report_id = gpuvet_core::ids::new_id();
@@ -1037,24 +902,22 @@ fn one_report_id_on_two_different_reports_is_refused_and_changes_nothing() {
         "{err}"
     );
     assert!(err.hint().is_some());
-    assert_eq!(count(&path, "runs"), 1);
-    assert_eq!(count(&path, "check_results"), 3);
+    assert_eq!(fixture.count("runs"), 1);
+    assert_eq!(fixture.count("check_results"), 3);
 }
 
-#[test]
-fn reports_without_an_id_are_each_stored_as_before() {
-    let (_dir, path, mut store) = temp_store();
+pub fn reports_without_an_id_are_each_stored_as_before(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let sent = report(&attempt, 10);
     assert!(sent.report_id.is_empty());
     let first = store.record_report(&attempt, &sent).unwrap();
     assert_ne!(store.record_report(&attempt, &sent).unwrap(), first);
-    assert_eq!(count(&path, "runs"), 2);
+    assert_eq!(fixture.count("runs"), 2);
 }
 
-#[test]
-fn an_event_stored_twice_under_its_id_is_stored_once_and_keeps_its_id() {
-    let (_dir, path, mut store) = temp_store();
+pub fn an_event_stored_twice_under_its_id_is_stored_once_and_keeps_its_id(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let mut sent = event(5, EventKind::RuntimeCheckFailed, "xid 79");
     sent.event_id = gpuvet_core::ids::new_id();
@@ -1066,15 +929,73 @@ fn an_event_stored_twice_under_its_id_is_stored_once_and_keeps_its_id() {
         .record_runtime(&attempt, &[sent.clone(), other], None::<&()>, 9)
         .unwrap();
     assert_eq!(stored[0].id, first.id);
-    assert_eq!(count(&path, "events"), 2);
+    assert_eq!(fixture.count("events"), 2);
     let read = store.events(&EventFilter::default()).unwrap();
     assert_eq!(read[0].event.event_id, sent.event_id);
     assert_eq!(read[1].event.event_id, "");
 }
 
-#[test]
-fn one_event_id_on_two_different_events_is_refused() {
-    let (_dir, path, mut store) = temp_store();
+pub fn events_pushed_by_several_handles_at_once_are_each_stored_once(fixture: &Fixture) {
+    drop(fixture.open());
+    let attempt = Attempt {
+        job_id: "job".into(),
+        attempt: 1,
+        node: "n0".into(),
+        instance: "pod-0".into(),
+    };
+    let ids: Vec<String> = (0..6).map(|_| gpuvet_core::ids::new_id()).collect();
+    let events: Vec<_> = ids
+        .iter()
+        .enumerate()
+        .map(|(i, id)| event_with_id(i as u64, id))
+        .collect();
+    // Overlapping batches in different orders, and single events, at once.
+    let stored: Vec<Vec<i64>> = thread::scope(|scope| {
+        let threads: Vec<_> = (0..4)
+            .map(|t| {
+                let (events, attempt) = (&events, &attempt);
+                scope.spawn(move || {
+                    let mut store = fixture.open();
+                    let mut batch = events.clone();
+                    if t % 2 == 1 {
+                        batch.reverse();
+                    }
+                    let mut stored: Vec<i64> = if t < 2 {
+                        store
+                            .record_runtime::<()>(attempt, &batch, None, 1)
+                            .unwrap()
+                            .iter()
+                            .map(|e| e.id)
+                            .collect()
+                    } else {
+                        batch
+                            .iter()
+                            .map(|e| store.record_event(attempt, e).unwrap().id)
+                            .collect()
+                    };
+                    if t % 2 == 1 {
+                        stored.reverse();
+                    }
+                    stored
+                })
+            })
+            .collect();
+        threads.into_iter().map(|t| t.join().unwrap()).collect()
+    });
+    assert!(stored.iter().all(|ids| *ids == stored[0]), "{stored:?}");
+    assert_eq!(fixture.count("events"), 6);
+    let store = fixture.open();
+    let read: Vec<String> = store
+        .events(&EventFilter::default())
+        .unwrap()
+        .into_iter()
+        .map(|e| e.event.event_id)
+        .collect();
+    assert_eq!(read, ids);
+}
+
+pub fn one_event_id_on_two_different_events_is_refused(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let mut sent = event(5, EventKind::RuntimeCheckFailed, "xid 79");
     sent.event_id = gpuvet_core::ids::new_id();
@@ -1090,25 +1011,13 @@ fn one_event_id_on_two_different_events_is_refused() {
     let later = store.begin_attempt("job", "n0", "pod-0", 2).unwrap();
     let err = store.record_event(&later, &sent).unwrap_err();
     assert!(matches!(err, StoreError::IdConflict { .. }), "{err:?}");
-    assert_eq!(count(&path, "events"), 1);
+    assert_eq!(fixture.count("events"), 1);
 }
 
 // Lists and pages: jobs, instances, runs.
 
-fn passing_report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
-    let mut report = report(attempt, started_at_ms);
-    report.checks.truncate(2);
-    report.checks[0].status = CheckStatus::Passed;
-    for entity in &mut report.checks[0].entities {
-        entity.verdict = Verdict::Ok;
-    }
-    report.outcome = Outcome::of(&report.checks);
-    report
-}
-
-#[test]
-fn jobs_and_instances_summarize_each_nodes_latest_attempt() {
-    let mut store = Store::open_in_memory().unwrap();
+pub fn jobs_and_instances_summarize_each_nodes_latest_attempt(fixture: &Fixture) {
+    let mut store = fixture.open();
     // node-a: attempt 1 failed, attempt 2 passed. node-b: attempt 1 failed.
     // node-c: attempt 1 begun, no report yet. Another job on node-a.
     let a1 = store
@@ -1191,9 +1100,43 @@ fn jobs_and_instances_summarize_each_nodes_latest_attempt() {
     assert_eq!(store.instance("job", "node-a", Some(7)).unwrap(), None);
 }
 
-#[test]
-fn runs_list_newest_first_with_filters_and_one_run_reads_back_whole() {
-    let mut store = Store::open_in_memory().unwrap();
+pub fn lists_are_in_byte_order_of_their_names(fixture: &Fixture) {
+    let mut store = fixture.open();
+    // Byte order: upper case before lower case, `-` before `_`, `é` after `z`. A
+    // locale's order (PostgreSQL's default for text) would mix them.
+    let nodes = ["node-a", "Node-B", "node_c", "nodé", "node-b", "nodz"];
+    for node in nodes {
+        store.begin_attempt("job", node, "pod", 1).unwrap();
+    }
+    let listed: Vec<String> = store
+        .instances("job", None)
+        .unwrap()
+        .into_iter()
+        .map(|i| i.attempt.node)
+        .collect();
+    let mut sorted = nodes.map(str::to_owned).to_vec();
+    sorted.sort();
+    assert_eq!(listed, sorted);
+    assert_eq!(
+        listed,
+        ["Node-B", "node-a", "node-b", "node_c", "nodz", "nodé"]
+    );
+
+    // Jobs that started at once come by name.
+    for job in ["job-b", "Job-c", "job_a"] {
+        store.begin_attempt(job, "n0", "pod", 5).unwrap();
+    }
+    let jobs: Vec<String> = store
+        .jobs()
+        .unwrap()
+        .into_iter()
+        .map(|j| j.job_id)
+        .collect();
+    assert_eq!(jobs, ["Job-c", "job-b", "job_a", "job"]);
+}
+
+pub fn runs_list_newest_first_with_filters_and_one_run_reads_back_whole(fixture: &Fixture) {
+    let mut store = fixture.open();
     let mut ids = Vec::new();
     for (node, at) in [("n0", 1_000), ("n1", 2_000), ("n0", 3_000)] {
         let attempt = store.begin_attempt("job", node, node, at).unwrap();
@@ -1256,9 +1199,8 @@ fn runs_list_newest_first_with_filters_and_one_run_reads_back_whole() {
     assert_eq!(store.run(9_999).unwrap(), None);
 }
 
-#[test]
-fn events_filter_by_time_range_newest_first_and_count_ignores_the_limit() {
-    let mut store = Store::open_in_memory().unwrap();
+pub fn events_filter_by_time_range_newest_first_and_count_ignores_the_limit(fixture: &Fixture) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
     for t in [100, 200, 300, 400] {
         store
@@ -1292,28 +1234,17 @@ fn events_filter_by_time_range_newest_first_and_count_ignores_the_limit() {
 
 // The outbox.
 
-fn with_ids(mut report: RunReport, id: &str) -> RunReport {
-    report.report_id = id.to_owned();
-    report
-}
-
-fn event_with_id(time_ms: u64, id: &str) -> NewEvent {
-    NewEvent {
-        event_id: id.to_owned(),
-        ..event(time_ms, EventKind::SanityCheckFailed, "failed")
-    }
-}
-
-#[test]
-fn with_queueing_on_every_new_report_and_event_is_queued_once_in_the_same_transaction() {
-    let (_dir, path, mut store) = temp_store();
+pub fn with_queueing_on_every_new_report_and_event_is_queued_once_in_the_same_transaction(
+    fixture: &Fixture,
+) {
+    let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
     // Recorded before queueing was on: not queued.
     store
-        .record_report(&attempt, &with_ids(report(&attempt, 1), "r-before"))
+        .record_report(&attempt, &with_id(report(&attempt, 1), "r-before"))
         .unwrap();
     store.queue_pushes(true);
-    let queued = with_ids(report(&attempt, 2), "r-1");
+    let queued = with_id(report(&attempt, 2), "r-1");
     store.record_report(&attempt, &queued).unwrap();
     store.record_report(&attempt, &queued).unwrap();
     // A report without an id cannot be sent idempotently, so it is not queued.
@@ -1358,14 +1289,13 @@ fn with_queueing_on_every_new_report_and_event_is_queued_once_in_the_same_transa
     store.record_report(&attempt, &conflicting).unwrap_err();
     assert_eq!(store.outbox_len().unwrap(), 4);
 
-    // Another handle on the file sees the queue.
-    let other = Store::open(&path).unwrap();
+    // Another handle on the store sees the queue.
+    let other = fixture.open();
     assert_eq!(other.outbox_len().unwrap(), 4);
 }
 
-#[test]
-fn a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox() {
-    let mut store = Store::open_in_memory().unwrap();
+pub fn a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox(fixture: &Fixture) {
+    let mut store = fixture.open();
     store.queue_pushes(true);
     let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
     store
@@ -1378,7 +1308,14 @@ fn a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox() {
     assert_eq!(first.len(), 1, "the limit holds");
     let id = first[0].id;
 
-    let now = first[0].next_try_at_ms;
+    // When both entries are due (each is first due when it was queued, by the clock).
+    let now = store
+        .outbox_due(u64::MAX, 10)
+        .unwrap()
+        .iter()
+        .map(|e| e.next_try_at_ms)
+        .max()
+        .unwrap();
     let next = store.outbox_failed(id, "connection refused", now).unwrap();
     assert_eq!(next, now + 1_000);
     let next = store.outbox_failed(id, "connection refused", now).unwrap();
@@ -1405,4 +1342,27 @@ fn a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox() {
     assert_eq!(store.outbox_next_try_ms().unwrap(), None);
     // The events stay in the store itself.
     assert_eq!(store.count_events(&EventFilter::default()).unwrap(), 2);
+}
+
+pub fn a_failed_send_of_an_entry_not_in_the_outbox_is_an_error(fixture: &Fixture) {
+    let mut store = fixture.open();
+    store.queue_pushes(true);
+    let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
+    store
+        .record_event(&attempt, &event_with_id(10, "e-1"))
+        .unwrap();
+    let id = store.outbox_due(u64::MAX, 10).unwrap()[0].id;
+    store.outbox_sent(id).unwrap();
+    // Sent twice (a retry after a lost reply): nothing left to remove.
+    store.outbox_sent(id).unwrap();
+    let err = store.outbox_failed(id, "timed out", 5).unwrap_err();
+    assert!(
+        matches!(&err, StoreError::NotFound { what: "outbox entry", id: found } if *found == id.to_string()),
+        "{err:?}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!("the store has no outbox entry with id `{id}`")
+    );
+    assert_eq!(store.outbox_len().unwrap(), 0);
 }

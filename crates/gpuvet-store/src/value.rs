@@ -1,0 +1,385 @@
+//! The values that go into and come out of the store's SQL on either database, and the
+//! one place they are converted: Rust types to [`Value`] for parameters, database
+//! columns to [`Value`] for rows, and [`Value`] back to Rust types with [`Row::get`].
+//!
+//! Both databases see the same four kinds of value, as SQLite stores them: 64-bit
+//! integers, doubles, text and NULL. A NaN becomes NULL on the way in (SQLite stores
+//! it so; PostgreSQL would keep it), and an unsigned integer above `i64::MAX` is
+//! refused rather than wrapped.
+
+use postgres::types::{ToSql, Type};
+
+/// One parameter or column value.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Value {
+    Null,
+    Int(i64),
+    Real(f64),
+    Text(String),
+    /// An unsigned integer no column holds; refused when bound.
+    TooLarge(u64),
+}
+
+/// What went wrong running the store's SQL.
+#[derive(Debug)]
+pub(crate) enum DbError {
+    Sqlite(rusqlite::Error),
+    Postgres(postgres::Error),
+    /// A value the database returned that the store cannot use (or a query that did
+    /// not return what it always returns).
+    Data(String),
+    /// A parameter larger than any integer column holds.
+    TooLarge(u64),
+}
+
+impl From<rusqlite::Error> for DbError {
+    fn from(error: rusqlite::Error) -> Self {
+        DbError::Sqlite(error)
+    }
+}
+
+impl From<postgres::Error> for DbError {
+    fn from(error: postgres::Error) -> Self {
+        DbError::Postgres(error)
+    }
+}
+
+impl From<i64> for Value {
+    fn from(n: i64) -> Self {
+        Value::Int(n)
+    }
+}
+
+impl From<u32> for Value {
+    fn from(n: u32) -> Self {
+        Value::Int(n.into())
+    }
+}
+
+impl From<u64> for Value {
+    fn from(n: u64) -> Self {
+        i64::try_from(n).map_or(Value::TooLarge(n), Value::Int)
+    }
+}
+
+impl From<usize> for Value {
+    fn from(n: usize) -> Self {
+        Value::from(n as u64)
+    }
+}
+
+impl From<f64> for Value {
+    fn from(x: f64) -> Self {
+        if x.is_nan() {
+            Value::Null
+        } else {
+            Value::Real(x)
+        }
+    }
+}
+
+impl From<&str> for Value {
+    fn from(s: &str) -> Self {
+        Value::Text(s.to_owned())
+    }
+}
+
+impl From<&String> for Value {
+    fn from(s: &String) -> Self {
+        Value::Text(s.clone())
+    }
+}
+
+impl From<String> for Value {
+    fn from(s: String) -> Self {
+        Value::Text(s)
+    }
+}
+
+impl<T: Into<Value>> From<Option<T>> for Value {
+    fn from(value: Option<T>) -> Self {
+        value.map_or(Value::Null, Into::into)
+    }
+}
+
+/// The parameters of one statement, each converted with `Value::from`.
+macro_rules! params {
+    ($($param:expr),* $(,)?) => {
+        [$($crate::value::Value::from($param)),*]
+    };
+}
+pub(crate) use params;
+
+impl rusqlite::ToSql for Value {
+    fn to_sql(&self) -> rusqlite::Result<rusqlite::types::ToSqlOutput<'_>> {
+        use rusqlite::types::{ToSqlOutput, ValueRef};
+        Ok(ToSqlOutput::Borrowed(match self {
+            Value::Null => ValueRef::Null,
+            Value::Int(n) => ValueRef::Integer(*n),
+            Value::Real(x) => ValueRef::Real(*x),
+            Value::Text(s) => ValueRef::Text(s.as_bytes()),
+            Value::TooLarge(n) => {
+                return Err(rusqlite::Error::ToSqlConversionFailure(
+                    format!("`{n}` is larger than `i64::MAX`").into(),
+                ));
+            }
+        }))
+    }
+}
+
+impl Value {
+    /// This value as what PostgreSQL's client sends for a parameter of type `ty`.
+    /// PostgreSQL infers each parameter's type from the statement: an integer column
+    /// (`BIGINT`) takes an `i64`, a function's `integer` argument an `i32`, and so on.
+    pub(crate) fn to_postgres(&self, ty: &Type) -> Result<Box<dyn ToSql + Sync>, DbError> {
+        let mismatch = || {
+            DbError::Data(format!(
+                "cannot pass {self:?} as a PostgreSQL `{ty}` parameter"
+            ))
+        };
+        let int = |n: i64| -> Result<Box<dyn ToSql + Sync>, DbError> {
+            Ok(match *ty {
+                Type::INT8 => Box::new(n),
+                Type::INT4 => Box::new(i32::try_from(n).map_err(|_| mismatch())?),
+                Type::INT2 => Box::new(i16::try_from(n).map_err(|_| mismatch())?),
+                Type::FLOAT8 => Box::new(n as f64),
+                _ => return Err(mismatch()),
+            })
+        };
+        Ok(match self {
+            Value::Null => match *ty {
+                Type::INT8 => Box::new(None::<i64>),
+                Type::INT4 => Box::new(None::<i32>),
+                Type::INT2 => Box::new(None::<i16>),
+                Type::FLOAT8 => Box::new(None::<f64>),
+                Type::FLOAT4 => Box::new(None::<f32>),
+                Type::BOOL => Box::new(None::<bool>),
+                _ if <String as ToSql>::accepts(ty) => Box::new(None::<String>),
+                _ => return Err(mismatch()),
+            },
+            Value::Int(n) => int(*n)?,
+            Value::Real(x) => match *ty {
+                Type::FLOAT8 => Box::new(*x),
+                Type::FLOAT4 => Box::new(*x as f32),
+                _ => return Err(mismatch()),
+            },
+            Value::Text(s) if <String as ToSql>::accepts(ty) => Box::new(s.clone()),
+            Value::Text(_) | Value::TooLarge(_) => return Err(mismatch()),
+        })
+    }
+}
+
+/// One row of a query's result, its columns as [`Value`]s.
+#[derive(Debug)]
+pub(crate) struct Row(Vec<Value>);
+
+impl Row {
+    pub(crate) fn from_sqlite(row: &rusqlite::Row<'_>, columns: usize) -> Result<Row, DbError> {
+        use rusqlite::types::ValueRef;
+        (0..columns)
+            .map(|i| {
+                Ok(match row.get_ref(i)? {
+                    ValueRef::Null => Value::Null,
+                    ValueRef::Integer(n) => Value::Int(n),
+                    ValueRef::Real(x) => Value::Real(x),
+                    ValueRef::Text(bytes) => Value::Text(
+                        String::from_utf8(bytes.to_vec())
+                            .map_err(|_| DbError::Data(format!("column {i} is not UTF-8")))?,
+                    ),
+                    ValueRef::Blob(_) => {
+                        return Err(DbError::Data(format!("column {i} holds a blob")));
+                    }
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map(Row)
+    }
+
+    /// Reads each column by its PostgreSQL type. The store's schema uses `BIGINT`,
+    /// `DOUBLE PRECISION` and `TEXT`, and its queries cast what would come out as
+    /// another type (`SUM` of a `BIGINT` is a `NUMERIC`).
+    pub(crate) fn from_postgres(row: &postgres::Row) -> Result<Row, DbError> {
+        row.columns()
+            .iter()
+            .enumerate()
+            .map(|(i, column)| {
+                let ty = column.type_();
+                Ok(match *ty {
+                    Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Value::Int),
+                    Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(Value::from_int),
+                    Type::INT2 => row.try_get::<_, Option<i16>>(i)?.map(Value::from_int),
+                    Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Value::from),
+                    Type::FLOAT4 => row.try_get::<_, Option<f32>>(i)?.map(Value::from_float),
+                    Type::BOOL => row.try_get::<_, Option<bool>>(i)?.map(Value::from_int),
+                    _ if <String as postgres::types::FromSql>::accepts(ty) => {
+                        row.try_get::<_, Option<String>>(i)?.map(Value::Text)
+                    }
+                    _ => {
+                        return Err(DbError::Data(format!(
+                            "column {i} (`{}`) has the PostgreSQL type `{ty}`, which the store does not read",
+                            column.name()
+                        )));
+                    }
+                }
+                .unwrap_or(Value::Null))
+            })
+            .collect::<Result<_, _>>()
+            .map(Row)
+    }
+
+    /// Takes column `index` (counting from 0) as a `T`; the column reads as NULL after.
+    pub(crate) fn get<T: FromValue>(&mut self, index: usize) -> Result<T, DbError> {
+        let value = self
+            .0
+            .get_mut(index)
+            .map(|v| std::mem::replace(v, Value::Null))
+            .ok_or_else(|| DbError::Data(format!("the row has no column {index}")))?;
+        T::from_value(value).map_err(|message| DbError::Data(format!("column {index} {message}")))
+    }
+}
+
+impl Value {
+    fn from_int(n: impl Into<i64>) -> Value {
+        Value::Int(n.into())
+    }
+
+    fn from_float(x: f32) -> Value {
+        Value::from(f64::from(x))
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Value::Null => "NULL".to_owned(),
+            Value::Int(n) => format!("the integer `{n}`"),
+            Value::Real(x) => format!("the number `{x}`"),
+            Value::Text(_) => "text".to_owned(),
+            Value::TooLarge(n) => format!("the integer `{n}`"),
+        }
+    }
+}
+
+/// A Rust type a column reads as.
+pub(crate) trait FromValue: Sized {
+    /// The value as `Self`, or what is wrong with it ("holds text, not an integer").
+    fn from_value(value: Value) -> Result<Self, String>;
+}
+
+fn wrong(value: &Value, wanted: &str) -> String {
+    format!("holds {}, not {wanted}", value.describe())
+}
+
+impl FromValue for i64 {
+    fn from_value(value: Value) -> Result<Self, String> {
+        match value {
+            Value::Int(n) => Ok(n),
+            other => Err(wrong(&other, "an integer")),
+        }
+    }
+}
+
+impl FromValue for u64 {
+    fn from_value(value: Value) -> Result<Self, String> {
+        match value {
+            Value::Int(n) if n >= 0 => Ok(n as u64),
+            other => Err(wrong(&other, "an integer from 0 up")),
+        }
+    }
+}
+
+impl FromValue for u32 {
+    fn from_value(value: Value) -> Result<Self, String> {
+        match value {
+            Value::Int(n) if u32::try_from(n).is_ok() => Ok(n as u32),
+            other => Err(wrong(&other, "an integer from 0 to 4294967295")),
+        }
+    }
+}
+
+impl FromValue for f64 {
+    fn from_value(value: Value) -> Result<Self, String> {
+        match value {
+            Value::Real(x) => Ok(x),
+            Value::Int(n) => Ok(n as f64),
+            other => Err(wrong(&other, "a number")),
+        }
+    }
+}
+
+impl FromValue for String {
+    fn from_value(value: Value) -> Result<Self, String> {
+        match value {
+            Value::Text(s) => Ok(s),
+            other => Err(wrong(&other, "text")),
+        }
+    }
+}
+
+impl<T: FromValue> FromValue for Option<T> {
+    fn from_value(value: Value) -> Result<Self, String> {
+        match value {
+            Value::Null => Ok(None),
+            other => T::from_value(other).map(Some),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn get<T: FromValue>(value: Value) -> Result<T, DbError> {
+        Row(vec![value]).get(0)
+    }
+
+    #[test]
+    fn parameters_keep_what_both_databases_hold() {
+        assert_eq!(Value::from(f64::NAN), Value::Null);
+        assert_eq!(Value::from(1.5), Value::Real(1.5));
+        assert_eq!(Value::from(u64::MAX), Value::TooLarge(u64::MAX));
+        assert_eq!(Value::from(i64::MAX as u64), Value::Int(i64::MAX));
+        assert_eq!(Value::from(None::<&str>), Value::Null);
+        assert_eq!(Value::from(Some("a")), Value::Text("a".into()));
+        assert_eq!(Value::from(7_u32), Value::Int(7));
+    }
+
+    #[test]
+    fn columns_convert_to_rust_types_or_say_why_not() {
+        assert_eq!(get::<u64>(Value::Int(5)).unwrap(), 5);
+        assert_eq!(get::<f64>(Value::Int(2)).unwrap(), 2.0);
+        assert_eq!(get::<Option<String>>(Value::Null).unwrap(), None);
+        let message = |e: DbError| match e {
+            DbError::Data(message) => message,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            message(get::<u64>(Value::Int(-1)).unwrap_err()),
+            "column 0 holds the integer `-1`, not an integer from 0 up"
+        );
+        assert_eq!(
+            message(get::<u32>(Value::Int(1 << 40)).unwrap_err()),
+            "column 0 holds the integer `1099511627776`, not an integer from 0 to 4294967295"
+        );
+        assert_eq!(
+            message(get::<String>(Value::Real(1.0)).unwrap_err()),
+            "column 0 holds the number `1`, not text"
+        );
+        assert_eq!(
+            message(get::<i64>(Value::Null).unwrap_err()),
+            "column 0 holds NULL, not an integer"
+        );
+        assert_eq!(
+            message(Row(vec![]).get::<i64>(2).unwrap_err()),
+            "the row has no column 2"
+        );
+    }
+
+    #[test]
+    fn postgres_parameters_follow_the_inferred_type() {
+        assert!(Value::Int(1).to_postgres(&Type::INT8).is_ok());
+        assert!(Value::Int(1).to_postgres(&Type::INT4).is_ok());
+        assert!(Value::Int(i64::MAX).to_postgres(&Type::INT4).is_err());
+        assert!(Value::Null.to_postgres(&Type::TEXT).is_ok());
+        assert!(Value::Text("x".into()).to_postgres(&Type::INT8).is_err());
+        assert!(Value::Real(1.0).to_postgres(&Type::TEXT).is_err());
+    }
+}
