@@ -19,7 +19,7 @@ use gpuvet_core::events::Attempt;
 use gpuvet_core::results::RunReport;
 use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
-use gpuvet_store::Store;
+use gpuvet_store::{Store, StoreLocation};
 
 const CLIENTS: usize = 64;
 const REPORTS: usize = 1_000;
@@ -98,9 +98,12 @@ fn time_get(url: &str) -> (f64, usize) {
 #[allow(clippy::print_stdout)]
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("server.db");
-    let opened = path.clone();
-    let pool = StorePool::new(move || Store::open(&opened)).unwrap();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let location = match args.iter().position(|a| a == "--store") {
+        Some(at) => StoreLocation::parse(args.get(at + 1).expect("--store takes a URL or path")),
+        None => StoreLocation::Sqlite(dir.path().join("server.db")),
+    };
+    let pool = StorePool::new(location.clone()).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -158,7 +161,7 @@ fn main() {
         .collect();
     let wall = start.elapsed().as_secs_f64();
     latencies.sort_by(f64::total_cmp);
-    let stored = Store::open(&path)
+    let stored = Store::open_location(&location)
         .unwrap()
         .runs(&gpuvet_store::RunFilter::default())
         .unwrap()
@@ -166,6 +169,7 @@ fn main() {
     let (health_ms, _) = time_get(&format!("{base}/api/v1/health"));
     let p50 = percentile(&latencies, 0.50);
     let p99 = percentile(&latencies, 0.99);
+    println!("store: {}", location);
     println!(
         "push: {CLIENTS} clients, {REPORTS} reports each sent twice ({} requests) in {wall:.2} s; stored {stored} (expected {REPORTS})",
         latencies.len()

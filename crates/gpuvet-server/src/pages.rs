@@ -52,11 +52,10 @@ async fn instances_page(
     let filter = job.clone();
     let found = state
         .store(move |store| {
-            let jobs: Vec<JobSummary> = store
-                .jobs()?
-                .into_iter()
-                .filter(|j| filter.as_ref().is_none_or(|f| &j.job_id == f))
-                .collect();
+            let jobs: Vec<JobSummary> = match &filter {
+                Some(job) => store.job(job)?.into_iter().collect(),
+                None => store.jobs()?,
+            };
             let mut instances = Vec::new();
             for job in &jobs {
                 instances.extend(store.instances(&job.job_id, None)?);

@@ -3,12 +3,13 @@
 //! A store handle is one database connection, `Send` but not `Sync`. Each request
 //! takes an idle handle (or opens one), uses it on a blocking thread and gives it
 //! back. At most [`MAX_IDLE`] idle handles are kept; under a burst more are opened and
-//! the extra ones closed afterwards.
+//! the extra ones closed afterwards. A handle whose work failed is closed rather than
+//! kept: a PostgreSQL connection that broke stays broken.
 
 use std::fmt;
 use std::sync::Mutex;
 
-use gpuvet_store::{Store, StoreError};
+use gpuvet_store::{Store, StoreError, StoreLocation};
 
 /// Idle handles kept between requests: enough for a burst of readers, so that few
 /// requests pay for opening one.
@@ -20,6 +21,7 @@ type Opener = Box<dyn Fn() -> Result<Store, StoreError> + Send + Sync>;
 pub struct StorePool {
     open: Opener,
     idle: Mutex<Vec<Store>>,
+    writers: usize,
 }
 
 impl fmt::Debug for StorePool {
@@ -29,22 +31,23 @@ impl fmt::Debug for StorePool {
 }
 
 impl StorePool {
-    /// A pool whose handles come from `open`. It opens one handle at once, so that a
-    /// store that cannot be opened fails the start, not the first request.
-    pub fn new(
-        open: impl Fn() -> Result<Store, StoreError> + Send + Sync + 'static,
-    ) -> Result<StorePool, StoreError> {
-        let first = open()?;
+    /// A pool of handles on the store at `location`. It opens one handle at once, so
+    /// that a store that cannot be opened fails the start, not the first request.
+    pub fn new(location: StoreLocation) -> Result<StorePool, StoreError> {
+        // SQLite takes one writer at a time, and more would only wait on its lock;
+        // PostgreSQL locks rows and ids, so writes of different reports overlap.
+        let writers = if location.is_postgres() { 8 } else { 1 };
+        let first = Store::open_location(&location)?;
         Ok(StorePool {
-            open: Box::new(open),
+            open: Box::new(move || Store::open_location(&location)),
             idle: Mutex::new(vec![first]),
+            writers,
         })
     }
 
-    /// How many writes may run at once. SQLite takes one writer at a time; more would
-    /// only wait on its lock.
+    /// How many writes may run at once.
     pub fn concurrent_writers(&self) -> usize {
-        1
+        self.writers
     }
 
     /// Runs `work` with a handle. Blocks: call it on a blocking thread.
@@ -59,7 +62,7 @@ impl StorePool {
         };
         let result = work(&mut store);
         let mut idle = self.lock();
-        if idle.len() < MAX_IDLE {
+        if result.is_ok() && idle.len() < MAX_IDLE {
             idle.push(store);
         }
         result
@@ -70,5 +73,17 @@ impl StorePool {
         self.idle
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+impl Drop for StorePool {
+    /// Closes the idle handles on a thread of their own: a PostgreSQL handle closes
+    /// by blocking on its own runtime, which tokio forbids on the threads that run
+    /// the server, where the pool is dropped at shutdown.
+    fn drop(&mut self) {
+        let idle = std::mem::take(&mut *self.lock());
+        if !idle.is_empty() {
+            let _ = std::thread::spawn(move || drop(idle)).join();
+        }
     }
 }

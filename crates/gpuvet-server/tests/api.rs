@@ -14,7 +14,7 @@ use gpuvet_core::results::{
 };
 use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
-use gpuvet_store::Store;
+use gpuvet_store::{Store, StoreLocation};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "test-token";
@@ -32,8 +32,7 @@ impl Running {
     fn start(token: Option<&str>) -> Running {
         let dir = tempfile::tempdir().unwrap();
         let store = dir.path().join("server.db");
-        let path = store.clone();
-        let pool = StorePool::new(move || Store::open(&path)).unwrap();
+        let pool = StorePool::new(StoreLocation::Sqlite(store.clone())).unwrap();
         let token = token.map(str::to_owned);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, addr) = std::sync::mpsc::channel();

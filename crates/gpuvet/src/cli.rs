@@ -295,8 +295,10 @@ pub struct ServeArgs {
     /// Address to listen on; loopback unless told otherwise.
     #[arg(long, value_name = "IP:PORT", default_value = gpuvet_server::DEFAULT_LISTEN)]
     pub listen: std::net::SocketAddr,
-    #[command(flatten)]
-    pub store: StoreArgs,
+    /// The store to serve: an SQLite file, or `postgres://USER:PASSWORD@HOST:PORT/DB`
+    /// for a fleet's server [default: the config's `gpuvet.store`, else the node's file].
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE|URL")]
+    pub store: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -3,7 +3,7 @@
 use gpuvet_core::exit_codes;
 use gpuvet_server::pool::StorePool;
 use gpuvet_server::{Server, TOKEN_ENV};
-use gpuvet_store::Store;
+use gpuvet_store::StoreLocation;
 
 use crate::cli::ServeArgs;
 use crate::failure::{Failure, warn};
@@ -12,9 +12,12 @@ use crate::output;
 
 pub fn serve(args: ServeArgs) -> Result<i32, Failure> {
     let config = load_config(args.config.as_deref())?;
-    let path = store_path(args.store.store.as_deref(), &config);
-    let opened = path.clone();
-    let pool = StorePool::new(move || Store::open(&opened))?;
+    let location = match &args.store {
+        Some(value) => StoreLocation::parse(value),
+        // The config's `gpuvet.store` may be a URL too.
+        None => StoreLocation::parse(&store_path(None, &config).to_string_lossy()),
+    };
+    let pool = StorePool::new(location.clone())?;
     let token = std::env::var(TOKEN_ENV).ok().filter(|t| !t.is_empty());
     if token.is_none() {
         warn(format!(
@@ -38,8 +41,7 @@ pub fn serve(args: ServeArgs) -> Result<i32, Failure> {
         })?;
         let addr = server.local_addr().map_err(Failure::bug)?;
         output::stderr(&format!(
-            "gpuvet serve: listening on http://{addr} (store `{}`)\n",
-            path.display()
+            "gpuvet serve: listening on http://{addr} (store `{location}`)\n"
         ));
         server
             .run(shutdown_signal())
