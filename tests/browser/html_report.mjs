@@ -7,64 +7,42 @@
 // Exits 0 when every expected text is visible on the page, else 1 with the reason.
 // Chromium comes from the system (`apt-get install chromium`), not from Playwright's
 // downloads: CI machines reach the package registries and nothing else.
-import { chromium } from 'playwright-core';
 import { pathToFileURL } from 'node:url';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
+import { executablePath, withBrowser } from './launch.mjs';
 
 const [report, screenshot, ...expected] = process.argv.slice(2);
 if (!report || !screenshot || expected.length === 0) {
   console.error('usage: node html_report.mjs REPORT.html SCREENSHOT.png "EXPECTED TEXT"...');
   process.exit(2);
 }
-const executablePath = process.env.GPUVET_TEST_CHROMIUM || '/usr/bin/chromium';
-// An empty profile, so no earlier state or extension changes what the page shows.
-const profile = mkdtempSync(join(tmpdir(), 'gpuvet-chromium-'));
 const url = pathToFileURL(resolve(report)).href;
 
-let browser;
 let failure = null;
 try {
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath,
-    headless: true,
-    viewport: { width: 1100, height: 900 },
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
-  });
-  const page = await browser.newPage();
-  // The report is self-contained: any request beyond the file itself is a defect.
-  const fetched = [];
-  page.on('request', (request) => {
-    if (request.url() !== url) fetched.push(request.url());
-  });
-  await page.goto(url, { waitUntil: 'load' });
-  const text = await page.locator('body').innerText();
-  const missing = expected.filter((needle) => !text.includes(needle));
-  const charts = await page.locator('svg.chart').count();
-  const box = charts > 0 ? await page.locator('svg.chart').first().boundingBox() : null;
-  await page.screenshot({ path: screenshot, fullPage: true });
-  if (missing.length > 0) {
-    failure = `not on the page: ${JSON.stringify(missing)}`;
-  } else if (charts === 0 || !box || box.width < 100 || box.height < 50) {
-    failure = `no rendered SVG chart (count ${charts}, first box ${JSON.stringify(box)})`;
-  } else if (fetched.length > 0) {
-    failure = `the page fetched ${JSON.stringify(fetched)}`;
-  } else {
+  failure = await withBrowser({ width: 1100, height: 900 }, async (browser) => {
+    const page = await browser.newPage();
+    // The report is self-contained: any request beyond the file itself is a defect.
+    const fetched = [];
+    page.on('request', (request) => {
+      if (request.url() !== url) fetched.push(request.url());
+    });
+    await page.goto(url, { waitUntil: 'load' });
+    const text = await page.locator('body').innerText();
+    const missing = expected.filter((needle) => !text.includes(needle));
+    const charts = await page.locator('svg.chart').count();
+    const box = charts > 0 ? await page.locator('svg.chart').first().boundingBox() : null;
+    await page.screenshot({ path: screenshot, fullPage: true });
+    if (missing.length > 0) return `not on the page: ${JSON.stringify(missing)}`;
+    if (charts === 0 || !box || box.width < 100 || box.height < 50) {
+      return `no rendered SVG chart (count ${charts}, first box ${JSON.stringify(box)})`;
+    }
+    if (fetched.length > 0) return `the page fetched ${JSON.stringify(fetched)}`;
     console.log(`ok: ${url}: ${expected.length} text(s) found, ${charts} chart(s), screenshot ${screenshot}`);
-  }
+    return null;
+  });
 } catch (error) {
   failure = `chromium at ${executablePath} could not show ${url}: ${error.message}`;
-} finally {
-  await browser?.close();
-  rmSync(profile, { recursive: true, force: true });
 }
 if (failure) {
   console.error(failure);

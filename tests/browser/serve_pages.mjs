@@ -6,80 +6,61 @@
 //   node tests/browser/serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE
 //
 // Exits 0 when every step finds what it expects, else 1 with the reason.
-import { chromium } from 'playwright-core';
-import { mkdtempSync, rmSync } from 'node:fs';
-import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { executablePath, withBrowser } from './launch.mjs';
 
 const [base, shots, slowNode] = process.argv.slice(2);
 if (!base || !shots || !slowNode) {
   console.error('usage: node serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE');
   process.exit(2);
 }
-const executablePath = process.env.GPUVET_TEST_CHROMIUM || '/usr/bin/chromium';
-const profile = mkdtempSync(join(tmpdir(), 'gpuvet-chromium-'));
 
 function expect(condition, message) {
   if (!condition) throw new Error(message);
 }
 
-let browser;
 let failure = null;
 try {
-  browser = await chromium.launchPersistentContext(profile, {
-    executablePath,
-    headless: true,
-    viewport: { width: 1200, height: 900 },
-    args: [
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-      '--no-first-run',
-    ],
+  await withBrowser({ width: 1200, height: 900 }, async (browser) => {
+    const page = await browser.newPage();
+    const errors = [];
+    page.on('pageerror', (error) => errors.push(error.message));
+
+    // 1. The instance list: the failed instance is there, marked failed.
+    await page.goto(base + '/', { waitUntil: 'load' });
+    const failed = page.locator('tr[data-status="failed"]');
+    expect((await failed.count()) >= 1, 'no failed instance on the instance list');
+    await page.screenshot({ path: join(shots, 'instances.png'), fullPage: true });
+
+    // 2. Open it: the slow node's finding and a drawn chart.
+    await failed.first().locator('a').first().click();
+    await page.waitForLoadState('load');
+    const text = await page.locator('body').innerText();
+    expect(text.includes(slowNode), `the instance page does not name ${slowNode}`);
+    expect(/slow/i.test(text), 'the instance page shows no slow finding');
+    const chart = page.locator('svg.chart').first();
+    const box = await chart.boundingBox();
+    expect(box && box.width > 100 && box.height > 50, `no drawn chart (${JSON.stringify(box)})`);
+    await page.screenshot({ path: join(shots, 'instance.png'), fullPage: true });
+
+    // 3. The events tab, filtered with its own form.
+    await page.getByRole('link', { name: 'Events' }).first().click();
+    await page.waitForLoadState('load');
+    await page.selectOption('select[name="kind"]', 'SanityCheckFailed');
+    await Promise.all([
+      page.waitForURL(/kind=SanityCheckFailed/),
+      page.locator('form[action="/events"] [type="submit"]').first().click(),
+    ]);
+    const rows = page.locator('tr[data-kind]');
+    const kinds = await rows.evaluateAll((all) => all.map((row) => row.dataset.kind));
+    expect(kinds.length >= 1, 'no event after filtering to SanityCheckFailed');
+    expect(kinds.every((kind) => kind === 'SanityCheckFailed'), `other kinds shown: ${kinds}`);
+    await page.screenshot({ path: join(shots, 'events.png'), fullPage: true });
+    expect(errors.length === 0, `script errors on the pages: ${errors}`);
+    console.log(`ok: ${base}: failed instance, ${slowNode} and a chart, ${kinds.length} SanityCheckFailed event(s); screenshots in ${shots}`);
   });
-  const page = await browser.newPage();
-  const errors = [];
-  page.on('pageerror', (error) => errors.push(error.message));
-
-  // 1. The instance list: the failed instance is there, marked failed.
-  await page.goto(base + '/', { waitUntil: 'load' });
-  const failed = page.locator('tr[data-status="failed"]');
-  expect((await failed.count()) >= 1, 'no failed instance on the instance list');
-  await page.screenshot({ path: join(shots, 'instances.png'), fullPage: true });
-
-  // 2. Open it: the slow node's finding and a drawn chart.
-  await failed.first().locator('a').first().click();
-  await page.waitForLoadState('load');
-  const text = await page.locator('body').innerText();
-  expect(text.includes(slowNode), `the instance page does not name ${slowNode}`);
-  expect(/slow/i.test(text), 'the instance page shows no slow finding');
-  const chart = page.locator('svg.chart').first();
-  const box = await chart.boundingBox();
-  expect(box && box.width > 100 && box.height > 50, `no drawn chart (${JSON.stringify(box)})`);
-  await page.screenshot({ path: join(shots, 'instance.png'), fullPage: true });
-
-  // 3. The events tab, filtered with its own form.
-  await page.getByRole('link', { name: 'Events' }).first().click();
-  await page.waitForLoadState('load');
-  await page.selectOption('select[name="kind"]', 'SanityCheckFailed');
-  await Promise.all([
-    page.waitForURL(/kind=SanityCheckFailed/),
-    page.locator('form[action="/events"] [type="submit"]').first().click(),
-  ]);
-  const rows = page.locator('tr[data-kind]');
-  const kinds = await rows.evaluateAll((all) => all.map((row) => row.dataset.kind));
-  expect(kinds.length >= 1, 'no event after filtering to SanityCheckFailed');
-  expect(kinds.every((kind) => kind === 'SanityCheckFailed'), `other kinds shown: ${kinds}`);
-  await page.screenshot({ path: join(shots, 'events.png'), fullPage: true });
-  expect(errors.length === 0, `script errors on the pages: ${errors}`);
-  console.log(`ok: ${base}: failed instance, ${slowNode} and a chart, ${kinds.length} SanityCheckFailed event(s); screenshots in ${shots}`);
 } catch (error) {
-  failure = error.message;
-} finally {
-  await browser?.close();
-  rmSync(profile, { recursive: true, force: true });
+  failure = `${error.message} (chromium at ${executablePath})`;
 }
 if (failure) {
   console.error(failure);

@@ -136,8 +136,8 @@ fn what_is_recorded_while_the_server_is_down_arrives_once_when_it_is_up() {
     assert_eq!(jobs[0]["attempt"], 2, "check was attempt 1, run attempt 2");
 }
 
-#[test]
-fn run_sends_its_report_and_events_while_the_server_is_up_and_leaves_nothing_queued() {
+/// A server, and a node's `gpuvet run -- true` that pushed to it and passed.
+fn run_pushing_to_a_server() -> (Scratch, Serve, std::path::PathBuf, std::process::Output) {
     let scratch = Scratch::temp();
     let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
     let config = pushing_config(&scratch, &server.addr.to_string(), "");
@@ -148,6 +148,12 @@ fn run_sends_its_report_and_events_while_the_server_is_up_and_leaves_nothing_que
         .output()
         .unwrap();
     assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    (scratch, server, config, run)
+}
+
+#[test]
+fn run_sends_its_report_and_events_while_the_server_is_up_and_leaves_nothing_queued() {
+    let (scratch, server, config, run) = run_pushing_to_a_server();
     assert!(!stderr(&run).contains("push:"), "{}", stderr(&run));
     let events: BTreeSet<String> = server_event_ids(&server).into_iter().collect();
     assert_eq!(events, local_event_ids(&scratch));
@@ -284,16 +290,8 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
 fn schemathesis_finds_no_server_error_and_no_response_outside_the_schema() {
     let st = std::env::var("GPUVET_TEST_SCHEMATHESIS")
         .expect("GPUVET_TEST_SCHEMATHESIS names schemathesis's `st` (pip install schemathesis)");
-    let scratch = Scratch::temp();
-    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
-    let config = pushing_config(&scratch, &server.addr.to_string(), "");
-    let run = with_token(scratch.gpuvet())
-        .args(["run", "--config"])
-        .arg(&config)
-        .args(["--", "true"])
-        .output()
-        .unwrap();
-    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    // The scratch holds the node's files until the end.
+    let (_scratch, server, _, _) = run_pushing_to_a_server();
     let output = Command::new(&st)
         .arg("run")
         .arg(server.url("/api/v1/openapi.json"))

@@ -1,0 +1,35 @@
+// Headless Chromium as the browser tests launch it: the system's chromium (CI reaches
+// the package registries and nothing else, so no Playwright download), an empty
+// profile so no earlier state or extension changes what a page shows, and the flags
+// Debian's chromium needs to run headless as root.
+import { chromium } from 'playwright-core';
+import { mkdtempSync, rmSync } from 'node:fs';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+
+export const executablePath = process.env.GPUVET_TEST_CHROMIUM || '/usr/bin/chromium';
+
+// Runs `body(browser)` with a fresh browser, and removes its profile afterwards.
+export async function withBrowser(viewport, body) {
+  const profile = mkdtempSync(join(tmpdir(), 'gpuvet-chromium-'));
+  let browser;
+  try {
+    browser = await chromium.launchPersistentContext(profile, {
+      executablePath,
+      headless: true,
+      viewport,
+      args: [
+        '--no-sandbox',
+        '--disable-gpu',
+        '--disable-background-networking',
+        '--disable-component-update',
+        '--disable-sync',
+        '--no-first-run',
+      ],
+    });
+    return await body(browser);
+  } finally {
+    await browser?.close();
+    rmSync(profile, { recursive: true, force: true });
+  }
+}
