@@ -179,7 +179,7 @@ fn main() {
         latencies[latencies.len() - 1]
     );
     println!(
-        "  reference: one report straight into the store {direct_ms:.2} ms (p50 is {:.1}x); GET /api/v1/health {health_ms:.2} ms (p50 is {:.1}x)",
+        "  reference: one report straight into an SQLite store, no HTTP, {direct_ms:.2} ms (p50 is {:.1}x); GET /api/v1/health {health_ms:.2} ms (p50 is {:.1}x)",
         p50 / direct_ms,
         p50 / health_ms
     );
