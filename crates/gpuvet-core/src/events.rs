@@ -110,6 +110,17 @@ pub struct Event {
     pub event: NewEvent,
 }
 
+/// An attempt as it begins: what a node sends to a central `gpuvet serve`, so that the
+/// server shows the instance while its checks still run.
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AttemptStart {
+    #[serde(flatten)]
+    pub attempt: Attempt,
+    /// Unix milliseconds when the attempt began.
+    pub started_at_ms: u64,
+}
+
 /// An event with the attempt it belongs to, before a store gives it an id: what a node
 /// sends to a central `gpuvet serve`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -70,6 +70,7 @@ impl Pusher {
     /// Sends one entry; `Ok` when the server accepted it (stored now or before).
     pub fn send(&self, entry: &OutboxEntry) -> Result<(), String> {
         let path = match entry.kind {
+            OutboxKind::Attempt => "/api/v1/attempts",
             OutboxKind::Report => "/api/v1/reports",
             OutboxKind::Event => "/api/v1/events",
         };

@@ -15,7 +15,7 @@ use axum::http::HeaderMap;
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, Event, EventKind, EventRecord};
+use gpuvet_core::events::{Attempt, AttemptStart, Event, EventKind, EventRecord};
 use gpuvet_core::overview::{InstanceSummary, JobSummary};
 use gpuvet_core::results::{Outcome, RunReport};
 use gpuvet_store::{
@@ -47,6 +47,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/api/v1/results", get(list_results))
         .route("/api/v1/events", get(list_events).post(push_event))
         .route("/api/v1/reports", post(push_report))
+        .route("/api/v1/attempts", post(push_attempt))
         .route("/api/v1/openapi.json", get(crate::openapi::serve))
 }
 
@@ -472,6 +473,33 @@ pub(crate) async fn push_report(
     }
     .await;
     state.count_write(&result, &state.metrics.reports_accepted);
+    result
+}
+
+#[utoipa::path(post, path = "/api/v1/attempts", tag = "push",
+    request_body(content = AttemptStart, description = "An attempt as it begins on a node"),
+    security(("token" = [])),
+    responses((status = 200, description = "Recorded, or already recorded", body = AttemptStart),
+              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
+              (status = 415, description = "The body is not `application/json`", body = ErrorBody)))]
+pub(crate) async fn push_attempt(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    JsonBody(body): JsonBody<serde_json::Value>,
+) -> Result<Json<AttemptStart>, ApiError> {
+    let result = async {
+        require_token(&headers, state.token.as_deref())?;
+        let start: AttemptStart = decode_body(body, "attempt")?;
+        first_attempt_is_one(start.attempt.attempt)?;
+        storable_time("started_at_ms", start.started_at_ms)?;
+        let recorded = start.clone();
+        state
+            .store_write(move |store| store.record_attempt(&recorded))
+            .await?;
+        Ok(Json(start))
+    }
+    .await;
+    state.count_write(&result, &state.metrics.attempts_accepted);
     result
 }
 

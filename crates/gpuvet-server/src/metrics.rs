@@ -18,6 +18,7 @@ use crate::AppState;
 pub(crate) struct Metrics {
     /// By (method, route template, status).
     requests: Mutex<BTreeMap<(String, String, u16), u64>>,
+    pub attempts_accepted: AtomicU64,
     pub reports_accepted: AtomicU64,
     pub events_accepted: AtomicU64,
     /// Writes refused for their content (400, 409) or their token (401).
@@ -54,6 +55,11 @@ impl Metrics {
             );
         }
         for (name, help, counter) in [
+            (
+                "gpuvet_server_attempts_accepted_total",
+                "Attempts taken in as they began (recorded, or already recorded).",
+                &self.attempts_accepted,
+            ),
             (
                 "gpuvet_server_reports_accepted_total",
                 "Reports taken in (stored, or already stored under their id).",

@@ -27,6 +27,7 @@ use crate::api;
         api::get_run,
         api::list_results,
         api::list_events,
+        api::push_attempt,
         api::push_report,
         api::push_event,
     ),

@@ -536,16 +536,42 @@ fn pages_show_instances_the_failed_instance_and_filtered_events() {
 }
 
 #[test]
-fn an_instance_without_a_report_yet_gets_the_live_refresh() {
+fn a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arrives() {
     let server = Running::start(Some(TOKEN));
-    server
-        .store()
-        .begin_attempt("job-l", "n0", "pod-n0", 1_700_000_000_000)
-        .unwrap();
+    let n0 = attempt("job-l", "n0", 1);
+    let start = json!({"job_id": "job-l", "attempt": 1, "node": "n0", "instance": "pod-n0",
+                       "started_at_ms": 1_700_000_000_000u64});
+    assert_eq!(
+        server.post("/api/v1/attempts", None, &start.to_string()).0,
+        401
+    );
+    let (status, echoed) = server.post("/api/v1/attempts", Some(TOKEN), &start.to_string());
+    assert_eq!((status, &echoed), (200, &start));
+    assert_eq!(
+        server
+            .post("/api/v1/attempts", Some(TOKEN), &start.to_string())
+            .0,
+        200
+    );
+    let (_, instance) = server.get_json("/api/v1/jobs/job-l/instances/n0");
+    assert_eq!(instance["latest_run"], Value::Null, "{instance}");
     let (status, page) = server.get("/instances/job-l/n0");
     assert_eq!(status, 200);
     assert!(page.contains("<script"), "{page}");
     assert!(page.contains("/api/v1/jobs/job-l/instances/n0"), "{page}");
+
+    assert_eq!(push_report(&server, &report(&n0, "r-l", true)).0, 200);
+    let (_, instance) = server.get_json("/api/v1/jobs/job-l/instances/n0");
+    assert_eq!(instance["latest_run"]["outcome"], "failed", "{instance}");
+    let (_, page) = server.get("/instances/job-l/n0");
+    assert!(
+        !page.contains("<script"),
+        "no refresh once the report is in"
+    );
+    let bad = json!({"job_id": "job-l", "attempt": 0, "node": "n0", "instance": "p",
+                     "started_at_ms": 1});
+    let (status, answer) = server.post("/api/v1/attempts", Some(TOKEN), &bad.to_string());
+    assert_eq!(status, 400, "{answer}");
 }
 
 #[test]
@@ -589,6 +615,7 @@ fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint
         })
         .collect();
     let expected = BTreeMap::from([
+        ("/api/v1/attempts", vec!["post"]),
         ("/api/v1/events", vec!["get", "post"]),
         ("/api/v1/health", vec!["get"]),
         ("/api/v1/jobs", vec!["get"]),

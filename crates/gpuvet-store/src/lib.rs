@@ -41,7 +41,7 @@ mod value;
 use std::path::PathBuf;
 
 use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, Event, EventKind, EventRecord, NewEvent};
+use gpuvet_core::events::{Attempt, AttemptStart, Event, EventKind, EventRecord, NewEvent};
 use gpuvet_core::results::{CheckResult, Lane, RunReport};
 use gpuvet_core::time::unix_now_ms;
 use serde::de::DeserializeOwned;
@@ -122,6 +122,7 @@ impl Store {
         now_ms: u64,
     ) -> Result<Attempt, StoreError> {
         const ACTION: &str = "begin an attempt in the store";
+        let queue = self.queue_pushes;
         let attempt = self.db.write(ACTION, |db| {
             db.lock_attempt_numbers().during(ACTION)?;
             let attempt: u32 = db
@@ -138,6 +139,20 @@ impl Store {
                 &params![job_id, node, instance, attempt, now_ms],
             )
             .during(ACTION)?;
+            if queue {
+                let start = AttemptStart {
+                    attempt: Attempt {
+                        job_id: job_id.to_owned(),
+                        attempt,
+                        node: node.to_owned(),
+                        instance: instance.to_owned(),
+                    },
+                    started_at_ms: now_ms,
+                };
+                let item_id = encode("attempt", &(job_id, node, attempt))?;
+                let body = encode("attempt", &start)?;
+                outbox::enqueue(db, OutboxKind::Attempt, &item_id, &body, now_ms, ACTION)?;
+            }
             Ok(attempt)
         })?;
         Ok(Attempt {
@@ -145,6 +160,29 @@ impl Store {
             attempt,
             node: node.to_owned(),
             instance: instance.to_owned(),
+        })
+    }
+
+    /// Records an attempt another store began (one a node pushed) with its start time.
+    /// An attempt already recorded is left as it is, so sending it twice keeps it once.
+    pub fn record_attempt(&mut self, start: &AttemptStart) -> Result<(), StoreError> {
+        const ACTION: &str = "record an attempt in the store";
+        let attempt = &start.attempt;
+        self.db.write(ACTION, |db| {
+            db.execute(
+                "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
+                 VALUES (?1, ?2, ?3, ?4, ?5)
+                 ON CONFLICT (job_id, node, attempt) DO NOTHING",
+                &params![
+                    attempt.job_id.as_str(),
+                    attempt.node.as_str(),
+                    attempt.instance.as_str(),
+                    attempt.attempt,
+                    start.started_at_ms
+                ],
+            )
+            .during(ACTION)?;
+            Ok(())
         })
     }
 

@@ -18,6 +18,8 @@ use crate::{Store, StoreError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutboxKind {
+    /// A [`gpuvet_core::events::AttemptStart`].
+    Attempt,
     /// A [`gpuvet_core::results::RunReport`].
     Report,
     /// A [`gpuvet_core::events::EventRecord`].
@@ -27,13 +29,14 @@ pub enum OutboxKind {
 impl OutboxKind {
     pub fn as_str(self) -> &'static str {
         match self {
+            OutboxKind::Attempt => "attempt",
             OutboxKind::Report => "report",
             OutboxKind::Event => "event",
         }
     }
 
     fn parse(name: &str) -> Option<OutboxKind> {
-        [OutboxKind::Report, OutboxKind::Event]
+        [OutboxKind::Attempt, OutboxKind::Report, OutboxKind::Event]
             .into_iter()
             .find(|k| k.as_str() == name)
     }
@@ -44,7 +47,7 @@ impl OutboxKind {
 pub struct OutboxEntry {
     pub id: i64,
     pub kind: OutboxKind,
-    /// The report's or event's own id.
+    /// The report's or event's own id; for an attempt, its job, node and number.
     pub item_id: String,
     /// The JSON body to send.
     pub body: String,
@@ -91,7 +94,8 @@ pub(crate) fn enqueue(
 }
 
 impl Store {
-    /// Whether reports and events recorded from now on are also queued for sending.
+    /// Whether attempts, reports and events recorded from now on are also queued for
+    /// sending.
     pub fn queue_pushes(&mut self, on: bool) {
         self.queue_pushes = on;
     }
@@ -220,7 +224,7 @@ mod tests {
 
     #[test]
     fn kinds_round_trip_by_name() {
-        for kind in [OutboxKind::Report, OutboxKind::Event] {
+        for kind in [OutboxKind::Attempt, OutboxKind::Report, OutboxKind::Event] {
             assert_eq!(OutboxKind::parse(kind.as_str()), Some(kind));
         }
         assert_eq!(OutboxKind::parse("metric"), None);

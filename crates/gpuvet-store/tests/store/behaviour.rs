@@ -58,6 +58,7 @@ macro_rules! behaviours {
             with_queueing_on_every_new_report_and_event_is_queued_once_in_the_same_transaction,
             a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox,
             a_failed_send_of_an_entry_not_in_the_outbox_is_an_error,
+            an_attempt_begun_with_queueing_on_is_queued_and_a_pushed_one_is_recorded_once,
         }
     };
 }
@@ -1296,8 +1297,9 @@ pub fn with_queueing_on_every_new_report_and_event_is_queued_once_in_the_same_tr
 
 pub fn a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox(fixture: &Fixture) {
     let mut store = fixture.open();
-    store.queue_pushes(true);
+    // Begun before queueing, so that only the events below are queued.
     let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
+    store.queue_pushes(true);
     store
         .record_event(&attempt, &event_with_id(10, "e-1"))
         .unwrap();
@@ -1346,8 +1348,9 @@ pub fn a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox(f
 
 pub fn a_failed_send_of_an_entry_not_in_the_outbox_is_an_error(fixture: &Fixture) {
     let mut store = fixture.open();
-    store.queue_pushes(true);
+    // Begun before queueing, so that only the events below are queued.
     let attempt = store.begin_attempt("job", "n0", "p0", 0).unwrap();
+    store.queue_pushes(true);
     store
         .record_event(&attempt, &event_with_id(10, "e-1"))
         .unwrap();
@@ -1365,4 +1368,46 @@ pub fn a_failed_send_of_an_entry_not_in_the_outbox_is_an_error(fixture: &Fixture
         format!("the store has no outbox entry with id `{id}`")
     );
     assert_eq!(store.outbox_len().unwrap(), 0);
+}
+
+pub fn an_attempt_begun_with_queueing_on_is_queued_and_a_pushed_one_is_recorded_once(
+    fixture: &Fixture,
+) {
+    let mut node = fixture.open();
+    node.begin_attempt("job", "n0", "p0", 5).unwrap();
+    assert_eq!(
+        node.outbox_len().unwrap(),
+        0,
+        "queueing off: nothing queued"
+    );
+    node.queue_pushes(true);
+    let second = node.begin_attempt("job", "n0", "p0", 7).unwrap();
+    let due = node.outbox_due(u64::MAX, 10).unwrap();
+    assert_eq!(due.len(), 1);
+    assert_eq!(due[0].kind, OutboxKind::Attempt);
+    let start: gpuvet_core::events::AttemptStart = serde_json::from_str(&due[0].body).unwrap();
+    assert_eq!(start.attempt, second);
+    assert_eq!(start.started_at_ms, 7);
+
+    // As a server records it (under another job here, in the same store): shown as
+    // running until its report arrives, and recorded once however often it comes.
+    let mut server = fixture.open();
+    let pushed = gpuvet_core::events::AttemptStart {
+        attempt: Attempt {
+            job_id: "job-pushed".to_owned(),
+            ..second.clone()
+        },
+        started_at_ms: 7,
+    };
+    server.record_attempt(&pushed).unwrap();
+    server.record_attempt(&pushed).unwrap();
+    let instances = server.instances("job-pushed", None).unwrap();
+    assert_eq!(instances.len(), 1);
+    assert_eq!(instances[0].attempt, pushed.attempt);
+    assert_eq!(instances[0].attempt_started_at_ms, 7);
+    assert_eq!(instances[0].status(), "running");
+    let report = with_id(report(&pushed.attempt, 8), "r-2");
+    server.record_report(&pushed.attempt, &report).unwrap();
+    let now = server.instance("job-pushed", "n0", None).unwrap().unwrap();
+    assert_eq!(now.status(), "failed");
 }

@@ -6,11 +6,9 @@ use gpuvet_core::events::Attempt;
 use gpuvet_core::exit_codes;
 use gpuvet_core::render;
 use gpuvet_core::results::Outcome;
-use gpuvet_push::Pusher;
-use gpuvet_store::Store;
 
 use crate::cli::CheckArgs;
-use crate::failure::{Failure, warn};
+use crate::failure::Failure;
 use crate::identity::{Identity, load_config, store_path};
 use crate::output;
 use crate::push;
@@ -53,6 +51,14 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
         },
     };
 
+    // Sends the attempt now, so a server shows this node while its checks run, and
+    // the report once recorded (its last round, when dropped at the end).
+    let sending = match &store {
+        Some(store) if pusher.is_some() => store
+            .path()
+            .map(|path| push::Background::start(path, pusher)),
+        _ => None,
+    };
     let show_progress = !args.json && std::io::stdout().is_terminal();
     let report = sanity::execute(
         &args.sanity,
@@ -65,10 +71,8 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     )?;
     if let Some(store) = store.as_mut() {
         store.record_report(&attempt, &report)?;
-        if let Some(pusher) = &pusher {
-            send_now(store, pusher);
-        }
     }
+    drop(sending);
     output::write_report_files(&args.sanity, &report)?;
     if args.json {
         output::stdout(&output::json(&report))?;
@@ -80,20 +84,4 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
         Outcome::Incomplete => exit_codes::INCOMPLETE,
         Outcome::Failed => exit_codes::CHECK_FAILED,
     })
-}
-
-/// Sends the report (and whatever else is due) once; what fails stays in the outbox
-/// for `gpuvet push` or the next command, and is said on stderr.
-fn send_now(store: &mut Store, pusher: &Pusher) {
-    match gpuvet_push::drain(store, pusher, unix_now_ms, false) {
-        Ok(drained) => {
-            if let Some(error) = drained.last_error {
-                warn(format!(
-                    "push: {error}; {} waiting in the outbox; `gpuvet push` sends them",
-                    drained.waiting
-                ));
-            }
-        }
-        Err(error) => warn(format!("push: {error}")),
-    }
 }

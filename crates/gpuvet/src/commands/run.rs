@@ -41,15 +41,16 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     let pusher = push::pusher(&config, None);
     let queue_pushes = pusher.is_some();
     let mut store = push::open_store(&store_file, queue_pushes)?;
-    // Sends on its own thread from now until this command returns: the app's start
-    // never waits on the server.
-    let _sending = push::Background::start(&store_file, pusher);
     let attempt = store.begin_attempt(
         &identity.job_id,
         &identity.node,
         &identity.instance,
         unix_now_ms(),
     )?;
+    // Sends on its own thread from now until this command returns, the attempt first:
+    // a server shows this node while its checks run, and the app's start never waits
+    // on the server.
+    let _sending = push::Background::start(&store_file, pusher);
     let mut recorder = Recorder {
         store: &mut store,
         attempt: &attempt,

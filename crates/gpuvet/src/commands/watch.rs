@@ -4,7 +4,6 @@
 use std::time::Duration;
 
 use gpuvet_core::exit_codes;
-use gpuvet_store::Store;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
@@ -33,7 +32,7 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
     let store_file = store_path(args.store.store.as_deref(), &config);
     let pusher = push::pusher(&config, None);
     let queue_pushes = pusher.is_some();
-    let attempt = Store::open(&store_file)?.begin_attempt(
+    let attempt = push::open_store(&store_file, queue_pushes)?.begin_attempt(
         &identity.job_id,
         &identity.node,
         &identity.instance,

@@ -85,10 +85,10 @@ fn what_is_recorded_while_the_server_is_down_arrives_once_when_it_is_up() {
         .output()
         .unwrap();
     assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    let said = stderr(&check);
     assert!(
-        stderr(&check).contains("push: cannot reach"),
-        "{}",
-        stderr(&check)
+        said.contains("push: cannot send to") && said.contains("cannot reach"),
+        "{said}"
     );
     let run = with_token(scratch.gpuvet())
         .args(["run", "--config"])
@@ -100,10 +100,11 @@ fn what_is_recorded_while_the_server_is_down_arrives_once_when_it_is_up() {
 
     let down = push(&scratch, &config, &scratch.store());
     assert_eq!(down.status.code(), Some(76), "{}", stderr(&down));
-    let waiting = local_event_ids(&scratch).len() + 2;
+    // Two attempts (check's and run's), their two reports, and every event.
+    let waiting = 2 + 2 + local_event_ids(&scratch).len();
     assert!(
         stdout(&down).contains(&format!("sent 0 to http://{addr}; {waiting} waiting")),
-        "two reports and every event wait: {}",
+        "everything waits: {}",
         stdout(&down)
     );
 
@@ -207,17 +208,8 @@ fn push_without_a_server_to_push_to_is_a_usage_error() {
     assert!(stderr(&output).contains("hint: set `gpuvet.report_to`"));
 }
 
-fn repo_root() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .ancestors()
-        .nth(2)
-        .expect("crates/gpuvet sits two levels below the workspace root")
-        .to_path_buf()
-}
-
-#[test]
-#[ignore = "needs chromium and node with playwright-core (tests/browser: npm ci)"]
-fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
+/// Chromium and playwright-core, or a panic naming what is missing.
+fn browser_prerequisites() {
     let chromium =
         std::env::var("GPUVET_TEST_CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
     assert!(
@@ -230,6 +222,20 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
         "missing playwright-core in `{}` (npm ci --prefix tests/browser)",
         playwright.display()
     );
+}
+
+fn repo_root() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .ancestors()
+        .nth(2)
+        .expect("crates/gpuvet sits two levels below the workspace root")
+        .to_path_buf()
+}
+
+#[test]
+#[ignore = "needs chromium and node with playwright-core (tests/browser: npm ci)"]
+fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
+    browser_prerequisites();
     let _turn = crate::common::one_at_a_time();
     let scratch = Scratch::temp();
     let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
@@ -265,7 +271,6 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
         .arg(server.url(""))
         .arg(&shots)
         .arg("local-2")
-        .env("GPUVET_TEST_CHROMIUM", &chromium)
         .output()
         .expect("running node");
     assert!(
@@ -308,6 +313,69 @@ fn schemathesis_finds_no_server_error_and_no_response_outside_the_schema() {
     assert!(
         output.status.success(),
         "schemathesis found failures:\n{}{}",
+        stdout(&output),
+        stderr(&output)
+    );
+}
+
+#[test]
+#[ignore = "needs chromium and node with playwright-core (tests/browser: npm ci)"]
+fn the_instance_page_of_a_running_attempt_reloads_itself_when_the_report_arrives() {
+    browser_prerequisites();
+    let scratch = Scratch::temp();
+    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
+    // A node's attempt as it begins, pushed the way `check` and `run` push it.
+    let node_store = scratch.path("node.db");
+    let mut node = gpuvet_store::Store::open(&node_store).unwrap();
+    node.queue_pushes(true);
+    let attempt = node
+        .begin_attempt("job-live", "node-live", "pod-live", 1_700_000_000_000)
+        .unwrap();
+    let config = pushing_config(&scratch, &server.addr.to_string(), "");
+    let sent = push(&scratch, &config, &node_store);
+    assert_eq!(sent.status.code(), Some(0), "{}", stdout(&sent));
+    // The report the node will send: a slow GPU 1, from a real sim check.
+    let sim = scratch.config(
+        "slow.json",
+        r#"{"gpuvet": {"backend": "sim", "sim": {"devices": 4, "speed": {"1": 0.5}}}}"#,
+    );
+    let check = scratch
+        .gpuvet()
+        .env("GPUVET_JOB_ID", &attempt.job_id)
+        .env("GPUVET_NODE", &attempt.node)
+        .env("GPUVET_INSTANCE", &attempt.instance)
+        .args([
+            "check",
+            "--json",
+            "--no-store",
+            "--checks",
+            "gemm_flops",
+            "--config",
+        ])
+        .arg(&sim)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(1), "{}", stderr(&check));
+    let mut report: serde_json::Value = serde_json::from_slice(&check.stdout).unwrap();
+    report["report_id"] = "0123456789abcdef0123456789abcdef".into();
+    let report_file = scratch.path("report.json");
+    std::fs::write(&report_file, report.to_string()).unwrap();
+
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-e2e");
+    std::fs::create_dir_all(&shots).unwrap();
+    let output = Command::new("node")
+        .arg(repo_root().join("tests/browser/serve_live.mjs"))
+        .arg(server.url("/instances/job-live/node-live"))
+        .arg(server.url("/api/v1/reports"))
+        .arg(&report_file)
+        .arg(TOKEN)
+        .arg("node-live/dev1")
+        .arg(&shots)
+        .output()
+        .expect("running node");
+    assert!(
+        output.status.success(),
+        "the browser check failed:\n{}{}",
         stdout(&output),
         stderr(&output)
     );
