@@ -1,10 +1,10 @@
-//! The server over real HTTP on a loopback port, against a real SQLite store: every
+//! The server over real HTTP on a loopback port, against a real store (each test on
+//! SQLite, and on PostgreSQL when `GPUVET_TEST_POSTGRES_URL` names a server): every
 //! endpoint, its filters, and its 400, 401, 404 and 409 answers; pushes stored once;
 //! the pages and `/metrics`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::path::PathBuf;
 
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::{Attempt, EventKind, EventRecord, NewEvent};
@@ -15,24 +15,41 @@ use gpuvet_core::results::{
 use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
 use gpuvet_store::{Store, StoreLocation};
+use gpuvet_testkit::postgres::TestDatabase;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "test-token";
 
+/// Where a test's server keeps its data: a fresh SQLite file, or a fresh database on
+/// the PostgreSQL test server. Dropped at the end of the test.
+enum Backing {
+    Sqlite(tempfile::TempDir),
+    Postgres(TestDatabase),
+}
+
+impl Backing {
+    fn location(&self) -> StoreLocation {
+        match self {
+            Backing::Sqlite(dir) => StoreLocation::Sqlite(dir.path().join("server.db")),
+            Backing::Postgres(db) => StoreLocation::Postgres(db.url.clone()),
+        }
+    }
+}
+
 /// A server on its own thread and runtime; stops when dropped.
 struct Running {
     addr: SocketAddr,
-    store: PathBuf,
+    location: StoreLocation,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
-    _dir: tempfile::TempDir,
+    // Last: the data outlives the server that uses it.
+    _backing: Backing,
 }
 
 impl Running {
-    fn start(token: Option<&str>) -> Running {
-        let dir = tempfile::tempdir().unwrap();
-        let store = dir.path().join("server.db");
-        let pool = StorePool::new(StoreLocation::Sqlite(store.clone())).unwrap();
+    fn start(backing: Backing, token: Option<&str>) -> Running {
+        let location = backing.location();
+        let pool = StorePool::new(location.clone()).unwrap();
         let token = token.map(str::to_owned);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, addr) = std::sync::mpsc::channel();
@@ -57,10 +74,10 @@ impl Running {
         });
         Running {
             addr: addr.recv().unwrap(),
-            store,
+            location,
             stop: Some(stop),
             thread: Some(thread),
-            _dir: dir,
+            _backing: backing,
         }
     }
 
@@ -109,7 +126,7 @@ impl Running {
     }
 
     fn store(&self) -> Store {
-        Store::open(&self.store).unwrap()
+        Store::open_location(&self.location).unwrap()
     }
 }
 
@@ -218,8 +235,8 @@ fn push_event(server: &Running, record: &EventRecord) -> (u16, Value) {
 }
 
 /// job-a: n0 failed (slow GPU), n1 passed, both attempt 1; then n0 attempt 2 passed.
-fn populated() -> Running {
-    let server = Running::start(Some(TOKEN));
+fn populated(backing: Backing) -> Running {
+    let server = Running::start(backing, Some(TOKEN));
     let n0 = attempt("job-a", "n0", 1);
     assert_eq!(push_report(&server, &report(&n0, "r-n0-1", true)).0, 200);
     let n1 = attempt("job-a", "n1", 1);
@@ -240,9 +257,8 @@ fn populated() -> Running {
     server
 }
 
-#[test]
-fn jobs_attempts_and_instances_read_back_and_unknown_ones_are_404() {
-    let server = populated();
+fn jobs_attempts_and_instances_read_back_and_unknown_ones_are_404(backing: Backing) {
+    let server = populated(backing);
     let (status, jobs) = server.get_json("/api/v1/jobs");
     assert_eq!(status, 200);
     assert_eq!(jobs[0]["job_id"], "job-a");
@@ -298,9 +314,8 @@ fn jobs_attempts_and_instances_read_back_and_unknown_ones_are_404() {
     }
 }
 
-#[test]
-fn runs_results_and_events_filter_and_bad_filters_are_400() {
-    let server = populated();
+fn runs_results_and_events_filter_and_bad_filters_are_400(backing: Backing) {
+    let server = populated(backing);
     let (_, runs) = server.get_json("/api/v1/runs?job=job-a&node=n0");
     let ids: Vec<&str> = runs
         .as_array()
@@ -364,9 +379,8 @@ fn runs_results_and_events_filter_and_bad_filters_are_400() {
     }
 }
 
-#[test]
-fn a_push_needs_the_token_and_is_stored_once_under_its_id() {
-    let server = Running::start(Some(TOKEN));
+fn a_push_needs_the_token_and_is_stored_once_under_its_id(backing: Backing) {
+    let server = Running::start(backing, Some(TOKEN));
     let n0 = attempt("job-p", "n0", 1);
     let body = serde_json::to_string(&report(&n0, "r-1", true)).unwrap();
     for (token, needle) in [
@@ -468,9 +482,8 @@ fn a_push_needs_the_token_and_is_stored_once_under_its_id() {
     }
 }
 
-#[test]
-fn a_server_without_a_token_refuses_writes_and_still_serves_reads() {
-    let server = Running::start(None);
+fn a_server_without_a_token_refuses_writes_and_still_serves_reads(backing: Backing) {
+    let server = Running::start(backing, None);
     let n0 = attempt("job", "n0", 1);
     let (status, answer) = push_report(&server, &report(&n0, "r-1", false));
     assert_eq!(status, 401);
@@ -484,9 +497,8 @@ fn a_server_without_a_token_refuses_writes_and_still_serves_reads() {
     assert_eq!(server.get_json("/api/v1/health").1["status"], "ok");
 }
 
-#[test]
-fn pages_show_instances_the_failed_instance_and_filtered_events() {
-    let server = populated();
+fn pages_show_instances_the_failed_instance_and_filtered_events(backing: Backing) {
+    let server = populated(backing);
     let (status, list) = server.get("/");
     assert_eq!(status, 200);
     assert!(list.contains("data-node=\"n0\""), "{list}");
@@ -535,9 +547,10 @@ fn pages_show_instances_the_failed_instance_and_filtered_events() {
     assert_eq!(server.get("/events?kind=Bogus").0, 400);
 }
 
-#[test]
-fn a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arrives() {
-    let server = Running::start(Some(TOKEN));
+fn a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arrives(
+    backing: Backing,
+) {
+    let server = Running::start(backing, Some(TOKEN));
     let n0 = attempt("job-l", "n0", 1);
     let start = json!({"job_id": "job-l", "attempt": 1, "node": "n0", "instance": "pod-n0",
                        "started_at_ms": 1_700_000_000_000u64});
@@ -574,9 +587,8 @@ fn a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arri
     assert_eq!(status, 400, "{answer}");
 }
 
-#[test]
-fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint() {
-    let server = populated();
+fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint(backing: Backing) {
+    let server = populated(backing);
     server.get("/api/v1/jobs/job-a");
     server.get("/api/v1/jobs/nope");
     let (status, metrics) = server.get("/metrics");
@@ -639,3 +651,36 @@ fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint
         );
     }
 }
+
+/// Each test above, once on SQLite and once on PostgreSQL.
+macro_rules! on_both_stores {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[test]
+                fn $name() {
+                    super::$name(super::Backing::Sqlite(tempfile::tempdir().unwrap()));
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[test]
+                #[ignore = "needs PostgreSQL: set GPUVET_TEST_POSTGRES_URL"]
+                fn $name() {
+                    super::$name(super::Backing::Postgres(gpuvet_testkit::postgres::TestDatabase::new()));
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    jobs_attempts_and_instances_read_back_and_unknown_ones_are_404,
+    runs_results_and_events_filter_and_bad_filters_are_400,
+    a_push_needs_the_token_and_is_stored_once_under_its_id,
+    a_server_without_a_token_refuses_writes_and_still_serves_reads,
+    pages_show_instances_the_failed_instance_and_filtered_events,
+    a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arrives,
+    metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint,
+);

@@ -1,6 +1,8 @@
 //! Helpers that several crates' tests share. Nothing here ships in the binary. The
 //! workspace-wide test of the crate layering (`tests/layering.rs`) lives here too.
 
+pub mod postgres;
+
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};

@@ -15,7 +15,7 @@ use serde_json::json;
 use tempfile::TempDir;
 
 /// The PostgreSQL server of the tests: a URL whose user may create databases.
-pub const POSTGRES_URL: &str = "GPUVET_TEST_POSTGRES_URL";
+pub use gpuvet_testkit::postgres::{TestDatabase, connect, with_database};
 
 /// A fresh, empty place for a store, which nothing else uses, removed at the end.
 pub enum Fixture {
@@ -208,84 +208,6 @@ impl Fixture {
             ),
         });
     }
-}
-
-/// A database on the test server, created for one test and dropped after it.
-pub struct TestDatabase {
-    admin_url: String,
-    name: String,
-    /// The URL of the new database.
-    pub url: String,
-}
-
-impl TestDatabase {
-    pub fn new() -> TestDatabase {
-        let admin_url = std::env::var(POSTGRES_URL).unwrap_or_else(|_| {
-            panic!(
-                "set {POSTGRES_URL} to a PostgreSQL URL whose user may create databases \
-                 (`.ci/run` starts such a server)"
-            )
-        });
-        let name = format!("gpuvet_test_{}", gpuvet_core::ids::new_id());
-        // With a locale whose order of text is not by byte (`B` after `b`, `_` before
-        // `-`), as a server's may be: the store's lists must not depend on it.
-        connect(&admin_url)
-            .batch_execute(&format!(
-                "CREATE DATABASE {name} TEMPLATE template0 ENCODING 'UTF8'
-                 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'"
-            ))
-            .unwrap();
-        let url = with_database(&admin_url, &name);
-        TestDatabase {
-            admin_url,
-            name,
-            url,
-        }
-    }
-
-    /// A plain connection to the database.
-    pub fn client(&self) -> postgres::Client {
-        connect(&self.url)
-    }
-
-    /// The test server's URL, for what only it may do.
-    pub fn admin_url(&self) -> &str {
-        &self.admin_url
-    }
-}
-
-impl Drop for TestDatabase {
-    fn drop(&mut self) {
-        // FORCE: a store a failed test left open does not keep its database.
-        if let Ok(mut admin) = postgres::Client::connect(&self.admin_url, postgres::NoTls) {
-            let _ = admin.batch_execute(&format!(
-                "DROP DATABASE IF EXISTS {} WITH (FORCE)",
-                self.name
-            ));
-        }
-    }
-}
-
-pub fn connect(url: &str) -> postgres::Client {
-    postgres::Client::connect(url, postgres::NoTls)
-        .unwrap_or_else(|e| panic!("cannot connect to the test server ({POSTGRES_URL}): {e}"))
-}
-
-/// `url` naming database `name` instead of its own.
-pub fn with_database(url: &str, name: &str) -> String {
-    let (scheme, rest) = url.split_once("://").expect("a URL");
-    let host_start = rest.rfind('@').map_or(0, |at| at + 1);
-    let query_start = rest[host_start..]
-        .find('?')
-        .map_or(rest.len(), |q| host_start + q);
-    let host_end = rest[host_start..query_start]
-        .find('/')
-        .map_or(query_start, |slash| host_start + slash);
-    format!(
-        "{scheme}://{}/{name}{}",
-        &rest[..host_end],
-        &rest[query_start..]
-    )
 }
 
 /// `url` with `param=value` added to its query.
