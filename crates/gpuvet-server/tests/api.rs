@@ -668,7 +668,7 @@ macro_rules! on_both_stores {
                 #[test]
                 #[ignore = "needs PostgreSQL: set GPUVET_TEST_POSTGRES_URL"]
                 fn $name() {
-                    super::$name(super::Backing::Postgres(gpuvet_testkit::postgres::TestDatabase::new()));
+                    super::$name(super::Backing::Postgres(gpuvet_testkit::postgres::TestDatabase::create()));
                 }
             )*
         }

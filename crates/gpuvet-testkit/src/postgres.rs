@@ -39,7 +39,9 @@ impl std::fmt::Debug for TestDatabase {
 }
 
 impl TestDatabase {
-    pub fn new() -> TestDatabase {
+    /// Creates a database of its own on the test server; panics naming the variable
+    /// when it is not set.
+    pub fn create() -> TestDatabase {
         let admin_url = std::env::var(POSTGRES_URL).unwrap_or_else(|_| {
             panic!(
                 "set {POSTGRES_URL} to a PostgreSQL URL whose user may create databases \

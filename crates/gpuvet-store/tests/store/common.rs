@@ -34,7 +34,7 @@ impl Fixture {
     }
 
     pub fn postgres() -> Fixture {
-        Fixture::Postgres(TestDatabase::new())
+        Fixture::Postgres(TestDatabase::create())
     }
 
     pub fn is_postgres(&self) -> bool {

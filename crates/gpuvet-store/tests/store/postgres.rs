@@ -46,7 +46,7 @@ fn open_err(url: &str) -> StoreError {
 #[test]
 #[ignore = "needs PostgreSQL: set GPUVET_TEST_POSTGRES_URL"]
 fn a_database_store_is_at_schema_version_and_shows_no_password() {
-    let db = TestDatabase::new();
+    let db = TestDatabase::create();
     let password = "gpuvet-password-in-url";
     // The URL is the server's with a query; its password shows as `***`.
     let url = with_param(&db.url, "application_name=gpuvet-test");
@@ -265,7 +265,7 @@ fn the_schema_is_sqlites_after_its_migrations() {
     let StoreLocation::Sqlite(path) = sqlite.location() else {
         unreachable!()
     };
-    let db = TestDatabase::new();
+    let db = TestDatabase::create();
     drop(Store::open_location(&StoreLocation::parse(&db.url)).unwrap());
     let expected = sqlite_shapes(&path);
     assert_eq!(expected.len(), 6, "{expected:#?}");
@@ -275,7 +275,7 @@ fn the_schema_is_sqlites_after_its_migrations() {
 #[test]
 #[ignore = "needs PostgreSQL: set GPUVET_TEST_POSTGRES_URL"]
 fn a_wrong_password_is_refused_without_showing_either_password() {
-    let db = TestDatabase::new();
+    let db = TestDatabase::create();
     let url = with_password(&db.url, "not-the-password");
     let err = open_err(&url);
     let message = err.to_string();
@@ -303,7 +303,7 @@ fn a_wrong_password_is_refused_without_showing_either_password() {
 #[test]
 #[ignore = "needs PostgreSQL: set GPUVET_TEST_POSTGRES_URL"]
 fn a_database_that_does_not_exist_is_refused_with_a_hint() {
-    let db = TestDatabase::new();
+    let db = TestDatabase::create();
     let url = with_database(db.admin_url(), "gpuvet_test_never_created");
     let err = open_err(&url);
     let message = err.to_string();
@@ -317,7 +317,7 @@ fn a_database_that_does_not_exist_is_refused_with_a_hint() {
 #[test]
 #[ignore = "needs PostgreSQL: set GPUVET_TEST_POSTGRES_URL"]
 fn a_search_path_without_a_schema_is_refused_with_a_hint() {
-    let db = TestDatabase::new();
+    let db = TestDatabase::create();
     let url = with_param(&db.url, "options=-csearch_path%3Dnowhere");
     let err = open_err(&url);
     let message = err.to_string();
@@ -333,7 +333,7 @@ fn a_search_path_without_a_schema_is_refused_with_a_hint() {
 #[test]
 #[ignore = "needs PostgreSQL: set GPUVET_TEST_POSTGRES_URL"]
 fn stores_in_two_schemas_of_one_database_are_separate() {
-    let db = TestDatabase::new();
+    let db = TestDatabase::create();
     // Tables in a schema off the search path are no one's business.
     db.client()
         .batch_execute(
