@@ -1,86 +1,23 @@
-//! The JSON API under `/api/v1`: jobs, attempts, instances, runs, per-check results and
-//! events to read, and reports and events to push.
-//!
-//! Lists take their filters as query parameters and answer `[]` when nothing matches;
-//! one thing named by its id or name answers 404 when the store has no such thing.
+//! The API's reads: jobs, attempts, instances, runs, per-check results and events.
 
 // utoipa's `params(...)` expansion names each query type by a path the lint calls
 // redundant.
 #![allow(unused_qualifications)]
 
-use std::sync::atomic::Ordering;
-
+use axum::Json;
 use axum::extract::State;
-use axum::http::HeaderMap;
-use axum::routing::{get, post};
-use axum::{Json, Router};
 use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, AttemptStart, Event, EventKind, EventRecord};
+use gpuvet_core::events::{Attempt, Event, EventKind};
 use gpuvet_core::overview::{InstanceSummary, JobSummary};
 use gpuvet_core::results::{Outcome, RunReport};
-use gpuvet_store::{
-    EventFilter, ResultFilter, RunFilter, Store, StoreError, StoredResult, StoredRun,
-};
+use gpuvet_store::{EventFilter, ResultFilter, RunFilter, StoredResult, StoredRun};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
 
+use super::limit;
 use crate::AppState;
-use crate::auth::require_token;
 use crate::error::{ApiError, ErrorBody};
-use crate::extract::{JsonBody, Path, Query, refuse_nul_in};
-
-/// The most items one list answers with.
-pub const MAX_LIMIT: usize = 10_000;
-/// Items a list answers with when no `limit` is given.
-pub const DEFAULT_LIMIT: usize = 1_000;
-
-pub(crate) fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/api/v1/health", get(health))
-        .route("/api/v1/jobs", get(list_jobs))
-        .route("/api/v1/jobs/{job}", get(get_job))
-        .route("/api/v1/jobs/{job}/attempts", get(list_attempts))
-        .route("/api/v1/jobs/{job}/instances", get(list_instances))
-        .route("/api/v1/jobs/{job}/instances/{node}", get(get_instance))
-        .route("/api/v1/runs", get(list_runs))
-        .route("/api/v1/runs/{run_id}", get(get_run))
-        .route("/api/v1/results", get(list_results))
-        .route("/api/v1/events", get(list_events).post(push_event))
-        .route("/api/v1/reports", post(push_report))
-        .route("/api/v1/attempts", post(push_attempt))
-        .route("/api/v1/openapi.json", get(crate::openapi::serve))
-}
-
-impl AppState {
-    /// Runs `work` with a store handle on a blocking thread.
-    pub(crate) async fn store<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let pool = self.pool.clone();
-        match tokio::task::spawn_blocking(move || pool.with(work)).await {
-            Ok(result) => result.map_err(ApiError::from),
-            Err(join) => Err(ApiError::new(
-                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-                format!("a store request failed: {join}"),
-            )),
-        }
-    }
-
-    /// Like [`AppState::store`], for a write: it waits for its turn among writers.
-    pub(crate) async fn store_write<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let _turn = self.writers.acquire().await.map_err(|closed| {
-            ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                format!("the server is shutting down: {closed}"),
-            )
-        })?;
-        self.store(work).await
-    }
-}
+use crate::extract::{Path, Query};
 
 /// The server is up and its store answers.
 #[derive(Debug, Serialize, ToSchema)]
@@ -397,219 +334,9 @@ pub(crate) async fn list_events(
     Ok(Json(state.store(move |store| store.events(&filter)).await?))
 }
 
-fn limit(limit: Option<usize>) -> Result<usize, ApiError> {
-    match limit {
-        None => Ok(DEFAULT_LIMIT),
-        Some(n @ 1..=MAX_LIMIT) => Ok(n),
-        Some(n) => Err(ApiError::bad_request(format!(
-            "`limit` is {n}; it must be from 1 to {MAX_LIMIT}"
-        ))),
-    }
-}
-
-/// The schema of `POST /api/v1/reports`'s body: a report whose `report_id` is
-/// required, since the server stores a report once per id. The body is read as a
-/// [`RunReport`]; this type only describes it.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct ReportPush {
-    /// The report's own id.
-    #[schema(min_length = 1)]
-    report_id: String,
-    #[serde(flatten)]
-    report: RunReport,
-}
-
-/// The schema of `POST /api/v1/events`'s body: an event whose `event_id` is required.
-/// The body is read as an [`EventRecord`]; this type only describes it.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct EventPush {
-    /// The event's own id.
-    #[schema(min_length = 1)]
-    event_id: String,
-    #[serde(flatten)]
-    event: EventRecord,
-}
-
-/// A pushed report, as stored.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct ReportAccepted {
-    /// The store's id of the run.
-    run_id: i64,
-    report_id: String,
-}
-
-#[utoipa::path(post, path = "/api/v1/reports", tag = "push",
-    request_body(content = ReportPush, description = "A node's report, with its `report_id`"),
-    security(("token" = [])),
-    responses((status = 200, description = "Stored, or already stored under its id", body = ReportAccepted),
-              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 409, description = "Another report is stored under this id", body = ErrorBody),
-              (status = 415, description = "The body is not `application/json`", body = ErrorBody)))]
-pub(crate) async fn push_report(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody<serde_json::Value>,
-) -> Result<Json<ReportAccepted>, ApiError> {
-    let result = async {
-        require_token(&headers, state.token.as_deref())?;
-        let report: RunReport = decode_body(body, "report")?;
-        if report.report_id.is_empty() {
-            return Err(ApiError::bad_request("the report has no `report_id`")
-                .with_hint("a pushed report needs its own id, so that sending it twice stores it once; gpuvet gives every report one"));
-        }
-        first_attempt_is_one(report.attempt)?;
-        storable_time("started_at_ms", report.started_at_ms)?;
-        let attempt = Attempt {
-            job_id: report.job_id.clone(),
-            attempt: report.attempt,
-            node: report.node.clone(),
-            instance: report.instance.clone(),
-        };
-        let report_id = report.report_id.clone();
-        let run_id = state
-            .store_write(move |store| store.record_report(&attempt, &report))
-            .await?;
-        Ok(Json(ReportAccepted { run_id, report_id }))
-    }
-    .await;
-    state.count_write(&result, &state.metrics.reports_accepted);
-    result
-}
-
-#[utoipa::path(post, path = "/api/v1/attempts", tag = "push",
-    request_body(content = AttemptStart, description = "An attempt as it begins on a node"),
-    security(("token" = [])),
-    responses((status = 200, description = "Recorded, or already recorded", body = AttemptStart),
-              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 415, description = "The body is not `application/json`", body = ErrorBody)))]
-pub(crate) async fn push_attempt(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody<serde_json::Value>,
-) -> Result<Json<AttemptStart>, ApiError> {
-    let result = async {
-        require_token(&headers, state.token.as_deref())?;
-        let start: AttemptStart = decode_body(body, "attempt")?;
-        first_attempt_is_one(start.attempt.attempt)?;
-        storable_time("started_at_ms", start.started_at_ms)?;
-        let recorded = start.clone();
-        state
-            .store_write(move |store| store.record_attempt(&recorded))
-            .await?;
-        Ok(Json(start))
-    }
-    .await;
-    state.count_write(&result, &state.metrics.attempts_accepted);
-    result
-}
-
-/// A pushed event, as stored.
-#[derive(Debug, Serialize, ToSchema)]
-pub(crate) struct EventAccepted {
-    /// The store's id of the event.
-    id: i64,
-    event_id: String,
-}
-
-#[utoipa::path(post, path = "/api/v1/events", tag = "push",
-    request_body(content = EventPush, description = "An event of one attempt, with its `event_id`"),
-    security(("token" = [])),
-    responses((status = 200, description = "Stored, or already stored under its id", body = EventAccepted),
-              (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
-              (status = 409, description = "Another event is stored under this id", body = ErrorBody),
-              (status = 415, description = "The body is not `application/json`", body = ErrorBody)))]
-pub(crate) async fn push_event(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    JsonBody(body): JsonBody<serde_json::Value>,
-) -> Result<Json<EventAccepted>, ApiError> {
-    let result = async {
-        require_token(&headers, state.token.as_deref())?;
-        let record: EventRecord = decode_body(body, "event")?;
-        if record.event.event_id.is_empty() {
-            return Err(ApiError::bad_request("the event has no `event_id`")
-                .with_hint("a pushed event needs its own id, so that sending it twice stores it once; gpuvet gives every event one"));
-        }
-        first_attempt_is_one(record.attempt.attempt)?;
-        storable_time("time_ms", record.event.time_ms)?;
-        let event_id = record.event.event_id.clone();
-        let stored = state
-            .store_write(move |store| store.record_event(&record.attempt, &record.event))
-            .await?;
-        Ok(Json(EventAccepted {
-            id: stored.id,
-            event_id,
-        }))
-    }
-    .await;
-    state.count_write(&result, &state.metrics.events_accepted);
-    result
-}
-
-/// Attempts are numbered from 1.
-fn first_attempt_is_one(attempt: u32) -> Result<(), ApiError> {
-    if attempt == 0 {
-        return Err(ApiError::bad_request(
-            "`attempt` is 0; attempts are numbered from 1",
-        ));
-    }
-    Ok(())
-}
-
-/// The stores keep times as signed 64-bit milliseconds.
-fn storable_time(field: &str, ms: u64) -> Result<(), ApiError> {
-    if i64::try_from(ms).is_err() {
-        return Err(ApiError::bad_request(format!(
-            "`{field}` is {ms}, beyond the largest time the store keeps ({})",
-            i64::MAX
-        )));
-    }
-    Ok(())
-}
-
-fn decode_body<T: serde::de::DeserializeOwned>(
-    body: serde_json::Value,
-    what: &str,
-) -> Result<T, ApiError> {
-    refuse_nul_in(&body)?;
-    serde_json::from_value(body)
-        .map_err(|e| ApiError::bad_request(format!("the body is not a gpuvet {what}: {e}")))
-}
-
-impl AppState {
-    fn count_write<T>(
-        &self,
-        result: &Result<T, ApiError>,
-        accepted: &std::sync::atomic::AtomicU64,
-    ) {
-        let counter = match result {
-            Ok(_) => accepted,
-            Err(e) if e.status.is_client_error() => &self.metrics.writes_refused,
-            Err(_) => return,
-        };
-        counter.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn limits_default_and_out_of_range_ones_are_named() {
-        assert_eq!(limit(None).unwrap(), DEFAULT_LIMIT);
-        assert_eq!(limit(Some(1)).unwrap(), 1);
-        assert_eq!(limit(Some(MAX_LIMIT)).unwrap(), MAX_LIMIT);
-        for bad in [0, MAX_LIMIT + 1] {
-            let error = limit(Some(bad)).unwrap_err();
-            assert_eq!(error.status, axum::http::StatusCode::BAD_REQUEST);
-            assert!(
-                error.message.contains(&format!("`limit` is {bad}")),
-                "{}",
-                error.message
-            );
-        }
-    }
 
     #[test]
     fn an_event_range_that_ends_before_it_starts_is_refused() {
