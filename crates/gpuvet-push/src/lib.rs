@@ -104,12 +104,10 @@ impl Pusher {
 
 /// The `message` of the server's JSON error, or the start of whatever it sent.
 fn error_message(body: &str) -> String {
-    let parsed: Option<String> = body
-        .find("\"message\":\"")
-        .map(|start| &body[start + 11..])
-        .and_then(|rest| rest.split('"').next())
-        .map(str::to_owned);
-    parsed.unwrap_or_else(|| body.chars().take(200).collect())
+    serde_json::from_str::<serde_json::Value>(body)
+        .ok()
+        .and_then(|json| json["error"]["message"].as_str().map(str::to_owned))
+        .unwrap_or_else(|| body.chars().take(200).collect())
 }
 
 /// What one drain did.

@@ -1,7 +1,7 @@
 //! Request extractors that answer bad input with the API's JSON errors (axum's own
 //! answer in plain text), and refuse text the stores cannot keep.
 
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
+use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{FromRequest, FromRequestParts, Request};
 use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
@@ -57,13 +57,9 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for JsonBody<T> {
     async fn from_request(request: Request, state: &S) -> Result<Self, Self::Rejection> {
         match axum::Json::<T>::from_request(request, state).await {
             Ok(axum::Json(value)) => Ok(JsonBody(value)),
-            Err(rejection) => Err(ApiError::new(rejection.status(), json_message(&rejection))),
+            Err(rejection) => Err(ApiError::new(rejection.status(), rejection.body_text())),
         }
     }
-}
-
-fn json_message(rejection: &JsonRejection) -> String {
-    rejection.body_text()
 }
 
 /// A NUL character, raw or percent-encoded. PostgreSQL cannot store one in text, so

@@ -391,13 +391,21 @@ pub fn two_handles_on_one_store_interleave_their_writes(fixture: &Fixture) {
 }
 
 pub fn concurrent_handles_never_share_an_attempt_number(fixture: &Fixture) {
+    let mut numbers = attempt_numbers_from_threads(fixture, 2, 20);
+    numbers.sort_unstable();
+    assert_eq!(numbers, (1..=40).collect::<Vec<u32>>());
+}
+
+/// The attempt numbers `threads` handles of their own get when each begins `each`
+/// attempts of one job and node at once.
+pub fn attempt_numbers_from_threads(fixture: &Fixture, threads: usize, each: u64) -> Vec<u32> {
     drop(fixture.open());
-    let mut numbers: Vec<u32> = thread::scope(|scope| {
-        let threads: Vec<_> = (0..2)
+    thread::scope(|scope| {
+        let threads: Vec<_> = (0..threads)
             .map(|t| {
                 scope.spawn(move || {
                     let mut store = fixture.open();
-                    (0..20)
+                    (0..each)
                         .map(|i| {
                             store
                                 .begin_attempt("job", "n0", &format!("pod-{t}"), i)
@@ -412,9 +420,7 @@ pub fn concurrent_handles_never_share_an_attempt_number(fixture: &Fixture) {
             .into_iter()
             .flat_map(|t| t.join().unwrap())
             .collect()
-    });
-    numbers.sort_unstable();
-    assert_eq!(numbers, (1..=40).collect::<Vec<u32>>());
+    })
 }
 
 /// Set in the child processes of `processes_never_share_an_attempt_number`.

@@ -7,7 +7,6 @@
 //! ignored unless asked for, and failing, not skipped, without it.
 
 use std::collections::BTreeMap;
-use std::thread;
 
 use gpuvet_store::{SCHEMA_VERSION, Store, StoreError, StoreLocation};
 
@@ -364,29 +363,7 @@ fn stores_in_two_schemas_of_one_database_are_separate() {
 #[ignore = "needs PostgreSQL: set GPUVET_TEST_POSTGRES_URL"]
 fn many_handles_on_threads_never_share_an_attempt_number() {
     let fixture = Fixture::postgres();
-    drop(fixture.open());
-    let fixture = &fixture;
-    let mut numbers: Vec<u32> = thread::scope(|scope| {
-        let threads: Vec<_> = (0..8)
-            .map(|t| {
-                scope.spawn(move || {
-                    let mut store = fixture.open();
-                    (0..15)
-                        .map(|i| {
-                            store
-                                .begin_attempt("job", "n0", &format!("pod-{t}"), i)
-                                .unwrap()
-                                .attempt
-                        })
-                        .collect::<Vec<u32>>()
-                })
-            })
-            .collect();
-        threads
-            .into_iter()
-            .flat_map(|t| t.join().unwrap())
-            .collect()
-    });
+    let mut numbers = behaviour::attempt_numbers_from_threads(&fixture, 8, 15);
     numbers.sort_unstable();
     assert_eq!(numbers, (1..=120).collect::<Vec<u32>>());
 }
