@@ -397,6 +397,25 @@ pub struct RunReport {
     /// error when a node never joined, crashed or stopped answering.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub group: Option<GroupSummary>,
+    /// What the run was started with, its secrets removed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<RunContext>,
+}
+
+/// What a run was started with, its secrets removed before it is kept anywhere: for
+/// the team a fault is handed to.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RunContext {
+    /// The config file's path, when there was one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_file: Option<String>,
+    /// The config file as written (`null` without one).
+    #[serde(default)]
+    pub config: serde_json::Value,
+    /// The variables of gpuvet, the launcher, NCCL, CUDA and PyTorch.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub environment: BTreeMap<String, String>,
 }
 
 impl std::str::FromStr for Outcome {
@@ -413,7 +432,7 @@ impl std::str::FromStr for Outcome {
 }
 
 /// The group a multi-node report covers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupSummary {
     /// Node names by rank; a rank that never joined is named `rank N`.
@@ -427,6 +446,9 @@ pub struct GroupSummary {
     /// Later failures that may or may not follow from the first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub other_failures: Vec<GroupIncident>,
+    /// What the coordinator recorded for the group's timeline; only on its own report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeline: Option<crate::timeline::RecordedTimeline>,
 }
 
 /// One node's failure on the group's timeline.

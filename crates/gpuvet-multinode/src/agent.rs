@@ -34,7 +34,7 @@ use crate::error::GroupError;
 use crate::interfaces::{interface_with, ipv4_of};
 use crate::wire::{
     CollectiveOrder, CollectiveReply, Directive, HostEngine, InterfaceProbe, LinkReply,
-    NativeGroup, NodeInfo, ProbeReply, ProbeTarget, Reply,
+    NativeGroup, NodeInfo, ProbeReply, ProbeTarget, Reply, Stamped,
 };
 use gpuvet_core::time::unix_now_ms;
 
@@ -216,6 +216,7 @@ pub fn serve(
                 continue;
             }
         };
+        let began_ms = unix_now_ms();
         let reply = match directive {
             Directive::Finish { report } => return Ok(*report),
             Directive::Local { check, budget_ms } => {
@@ -281,11 +282,16 @@ pub fn serve(
             }
         };
         agent.set_phase("idle");
-        send(agent, command.seq, &reply)?;
+        let stamped = Stamped {
+            began_ms: Some(began_ms),
+            ended_ms: Some(unix_now_ms()),
+            reply,
+        };
+        send(agent, command.seq, &stamped)?;
     }
 }
 
-fn send(agent: &Agent, seq: u64, reply: &Reply) -> Result<(), GroupError> {
+fn send(agent: &Agent, seq: u64, reply: &impl serde::Serialize) -> Result<(), GroupError> {
     agent
         .report(Some(seq), reply)
         .map_err(|source| GroupError::CoordinatorLost { source })

@@ -10,8 +10,9 @@ use gpuvet_control::{
 };
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::CheckResult;
+use gpuvet_core::timeline::CheckSpan;
 
-use crate::wire::{Directive, NodeInfo, Reply};
+use crate::wire::{Directive, NodeInfo, Reply, Stamped};
 use gpuvet_core::time::unix_now_ms;
 
 /// What the coordinator reports while the group runs.
@@ -117,6 +118,10 @@ pub(crate) struct Conversation<'a> {
     pub refusals: BTreeMap<u32, (Option<String>, String)>,
     /// This run's data-plane session id (hex), sent with every collective order.
     pub data_session: String,
+    /// The check whose directives are out: replies are its members' spans.
+    pub current_check: Option<CheckName>,
+    /// Per rank, its part of each check on its own clock, from the replies' stamps.
+    pub spans: BTreeMap<u32, Vec<CheckSpan>>,
     observe: &'a mut dyn FnMut(GroupEvent<'_>),
     next_round: u64,
 }
@@ -141,6 +146,8 @@ impl<'a> Conversation<'a> {
             incidents: Vec::new(),
             lost: BTreeMap::new(),
             refusals: BTreeMap::new(),
+            current_check: None,
+            spans: BTreeMap::new(),
             observe,
             next_round: 1,
         }
@@ -176,6 +183,28 @@ impl<'a> Conversation<'a> {
     pub(crate) fn drain_events(&mut self) {
         while let Some(event) = self.coordinator.try_recv_event() {
             self.handle(event, &mut HashMap::new(), &mut BTreeMap::new());
+        }
+    }
+
+    /// Widens `rank`'s span of the current check to cover one reply's work; a check
+    /// of several rounds is one span from the first round's start to the last's end.
+    fn record_span(&mut self, rank: u32, began_ms: Option<u64>, ended_ms: Option<u64>) {
+        let (Some(check), Some(began_ms), Some(ended_ms)) =
+            (self.current_check, began_ms, ended_ms)
+        else {
+            return;
+        };
+        let spans = self.spans.entry(rank).or_default();
+        match spans.last_mut() {
+            Some(span) if span.check == check => {
+                span.began_ms = span.began_ms.min(began_ms);
+                span.ended_ms = span.ended_ms.max(ended_ms);
+            }
+            _ => spans.push(CheckSpan {
+                check,
+                began_ms,
+                ended_ms: ended_ms.max(began_ms),
+            }),
         }
     }
 
@@ -239,9 +268,15 @@ impl<'a> Conversation<'a> {
                 ..
             } if pending.get(&seq) == Some(&rank) => {
                 pending.remove(&seq);
-                let reply = serde_json::from_value(body).unwrap_or_else(|err| Reply::Refused {
-                    reason: format!("the agent's reply could not be read: {err}"),
-                });
+                let reply = match serde_json::from_value::<Stamped>(body) {
+                    Ok(stamped) => {
+                        self.record_span(rank, stamped.began_ms, stamped.ended_ms);
+                        stamped.reply
+                    }
+                    Err(err) => Reply::Refused {
+                        reason: format!("the agent's reply could not be read: {err}"),
+                    },
+                };
                 replies.insert(rank, reply);
             }
             CoordinatorEvent::Member(event) => {

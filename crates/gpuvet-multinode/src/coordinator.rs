@@ -17,6 +17,8 @@ use gpuvet_core::pairing::PairingMode;
 use gpuvet_core::results::{
     CheckResult, CheckStatus, GroupIncident, GroupSummary, Outcome, RunReport, Verdict,
 };
+use gpuvet_core::time::unix_now_ms;
+use gpuvet_core::timeline::{CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
 use gpuvet_runner::{human_duration, scope_skip_reason};
 
 use gpuvet_control::auth::to_hex;
@@ -100,10 +102,13 @@ pub fn run_group(
     let total = plan.checks.len();
     let mut results = Vec::with_capacity(total);
     let mut overran = false;
+    let mut windows = Vec::with_capacity(total);
     for (index, &name) in plan.checks.iter().enumerate() {
         conversation.observe(GroupEvent::CheckStarted { index, total, name });
         conversation.drain_events();
+        conversation.current_check = Some(name);
         let check_started = Instant::now();
+        let began_ms = unix_now_ms();
         let mut result = if let Some(reason) = why_not_run(&conversation, overran) {
             CheckResult::without_work(name, CheckStatus::NotRun, reason)
         } else if let Some(reason) = skip_reason(&conversation, name) {
@@ -137,6 +142,12 @@ pub fn run_group(
             }
         };
         result.duration_secs = check_started.elapsed().as_secs_f64();
+        windows.push(CheckWindow {
+            check: name,
+            began_ms,
+            ended_ms: unix_now_ms(),
+            status: result.status,
+        });
         if result.status == CheckStatus::TimedOut {
             overran = true;
         }
@@ -147,9 +158,11 @@ pub fn run_group(
         });
         results.push(result);
     }
+    conversation.current_check = None;
     conversation.drain_events();
 
-    let summary = summarize(&conversation, expected);
+    let mut summary = summarize(&conversation, expected);
+    summary.timeline = Some(record_timeline(&conversation, plan, expected, windows));
     let report = RunReport {
         report_id: String::new(),
         gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
@@ -172,6 +185,7 @@ pub fn run_group(
         outcome: outcome(&results, &summary),
         checks: results,
         group: Some(summary),
+        context: None,
     };
     if conversation.lost.is_empty() && !overran {
         let finish = Directive::Finish {
@@ -226,6 +240,10 @@ pub(crate) const MEMBER_VERDICT_BYTES: usize = 256 << 10;
 pub(crate) fn for_members(report: &RunReport) -> RunReport {
     let mut verdict = report.clone();
     verdict.devices.clear();
+    // The timeline stays with the coordinator's report, which is the one kept for it.
+    if let Some(group) = verdict.group.as_mut() {
+        group.timeline = None;
+    }
     let size = |verdict: &RunReport| serde_json::to_vec(verdict).map_or(usize::MAX, |j| j.len());
     if size(&verdict) <= MEMBER_VERDICT_BYTES {
         return verdict;
@@ -453,6 +471,7 @@ fn summarize(conversation: &Conversation<'_>, expected: usize) -> GroupSummary {
             first_error: None,
             secondary: Vec::new(),
             other_failures: Vec::new(),
+            timeline: None,
         },
         Diagnosis::FirstError {
             first,
@@ -463,13 +482,44 @@ fn summarize(conversation: &Conversation<'_>, expected: usize) -> GroupSummary {
             first_error: Some(to_group(&first)),
             secondary: secondary.iter().map(to_group).collect(),
             other_failures: other_failures.iter().map(to_group).collect(),
+            timeline: None,
         },
         Diagnosis::Unexplained { incidents } => GroupSummary {
             nodes,
             first_error: None,
             secondary: incidents.iter().map(to_group).collect(),
             other_failures: Vec::new(),
+            timeline: None,
         },
+    }
+}
+
+/// Every rank's clock and spans, and the checks' windows, for the group's timeline.
+fn record_timeline(
+    conversation: &Conversation<'_>,
+    plan: &GroupPlan,
+    expected: usize,
+    checks: Vec<CheckWindow>,
+) -> RecordedTimeline {
+    let members = (0..expected as u32)
+        .map(|rank| MemberRecord {
+            rank,
+            node: conversation.node_name(rank),
+            clock: conversation
+                .coordinator
+                .clock_offset(rank)
+                .map(|clock| MemberClock {
+                    offset_ns: clock.offset_ns,
+                    uncertainty_ns: clock.round_trip_ns / 2,
+                    samples: clock.samples,
+                }),
+            spans: conversation.spans.get(&rank).cloned().unwrap_or_default(),
+        })
+        .collect();
+    RecordedTimeline {
+        coordinator: plan.attempt.node.clone(),
+        members,
+        checks,
     }
 }
 
@@ -549,6 +599,7 @@ mod tests {
             outcome: Outcome::Failed,
             checks: vec![check],
             group: None,
+            context: None,
         }
     }
 

@@ -140,6 +140,18 @@ pub struct ProbeTarget {
     pub network: String,
 }
 
+/// A reply with when the agent began and ended the work, on its own clock (Unix ms):
+/// the group's timeline places each node's part of each check by it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stamped {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub began_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ended_ms: Option<u64>,
+    #[serde(flatten)]
+    pub reply: Reply,
+}
+
 /// An agent's answer to a directive.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "reply", rename_all = "snake_case")]

@@ -141,6 +141,7 @@ pub fn run(
         outcome: Outcome::of(&results),
         checks: results,
         group: None,
+        context: None,
     };
     observe(RunnerEvent::RunFinished { report: &report });
     report

@@ -201,6 +201,7 @@ fn report(attempt: &Attempt, id: &str, slow: bool) -> RunReport {
         outcome: Outcome::of(&checks),
         checks,
         group: None,
+        context: None,
     }
 }
 

@@ -44,6 +44,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::{Attempt, AttemptStart, Event, EventKind, EventRecord, NewEvent};
 use gpuvet_core::results::{CheckResult, Lane, RunReport};
 use gpuvet_core::time::unix_now_ms;
+use gpuvet_core::timeline::JobRecord;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -500,6 +501,26 @@ impl Store {
             )
             .and_then(|mut row| row.get(0))
             .during("read the latest attempt from the store")
+    }
+
+    /// Everything kept about one attempt of a job: every node's report and every
+    /// event, in time order. `None` when the store holds neither.
+    pub fn job_record(&self, job_id: &str, attempt: u32) -> Result<Option<JobRecord>, StoreError> {
+        let reports = self.reports(job_id, attempt)?;
+        let events = self.events(&EventFilter {
+            job_id: Some(job_id.to_owned()),
+            attempt: Some(attempt),
+            ..EventFilter::default()
+        })?;
+        if reports.is_empty() && events.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some(JobRecord {
+            job_id: job_id.to_owned(),
+            attempt,
+            reports,
+            events,
+        }))
     }
 
     /// The reports of one attempt of a job, from every node, by start time.

@@ -77,6 +77,7 @@ fn sample_report() -> RunReport {
         outcome: Outcome::of(&checks),
         checks,
         group: None,
+        context: None,
     }
 }
 

@@ -108,6 +108,7 @@ fn report(node: &str, devices_per_node: usize, checks: Vec<CheckResult>) -> RunR
         outcome: Outcome::of(&checks),
         checks,
         group: None,
+        context: None,
     }
 }
 
@@ -194,6 +195,7 @@ pub fn group_report(nodes: usize) -> RunReport {
         }),
         secondary: Vec::new(),
         other_failures: Vec::new(),
+        timeline: None,
     });
     report
 }

@@ -273,6 +273,7 @@ pub fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
         outcome: Outcome::of(&checks),
         checks,
         group: None,
+        context: None,
     }
 }
 

@@ -29,6 +29,7 @@
 mod analysis;
 mod dump;
 mod pickle;
+pub mod record;
 mod summary;
 
 use std::io;

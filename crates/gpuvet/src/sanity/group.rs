@@ -513,7 +513,9 @@ fn no_verdict(setup: &Setup<'_>, why: &str) -> RunReport {
             first_error: None,
             secondary: Vec::new(),
             other_failures: Vec::new(),
+            timeline: None,
         }),
+        context: None,
     }
 }
 

@@ -1,0 +1,675 @@
+//! `gpuvet explain`: the first error of one attempt, the team it belongs to, the next
+//! step, and for each hypothesis (GPU, host, network link, communication setup, app,
+//! platform) one of the three conclusions of a fault drill (seeds/003): confirmed,
+//! evidence missing, or not applicable, each with the evidence that decided it.
+//!
+//! Pure: made from the [`Timeline`] and the [`JobRecord`] it came from, so a bundle
+//! and the store it was made from give the same answer.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use crate::catalog::{CheckName, Scope};
+use crate::events::EventKind;
+use crate::results::{CheckStatus, Lane, RunReport};
+use crate::timeline::{Entry, JobRecord, Role, Timeline, What};
+
+/// The answer for one attempt.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Explanation {
+    pub job_id: String,
+    pub attempt: u32,
+    /// The group's outcome (`passed`, `failed`, `incomplete`); `unknown` without a report.
+    pub outcome: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_error: Option<Entry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lane: Option<Lane>,
+    /// Who to hand it to.
+    pub team: String,
+    pub next_step: String,
+    /// What the first error rests on, and what followed from it.
+    pub evidence: Vec<String>,
+    /// One per [`Hypothesis`], in its order.
+    pub hypotheses: Vec<Judged>,
+}
+
+/// Where a fault can be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum Hypothesis {
+    Gpu,
+    Host,
+    NetworkLink,
+    CommunicationSetup,
+    App,
+    Platform,
+}
+
+impl Hypothesis {
+    pub const ALL: [Hypothesis; 6] = [
+        Hypothesis::Gpu,
+        Hypothesis::Host,
+        Hypothesis::NetworkLink,
+        Hypothesis::CommunicationSetup,
+        Hypothesis::App,
+        Hypothesis::Platform,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Hypothesis::Gpu => "gpu",
+            Hypothesis::Host => "host",
+            Hypothesis::NetworkLink => "network link",
+            Hypothesis::CommunicationSetup => "communication setup",
+            Hypothesis::App => "app",
+            Hypothesis::Platform => "platform",
+        }
+    }
+}
+
+/// The three conclusions of seeds/003.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum Conclusion {
+    Confirmed,
+    EvidenceMissing,
+    NotApplicable,
+}
+
+impl Conclusion {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Conclusion::Confirmed => "confirmed",
+            Conclusion::EvidenceMissing => "evidence missing",
+            Conclusion::NotApplicable => "not applicable",
+        }
+    }
+}
+
+impl fmt::Display for Conclusion {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// One hypothesis, judged.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Judged {
+    pub hypothesis: Hypothesis,
+    pub conclusion: Conclusion,
+    pub evidence: String,
+}
+
+/// The team that owns a lane.
+pub fn team(lane: Lane) -> &'static str {
+    match lane {
+        Lane::Host => "the host team (GPUs, servers and their drivers)",
+        Lane::Network => "the network team (NICs, cables, switches)",
+        Lane::Platform => "the platform team (scheduling, node pools, rendezvous)",
+        Lane::App => "the application's owners",
+    }
+}
+
+/// Explains one attempt.
+pub fn explain(record: &JobRecord, timeline: &Timeline) -> Explanation {
+    let report = record.group_report();
+    let outcome = report.map_or("unknown", |r| r.outcome.as_str()).to_owned();
+    let first = timeline.first().cloned();
+    let facts = Facts::new(record, timeline, first.as_ref());
+    let hypotheses = Hypothesis::ALL
+        .into_iter()
+        .map(|hypothesis| {
+            let (conclusion, evidence) = facts.judge(hypothesis);
+            Judged {
+                hypothesis,
+                conclusion,
+                evidence,
+            }
+        })
+        .collect();
+    let Some(first) = first else {
+        let failed_checks: Vec<String> = report
+            .map(|r| {
+                r.checks
+                    .iter()
+                    .filter(|c| c.status.is_failure())
+                    .map(|c| format!("{} {}", c.name, c.status))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (next_step, evidence) = if report.is_none() {
+            (
+                "nothing was recorded for this attempt: check the job id and the store".to_owned(),
+                Vec::new(),
+            )
+        } else if failed_checks.is_empty() {
+            (
+                "nothing to do: no check failed and nothing went wrong".to_owned(),
+                Vec::new(),
+            )
+        } else {
+            (
+                "read the failed checks' reasons in the report".to_owned(),
+                failed_checks,
+            )
+        };
+        return Explanation {
+            job_id: record.job_id.clone(),
+            attempt: record.attempt,
+            outcome,
+            first_error: None,
+            lane: None,
+            team: "nobody: there is no error to hand over".to_owned(),
+            next_step,
+            evidence,
+            hypotheses,
+        };
+    };
+    let lane = first.lane;
+    Explanation {
+        job_id: record.job_id.clone(),
+        attempt: record.attempt,
+        outcome,
+        team: lane.map_or("the platform team, to triage", team).to_owned(),
+        next_step: next_step(&first),
+        evidence: evidence(timeline, &first),
+        lane,
+        first_error: Some(first),
+        hypotheses,
+    }
+}
+
+/// What the first error rests on and what followed, one line each; bounded.
+fn evidence(timeline: &Timeline, first: &Entry) -> Vec<String> {
+    const MOST: usize = 8;
+    let origin = timeline.origin_ms();
+    let at = |e: &Entry| format!("+{:.3} s", e.time_ms.saturating_sub(origin) as f64 / 1000.0);
+    let mut lines = vec![format!("{} {}: {}", at(first), first.node, first.detail)];
+    if let Some(view) = timeline.members.iter().find(|m| m.node == first.node)
+        && view.measured
+        && view.uncertainty_ms > 0.0
+    {
+        lines.push(format!(
+            "{}'s clock is {:+.3} ms from {}'s, good to ±{:.3} ms",
+            first.node, view.offset_ms, timeline.clock_of, view.uncertainty_ms
+        ));
+    }
+    let related = |role: Role| timeline.entries.iter().filter(move |e| e.role == role);
+    let consequences: Vec<&Entry> = related(Role::Consequence).collect();
+    let others: Vec<&Entry> = related(Role::OtherFailure).collect();
+    for entry in consequences.iter().chain(&others).take(MOST) {
+        let role = if entry.role == Role::Consequence {
+            "consequence"
+        } else {
+            "also failed"
+        };
+        lines.push(format!(
+            "{} {} {role}: {}",
+            at(entry),
+            entry.node,
+            entry.detail
+        ));
+    }
+    let shown = (consequences.len() + others.len()).min(MOST);
+    let left = consequences.len() + others.len() - shown;
+    if left > 0 {
+        lines.push(format!("and {left} more on the timeline"));
+    }
+    lines
+}
+
+/// What to do first about `first`.
+fn next_step(first: &Entry) -> String {
+    let node = &first.node;
+    match &first.what {
+        What::Incident { incident } => match incident.as_str() {
+            "unresponsive" => format!(
+                "log in to `{node}` and see whether its gpuvet or the host is stopped or hung \
+                 (`ps -o stat,pid,cmd`, `dmesg`); if it does not answer, drain `{node}` and \
+                 rebuild the instance elsewhere"
+            ),
+            "crashed" => format!(
+                "read `{node}`'s kernel log and the process's exit status (OOM killer, \
+                 segfault, XID); drain `{node}` if its host is at fault, then rebuild the \
+                 instance elsewhere"
+            ),
+            "never_joined" => format!(
+                "check that `{node}` was scheduled, runs the same gpuvet, and reaches the \
+                 coordinator's address and port with the group's token"
+            ),
+            _ => format!("read `{node}`'s stderr and report for what it was doing"),
+        },
+        What::Finding { check, entity, .. } => finding_step(*check, entity, first.lane),
+        What::RuntimeFinding { check, xid, source } => runtime_step(node, check, *xid, source),
+        What::Event { event } => format!("read the `{event}` event's details on `{node}`"),
+        What::Check { check, .. } => format!("rerun `{check}` on `{node}` alone"),
+        What::Collective { .. } => format!("read `{node}`'s flight-recorder dump"),
+    }
+}
+
+fn finding_step(check: CheckName, entity: &str, lane: Option<Lane>) -> String {
+    let scope = check.spec().scope;
+    match (scope, lane) {
+        (_, Some(Lane::Platform)) => format!(
+            "`{entity}` does not match the group: fix the node pool or the scheduling \
+             constraints so that the group lands on identical nodes"
+        ),
+        (Scope::EachDevice, _) => format!(
+            "run `gpuvet check --checks {check}` on `{}` alone and read the GPU's clocks and \
+             throttle reasons (`nvidia-smi -q -d PERFORMANCE`); reset or replace it if it \
+             stays slow",
+            entity.split('/').next().unwrap_or(entity)
+        ),
+        (_, Some(Lane::Network)) if entity.contains("<->") => format!(
+            "test the link `{entity}` on its own (`ib_write_bw` or `iperf3`) and read both \
+             NICs' error counters and the switch ports between them"
+        ),
+        (_, Some(Lane::Network)) => format!(
+            "`{entity}` is slow with every peer: check its NICs (link speed, errors, \
+             `ethtool -S`) and its switch ports, then rerun `gpuvet check --checks {check}`"
+        ),
+        _ => format!(
+            "run `gpuvet check --checks {check}` on `{entity}` alone and compare it with a \
+             healthy node"
+        ),
+    }
+}
+
+fn runtime_step(node: &str, check: &str, xid: Option<u32>, source: &str) -> String {
+    if let Some(xid) = xid {
+        let meaning = match xid {
+            79 => "the GPU fell off the bus",
+            48 => "a double-bit ECC error",
+            94 => "a contained ECC error",
+            95 => "an uncontained ECC error",
+            63 | 64 => "an ECC page retirement or row remapping event",
+            74 => "an NVLink error",
+            119 | 120 => "a GSP error",
+            13 | 31 | 43 => "a fault in the application's kernel",
+            _ => "a GPU error",
+        };
+        return format!(
+            "XID {xid} on `{node}` is {meaning}: drain `{node}` and follow NVIDIA's XID \
+             catalog for XID {xid} (reset, reseat or replace the GPU) before it takes work \
+             again"
+        );
+    }
+    if source == crate::timeline::FLIGHT_RECORDER_SOURCE {
+        return match check {
+            "fr.not_completed" => format!(
+                "the rank on `{node}` entered a collective its peers completed and never \
+                 finished it: look for an XID or a hung kernel on `{node}` (kernel log, \
+                 `nvidia-smi`), then take the rank's stack with `py-spy dump`"
+            ),
+            "fr.stalled" => "every rank entered the collective and none finished: test the \
+                             links between the ranks' nodes"
+                .to_owned(),
+            "fr.missing_dump" => {
+                format!("`{node}` wrote no dump: find out whether its process or node is gone")
+            }
+            _ => "the ranks issued different collectives: the application's ranks diverged; \
+                  read the waiting ranks' stacks in the dumps"
+                .to_owned(),
+        };
+    }
+    format!("read the runtime check's finding `{check}` on `{node}` and its kernel log")
+}
+
+/// What the record shows, as the hypotheses need it.
+struct Facts<'a> {
+    report: Option<&'a RunReport>,
+    timeline: &'a Timeline,
+    first: Option<&'a Entry>,
+    /// The nodes the first error is about.
+    culprits: Vec<String>,
+}
+
+impl<'a> Facts<'a> {
+    fn new(record: &'a JobRecord, timeline: &'a Timeline, first: Option<&'a Entry>) -> Self {
+        let culprits = first.map_or_else(Vec::new, |first| match &first.what {
+            What::Finding { entity, .. } if entity.contains("<->") => {
+                entity.split("<->").map(str::to_owned).collect()
+            }
+            _ => vec![first.node.clone()],
+        });
+        Facts {
+            report: record.group_report(),
+            timeline,
+            first,
+            culprits,
+        }
+    }
+
+    fn culprit_list(&self) -> String {
+        self.culprits
+            .iter()
+            .map(|c| format!("`{c}`"))
+            .collect::<Vec<_>>()
+            .join(" and ")
+    }
+
+    fn judge(&self, hypothesis: Hypothesis) -> (Conclusion, String) {
+        if self.first.is_none() {
+            return (
+                Conclusion::NotApplicable,
+                "there is no error on the timeline".to_owned(),
+            );
+        }
+        match hypothesis {
+            Hypothesis::Gpu => self.gpu(),
+            Hypothesis::Host => self.host(),
+            Hypothesis::NetworkLink => self.network_link(),
+            Hypothesis::CommunicationSetup => self.communication_setup(),
+            Hypothesis::App => self.app(),
+            Hypothesis::Platform => self.platform(),
+        }
+    }
+
+    /// Failures (first or other) on the culprits that match `keep`.
+    fn failures_on_culprits(&self, keep: impl Fn(&Entry) -> bool) -> Vec<&'a Entry> {
+        self.timeline
+            .entries
+            .iter()
+            .filter(|e| matches!(e.role, Role::FirstError | Role::OtherFailure))
+            .filter(|e| self.culprits.contains(&e.node) || self.names_culprit(e))
+            .filter(|e| keep(e))
+            .collect()
+    }
+
+    fn names_culprit(&self, entry: &Entry) -> bool {
+        matches!(&entry.what, What::Finding { entity, .. }
+            if self.culprits.iter().any(|c| entity.split("<->").any(|n| n == c)))
+    }
+
+    /// The checks of `scope` that ran, with how they ended.
+    fn checks_of(&self, scopes: &[Scope]) -> Vec<(CheckName, CheckStatus)> {
+        self.report
+            .map(|r| {
+                r.checks
+                    .iter()
+                    .filter(|c| scopes.contains(&c.name.spec().scope))
+                    .filter(|c| matches!(c.status, CheckStatus::Passed | CheckStatus::Failed))
+                    .map(|c| (c.name, c.status))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    fn names(checks: &[(CheckName, CheckStatus)]) -> String {
+        checks
+            .iter()
+            .map(|(c, _)| format!("`{c}`"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn first_is_incident(&self, kinds: &[&str]) -> bool {
+        matches!(self.first.map(|f| &f.what), Some(What::Incident { incident }) if kinds.contains(&incident.as_str()))
+    }
+
+    fn gpu(&self) -> (Conclusion, String) {
+        let gpu_findings = self.failures_on_culprits(|e| match &e.what {
+            What::Finding { entity, .. } => entity.contains("/dev"),
+            What::RuntimeFinding { xid, check, .. } => {
+                xid.is_some() || check.starts_with("ecc") || check.starts_with("xid")
+            }
+            _ => false,
+        });
+        if let Some(entry) = gpu_findings.first() {
+            return (Conclusion::Confirmed, entry.detail.clone());
+        }
+        let device_checks = self.checks_of(&[Scope::EachDevice]);
+        if self.first_is_incident(&["unresponsive", "crashed", "never_joined"]) {
+            return (
+                Conclusion::EvidenceMissing,
+                format!(
+                    "{} was lost, so its GPUs could not be measured after that",
+                    self.culprit_list()
+                ),
+            );
+        }
+        if device_checks.is_empty() {
+            return (
+                Conclusion::EvidenceMissing,
+                "no check measured the GPUs one by one (`gemm_flops`, `kernel_launch`)".to_owned(),
+            );
+        }
+        (
+            Conclusion::NotApplicable,
+            format!(
+                "{} measured every GPU of {} within its peers' range, and no XID or ECC \
+                 error was seen",
+                Self::names(&device_checks),
+                self.culprit_list()
+            ),
+        )
+    }
+
+    fn host(&self) -> (Conclusion, String) {
+        if let Some(first) = self.first
+            && self.first_is_incident(&["unresponsive", "crashed"])
+        {
+            return (Conclusion::Confirmed, first.detail.clone());
+        }
+        let host_findings = self.failures_on_culprits(|e| match &e.what {
+            What::Finding { entity, .. } => {
+                e.lane == Some(Lane::Host) && !entity.contains("/dev") && !entity.contains("<->")
+            }
+            What::RuntimeFinding { xid, check, .. } => {
+                xid.is_none() && e.lane == Some(Lane::Host) && !check.starts_with("ecc")
+            }
+            _ => false,
+        });
+        if let Some(entry) = host_findings.first() {
+            return (Conclusion::Confirmed, entry.detail.clone());
+        }
+        if self.first_is_incident(&["never_joined"]) {
+            return (
+                Conclusion::EvidenceMissing,
+                format!("{} never joined, so nothing ran on it", self.culprit_list()),
+            );
+        }
+        let node_checks = self.checks_of(&[Scope::EachNode, Scope::EachDevice]);
+        if node_checks.is_empty() {
+            return (
+                Conclusion::EvidenceMissing,
+                "no check ran on the nodes one by one".to_owned(),
+            );
+        }
+        (
+            Conclusion::NotApplicable,
+            format!(
+                "{} answered throughout, and {} found nothing wrong with its host",
+                self.culprit_list(),
+                Self::names(&node_checks)
+            ),
+        )
+    }
+
+    fn network_link(&self) -> (Conclusion, String) {
+        let network = self.failures_on_culprits(|e| {
+            e.lane == Some(Lane::Network)
+                && matches!(e.what, What::Finding { .. } | What::RuntimeFinding { .. })
+        });
+        if let Some(entry) = network.first() {
+            return (Conclusion::Confirmed, entry.detail.clone());
+        }
+        let pair_checks = self.checks_of(&[Scope::NodePairs, Scope::AllNodePairs]);
+        if pair_checks.is_empty() {
+            return (
+                Conclusion::EvidenceMissing,
+                "no check measured the links between pairs of nodes".to_owned(),
+            );
+        }
+        if self.first_is_incident(&["unresponsive", "crashed", "never_joined"]) {
+            return (
+                Conclusion::NotApplicable,
+                format!(
+                    "{} was lost as a whole, which a link does not explain; its peers' \
+                     timeouts only followed",
+                    self.culprit_list()
+                ),
+            );
+        }
+        (
+            Conclusion::NotApplicable,
+            format!(
+                "{} found no slow or broken link of {}",
+                Self::names(&pair_checks),
+                self.culprit_list()
+            ),
+        )
+    }
+
+    fn communication_setup(&self) -> (Conclusion, String) {
+        let refused = self.timeline.entries.iter().find(|e| {
+            matches!(e.what, What::Incident { .. })
+                && (e.detail.contains("refused") || e.detail.contains("token"))
+        });
+        if let Some(entry) = refused {
+            return (Conclusion::Confirmed, entry.detail.clone());
+        }
+        let nccl = self.failures_on_culprits(|e| {
+            let detail = e.detail.to_ascii_lowercase();
+            detail.contains("nccl") && (detail.contains("init") || detail.contains("version"))
+        });
+        if let Some(entry) = nccl.first() {
+            return (Conclusion::Confirmed, entry.detail.clone());
+        }
+        let collectives: Vec<(CheckName, CheckStatus)> = self
+            .checks_of(&[Scope::WholeGroup, Scope::NodePairs])
+            .into_iter()
+            .filter(|(_, status)| *status == CheckStatus::Passed)
+            .collect();
+        if collectives.is_empty() {
+            return (
+                Conclusion::EvidenceMissing,
+                "no collective across nodes completed, so the communication setup was \
+                 never shown to work"
+                    .to_owned(),
+            );
+        }
+        (
+            Conclusion::NotApplicable,
+            format!(
+                "{} completed across the group: the nodes rendezvous, authenticate and \
+                 exchange data",
+                Self::names(&collectives)
+            ),
+        )
+    }
+
+    fn app(&self) -> (Conclusion, String) {
+        let app = self
+            .timeline
+            .entries
+            .iter()
+            .find(|e| e.lane == Some(Lane::App) && e.role != Role::Context);
+        if let Some(entry) = app {
+            return (Conclusion::Confirmed, entry.detail.clone());
+        }
+        let first_ms = self.first.map_or(0, |f| f.time_ms);
+        let started = self.timeline.entries.iter().find(|e| {
+            matches!(
+                e.what,
+                What::Event {
+                    event: EventKind::InstanceStarted
+                }
+            )
+        });
+        match started {
+            Some(started) if started.time_ms <= first_ms => (
+                Conclusion::EvidenceMissing,
+                format!(
+                    "the app was running on `{}` when the first error happened, and \
+                     nothing here shows its own errors (a flight-recorder dump would)",
+                    started.node
+                ),
+            ),
+            _ => (
+                Conclusion::NotApplicable,
+                "the app had not started when the first error happened".to_owned(),
+            ),
+        }
+    }
+
+    fn platform(&self) -> (Conclusion, String) {
+        let platform = self.timeline.entries.iter().find(|e| {
+            e.lane == Some(Lane::Platform)
+                && matches!(e.role, Role::FirstError | Role::OtherFailure)
+        });
+        if let Some(entry) = platform {
+            return (Conclusion::Confirmed, entry.detail.clone());
+        }
+        let Some(report) = self.report else {
+            return (
+                Conclusion::EvidenceMissing,
+                "no report of the attempt was kept".to_owned(),
+            );
+        };
+        let inventory = report
+            .checks
+            .iter()
+            .find(|c| c.name == CheckName::InventoryConsistency);
+        let nodes = report.group.as_ref().map_or(1, |g| g.nodes.len().max(1));
+        match inventory.map(|c| c.status) {
+            Some(CheckStatus::Passed) => (
+                Conclusion::NotApplicable,
+                format!("all {nodes} nodes joined, and `inventory_consistency` found them alike"),
+            ),
+            _ => (
+                Conclusion::EvidenceMissing,
+                format!(
+                    "all {nodes} nodes joined, but `inventory_consistency` did not compare \
+                     them"
+                ),
+            ),
+        }
+    }
+}
+
+/// `explain`'s text for people.
+pub fn render(explanation: &Explanation) -> String {
+    let mut out = format!(
+        "job `{}` attempt {}: {}\n",
+        explanation.job_id, explanation.attempt, explanation.outcome
+    );
+    match &explanation.first_error {
+        Some(first) => {
+            out.push_str(&format!(
+                "first error: {} [{} lane]\n  {}\n",
+                first.node,
+                first.lane.map_or("unknown", Lane::as_str),
+                first.detail
+            ));
+        }
+        None => out.push_str("first error: none\n"),
+    }
+    out.push_str(&format!("hand to: {}\n", explanation.team));
+    out.push_str(&format!("next step: {}\n", explanation.next_step));
+    if !explanation.evidence.is_empty() {
+        out.push_str("evidence:\n");
+        for line in &explanation.evidence {
+            out.push_str(&format!("  - {line}\n"));
+        }
+    }
+    out.push_str("hypotheses:\n");
+    for judged in &explanation.hypotheses {
+        out.push_str(&format!(
+            "  {:<20} {:<17} {}\n",
+            judged.hypothesis.as_str(),
+            judged.conclusion.as_str(),
+            judged.evidence
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests;
