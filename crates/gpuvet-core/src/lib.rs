@@ -21,6 +21,7 @@ pub mod inventory_check;
 pub mod localize;
 pub mod overview;
 pub mod pairing;
+pub mod redact;
 pub mod render;
 pub mod repeats;
 pub mod results;
