@@ -94,6 +94,16 @@ pub enum BundleError {
         #[source]
         source: serde_json::Error,
     },
+
+    #[error("cannot encode `{path}` as JSON: {source}")]
+    Encode {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+
+    #[error("the bundle's layout is version `{found}`; this gpuvet reads version `{expected}`")]
+    Format { found: u32, expected: u32 },
 }
 
 const CHANGED: &str =
@@ -132,7 +142,11 @@ impl BundleError {
             | BundleError::DuplicatePath { .. }
             | BundleError::Write { .. }
             | BundleError::NotInBundle { .. }
-            | BundleError::Json { .. } => None,
+            | BundleError::Json { .. }
+            | BundleError::Encode { .. } => None,
+            BundleError::Format { .. } => {
+                Some("read it with the gpuvet version that made it (`bundle.json` names it)")
+            }
         }
     }
 }

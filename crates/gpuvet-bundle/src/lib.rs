@@ -4,9 +4,10 @@
 //! [`read`](fn@read) unpacks one in memory and refuses it unless every file matches the
 //! manifest and the archive stays within [`Limits`].
 //!
-//! Which files a bundle holds, and what they mean, is the caller's business.
+//! [`layout`] says which files a bundle of one attempt holds and what they mean.
 
 mod error;
+pub mod layout;
 mod manifest;
 mod path;
 mod read;

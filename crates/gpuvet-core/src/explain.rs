@@ -313,6 +313,11 @@ fn runtime_step(node: &str, check: &str, xid: Option<u32>, source: &str) -> Stri
             "fr.missing_dump" => {
                 format!("`{node}` wrote no dump: find out whether its process or node is gone")
             }
+            "fr.never_entered" => format!(
+                "the rank on `{node}` never issued the collective its peers wait in: its code \
+                 is elsewhere (stuck before it, an exception, another branch); take its \
+                 stack with `py-spy dump`"
+            ),
             _ => "the ranks issued different collectives: the application's ranks diverged; \
                   read the waiting ranks' stacks in the dumps"
                 .to_owned(),
@@ -475,11 +480,15 @@ impl<'a> Facts<'a> {
                 format!("{} never joined, so nothing ran on it", self.culprit_list()),
             );
         }
-        let node_checks = self.checks_of(&[Scope::EachNode, Scope::EachDevice]);
+        let node_checks = self.checks_of(&[Scope::EachNode]);
         if node_checks.is_empty() {
             return (
                 Conclusion::EvidenceMissing,
-                "no check ran on the nodes one by one".to_owned(),
+                format!(
+                    "{} answered throughout, but no node-wide check (`all_reduce_1`, \
+                     `comp_comm_overlap`) measured its host",
+                    self.culprit_list()
+                ),
             );
         }
         (
@@ -498,6 +507,20 @@ impl<'a> Facts<'a> {
                 && matches!(e.what, What::Finding { .. } | What::RuntimeFinding { .. })
         });
         if let Some(entry) = network.first() {
+            // A node slow with every partner whose own GPUs are slow too: its GPUs
+            // explain its pairs as well as its links do.
+            let whole_node =
+                matches!(&entry.what, What::Finding { entity, .. } if !entity.contains("<->"));
+            if whole_node && self.gpu().0 == Conclusion::Confirmed {
+                return (
+                    Conclusion::EvidenceMissing,
+                    format!(
+                        "{} is slow with every partner, which its own slow GPUs explain as \
+                         well as its links; test its links alone to tell",
+                        entry.node
+                    ),
+                );
+            }
             return (Conclusion::Confirmed, entry.detail.clone());
         }
         let pair_checks = self.checks_of(&[Scope::NodePairs, Scope::AllNodePairs]);
@@ -542,11 +565,7 @@ impl<'a> Facts<'a> {
         if let Some(entry) = nccl.first() {
             return (Conclusion::Confirmed, entry.detail.clone());
         }
-        let collectives: Vec<(CheckName, CheckStatus)> = self
-            .checks_of(&[Scope::WholeGroup, Scope::NodePairs])
-            .into_iter()
-            .filter(|(_, status)| *status == CheckStatus::Passed)
-            .collect();
+        let collectives = self.working_collectives();
         if collectives.is_empty() {
             return (
                 Conclusion::EvidenceMissing,
@@ -558,11 +577,34 @@ impl<'a> Facts<'a> {
         (
             Conclusion::NotApplicable,
             format!(
-                "{} completed across the group: the nodes rendezvous, authenticate and \
-                 exchange data",
+                "{} moved data between every pair of nodes: the nodes rendezvous, \
+                 authenticate and exchange data",
                 Self::names(&collectives)
             ),
         )
+    }
+
+    /// Collectives across nodes that moved data everywhere: passed, or slow somewhere
+    /// but never broken.
+    fn working_collectives(&self) -> Vec<(CheckName, CheckStatus)> {
+        let Some(report) = self.report else {
+            return Vec::new();
+        };
+        report
+            .checks
+            .iter()
+            .filter(|c| matches!(c.name.spec().scope, Scope::WholeGroup | Scope::NodePairs))
+            .filter(|c| match c.status {
+                CheckStatus::Passed => true,
+                CheckStatus::Failed => {
+                    c.findings().next().is_some()
+                        && c.findings()
+                            .all(|f| f.verdict == crate::results::Verdict::Slow)
+                }
+                _ => false,
+            })
+            .map(|c| (c.name, c.status))
+            .collect()
     }
 
     fn app(&self) -> (Conclusion, String) {
@@ -618,6 +660,22 @@ impl<'a> Facts<'a> {
             .iter()
             .find(|c| c.name == CheckName::InventoryConsistency);
         let nodes = report.group.as_ref().map_or(1, |g| g.nodes.len().max(1));
+        if nodes == 1 {
+            return match inventory.map(|c| c.status) {
+                Some(CheckStatus::Passed) => (
+                    Conclusion::NotApplicable,
+                    format!("`{}` matched the expected inventory", report.node),
+                ),
+                _ => (
+                    Conclusion::EvidenceMissing,
+                    format!(
+                        "`{}` ran alone, and `inventory_consistency` did not compare it with \
+                         the expected inventory",
+                        report.node
+                    ),
+                ),
+            };
+        }
         match inventory.map(|c| c.status) {
             Some(CheckStatus::Passed) => (
                 Conclusion::NotApplicable,

@@ -29,7 +29,7 @@ pub struct RecordedTimeline {
 }
 
 /// One member as the coordinator saw it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MemberRecord {
     pub rank: u32,
@@ -40,6 +40,9 @@ pub struct MemberRecord {
     /// Its part of each check, on its own clock.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub spans: Vec<CheckSpan>,
+    /// Its devices as it reported them when it joined: its inventory.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub devices: Vec<crate::results::DeviceInfo>,
 }
 
 /// How a member's clock relates to the coordinator's.

@@ -514,6 +514,10 @@ fn record_timeline(
                     samples: clock.samples,
                 }),
             spans: conversation.spans.get(&rank).cloned().unwrap_or_default(),
+            devices: conversation
+                .member(rank)
+                .map(|m| m.info.devices.clone())
+                .unwrap_or_default(),
         })
         .collect();
     RecordedTimeline {

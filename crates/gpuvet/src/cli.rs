@@ -44,6 +44,15 @@ pub enum Command {
     /// Analyze PyTorch flight-recorder dumps: which rank did not join or finish a
     /// collective (the first error), and which ranks only waited on it.
     Fr(FrArgs),
+    /// Print one attempt's timeline: every node's checks, incidents, findings and
+    /// events on the coordinator's clock, with the first error marked.
+    Timeline(TimelineArgs),
+    /// Pack one attempt into a `.tar.gz` for the team that owns its fault: timeline,
+    /// reports, inventories, events, findings and the config without its secrets.
+    Bundle(BundleArgs),
+    /// Name an attempt's first error, its lane and team, the next step, and a
+    /// conclusion for each hypothesis, from the store or from a bundle.
+    Explain(ExplainArgs),
     /// Serve the store over HTTP: a JSON API under /api/v1, web pages and /metrics.
     /// Writes (pushed reports and events) need `GPUVET_REPORT_TOKEN`.
     Serve(ServeArgs),
@@ -313,6 +322,59 @@ pub struct PushArgs {
     pub store: StoreArgs,
 }
 
+/// Which attempt of which job, and where it is kept.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// Config file, for its `gpuvet.store`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The job [default: `default`].
+    #[arg(
+        long = "job",
+        alias = "job-id",
+        env = "GPUVET_JOB_ID",
+        value_name = "ID"
+    )]
+    pub job_id: Option<String>,
+    /// The attempt [default: the latest].
+    #[arg(long, value_name = "N")]
+    pub attempt: Option<u32>,
+    /// The store: an SQLite file or a `postgres://` URL [default: the config's
+    /// `gpuvet.store`, else $XDG_STATE_HOME/gpuvet/gpuvet.db].
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE|URL")]
+    pub store: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct TimelineArgs {
+    #[command(flatten)]
+    pub record: RecordArgs,
+    /// Print the timeline as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BundleArgs {
+    #[command(flatten)]
+    pub record: RecordArgs,
+    /// Where to write the bundle (`.tar.gz`); an existing file is replaced whole.
+    #[arg(long, short, value_name = "FILE")]
+    pub output: PathBuf,
+}
+
+#[derive(Debug, Args)]
+pub struct ExplainArgs {
+    /// A bundle made by `gpuvet bundle`; without it, the attempt comes from the store.
+    #[arg(value_name = "BUNDLE")]
+    pub bundle: Option<PathBuf>,
+    #[command(flatten)]
+    pub record: RecordArgs,
+    /// Print the explanation as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct FrArgs {
     /// Directory with one dump per rank (pickle or JSON).
@@ -321,6 +383,23 @@ pub struct FrArgs {
     /// Print the analysis as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Record a problem the dumps show as a `RuntimeCheckFailed` event of this job, so
+    /// that its timeline, bundle and `explain` include it.
+    #[arg(long = "job", value_name = "ID")]
+    pub job_id: Option<String>,
+    /// The attempt to record it in [default: the job's latest].
+    #[arg(long, value_name = "N", requires = "job_id")]
+    pub attempt: Option<u32>,
+    /// How many torch ranks ran on each node [default: the dumps' ranks over the
+    /// group's nodes].
+    #[arg(long, value_name = "N", requires = "job_id")]
+    pub ranks_per_node: Option<u32>,
+    /// Config file, for its `gpuvet.store`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The store to record in (an SQLite file or a `postgres://` URL).
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE|URL")]
+    pub store: Option<String>,
 }
 
 /// What a check's worker process needs to build the same backend as its parent. No

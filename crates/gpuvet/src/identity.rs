@@ -45,6 +45,27 @@ impl Identity {
     }
 }
 
+/// The variables whose values are secrets wherever they appear: the group's token and
+/// the token for pushing to a server.
+pub const SECRET_VARS: [&str; 2] = ["GPUVET_TOKEN", gpuvet_server::TOKEN_ENV];
+
+/// The secret values this process holds, which no report or bundle may contain.
+pub fn known_secrets() -> Vec<String> {
+    SECRET_VARS
+        .iter()
+        .filter_map(|var| std::env::var(var).ok())
+        .filter(|value| !value.is_empty())
+        .collect()
+}
+
+/// This node's name as `--node` would default: `GPUVET_NODE`, else `NODE_NAME`, else
+/// the hostname.
+pub fn this_node() -> String {
+    non_empty_env("GPUVET_NODE")
+        .or_else(|| non_empty_env("NODE_NAME"))
+        .unwrap_or_else(hostname)
+}
+
 fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name)
         .ok()

@@ -3,12 +3,14 @@
 //! A thin entry point: parse the command line, dispatch to one module per
 //! subcommand, and turn the outcome into a documented exit code.
 
+mod bundle;
 mod cli;
 mod commands;
 mod failure;
 mod identity;
 mod output;
 mod push;
+mod record;
 mod runtime;
 mod sanity;
 mod supervise;

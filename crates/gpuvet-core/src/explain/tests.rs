@@ -90,9 +90,20 @@ fn a_slow_gpu_is_confirmed_on_the_gpu_and_rules_out_the_links() {
     );
     let checks = vec![
         gemm,
+        passed(CheckName::AllReduce1),
         passed(CheckName::AllReduce2),
         passed(CheckName::InventoryConsistency),
     ];
+    let mut without_node_checks = checks.clone();
+    without_node_checks.remove(1);
+    let without_node_checks = explained(&record(
+        group_report(without_node_checks, GroupSummary::default()),
+        Vec::new(),
+    ));
+    assert_eq!(
+        conclusion(&without_node_checks, Hypothesis::Host).0,
+        Conclusion::EvidenceMissing
+    );
     let explanation = explained(&record(
         group_report(checks, GroupSummary::default()),
         Vec::new(),
@@ -279,5 +290,45 @@ fn nothing_recorded_says_to_check_the_job() {
         explanation.next_step.contains("job id"),
         "{}",
         explanation.next_step
+    );
+}
+
+#[test]
+fn a_node_slow_with_every_partner_and_slow_gpus_leaves_its_links_open() {
+    let gemm = CheckResult::judged(
+        CheckName::GemmFlops,
+        CheckStatus::Failed,
+        vec![entity_result(
+            Entity::Device {
+                node: "n2".into(),
+                index: 0,
+            },
+            Verdict::Slow,
+            Lane::Host,
+            "50% below its peers",
+        )],
+    );
+    let pairs = CheckResult::judged(
+        CheckName::AllReduce2,
+        CheckStatus::Failed,
+        vec![entity_result(
+            Entity::Node { node: "n2".into() },
+            Verdict::Slow,
+            Lane::Network,
+            "failed with 2 of 2 partners",
+        )],
+    );
+    let explanation = explained(&record(
+        group_report(vec![gemm, pairs], GroupSummary::default()),
+        Vec::new(),
+    ));
+    assert_eq!(explanation.lane, Some(Lane::Host));
+    let (link, why) = conclusion(&explanation, Hypothesis::NetworkLink);
+    assert_eq!(link, Conclusion::EvidenceMissing, "{why}");
+    assert!(why.contains("test its links alone"), "{why}");
+    // The pairs were slow, not broken: the communication works.
+    assert_eq!(
+        conclusion(&explanation, Hypothesis::CommunicationSetup).0,
+        Conclusion::NotApplicable
     );
 }

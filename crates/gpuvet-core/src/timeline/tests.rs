@@ -49,6 +49,7 @@ pub(crate) fn group_report(checks: Vec<CheckResult>, group: GroupSummary) -> Run
             samples: 5,
         }),
         spans: spans(offset_ms),
+        devices: Vec::new(),
     };
     let windows = checks
         .iter()

@@ -58,8 +58,14 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         }
     }
     // Nodes on one machine share its devices' hardware: comparing them would compare
-    // the same cores under different load, so each node is judged on its own.
-    let across = if shared_host {
+    // the same cores under different load, so each node is judged on its own. The sim
+    // backend's figures are scripted, not measured, so its nodes compare as if apart.
+    let scripted = context
+        .conversation
+        .members
+        .iter()
+        .all(|m| m.info.backend == "sim");
+    let across = if shared_host && !scripted {
         Across::NodesShareAMachine
     } else {
         Across::Group(policy(context, name))

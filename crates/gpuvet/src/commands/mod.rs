@@ -1,13 +1,16 @@
 //! One module per subcommand; `dispatch` picks it.
 
+mod bundle;
 mod catalog;
 mod check;
 mod events;
+mod explain;
 mod fr;
 mod push;
 mod results;
 mod run;
 mod serve;
+mod timeline;
 mod watch;
 mod worker;
 
@@ -30,6 +33,9 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Checks(args) => catalog::catalog(args),
         Command::Watch(args) => watch::watch(args),
         Command::Fr(args) => fr::fr(args),
+        Command::Timeline(args) => timeline::timeline(args),
+        Command::Bundle(args) => bundle::bundle(args),
+        Command::Explain(args) => explain::explain(args),
         Command::Serve(args) => serve::serve(args),
         Command::Push(args) => push::push(args),
         Command::Worker(args) => worker::worker(args),

@@ -16,12 +16,13 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
 use gpuvet_core::events::Attempt;
 use gpuvet_core::ids::new_id;
-use gpuvet_core::results::{RunReport, Verdict};
+use gpuvet_core::redact;
+use gpuvet_core::results::{RunContext, RunReport, Verdict};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::cli::SanityArgs;
 use crate::failure::{Failure, note};
-use crate::identity::Identity;
+use crate::identity::{Identity, known_secrets};
 use crate::output::Progress;
 use gpuvet_core::time::unix_now_ms;
 
@@ -131,7 +132,43 @@ pub fn execute(
 ) -> Result<RunReport, Failure> {
     let mut report = run_checks(args, mode, backend, config, sanity, attempt, show_progress)?;
     report.report_id = new_id();
+    report.context = Some(run_context(args));
     Ok(report)
+}
+
+/// What this run was started with, for the team a fault is handed to: the config file
+/// as written and the launcher's environment, with every secret this process knows
+/// (and anything that looks like one) removed before the report is kept anywhere.
+fn run_context(args: &SanityArgs) -> RunContext {
+    let mut secrets = known_secrets();
+    secrets.extend(args.group.token.iter().cloned());
+    let known: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    let mut config = args
+        .config
+        .as_deref()
+        .and_then(|path| read_bounded(path).ok())
+        .and_then(|text| serde_json::from_str(&text).ok())
+        .unwrap_or(serde_json::Value::Null);
+    redact::redact_json(&mut config, &known);
+    let environment = redact::launcher_environment(std::env::vars());
+    RunContext {
+        config_file: args
+            .config
+            .as_deref()
+            .map(|path| redact::scrub(&path.display().to_string(), &known).into_owned()),
+        config,
+        environment: redact::redact_environment(&environment, &known),
+    }
+}
+
+/// A config file already validated; read again with the same bound.
+fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    std::fs::File::open(path)?
+        .take(gpuvet_core::config::MAX_CONFIG_BYTES as u64)
+        .read_to_string(&mut text)?;
+    Ok(text)
 }
 
 fn run_checks(

@@ -2,7 +2,7 @@
 //! crashes, holds the wrong token or never joins is named the first error, its peers
 //! are secondary, and every process ends with a report instead of hanging.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::group::{Finished, Group, GroupSpec, findings};
 use crate::common::{self, Scratch, json, stderr};
@@ -15,25 +15,6 @@ const CHECKS: &str = "all_reduce_2,all_gather_2,all_reduce";
 
 fn rank(finished: &[Finished], rank: u32) -> &Finished {
     finished.iter().find(|f| f.rank == rank).expect("a rank")
-}
-
-/// Waits for the coordinator's process to exit, so a stopped rank can be resumed
-/// once the verdict is out.
-fn wait_for_exit(group: &mut Group, rank: u32) {
-    let until = Instant::now() + LIMIT;
-    let child = &mut group
-        .ranks
-        .iter_mut()
-        .find(|r| r.rank == rank)
-        .expect("a rank")
-        .child;
-    while Instant::now() < until {
-        if child.try_wait().expect("polling").is_some() {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    panic!("rank {rank} did not exit within {LIMIT:?}");
 }
 
 fn first_error(report: &serde_json::Value) -> &serde_json::Value {
@@ -55,7 +36,7 @@ fn a_stopped_agent_is_the_first_error_and_its_peers_are_secondary() {
     group.wait_for_stderr(0, "4 of 4 nodes joined", LIMIT);
     std::thread::sleep(Duration::from_millis(800));
     group.signal(2, libc::SIGSTOP);
-    wait_for_exit(&mut group, 0);
+    group.wait_for_exit(0, LIMIT);
     group.signal(2, libc::SIGCONT);
     let finished = group.finish(LIMIT);
 

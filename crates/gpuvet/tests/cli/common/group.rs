@@ -37,6 +37,10 @@ pub struct GroupSpec {
     pub extra_args: Vec<String>,
     /// Run `gpuvet run -- APP` instead of `gpuvet check --json`.
     pub app: Option<Vec<String>>,
+    /// `gpuvet check` keeps its report in `rank{R}.db` instead of `--no-store`.
+    pub keep_store: bool,
+    /// More environment for every rank.
+    pub env: Vec<(String, String)>,
 }
 
 impl GroupSpec {
@@ -60,6 +64,8 @@ impl GroupSpec {
             absent: Vec::new(),
             extra_args: Vec::new(),
             app: None,
+            keep_store: false,
+            env: Vec::new(),
         }
     }
 }
@@ -142,6 +148,7 @@ impl Group {
                 None => Command::new(env!("CARGO_BIN_EXE_gpuvet")),
             };
             match &spec.app {
+                None if spec.keep_store => command.args(["check", "--json"]),
                 None => command.args(["check", "--json", "--no-store"]),
                 Some(_) => command.arg("run"),
             };
@@ -186,6 +193,7 @@ impl Group {
                 .env("GPUVET_JOB_ID", "job-group")
                 .env("GPUVET_NODE", format!("n{rank}"))
                 .env("GPUVET_INSTANCE", format!("i{rank}"))
+                .envs(spec.env.iter().map(|(k, v)| (k, v)))
                 .stdin(Stdio::null())
                 .stdout(std::fs::File::create(&stdout).expect("stdout file"))
                 .stderr(std::fs::File::create(&stderr).expect("stderr file"));
@@ -220,6 +228,25 @@ impl Group {
             "rank {rank} never wrote `{needle}`; stderr: {}",
             self.rank(rank).stderr()
         );
+    }
+
+    /// Waits for `rank`'s process to exit (the coordinator's, so that a stopped rank can
+    /// be resumed once the verdict is out); panics after `limit`.
+    pub fn wait_for_exit(&mut self, rank: u32, limit: Duration) {
+        let until = Instant::now() + limit;
+        let child = &mut self
+            .ranks
+            .iter_mut()
+            .find(|r| r.rank == rank)
+            .expect("a rank")
+            .child;
+        while Instant::now() < until {
+            if child.try_wait().expect("polling").is_some() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("rank {rank} did not exit within {limit:?}");
     }
 
     pub fn signal(&self, rank: u32, signal: i32) {

@@ -1,0 +1,491 @@
+//! Fault bundles and `explain` from real runs of each fault the platform must hand
+//! over: a slow node, an agent stopped (SIGSTOP) or killed (SIGKILL), an inventory
+//! mismatch, XID 79 from a kernel log, and a flight-recorder dump of a hang (the slow
+//! link between network namespaces is in `tests/netns`). For each: `explain` names the
+//! first error and its lane (its text is a snapshot), gives the same answer on the
+//! bundle as on the store, the bundle's manifest checks out with `sha256sum -c`, and
+//! no file of the bundle holds the group's or the push token.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use serde_json::Value;
+
+use crate::common::group::{GROUP_TOKEN, Group, GroupSpec};
+use crate::common::{self, Scratch, json, stderr, stdout};
+
+/// Only a hang reaches it.
+const LIMIT: Duration = Duration::from_secs(90);
+/// The push token the runs hold; like the group's, no bundle may contain it.
+const REPORT_TOKEN: &str = "report-token-for-bundle-tests";
+const SECRETS: [&str; 2] = [GROUP_TOKEN, REPORT_TOKEN];
+
+/// A config that holds the group's token where users put such things: a rebuild hook
+/// that calls an API with it.
+fn config_with_secret(scratch: &Scratch, name: &str, gpuvet: &str) -> PathBuf {
+    scratch.config(
+        name,
+        &format!(
+            r#"{{"gpuvet": {{{gpuvet}"rebuild_hook": ["curl", "-H",
+                "Authorization: Bearer {GROUP_TOKEN}", "http://rebuild.invalid/"]}}}}"#
+        ),
+    )
+}
+
+/// `explain` on the store and on its bundle, which must agree; the bundle is checked
+/// with the system's `tar` and `sha256sum` and searched for every secret. Returns the
+/// explanation (JSON) and its text.
+fn explain_everywhere(scratch: &Scratch, store: &Path, job: &str) -> (Value, String) {
+    let explain = |args: &[&str]| {
+        let output = scratch
+            .gpuvet()
+            .arg("explain")
+            .args(args)
+            .args(["--store"])
+            .arg(store)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        output
+    };
+    let from_store = json(&explain(&["--job", job, "--json"]));
+    let text = stdout(&explain(&["--job", job]));
+
+    let bundle = scratch.path(&format!("{job}.tar.gz"));
+    let output = scratch
+        .gpuvet()
+        .args(["bundle", "--job", job, "-o"])
+        .arg(&bundle)
+        .arg("--store")
+        .arg(store)
+        .env_remove("GPUVET_TOKEN")
+        .env_remove("GPUVET_REPORT_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let size = std::fs::metadata(&bundle).unwrap().len();
+    assert!(size < 5_000_000, "{size} bytes");
+
+    let from_bundle = scratch
+        .gpuvet()
+        .arg("explain")
+        .arg(&bundle)
+        .arg("--json")
+        .env_remove("GPUVET_STORE")
+        .output()
+        .unwrap();
+    assert_eq!(
+        from_bundle.status.code(),
+        Some(0),
+        "{}",
+        stderr(&from_bundle)
+    );
+    assert_eq!(
+        json(&from_bundle),
+        from_store,
+        "the bundle and the store disagree"
+    );
+    let text_of_bundle = scratch
+        .gpuvet()
+        .arg("explain")
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert_eq!(stdout(&text_of_bundle), text);
+
+    let unpacked = scratch.path(&format!("{job}-unpacked"));
+    std::fs::create_dir_all(&unpacked).unwrap();
+    let tar = Command::new("tar")
+        .arg("-xzf")
+        .arg(&bundle)
+        .arg("-C")
+        .arg(&unpacked)
+        .output()
+        .unwrap();
+    assert!(
+        tar.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tar.stderr)
+    );
+    let root = std::fs::read_dir(&unpacked)
+        .unwrap()
+        .next()
+        .expect("one top-level directory")
+        .unwrap()
+        .path();
+    let check = Command::new("sha256sum")
+        .args(["-c", "--quiet", "MANIFEST"])
+        .current_dir(&root)
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stdout)
+    );
+    for file in files_under(&root) {
+        let bytes = std::fs::read(&file).unwrap();
+        let text = String::from_utf8_lossy(&bytes);
+        for secret in SECRETS {
+            assert!(
+                !text.contains(secret),
+                "`{}` holds a secret",
+                file.display()
+            );
+        }
+    }
+    for needed in ["README.md", "timeline.json", "events.json", "explain.txt"] {
+        assert!(root.join(needed).exists(), "{needed} in the bundle");
+    }
+    (from_store, text)
+}
+
+fn files_under(dir: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(files_under(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
+
+/// The text without what differs from run to run: times, offsets, measured figures,
+/// and the evidence beyond its first line (which peers timed out, and when).
+fn snapshot_text(text: &str) -> String {
+    let mut out = Vec::new();
+    let mut evidence = 0;
+    let mut in_evidence = false;
+    for line in text.lines() {
+        if line == "evidence:" {
+            in_evidence = true;
+        } else if line == "hypotheses:" {
+            in_evidence = false;
+        } else if in_evidence {
+            evidence += 1;
+            if evidence > 1 {
+                continue;
+            }
+        }
+        out.push(line);
+    }
+    out.join("\n") + "\n"
+}
+
+fn assert_explained(name: &str, text: &str) {
+    insta::assert_snapshot!(name, normalized(&snapshot_text(text)));
+}
+
+/// Measured figures (any number with a decimal point, or one followed by a unit)
+/// become `[n]`, and what a lost node was doing, `[phase]`: both differ from run to
+/// run. Counts, ranks and names stay.
+fn normalized(text: &str) -> String {
+    let mut out = String::new();
+    let chars: Vec<char> = text.chars().collect();
+    let mut i = 0;
+    while i < chars.len() {
+        let starts_number = chars[i].is_ascii_digit()
+            && (i == 0
+                || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == '-'));
+        if starts_number {
+            let mut j = i;
+            while j < chars.len() && (chars[j].is_ascii_digit() || chars[j] == '.') {
+                j += 1;
+            }
+            let number: String = chars[i..j].iter().collect();
+            let rest: String = chars[j..chars.len().min(j + 7)].iter().collect();
+            let measured = number.contains('.')
+                || ["%", " ms", " s ", " s,", " s;", " GB/s", " TFLOPS", " µs"]
+                    .iter()
+                    .any(|unit| rest.starts_with(unit));
+            out.push_str(if measured { "[n]" } else { &number });
+            i = j;
+            continue;
+        }
+        out.push(chars[i]);
+        i += 1;
+    }
+    out.lines().map(phase_hidden).collect::<Vec<_>>().join("\n") + "\n"
+}
+
+/// `phase `X`` becomes `phase `[phase]``.
+fn phase_hidden(line: &str) -> String {
+    match line.split_once("phase `") {
+        Some((before, after)) => match after.split_once('`') {
+            Some((_, rest)) => format!("{before}phase `[phase]`{}", phase_hidden(rest)),
+            None => line.to_owned(),
+        },
+        None => line.to_owned(),
+    }
+}
+
+fn first_error(explanation: &Value) -> (&str, &str) {
+    let first = &explanation["first_error"];
+    (
+        first["node"].as_str().unwrap_or_default(),
+        explanation["lane"].as_str().unwrap_or_default(),
+    )
+}
+
+fn hypothesis<'a>(explanation: &'a Value, name: &str) -> &'a str {
+    explanation["hypotheses"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|h| h["hypothesis"] == name)
+        .and_then(|h| h["conclusion"].as_str())
+        .unwrap()
+}
+
+/// A group of four on loopback with a store per rank, the group's token in the config
+/// and the environment, and the push token in the environment.
+fn stored_group(scratch: &Scratch, checks: &str) -> GroupSpec {
+    let mut spec = GroupSpec::loopback(4, checks);
+    spec.keep_store = true;
+    let config = config_with_secret(scratch, "secret.json", r#""backend": "cpu", "#);
+    spec.extra_args = vec!["--config".to_owned(), config.display().to_string()];
+    spec.env = vec![("GPUVET_REPORT_TOKEN".to_owned(), REPORT_TOKEN.to_owned())];
+    spec
+}
+
+const GROUP_CHECKS: &str = "all_reduce_2,all_gather_2,all_reduce,network_connectivity";
+
+#[test]
+fn a_stopped_agent_is_explained_as_the_hosts() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let spec = stored_group(&scratch, GROUP_CHECKS);
+    let mut group = Group::start(&scratch, &spec);
+    // At once, so the agent is lost before any collective completes, as the snapshot
+    // of the hypotheses says.
+    group.wait_for_stderr(0, "4 of 4 nodes joined", LIMIT);
+    group.signal(2, libc::SIGSTOP);
+    group.wait_for_exit(0, LIMIT);
+    group.signal(2, libc::SIGCONT);
+    let finished = group.finish(LIMIT);
+    assert_eq!(finished[0].code, Some(1), "{}", finished[0].stderr);
+    let (explanation, text) = explain_everywhere(&scratch, &scratch.path("rank0.db"), "job-group");
+    assert_eq!(first_error(&explanation), ("n2", "host"), "{text}");
+    assert_eq!(explanation["first_error"]["incident"], "unresponsive");
+    assert_eq!(hypothesis(&explanation, "host"), "confirmed", "{text}");
+    assert_explained("stopped_agent", &text);
+}
+
+#[test]
+fn a_killed_agent_is_explained_as_the_hosts() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let spec = stored_group(&scratch, GROUP_CHECKS);
+    let group = Group::start(&scratch, &spec);
+    group.wait_for_stderr(0, "4 of 4 nodes joined", LIMIT);
+    group.signal(1, libc::SIGKILL);
+    let finished = group.finish(LIMIT);
+    assert_eq!(finished[0].code, Some(1), "{}", finished[0].stderr);
+    let (explanation, text) = explain_everywhere(&scratch, &scratch.path("rank0.db"), "job-group");
+    assert_eq!(first_error(&explanation), ("n1", "host"), "{text}");
+    assert_eq!(explanation["first_error"]["incident"], "crashed");
+    assert_explained("killed_agent", &text);
+}
+
+#[test]
+fn an_inventory_mismatch_is_explained_as_the_platforms() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let mut spec = stored_group(&scratch, "inventory_consistency");
+    spec.backend_args[2] = ["--cpu-devices", "2"].map(str::to_owned).to_vec();
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+    assert_eq!(finished[0].code, Some(1), "{}", finished[0].stderr);
+    let (explanation, text) = explain_everywhere(&scratch, &scratch.path("rank0.db"), "job-group");
+    assert_eq!(first_error(&explanation), ("n2", "platform"), "{text}");
+    assert_eq!(hypothesis(&explanation, "platform"), "confirmed", "{text}");
+    assert_explained("inventory_mismatch", &text);
+}
+
+/// Four sim nodes in one config (as `--local-nodes` agents share it), `local-2` at
+/// half speed.
+fn local_nodes(
+    scratch: &Scratch,
+    job: &str,
+    checks: &str,
+    node_speed: &str,
+) -> std::process::Output {
+    let config = config_with_secret(
+        scratch,
+        "local.json",
+        &format!(r#""backend": "sim", "sim": {{"devices": 2, "node_speed": {{{node_speed}}}}}, "#),
+    );
+    scratch
+        .gpuvet()
+        .env("GPUVET_JOB_ID", job)
+        .env("GPUVET_TOKEN", GROUP_TOKEN)
+        .env("GPUVET_REPORT_TOKEN", REPORT_TOKEN)
+        .args([
+            "check",
+            "--local-nodes",
+            "4",
+            "--checks",
+            checks,
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_slow_node_is_named_with_its_lane() {
+    let scratch = Scratch::temp();
+    let output = local_nodes(
+        &scratch,
+        "slow-node",
+        "gemm_flops,all_reduce_2,inventory_consistency",
+        r#""local-2": 0.5"#,
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    let (explanation, text) = explain_everywhere(&scratch, &scratch.store(), "slow-node");
+    assert_eq!(first_error(&explanation).0, "local-2", "{text}");
+    assert_explained("slow_node", &text);
+}
+
+fn fr_fixture(case: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../gpuvet-watch/tests/fixtures/fr/json")
+        .join(case)
+}
+
+#[test]
+fn a_flight_recorder_hang_is_placed_on_its_ranks_node() {
+    let scratch = Scratch::temp();
+    let output = local_nodes(&scratch, "fr-hang", "all_reduce_2", r#""local-0": 1.0"#);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    // The app then hung; its ranks' dumps are read into the job.
+    let fr = scratch
+        .gpuvet()
+        .arg("fr")
+        .arg(fr_fixture("r4_hang"))
+        .args(["--job", "fr-hang"])
+        .output()
+        .unwrap();
+    assert_eq!(fr.status.code(), Some(1), "{}", stderr(&fr));
+    assert!(stderr(&fr).contains("on `local-2`"), "{}", stderr(&fr));
+    let (explanation, text) = explain_everywhere(&scratch, &scratch.store(), "fr-hang");
+    assert_eq!(first_error(&explanation), ("local-2", "app"), "{text}");
+    assert_eq!(hypothesis(&explanation, "app"), "confirmed", "{text}");
+    let timeline = scratch
+        .gpuvet()
+        .args(["timeline", "--job", "fr-hang", "--json"])
+        .output()
+        .unwrap();
+    let timeline = json(&timeline);
+    let collectives = timeline["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["kind"] == "collective")
+        .count();
+    assert!(collectives > 0, "{timeline:#}");
+    assert_explained("flight_recorder_hang", &text);
+}
+
+const XID_79: &str =
+    "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): 79, pid=0, GPU has fallen off the bus.";
+
+#[test]
+fn xid_79_at_run_time_is_explained_as_the_gpus() {
+    let scratch = Scratch::temp();
+    let kmsg = scratch.path("kmsg.log");
+    std::fs::write(&kmsg, "").unwrap();
+    let config = config_with_secret(
+        &scratch,
+        "c4d.json",
+        &format!(
+            r#""backend": "sim", "watch": {{"kmsg": "{}", "nvml": false, "interval_ms": 200}}, "#,
+            kmsg.display()
+        ),
+    );
+    let text = std::fs::read_to_string(&config).unwrap().replacen(
+        "{",
+        r#"{"aimaster": {"runtime_check": {"fail_action": "retain", "micro_benchmarks": "c4d"},
+                         "sanity_check": {"micro_benchmarks": "gemm_flops"}}, "#,
+        1,
+    );
+    std::fs::write(&config, text).unwrap();
+    let script = format!(
+        "sleep 0.5; echo '{XID_79}' >> '{}'; sleep 3",
+        kmsg.display()
+    );
+    let output = scratch
+        .gpuvet()
+        .env("GPUVET_JOB_ID", "xid-79")
+        .env("GPUVET_TOKEN", GROUP_TOKEN)
+        .env("GPUVET_REPORT_TOKEN", REPORT_TOKEN)
+        .args(["run", "--config"])
+        .arg(&config)
+        .args(["--", "sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let (explanation, text) = explain_everywhere(&scratch, &scratch.store(), "xid-79");
+    assert_eq!(explanation["lane"], "host", "{text}");
+    assert_eq!(explanation["first_error"]["xid"], 79, "{text}");
+    assert_eq!(hypothesis(&explanation, "gpu"), "confirmed", "{text}");
+    assert_explained("xid_79", &text);
+}
+
+#[test]
+fn a_bundle_that_does_not_match_its_manifest_is_refused() {
+    let scratch = Scratch::temp();
+    let output = local_nodes(&scratch, "tampered", "all_reduce_2", r#""local-0": 1.0"#);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let bundle = scratch.path("b.tar.gz");
+    let made = scratch
+        .gpuvet()
+        .args(["bundle", "--job", "tampered", "-o"])
+        .arg(&bundle)
+        .output()
+        .unwrap();
+    assert_eq!(made.status.code(), Some(0), "{}", stderr(&made));
+    // Unpack, change one report, pack again with the old manifest.
+    let dir = scratch.path("unpacked");
+    std::fs::create_dir_all(&dir).unwrap();
+    let run = |cmd: &mut Command| assert!(cmd.status().unwrap().success());
+    run(Command::new("tar")
+        .arg("-xzf")
+        .arg(&bundle)
+        .arg("-C")
+        .arg(&dir));
+    let root = std::fs::read_dir(&dir)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let timeline = root.join("timeline.json");
+    let mut changed = std::fs::read_to_string(&timeline).unwrap();
+    changed.push('\n');
+    std::fs::write(&timeline, changed).unwrap();
+    let forged = scratch.path("forged.tar.gz");
+    run(Command::new("tar")
+        .arg("-czf")
+        .arg(&forged)
+        .arg("-C")
+        .arg(&dir)
+        .arg(root.file_name().unwrap()));
+    let output = scratch
+        .gpuvet()
+        .arg("explain")
+        .arg(&forged)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let message = stderr(&output);
+    assert!(
+        message.contains("`timeline.json` does not match the manifest"),
+        "{message}"
+    );
+    assert!(message.contains("hint:"), "{message}");
+}
