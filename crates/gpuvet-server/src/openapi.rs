@@ -23,6 +23,8 @@ use crate::api;
         api::read::list_attempts,
         api::read::list_instances,
         api::read::get_instance,
+        api::read::get_timeline,
+        api::read::get_explanation,
         api::read::list_runs,
         api::read::get_run,
         api::read::list_results,
@@ -35,7 +37,7 @@ use crate::api;
     components(schemas(api::read::Order, EventKind, Outcome)),
     modifiers(&BearerToken),
     tags(
-        (name = "jobs", description = "Jobs, their attempts and their instances (one per node)"),
+        (name = "jobs", description = "Jobs, their attempts, their instances (one per node), and each attempt's timeline and explanation"),
         (name = "runs", description = "Sanity-check runs and their per-check results"),
         (name = "events", description = "Deployment events"),
         (name = "push", description = "Nodes push reports and events; each is stored once by its id"),

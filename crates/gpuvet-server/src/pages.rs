@@ -15,6 +15,7 @@ use gpuvet_store::{EventFilter, RunFilter};
 use serde::Deserialize;
 
 use crate::AppState;
+use crate::api::read::explained;
 use crate::error::ApiError;
 use crate::extract::{Path, Query};
 
@@ -29,6 +30,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/", get(instances_page))
         .route("/instances", get(instances_page))
         .route("/instances/{job}/{node}", get(instance_page))
+        .route("/jobs/{job}/timeline", get(timeline_page))
         .route("/events", get(events_page))
         .route("/reports/{file}", get(report_page))
 }
@@ -134,6 +136,52 @@ async fn instance_page(
             "No such instance",
             &format!("the store has no instance of job `{job}` on node `{node}`"),
         ),
+        Err(error) => page_error(error),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct TimelineQuery {
+    /// Read as text, so that a bad number gets the site's page rather than JSON.
+    attempt: Option<String>,
+}
+
+/// `GET /jobs/{job}/timeline?attempt=N`: one attempt on one clock, a lane per node,
+/// with its explanation; the job's latest attempt without `attempt`.
+async fn timeline_page(
+    State(state): State<AppState>,
+    Path(job): Path<String>,
+    Query(query): Query<TimelineQuery>,
+) -> Response {
+    let attempt = match given(query.attempt) {
+        None => None,
+        Some(text) => match text.parse::<u32>() {
+            Ok(attempt) => Some(attempt),
+            Err(_) => {
+                return html_error(
+                    StatusCode::BAD_REQUEST,
+                    "Bad attempt",
+                    &format!(
+                        "`attempt` is `{text}`, not a number; attempts are numbered from 1 \
+                         (leave it out for the job's latest attempt)"
+                    ),
+                );
+            }
+        },
+    };
+    match explained(&state, job, attempt).await {
+        Ok(found) => Html(site::timeline_page(
+            &found.timeline,
+            &found.explanation,
+            found.latest,
+        ))
+        .into_response(),
+        Err(error) if error.status == StatusCode::NOT_FOUND => {
+            html_error(error.status, "Not found", &error.message)
+        }
+        Err(error) if error.status == StatusCode::BAD_REQUEST => {
+            html_error(error.status, "Bad attempt", &error.message)
+        }
         Err(error) => page_error(error),
     }
 }

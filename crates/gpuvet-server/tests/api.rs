@@ -1,7 +1,7 @@
 //! The server over real HTTP on a loopback port, against a real store (each test on
 //! SQLite, and on PostgreSQL when `GPUVET_TEST_POSTGRES_URL` names a server): every
 //! endpoint, its filters, and its 400, 401, 404 and 409 answers; pushes stored once;
-//! the pages and `/metrics`.
+//! the pages (an attempt's timeline among them) and `/metrics`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -9,9 +9,10 @@ use std::net::SocketAddr;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::{Attempt, EventKind, EventRecord, NewEvent};
 use gpuvet_core::results::{
-    CheckResult, CheckStatus, Entity, EntityResult, Evidence, Lane, Measurement, Outcome,
-    RunReport, Verdict,
+    CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary, Lane,
+    Measurement, Outcome, RunReport, Verdict,
 };
+use gpuvet_core::timeline::{CheckSpan, CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
 use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
 use gpuvet_store::{Store, StoreLocation};
@@ -588,6 +589,279 @@ fn a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arri
     assert_eq!(status, 400, "{answer}");
 }
 
+const T0: u64 = 1_700_000_000_000;
+
+/// The coordinator's report (on `n0`) of attempt 1 of `job-t`, a group of three whose
+/// clocks are `n1` 1 s ahead and `n2` 2 s behind: `gemm_flops` passed, then `n2`
+/// stopped answering during `all_reduce_2` (the first error), `n1` timed out waiting
+/// for it and their pair was found faulty.
+fn group_report() -> RunReport {
+    let spans = |offset: i64, last_end: u64| {
+        let at = |ms: u64| (ms as i64 + offset) as u64;
+        vec![
+            CheckSpan {
+                check: CheckName::GemmFlops,
+                began_ms: at(T0 + 100),
+                ended_ms: at(T0 + 1_100),
+            },
+            CheckSpan {
+                check: CheckName::AllReduce2,
+                began_ms: at(T0 + 1_200),
+                ended_ms: at(last_end),
+            },
+        ]
+    };
+    let member = |rank: u32, offset_ms: i64, last_end: u64| MemberRecord {
+        rank,
+        node: format!("n{rank}"),
+        clock: Some(MemberClock {
+            offset_ns: offset_ms * 1_000_000,
+            uncertainty_ns: 50_000,
+            samples: 5,
+        }),
+        spans: spans(offset_ms, last_end),
+    };
+    let incident = |rank: u32, kind: &str, lane: Lane, time_ms: u64| GroupIncident {
+        rank,
+        node: format!("n{rank}"),
+        kind: kind.to_owned(),
+        lane,
+        time_ms,
+        detail: format!("rank {rank} (n{rank}) {kind}"),
+    };
+    let pair = Entity::NodePair {
+        a: "n1".to_owned(),
+        b: "n2".to_owned(),
+    };
+    let failed = CheckResult::judged(
+        CheckName::AllReduce2,
+        CheckStatus::Failed,
+        vec![EntityResult {
+            measurement: Measurement::ok(pair.clone(), 0.0, vec![0.0]),
+            entity: pair,
+            verdict: Verdict::Faulty,
+            lane: Lane::Network,
+            reason: "lost its peer".to_owned(),
+            evidence: Evidence::default(),
+        }],
+    );
+    let checks = vec![
+        CheckResult::judged(CheckName::GemmFlops, CheckStatus::Passed, Vec::new()),
+        failed,
+    ];
+    let n0 = attempt("job-t", "n0", 1);
+    RunReport {
+        group: Some(GroupSummary {
+            nodes: vec!["n0".into(), "n1".into(), "n2".into()],
+            first_error: Some(incident(2, "unresponsive", Lane::Host, T0 + 1_500)),
+            secondary: vec![incident(1, "timed_out", Lane::Network, T0 + 1_900)],
+            other_failures: Vec::new(),
+            timeline: Some(RecordedTimeline {
+                coordinator: "n0".into(),
+                members: vec![
+                    member(0, 0, T0 + 2_200),
+                    member(1, 1_000, T0 + 2_200),
+                    member(2, -2_000, T0 + 1_500),
+                ],
+                checks: vec![
+                    CheckWindow {
+                        check: CheckName::GemmFlops,
+                        began_ms: T0 + 100,
+                        ended_ms: T0 + 1_100,
+                        status: CheckStatus::Passed,
+                    },
+                    CheckWindow {
+                        check: CheckName::AllReduce2,
+                        began_ms: T0 + 1_200,
+                        ended_ms: T0 + 2_200,
+                        status: CheckStatus::Failed,
+                    },
+                ],
+            }),
+        }),
+        started_at_ms: T0,
+        outcome: Outcome::of(&checks),
+        checks,
+        ..report(&n0, "r-t-0", false)
+    }
+}
+
+fn the_timeline_page_and_api_name_an_attempts_first_error_and_unknown_ones_are_404(
+    backing: Backing,
+) {
+    let server = Running::start(backing, Some(TOKEN));
+    let (status, body) = push_report(&server, &group_report());
+    assert_eq!(status, 200, "{body}");
+    let n1 = attempt("job-t", "n1", 1);
+    let (status, body) = push_event(
+        &server,
+        &event(&n1, "e-t-1", T0 + 3_300, EventKind::SanityCheckFailed),
+    );
+    assert_eq!(status, 200, "{body}");
+
+    let (status, timeline) = server.get_json("/api/v1/jobs/job-t/timeline");
+    assert_eq!(status, 200, "{timeline}");
+    assert_eq!(
+        (
+            &timeline["job_id"],
+            &timeline["attempt"],
+            &timeline["clock_of"]
+        ),
+        (&json!("job-t"), &json!(1), &json!("n0"))
+    );
+    let first = &timeline["entries"][timeline["first_error"].as_u64().unwrap() as usize];
+    assert_eq!(
+        (&first["node"], &first["kind"], &first["role"]),
+        (&json!("n2"), &json!("incident"), &json!("first_error")),
+        "{timeline}"
+    );
+    // n1's event, 1 s fast on its clock, moves onto n0's.
+    let sanity = timeline["entries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "event")
+        .unwrap();
+    assert_eq!(
+        (
+            &sanity["time_ms"],
+            &sanity["local_time_ms"],
+            &sanity["role"]
+        ),
+        (
+            &json!(T0 + 2_300),
+            &json!(T0 + 3_300),
+            &json!("consequence")
+        ),
+        "{sanity}"
+    );
+    assert_eq!(
+        server.get_json("/api/v1/jobs/job-t/timeline?attempt=1"),
+        (200, timeline)
+    );
+
+    let (status, explanation) = server.get_json("/api/v1/jobs/job-t/explain?attempt=1");
+    assert_eq!(status, 200, "{explanation}");
+    assert_eq!(explanation["first_error"]["node"], "n2");
+    assert_eq!(explanation["lane"], "host");
+    assert!(
+        explanation["team"].as_str().unwrap().contains("host team"),
+        "{explanation}"
+    );
+    let hypotheses = explanation["hypotheses"].as_array().unwrap();
+    assert_eq!(hypotheses.len(), 6, "{explanation}");
+    assert_eq!(
+        (&hypotheses[1]["hypothesis"], &hypotheses[1]["conclusion"]),
+        (&json!("host"), &json!("confirmed"))
+    );
+
+    let (status, page) = server.get("/jobs/job-t/timeline");
+    assert_eq!(status, 200, "{page}");
+    assert_eq!(page.matches("id=\"first-error\"").count(), 1, "{page}");
+    let lanes: Vec<usize> = ["n2", "n1", "n0"]
+        .iter()
+        .map(|n| page.find(&format!("data-lane=\"{n}\"")).unwrap())
+        .collect();
+    assert!(lanes.is_sorted(), "the failing node first: {lanes:?}");
+    assert!(
+        page.contains("<a href=\"/instances/job-t/n2?attempt=1\">"),
+        "{page}"
+    );
+    assert!(page.contains(
+        "<a class=\"bundle\" href=\"/api/v1/jobs/job-t/bundle?attempt=1\" download>Download bundle</a>"
+    ));
+    assert_eq!(server.get("/jobs/job-t/timeline?attempt=1").1, page);
+    // The job's and the instance's pages link to it.
+    for path in ["/instances?job=job-t", "/instances/job-t/n0"] {
+        let (status, linking) = server.get(path);
+        assert_eq!(status, 200, "{path}");
+        assert!(
+            linking.contains("href=\"/jobs/job-t/timeline?attempt=1\">Timeline</a>"),
+            "{path}: {linking}"
+        );
+        assert!(
+            linking.contains("href=\"/api/v1/jobs/job-t/bundle?attempt=1\" download>"),
+            "{path}: {linking}"
+        );
+    }
+
+    // An attempt begun with nothing recorded yet has an empty timeline, and is latest.
+    let begun = json!({"job_id": "job-t", "attempt": 2, "node": "n0", "instance": "pod-n0",
+                       "started_at_ms": T0 + 60_000});
+    assert_eq!(
+        server
+            .post("/api/v1/attempts", Some(TOKEN), &begun.to_string())
+            .0,
+        200
+    );
+    let (status, empty) = server.get_json("/api/v1/jobs/job-t/timeline");
+    assert_eq!((status, &empty["attempt"]), (200, &json!(2)), "{empty}");
+    assert_eq!(empty["entries"], json!([]));
+    let (status, page) = server.get("/jobs/job-t/timeline");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("Nothing was recorded for this attempt yet."),
+        "{page}"
+    );
+    assert!(
+        page.contains("<a href=\"/jobs/job-t/timeline?attempt=1\">1</a>"),
+        "{page}"
+    );
+
+    for (path, message) in [
+        ("/api/v1/jobs/nope/timeline", "no job `nope` in the store"),
+        ("/api/v1/jobs/nope/explain", "no job `nope` in the store"),
+        (
+            "/api/v1/jobs/job-t/timeline?attempt=5",
+            "job `job-t` has no attempt 5; its latest is 2",
+        ),
+        (
+            "/api/v1/jobs/job-t/explain?attempt=5",
+            "job `job-t` has no attempt 5; its latest is 2",
+        ),
+    ] {
+        let (status, body) = server.get_json(path);
+        assert_eq!(status, 404, "{path}: {body}");
+        assert_eq!(body["error"]["message"], message, "{path}");
+        assert!(body["error"]["hint"].is_string(), "{path}: {body}");
+    }
+    for (path, needle) in [
+        ("/api/v1/jobs/job-t/timeline?attempt=0", "`attempt` is 0"),
+        ("/api/v1/jobs/job-t/explain?attempt=0", "`attempt` is 0"),
+        ("/api/v1/jobs/job-t/timeline?attempt=x", "attempt"),
+        ("/api/v1/jobs/job-t/explain?attempt=-1", "attempt"),
+        (
+            "/api/v1/jobs/job-t/timeline?colour=red",
+            "unknown field `colour`",
+        ),
+    ] {
+        let (status, body) = server.get_json(path);
+        assert_eq!(status, 400, "{path}: {body}");
+        let text = body["error"]["message"].as_str().unwrap();
+        assert!(text.contains(needle), "{path}: {text}");
+    }
+    for (path, status, needle) in [
+        ("/jobs/nope/timeline", 404, "no job `nope` in the store"),
+        (
+            "/jobs/job-t/timeline?attempt=5",
+            404,
+            "job `job-t` has no attempt 5; its latest is 2",
+        ),
+        ("/jobs/job-t/timeline?attempt=0", 400, "`attempt` is 0"),
+        (
+            "/jobs/job-t/timeline?attempt=x",
+            400,
+            "`attempt` is `x`, not a number",
+        ),
+    ] {
+        let (got, body) = server.get(path);
+        assert_eq!(got, status, "{path}: {body}");
+        assert!(body.starts_with("<!DOCTYPE html>"), "{path}: {body}");
+        let escaped = needle.replace('\'', "&#39;");
+        assert!(body.contains(&escaped), "{path}: {body}");
+    }
+}
+
 fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint(backing: Backing) {
     let server = populated(backing);
     server.get("/api/v1/jobs/job-a");
@@ -635,7 +909,9 @@ fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint
         ("/api/v1/jobs/{job}", vec!["get"]),
         ("/api/v1/jobs/{job}/attempts", vec!["get"]),
         ("/api/v1/jobs/{job}/instances", vec!["get"]),
+        ("/api/v1/jobs/{job}/explain", vec!["get"]),
         ("/api/v1/jobs/{job}/instances/{node}", vec!["get"]),
+        ("/api/v1/jobs/{job}/timeline", vec!["get"]),
         ("/api/v1/reports", vec!["post"]),
         ("/api/v1/results", vec!["get"]),
         ("/api/v1/runs", vec!["get"]),
@@ -684,4 +960,5 @@ on_both_stores!(
     pages_show_instances_the_failed_instance_and_filtered_events,
     a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arrives,
     metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint,
+    the_timeline_page_and_api_name_an_attempts_first_error_and_unknown_ones_are_404,
 );

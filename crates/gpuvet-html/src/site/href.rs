@@ -11,7 +11,12 @@
 //! - `/` and `/instances?job=JOB`: the instances page, all jobs or one;
 //! - `/instances/{job}/{node}` and `?attempt=N`: one instance, latest or given attempt;
 //! - `/events?kind=KIND&job=JOB&node=NODE`: the deployment events, each filter optional;
+//! - `/jobs/{job}/timeline?attempt=N`: one attempt's timeline and explanation;
 //! - `/api/v1/jobs/{job}/instances/{node}`: one instance as JSON (`InstanceSummary`);
+//! - `/api/v1/jobs/{job}/timeline?attempt=N` and `/api/v1/jobs/{job}/explain?attempt=N`:
+//!   the same as JSON (`Timeline`, `Explanation`);
+//! - `/api/v1/jobs/{job}/bundle?attempt=N`: everything kept about one attempt, to
+//!   download;
 //! - `/reports/{run_id}.html`: one run's static report.
 
 use std::fmt::Write;
@@ -78,6 +83,43 @@ pub fn instance_api(job: &str, node: &str) -> String {
         "/api/v1/jobs/{}/instances/{}",
         percent_encode(job),
         percent_encode(node)
+    )
+}
+
+/// `path` with `?attempt=N` when an attempt is given.
+fn with_attempt(mut path: String, attempt: Option<u32>) -> String {
+    if let Some(attempt) = attempt {
+        let _ = write!(path, "?attempt={attempt}");
+    }
+    path
+}
+
+/// One attempt's timeline page: the job's latest attempt, or the given one.
+pub fn timeline(job: &str, attempt: Option<u32>) -> String {
+    with_attempt(format!("/jobs/{}/timeline", percent_encode(job)), attempt)
+}
+
+/// One attempt's timeline as JSON.
+pub fn timeline_api(job: &str, attempt: Option<u32>) -> String {
+    with_attempt(
+        format!("/api/v1/jobs/{}/timeline", percent_encode(job)),
+        attempt,
+    )
+}
+
+/// One attempt's explanation as JSON.
+pub fn explain_api(job: &str, attempt: Option<u32>) -> String {
+    with_attempt(
+        format!("/api/v1/jobs/{}/explain", percent_encode(job)),
+        attempt,
+    )
+}
+
+/// Everything kept about one attempt, as one file to download.
+pub fn bundle(job: &str, attempt: Option<u32>) -> String {
+    with_attempt(
+        format!("/api/v1/jobs/{}/bundle", percent_encode(job)),
+        attempt,
     )
 }
 
@@ -163,5 +205,22 @@ mod tests {
             "/api/v1/jobs/job-7/instances/node%203"
         );
         assert_eq!(report(42), "/reports/42.html");
+        assert_eq!(timeline("job-7", None), "/jobs/job-7/timeline");
+        assert_eq!(
+            timeline("job/7", Some(3)),
+            "/jobs/job%2F7/timeline?attempt=3"
+        );
+        assert_eq!(
+            timeline_api("job 7", Some(1)),
+            "/api/v1/jobs/job%207/timeline?attempt=1"
+        );
+        assert_eq!(
+            explain_api("job-7", Some(2)),
+            "/api/v1/jobs/job-7/explain?attempt=2"
+        );
+        assert_eq!(
+            bundle("j&1", Some(2)),
+            "/api/v1/jobs/j%261/bundle?attempt=2"
+        );
     }
 }

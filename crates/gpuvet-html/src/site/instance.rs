@@ -1,8 +1,8 @@
 //! The instance page (`/instances/{job}/{node}`, `?attempt=N` for an older attempt):
 //! who and where, the latest run's status and times, its findings and one panel per
 //! check (the static report's own [`findings_table`] and [`check_panel`], whose charts
-//! fold a 1,024-node check into a bounded profile), a link to the static report, the
-//! instance's runs and its events. While the node has no report yet or its run goes on,
+//! fold a 1,024-node check into a bounded profile), links to the static report and to
+//! its attempt's timeline and bundle, the instance's runs and its events. While the node has no report yet or its run goes on,
 //! the page is live: [`live`](crate::site::live) reloads it when a new run arrives.
 
 use gpuvet_core::events::Event;
@@ -12,6 +12,7 @@ use gpuvet_core::results::RunReport;
 use crate::site::events::events_table;
 use crate::site::layout::{Section, document};
 use crate::site::live::refresh_script;
+use crate::site::timeline::{bundle_link, timeline_link};
 use crate::site::{href, when};
 use crate::{check_panel, escape, findings_table, group_section};
 
@@ -152,6 +153,8 @@ fn links(instance: &InstanceSummary) -> String {
             escape(&href::report(run.run_id))
         ));
     }
+    links.push(timeline_link(&who.job_id, who.attempt));
+    links.push(bundle_link(&who.job_id, who.attempt));
     links.push(format!(
         "<a href=\"{}\">all events of this node</a>",
         escape(&href::events(None, Some(&who.job_id), Some(&who.node)))
@@ -250,6 +253,10 @@ mod tests {
         );
         assert!(html.contains("<a href=\"/api/v1/jobs/job-7/instances/node-3\">JSON</a>"));
         assert!(
+            html.contains("<a class=\"timeline\" href=\"/jobs/job-7/timeline?attempt=2\">Timeline</a> · <a class=\"bundle\" href=\"/api/v1/jobs/job-7/bundle?attempt=2\" download>Download bundle</a>"),
+            "{html}"
+        );
+        assert!(
             html.contains("<dt>job</dt><dd><a href=\"/instances?job=job-7\">job-7</a></dd>"),
             "{html}"
         );
@@ -281,7 +288,10 @@ mod tests {
         assert!(html.contains("earlier attempts: <a href=\"/instances/job-7/node-3?attempt=1\">1</a>, <a href=\"/instances/job-7/node-3?attempt=2\">2</a>; <a href=\"/instances/job-7/node-3\">latest attempt</a>"), "{html}");
         later.attempt.attempt = 20;
         let html = instance_page(&later, None, &[], &[], false);
-        assert_eq!(html.matches("?attempt=").count(), LINKED_ATTEMPTS as usize);
+        assert_eq!(
+            html.matches("/instances/job-7/node-3?attempt=").count(),
+            LINKED_ATTEMPTS as usize
+        );
         later.attempt.attempt = 1;
         let html = instance_page(&later, None, &[], &[], false);
         assert!(!html.contains("earlier attempts"), "{html}");

@@ -1,6 +1,6 @@
-//! The instances page (`/`, or `/instances?job=JOB` for one job): per job its counts
-//! and its instances, each with its latest sanity-check status, when it ran, and a link
-//! to its page.
+//! The instances page (`/`, or `/instances?job=JOB` for one job): per job its counts,
+//! links to its latest attempt's timeline and bundle, and its instances, each with its
+//! latest sanity-check status, when it ran, and a link to its page.
 //!
 //! Folding, so that a job of 1,024 nodes is a page to read rather than 1,024 rows:
 //! - instances are ordered problems first (failed, incomplete, running, then passed),
@@ -24,6 +24,7 @@ use gpuvet_core::overview::{InstanceSummary, JobSummary};
 use crate::escape;
 use crate::site::layout::{Section, document};
 use crate::site::node_names::{natural_key, ranges};
+use crate::site::timeline::{bundle_link, timeline_link};
 use crate::site::{href, when};
 
 /// The most instances of one job shown as a row each.
@@ -105,6 +106,11 @@ fn job_section(job: &JobSummary, instances: &[&InstanceSummary], now_ms: u64) ->
         when::utc_and_ago(job.started_at_ms, now_ms),
         job_id = escape(&job.job_id),
     );
+    out.push_str(&format!(
+        "<p class=\"links\">{} · {}</p>\n",
+        timeline_link(&job.job_id, job.latest_attempt),
+        bundle_link(&job.job_id, job.latest_attempt)
+    ));
     if instances.is_empty() {
         out.push_str("<p class=\"empty\">No instance listed.</p>\n</section>\n");
         return out;
@@ -245,6 +251,10 @@ mod tests {
             "{html}"
         );
         assert!(html.contains("3 checks, 1 failed, 2 findings"));
+        assert!(
+            html.contains("<p class=\"links\"><a class=\"timeline\" href=\"/jobs/job-7/timeline?attempt=2\">Timeline</a> · <a class=\"bundle\" href=\"/api/v1/jobs/job-7/bundle?attempt=2\" download>Download bundle</a></p>"),
+            "{html}"
+        );
         assert!(html.contains("<td>started <time datetime=\"2026-01-01T00:00:00.000Z\">2026-01-01T00:00:00.000Z</time> <span class=\"ago\">5 min ago</span></td><td>no report yet</td>"), "{html}");
         assert!(!html.contains("<details>"), "nothing folded: {html}");
     }

@@ -7,6 +7,8 @@
 //! - [`instance_page`]: `/instances/{job}/{node}`, one instance with its report's
 //!   findings and check panels, its runs and events, live while it runs;
 //! - [`events_page`]: `/events`, the deployment events with a filter form;
+//! - [`timeline_page`]: `/jobs/{job}/timeline`, one attempt's timeline on one clock,
+//!   a lane per node (a large group folded), with its explanation;
 //! - [`error_page`]: what a page request that finds nothing gets.
 //!
 //! Every link comes from [`href`], which names the routes; every page shares the frame
@@ -21,6 +23,7 @@ mod instances;
 pub mod layout;
 mod live;
 mod node_names;
+mod timeline;
 mod when;
 
 #[cfg(test)]
@@ -31,3 +34,4 @@ pub use events::events_page;
 pub use instance::instance_page;
 pub use instances::{SHOWN_INSTANCES, SHOWN_RANGES, instances_page};
 pub use live::POLL_MS;
+pub use timeline::{FOLDED_LANES, SHOWN_ENTRIES, SHOWN_LANES, timeline_page};

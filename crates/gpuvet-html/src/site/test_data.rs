@@ -1,9 +1,16 @@
-//! Instances, runs and events for the site's unit tests, and the hostile names every
-//! page is tested with.
+//! Instances, runs, events and a group's record for the site's unit tests, and the
+//! hostile names every page is tested with.
 
+use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::{Attempt, Event, EventKind, NewEvent};
 use gpuvet_core::overview::{InstanceSummary, JobSummary, RunSummary};
-use gpuvet_core::results::{Lane, Outcome};
+use gpuvet_core::results::{
+    CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary, Lane,
+    Measurement, Outcome, RunReport, Verdict,
+};
+use gpuvet_core::timeline::{
+    CheckSpan, CheckWindow, JobRecord, MemberClock, MemberRecord, RecordedTimeline,
+};
 
 /// A node name that would run script if a page wrote it unescaped.
 pub const HOSTILE_NODE: &str = "<script>alert('x')</script>";
@@ -109,4 +116,146 @@ pub fn job(
         started_at_ms: T0,
     };
     (summary, instances)
+}
+
+/// Attempt 1 of `job` on a group of `names` (the first coordinating) that ran
+/// `gemm_flops` then `all_reduce_2`, each node's clock off by up to 2 ms: the node at
+/// `failing` stopped answering during the second check (the group's first error), the
+/// next one timed out waiting for it and their pair was found faulty, the last node
+/// saw XID 79 of its own, and every node recorded that its sanity check failed.
+pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
+    let count = names.len();
+    let next = (failing + 1) % count;
+    let offset = |i: usize| (i % 5) as i64 - 2;
+    let local = |i: usize, ms: u64| (ms as i64 + offset(i)) as u64;
+    let members = names
+        .iter()
+        .enumerate()
+        .map(|(i, node)| MemberRecord {
+            rank: i as u32,
+            node: node.clone(),
+            clock: Some(MemberClock {
+                offset_ns: offset(i) * 1_000_000,
+                uncertainty_ns: 40_000,
+                samples: 5,
+            }),
+            spans: vec![
+                CheckSpan {
+                    check: CheckName::GemmFlops,
+                    began_ms: local(i, T0 + 100),
+                    ended_ms: local(i, T0 + 1_100 + i as u64 % 7),
+                },
+                CheckSpan {
+                    check: CheckName::AllReduce2,
+                    began_ms: local(i, T0 + 1_200),
+                    ended_ms: local(i, if i == failing { T0 + 1_500 } else { T0 + 2_200 }),
+                },
+            ],
+        })
+        .collect();
+    let incident = |rank: usize, kind: &str, lane: Lane, time_ms: u64| GroupIncident {
+        rank: rank as u32,
+        node: names[rank].clone(),
+        kind: kind.to_owned(),
+        lane,
+        time_ms,
+        detail: format!("rank {rank} ({}) {kind}", names[rank]),
+    };
+    let pair = Entity::NodePair {
+        a: names[next].clone(),
+        b: names[failing].clone(),
+    };
+    let faulty_pair = EntityResult {
+        measurement: Measurement::ok(pair.clone(), 0.0, vec![0.0]),
+        entity: pair,
+        verdict: Verdict::Faulty,
+        lane: Lane::Network,
+        reason: "lost its peer".to_owned(),
+        evidence: Evidence::default(),
+    };
+    let checks = vec![
+        CheckResult::judged(CheckName::GemmFlops, CheckStatus::Passed, Vec::new()),
+        CheckResult::judged(
+            CheckName::AllReduce2,
+            CheckStatus::Failed,
+            vec![faulty_pair],
+        ),
+    ];
+    let group = GroupSummary {
+        nodes: names.to_vec(),
+        first_error: Some(incident(failing, "unresponsive", Lane::Host, T0 + 1_500)),
+        secondary: vec![incident(next, "timed_out", Lane::Network, T0 + 1_900)],
+        other_failures: Vec::new(),
+        timeline: Some(RecordedTimeline {
+            coordinator: names[0].clone(),
+            members,
+            checks: vec![
+                CheckWindow {
+                    check: CheckName::GemmFlops,
+                    began_ms: T0 + 100,
+                    ended_ms: T0 + 1_110,
+                    status: CheckStatus::Passed,
+                },
+                CheckWindow {
+                    check: CheckName::AllReduce2,
+                    began_ms: T0 + 1_200,
+                    ended_ms: T0 + 2_200,
+                    status: CheckStatus::Failed,
+                },
+            ],
+        }),
+    };
+    let report = RunReport {
+        report_id: "r-0".to_owned(),
+        gpuvet_version: "0".to_owned(),
+        job_id: job.to_owned(),
+        attempt: 1,
+        node: names[0].clone(),
+        instance: format!("pod-{}", names[0]),
+        backend: "sim".to_owned(),
+        devices: Vec::new(),
+        started_at_ms: T0,
+        duration_secs: 2.5,
+        timeout_secs: 60.0,
+        outcome: Outcome::of(&checks),
+        checks,
+        group: Some(group),
+        context: None,
+    };
+    let event_at = |id: usize, i: usize, time_ms: u64, kind: EventKind, details| Event {
+        id: id as i64,
+        attempt: attempt(job, 1, &names[i]),
+        event: NewEvent {
+            event_id: format!("e-{id}"),
+            time_ms: local(i, time_ms),
+            kind,
+            lane: Some(Lane::Host),
+            message: format!("{kind} on {}", names[i]),
+            details,
+        },
+    };
+    let last = count - 1;
+    let mut events = vec![event_at(
+        0,
+        last,
+        T0 + 2_000,
+        EventKind::RuntimeCheckFailed,
+        serde_json::json!({"check": "xid", "source": "c4d", "xid": 79}),
+    )];
+    events.extend((0..count).map(|i| {
+        event_at(
+            i + 1,
+            i,
+            T0 + 2_300,
+            EventKind::SanityCheckFailed,
+            serde_json::Value::Null,
+        )
+    }));
+    events.sort_by_key(|e| e.event.time_ms);
+    JobRecord {
+        job_id: job.to_owned(),
+        attempt: 1,
+        reports: vec![report],
+        events,
+    }
 }

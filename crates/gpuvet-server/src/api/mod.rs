@@ -1,6 +1,6 @@
 //! The JSON API under `/api/v1`: the reads of jobs, attempts, instances, runs,
-//! per-check results and events ([`read`]), and the pushes of attempts, reports and
-//! events ([`push`]).
+//! per-check results, events, and an attempt's timeline and explanation ([`read`]),
+//! and the pushes of attempts, reports and events ([`push`]).
 //!
 //! Lists take their filters as query parameters and answer `[]` when nothing matches;
 //! one thing named by its id or name answers 404 when the store has no such thing.
@@ -31,6 +31,8 @@ pub(crate) fn routes() -> Router<AppState> {
             "/api/v1/jobs/{job}/instances/{node}",
             get(read::get_instance),
         )
+        .route("/api/v1/jobs/{job}/timeline", get(read::get_timeline))
+        .route("/api/v1/jobs/{job}/explain", get(read::get_explanation))
         .route("/api/v1/runs", get(read::list_runs))
         .route("/api/v1/runs/{run_id}", get(read::get_run))
         .route("/api/v1/results", get(read::list_results))

@@ -1,4 +1,5 @@
-//! The API's reads: jobs, attempts, instances, runs, per-check results and events.
+//! The API's reads: jobs, attempts, instances, runs, per-check results, events, and one
+//! attempt's timeline and explanation (assembled from what the store keeps of it).
 
 // utoipa's `params(...)` expansion names each query type by a path the lint calls
 // redundant.
@@ -8,8 +9,10 @@ use axum::Json;
 use axum::extract::State;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::{Attempt, Event, EventKind};
+use gpuvet_core::explain::{Explanation, explain};
 use gpuvet_core::overview::{InstanceSummary, JobSummary};
 use gpuvet_core::results::{Outcome, RunReport};
+use gpuvet_core::timeline::{JobRecord, Timeline, assemble};
 use gpuvet_store::{EventFilter, ResultFilter, RunFilter, StoredResult, StoredRun};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -179,6 +182,107 @@ pub(crate) async fn get_instance(
                 "list the job's instances at /api/v1/jobs/{job}/instances"
             ))
         })
+}
+
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct TimelineQuery {
+    /// An attempt by number, from 1; without it, the job's latest attempt.
+    #[param(minimum = 1)]
+    attempt: Option<u32>,
+}
+
+/// One attempt of a job, assembled from what the store keeps of it.
+#[derive(Debug)]
+pub(crate) struct Explained {
+    pub timeline: Timeline,
+    pub explanation: Explanation,
+    /// The job's latest attempt.
+    pub latest: u32,
+}
+
+/// `attempt` as given, refused when it is 0.
+fn attempt_number(attempt: Option<u32>) -> Result<Option<u32>, ApiError> {
+    match attempt {
+        Some(0) => Err(
+            ApiError::bad_request("`attempt` is 0; attempts are numbered from 1")
+                .with_hint("leave `attempt` out for the job's latest attempt"),
+        ),
+        attempt => Ok(attempt),
+    }
+}
+
+/// The timeline and explanation of `attempt` of `job` (its latest when `None`). An
+/// attempt that has begun but recorded nothing yet has an empty timeline; an unknown
+/// job or attempt is a 404.
+pub(crate) async fn explained(
+    state: &AppState,
+    job: String,
+    attempt: Option<u32>,
+) -> Result<Explained, ApiError> {
+    let attempt = attempt_number(attempt)?;
+    let lookup = job.clone();
+    let found = state
+        .store(move |store| {
+            let Some(latest) = store.latest_attempt(&lookup)? else {
+                return Ok(Err(None));
+            };
+            let attempt = attempt.unwrap_or(latest);
+            let record = match store.job_record(&lookup, attempt)? {
+                Some(record) => record,
+                None if !store.instances(&lookup, Some(attempt))?.is_empty() => JobRecord {
+                    job_id: lookup.clone(),
+                    attempt,
+                    reports: Vec::new(),
+                    events: Vec::new(),
+                },
+                None => return Ok(Err(Some((attempt, latest)))),
+            };
+            let timeline = assemble(&record);
+            let explanation = explain(&record, &timeline);
+            Ok(Ok(Explained {
+                timeline,
+                explanation,
+                latest,
+            }))
+        })
+        .await?;
+    found.map_err(|missing| match missing {
+        None => unknown_job(&job),
+        Some((attempt, latest)) => ApiError::not_found(format!(
+            "job `{job}` has no attempt {attempt}; its latest is {latest}"
+        ))
+        .with_hint(format!(
+            "list the job's attempts at /api/v1/jobs/{job}/attempts"
+        )),
+    })
+}
+
+#[utoipa::path(get, path = "/api/v1/jobs/{job}/timeline", tag = "jobs",
+    params(("job" = String, Path, description = "The job's id"), TimelineQuery),
+    responses((status = 200, description = "The attempt's timeline: what every node did and what went wrong, on one clock", body = Timeline),
+              (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
+pub(crate) async fn get_timeline(
+    State(state): State<AppState>,
+    Path(job): Path<String>,
+    Query(query): Query<TimelineQuery>,
+) -> Result<Json<Timeline>, ApiError> {
+    Ok(Json(explained(&state, job, query.attempt).await?.timeline))
+}
+
+#[utoipa::path(get, path = "/api/v1/jobs/{job}/explain", tag = "jobs",
+    params(("job" = String, Path, description = "The job's id"), TimelineQuery),
+    responses((status = 200, description = "The attempt's first error, the team it belongs to, the next step, and each hypothesis judged", body = Explanation),
+              (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
+pub(crate) async fn get_explanation(
+    State(state): State<AppState>,
+    Path(job): Path<String>,
+    Query(query): Query<TimelineQuery>,
+) -> Result<Json<Explanation>, ApiError> {
+    Ok(Json(
+        explained(&state, job, query.attempt).await?.explanation,
+    ))
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
