@@ -25,6 +25,7 @@ use crate::api;
         api::read::get_instance,
         api::read::get_timeline,
         api::read::get_explanation,
+        api::read::get_bundle,
         api::read::list_runs,
         api::read::get_run,
         api::read::list_results,

@@ -100,6 +100,19 @@ impl Running {
         (status, response.body_mut().read_to_string().unwrap())
     }
 
+    /// `GET path`: its status, content type and body as bytes.
+    fn get_bytes(&self, path: &str) -> (u16, String, Vec<u8>) {
+        let mut response = Self::agent().get(&self.url(path)).call().unwrap();
+        let status = response.status().as_u16();
+        let kind = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        (status, kind, response.body_mut().read_to_vec().unwrap())
+    }
+
     /// `GET path` answered with JSON.
     fn get_json(&self, path: &str) -> (u16, Value) {
         let (status, body) = self.get(path);
@@ -620,6 +633,7 @@ fn group_report() -> RunReport {
             samples: 5,
         }),
         spans: spans(offset_ms, last_end),
+        devices: Vec::new(),
     };
     let incident = |rank: u32, kind: &str, lane: Lane, time_ms: u64| GroupIncident {
         rank,
@@ -755,6 +769,24 @@ fn the_timeline_page_and_api_name_an_attempts_first_error_and_unknown_ones_are_4
         (&json!("host"), &json!("confirmed"))
     );
 
+    // The bundle the page links to: whole, its manifest matching, the same answer, and
+    // without the server's token.
+    let (status, kind, bytes) = server.get_bytes("/api/v1/jobs/job-t/bundle?attempt=1");
+    assert_eq!((status, kind.as_str()), (200, "application/gzip"));
+    let bundle = gpuvet_bundle::read(bytes.as_slice(), &gpuvet_bundle::Limits::default())
+        .expect("a bundle whose manifest matches");
+    let explained: Value = bundle.json("explain.json").unwrap();
+    assert_eq!(explained, explanation);
+    for file in &bundle.files {
+        assert!(
+            !String::from_utf8_lossy(&file.bytes).contains(TOKEN),
+            "{} holds the server's token",
+            file.path
+        );
+    }
+    let (_, record) = gpuvet_bundle::layout::unpack(bytes.as_slice()).unwrap();
+    assert_eq!((record.job_id.as_str(), record.attempt), ("job-t", 1));
+
     let (status, page) = server.get("/jobs/job-t/timeline");
     assert_eq!(status, 200, "{page}");
     assert_eq!(page.matches("id=\"first-error\"").count(), 1, "{page}");
@@ -811,6 +843,7 @@ fn the_timeline_page_and_api_name_an_attempts_first_error_and_unknown_ones_are_4
     for (path, message) in [
         ("/api/v1/jobs/nope/timeline", "no job `nope` in the store"),
         ("/api/v1/jobs/nope/explain", "no job `nope` in the store"),
+        ("/api/v1/jobs/nope/bundle", "no job `nope` in the store"),
         (
             "/api/v1/jobs/job-t/timeline?attempt=5",
             "job `job-t` has no attempt 5; its latest is 2",
@@ -828,6 +861,7 @@ fn the_timeline_page_and_api_name_an_attempts_first_error_and_unknown_ones_are_4
     for (path, needle) in [
         ("/api/v1/jobs/job-t/timeline?attempt=0", "`attempt` is 0"),
         ("/api/v1/jobs/job-t/explain?attempt=0", "`attempt` is 0"),
+        ("/api/v1/jobs/job-t/bundle?attempt=0", "`attempt` is 0"),
         ("/api/v1/jobs/job-t/timeline?attempt=x", "attempt"),
         ("/api/v1/jobs/job-t/explain?attempt=-1", "attempt"),
         (
@@ -909,6 +943,7 @@ fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint
         ("/api/v1/jobs/{job}", vec!["get"]),
         ("/api/v1/jobs/{job}/attempts", vec!["get"]),
         ("/api/v1/jobs/{job}/instances", vec!["get"]),
+        ("/api/v1/jobs/{job}/bundle", vec!["get"]),
         ("/api/v1/jobs/{job}/explain", vec!["get"]),
         ("/api/v1/jobs/{job}/instances/{node}", vec!["get"]),
         ("/api/v1/jobs/{job}/timeline", vec!["get"]),

@@ -151,6 +151,7 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
                     ended_ms: local(i, if i == failing { T0 + 1_500 } else { T0 + 2_200 }),
                 },
             ],
+            devices: Vec::new(),
         })
         .collect();
     let incident = |rank: usize, kind: &str, lane: Lane, time_ms: u64| GroupIncident {

@@ -33,6 +33,7 @@ pub(crate) fn routes() -> Router<AppState> {
         )
         .route("/api/v1/jobs/{job}/timeline", get(read::get_timeline))
         .route("/api/v1/jobs/{job}/explain", get(read::get_explanation))
+        .route("/api/v1/jobs/{job}/bundle", get(read::get_bundle))
         .route("/api/v1/runs", get(read::list_runs))
         .route("/api/v1/runs/{run_id}", get(read::get_run))
         .route("/api/v1/results", get(read::list_results))

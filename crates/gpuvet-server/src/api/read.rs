@@ -196,6 +196,7 @@ pub(crate) struct TimelineQuery {
 /// One attempt of a job, assembled from what the store keeps of it.
 #[derive(Debug)]
 pub(crate) struct Explained {
+    pub record: JobRecord,
     pub timeline: Timeline,
     pub explanation: Explanation,
     /// The job's latest attempt.
@@ -242,6 +243,7 @@ pub(crate) async fn explained(
             let timeline = assemble(&record);
             let explanation = explain(&record, &timeline);
             Ok(Ok(Explained {
+                record,
                 timeline,
                 explanation,
                 latest,
@@ -283,6 +285,65 @@ pub(crate) async fn get_explanation(
     Ok(Json(
         explained(&state, job, query.attempt).await?.explanation,
     ))
+}
+
+#[utoipa::path(get, path = "/api/v1/jobs/{job}/bundle", tag = "jobs",
+    params(("job" = String, Path, description = "The job's id"), TimelineQuery),
+    responses((status = 200, description = "The attempt's fault bundle (`gpuvet bundle`): a gzip'd tar with a sha256 `MANIFEST`, a README for the team it goes to, the timeline, `explain`, every report, inventory and event, and the config without its secrets", content_type = "application/gzip"),
+              (status = 404, body = ErrorBody), (status = 400, body = ErrorBody)))]
+pub(crate) async fn get_bundle(
+    State(state): State<AppState>,
+    Path(job): Path<String>,
+    Query(query): Query<TimelineQuery>,
+) -> Result<axum::response::Response, ApiError> {
+    use axum::http::header;
+    use axum::response::IntoResponse;
+
+    let explained = explained(&state, job, query.attempt).await?;
+    let record = explained.record;
+    let name = format!(
+        "gpuvet-bundle-{}-attempt{}.tar.gz",
+        gpuvet_bundle::safe_file_name(&record.job_id),
+        record.attempt
+    );
+    // The server's own token is a secret no bundle may hold, like the nodes' were.
+    let token = state.token.clone();
+    let packed = tokio::task::spawn_blocking(move || {
+        let secrets: Vec<&str> = token.as_deref().into_iter().collect();
+        let mut bytes = Vec::new();
+        gpuvet_bundle::layout::pack(
+            &record,
+            gpuvet_core::time::unix_now_ms(),
+            env!("CARGO_PKG_VERSION"),
+            &secrets,
+            &mut bytes,
+        )
+        .map(|_| bytes)
+    })
+    .await
+    .map_err(|err| {
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("packing the bundle stopped: {err}"),
+        )
+    })?
+    .map_err(|err| {
+        ApiError::new(
+            axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+            format!("cannot pack the bundle: {err}"),
+        )
+    })?;
+    Ok((
+        [
+            (header::CONTENT_TYPE, "application/gzip".to_owned()),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{name}\""),
+            ),
+        ],
+        packed,
+    )
+        .into_response())
 }
 
 #[derive(Debug, Deserialize, IntoParams)]
