@@ -412,3 +412,6 @@ fn describe(path: &str) -> &'static str {
         _ => "",
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -6,241 +6,18 @@
 //! bundle as on the store, the bundle's manifest checks out with `sha256sum -c`, and
 //! no file of the bundle holds the group's or the push token.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
-use serde_json::Value;
-
+use crate::common::explained::{
+    REPORT_TOKEN, config_with_secret, explain_everywhere, first_error, for_snapshot, hypothesis,
+};
 use crate::common::group::{GROUP_TOKEN, Group, GroupSpec};
-use crate::common::{self, Scratch, json, stderr, stdout};
+use crate::common::{self, Scratch, json, stderr};
 
 /// Only a hang reaches it.
 const LIMIT: Duration = Duration::from_secs(90);
-/// The push token the runs hold; like the group's, no bundle may contain it.
-const REPORT_TOKEN: &str = "report-token-for-bundle-tests";
-const SECRETS: [&str; 2] = [GROUP_TOKEN, REPORT_TOKEN];
-
-/// A config that holds the group's token where users put such things: a rebuild hook
-/// that calls an API with it.
-fn config_with_secret(scratch: &Scratch, name: &str, gpuvet: &str) -> PathBuf {
-    scratch.config(
-        name,
-        &format!(
-            r#"{{"gpuvet": {{{gpuvet}"rebuild_hook": ["curl", "-H",
-                "Authorization: Bearer {GROUP_TOKEN}", "http://rebuild.invalid/"]}}}}"#
-        ),
-    )
-}
-
-/// `explain` on the store and on its bundle, which must agree; the bundle is checked
-/// with the system's `tar` and `sha256sum` and searched for every secret. Returns the
-/// explanation (JSON) and its text.
-fn explain_everywhere(scratch: &Scratch, store: &Path, job: &str) -> (Value, String) {
-    let explain = |args: &[&str]| {
-        let output = scratch
-            .gpuvet()
-            .arg("explain")
-            .args(args)
-            .args(["--store"])
-            .arg(store)
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-        output
-    };
-    let from_store = json(&explain(&["--job", job, "--json"]));
-    let text = stdout(&explain(&["--job", job]));
-
-    let bundle = scratch.path(&format!("{job}.tar.gz"));
-    let output = scratch
-        .gpuvet()
-        .args(["bundle", "--job", job, "-o"])
-        .arg(&bundle)
-        .arg("--store")
-        .arg(store)
-        .env_remove("GPUVET_TOKEN")
-        .env_remove("GPUVET_REPORT_TOKEN")
-        .output()
-        .unwrap();
-    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
-    let size = std::fs::metadata(&bundle).unwrap().len();
-    assert!(size < 5_000_000, "{size} bytes");
-
-    let from_bundle = scratch
-        .gpuvet()
-        .arg("explain")
-        .arg(&bundle)
-        .arg("--json")
-        .env_remove("GPUVET_STORE")
-        .output()
-        .unwrap();
-    assert_eq!(
-        from_bundle.status.code(),
-        Some(0),
-        "{}",
-        stderr(&from_bundle)
-    );
-    assert_eq!(
-        json(&from_bundle),
-        from_store,
-        "the bundle and the store disagree"
-    );
-    let text_of_bundle = scratch
-        .gpuvet()
-        .arg("explain")
-        .arg(&bundle)
-        .output()
-        .unwrap();
-    assert_eq!(stdout(&text_of_bundle), text);
-
-    let unpacked = scratch.path(&format!("{job}-unpacked"));
-    std::fs::create_dir_all(&unpacked).unwrap();
-    let tar = Command::new("tar")
-        .arg("-xzf")
-        .arg(&bundle)
-        .arg("-C")
-        .arg(&unpacked)
-        .output()
-        .unwrap();
-    assert!(
-        tar.status.success(),
-        "{}",
-        String::from_utf8_lossy(&tar.stderr)
-    );
-    let root = std::fs::read_dir(&unpacked)
-        .unwrap()
-        .next()
-        .expect("one top-level directory")
-        .unwrap()
-        .path();
-    let check = Command::new("sha256sum")
-        .args(["-c", "--quiet", "MANIFEST"])
-        .current_dir(&root)
-        .output()
-        .unwrap();
-    assert!(
-        check.status.success(),
-        "{}",
-        String::from_utf8_lossy(&check.stdout)
-    );
-    for file in files_under(&root) {
-        let bytes = std::fs::read(&file).unwrap();
-        let text = String::from_utf8_lossy(&bytes);
-        for secret in SECRETS {
-            assert!(
-                !text.contains(secret),
-                "`{}` holds a secret",
-                file.display()
-            );
-        }
-    }
-    for needed in ["README.md", "timeline.json", "events.json", "explain.txt"] {
-        assert!(root.join(needed).exists(), "{needed} in the bundle");
-    }
-    (from_store, text)
-}
-
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            files.extend(files_under(&path));
-        } else {
-            files.push(path);
-        }
-    }
-    files
-}
-
-/// The text without what differs from run to run: times, offsets, measured figures,
-/// and the evidence beyond its first line (which peers timed out, and when).
-fn snapshot_text(text: &str) -> String {
-    let mut out = Vec::new();
-    let mut evidence = 0;
-    let mut in_evidence = false;
-    for line in text.lines() {
-        if line == "evidence:" {
-            in_evidence = true;
-        } else if line == "hypotheses:" {
-            in_evidence = false;
-        } else if in_evidence {
-            evidence += 1;
-            if evidence > 1 {
-                continue;
-            }
-        }
-        out.push(line);
-    }
-    out.join("\n") + "\n"
-}
-
-fn assert_explained(name: &str, text: &str) {
-    insta::assert_snapshot!(name, normalized(&snapshot_text(text)));
-}
-
-/// Measured figures (any number with a decimal point, or one followed by a unit)
-/// become `[n]`, and what a lost node was doing, `[phase]`: both differ from run to
-/// run. Counts, ranks and names stay.
-fn normalized(text: &str) -> String {
-    let mut out = String::new();
-    let chars: Vec<char> = text.chars().collect();
-    let mut i = 0;
-    while i < chars.len() {
-        let starts_number = chars[i].is_ascii_digit()
-            && (i == 0
-                || !(chars[i - 1].is_alphanumeric() || chars[i - 1] == '_' || chars[i - 1] == '-'));
-        if starts_number {
-            let mut j = i;
-            while j < chars.len() && (chars[j].is_ascii_digit() || chars[j] == '.') {
-                j += 1;
-            }
-            let number: String = chars[i..j].iter().collect();
-            let rest: String = chars[j..chars.len().min(j + 7)].iter().collect();
-            let measured = number.contains('.')
-                || ["%", " ms", " s ", " s,", " s;", " GB/s", " TFLOPS", " µs"]
-                    .iter()
-                    .any(|unit| rest.starts_with(unit));
-            out.push_str(if measured { "[n]" } else { &number });
-            i = j;
-            continue;
-        }
-        out.push(chars[i]);
-        i += 1;
-    }
-    out.lines().map(phase_hidden).collect::<Vec<_>>().join("\n") + "\n"
-}
-
-/// `phase `X`` becomes `phase `[phase]``.
-fn phase_hidden(line: &str) -> String {
-    match line.split_once("phase `") {
-        Some((before, after)) => match after.split_once('`') {
-            Some((_, rest)) => format!("{before}phase `[phase]`{}", phase_hidden(rest)),
-            None => line.to_owned(),
-        },
-        None => line.to_owned(),
-    }
-}
-
-fn first_error(explanation: &Value) -> (&str, &str) {
-    let first = &explanation["first_error"];
-    (
-        first["node"].as_str().unwrap_or_default(),
-        explanation["lane"].as_str().unwrap_or_default(),
-    )
-}
-
-fn hypothesis<'a>(explanation: &'a Value, name: &str) -> &'a str {
-    explanation["hypotheses"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|h| h["hypothesis"] == name)
-        .and_then(|h| h["conclusion"].as_str())
-        .unwrap()
-}
-
 /// A group of four on loopback with a store per rank, the group's token in the config
 /// and the environment, and the push token in the environment.
 fn stored_group(scratch: &Scratch, checks: &str) -> GroupSpec {
@@ -272,7 +49,7 @@ fn a_stopped_agent_is_explained_as_the_hosts() {
     assert_eq!(first_error(&explanation), ("n2", "host"), "{text}");
     assert_eq!(explanation["first_error"]["incident"], "unresponsive");
     assert_eq!(hypothesis(&explanation, "host"), "confirmed", "{text}");
-    assert_explained("stopped_agent", &text);
+    insta::assert_snapshot!("stopped_agent", for_snapshot(&text));
 }
 
 #[test]
@@ -288,7 +65,7 @@ fn a_killed_agent_is_explained_as_the_hosts() {
     let (explanation, text) = explain_everywhere(&scratch, &scratch.path("rank0.db"), "job-group");
     assert_eq!(first_error(&explanation), ("n1", "host"), "{text}");
     assert_eq!(explanation["first_error"]["incident"], "crashed");
-    assert_explained("killed_agent", &text);
+    insta::assert_snapshot!("killed_agent", for_snapshot(&text));
 }
 
 #[test]
@@ -302,7 +79,7 @@ fn an_inventory_mismatch_is_explained_as_the_platforms() {
     let (explanation, text) = explain_everywhere(&scratch, &scratch.path("rank0.db"), "job-group");
     assert_eq!(first_error(&explanation), ("n2", "platform"), "{text}");
     assert_eq!(hypothesis(&explanation, "platform"), "confirmed", "{text}");
-    assert_explained("inventory_mismatch", &text);
+    insta::assert_snapshot!("inventory_mismatch", for_snapshot(&text));
 }
 
 /// Four sim nodes in one config (as `--local-nodes` agents share it), `local-2` at
@@ -348,7 +125,7 @@ fn a_slow_node_is_named_with_its_lane() {
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
     let (explanation, text) = explain_everywhere(&scratch, &scratch.store(), "slow-node");
     assert_eq!(first_error(&explanation).0, "local-2", "{text}");
-    assert_explained("slow_node", &text);
+    insta::assert_snapshot!("slow_node", for_snapshot(&text));
 }
 
 fn fr_fixture(case: &str) -> PathBuf {
@@ -388,7 +165,7 @@ fn a_flight_recorder_hang_is_placed_on_its_ranks_node() {
         .filter(|e| e["kind"] == "collective")
         .count();
     assert!(collectives > 0, "{timeline:#}");
-    assert_explained("flight_recorder_hang", &text);
+    insta::assert_snapshot!("flight_recorder_hang", for_snapshot(&text));
 }
 
 const XID_79: &str =
@@ -433,7 +210,7 @@ fn xid_79_at_run_time_is_explained_as_the_gpus() {
     assert_eq!(explanation["lane"], "host", "{text}");
     assert_eq!(explanation["first_error"]["xid"], 79, "{text}");
     assert_eq!(hypothesis(&explanation, "gpu"), "confirmed", "{text}");
-    assert_explained("xid_79", &text);
+    insta::assert_snapshot!("xid_79", for_snapshot(&text));
 }
 
 #[test]

@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use crate::common::explained::{explain_everywhere, first_error, for_snapshot, hypothesis};
 use crate::common::group::{Group, GroupSpec, findings};
 use crate::common::netns::{Netns, control_ip, data_ip};
 use crate::common::{self, Scratch};
@@ -62,13 +63,27 @@ fn a_rate_limited_link_names_its_node_slow_in_the_network_lane() {
     let _turn = common::one_at_a_time();
     let netns = Netns::create("s", 4);
     netns.limit_rate(2, "200mbit");
-    let report = run(&netns, 4, "all_reduce_2,all_reduce");
+    let scratch = Scratch::temp();
+    let mut spec = spec(&netns, 4, "all_reduce_2,all_reduce");
+    // The coordinator keeps its report, whose bundle `explain` reads below.
+    spec.keep_store = true;
+    let finished = Group::start(&scratch, &spec).finish(LIMIT);
+    let report = finished[0].report();
     assert_eq!(report["outcome"], "failed");
     for check in ["all_reduce_2", "all_reduce"] {
         assert_eq!(findings(&report, check), ["n2"], "{check}: {report:#}");
         assert_eq!(lane_of(&report, check, "n2"), "network");
     }
     assert!(report["group"]["first_error"].is_null(), "nobody crashed");
+
+    let (explanation, text) = explain_everywhere(&scratch, &scratch.path("rank0.db"), "job-group");
+    assert_eq!(first_error(&explanation), ("n2", "network"), "{text}");
+    assert_eq!(
+        hypothesis(&explanation, "network_link"),
+        "confirmed",
+        "{text}"
+    );
+    insta::assert_snapshot!("slow_link", for_snapshot(&text));
 }
 
 #[test]

@@ -3,6 +3,7 @@
 
 #![allow(dead_code)]
 
+pub mod explained;
 pub mod group;
 pub mod netns;
 pub mod serve;

@@ -1,0 +1,240 @@
+use super::*;
+use gpuvet_core::catalog::CheckName;
+use gpuvet_core::events::{Attempt, NewEvent};
+use gpuvet_core::results::{
+    CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, GroupSummary, Lane,
+    Measurement, Outcome, RunContext,
+};
+use gpuvet_core::timeline::{CheckSpan, MemberClock, MemberRecord, RecordedTimeline};
+
+const T0: u64 = 1_800_000_000_000;
+const SECRET: &str = "a-token-nobody-may-see-0123";
+
+/// A group of `nodes` nodes with 8 GPUs each, every check with `samples` raw samples
+/// an entity, one slow GPU, and a few events a node.
+fn group_record(nodes: usize, samples: usize) -> JobRecord {
+    let names: Vec<String> = (0..nodes).map(|i| format!("node-{i}")).collect();
+    let entity = |entity: Entity, slow: bool| EntityResult {
+        measurement: Measurement::ok(entity.clone(), 100.0, vec![100.0; samples]),
+        entity,
+        verdict: if slow { Verdict::Slow } else { Verdict::Ok },
+        lane: Lane::Host,
+        reason: "a reason of a typical length for an entity of a check".to_owned(),
+        evidence: Evidence::default(),
+    };
+    let checks: Vec<CheckResult> = CheckName::ALL
+        .iter()
+        .map(|&name| {
+            let entities = names
+                .iter()
+                .flat_map(|node| {
+                    (0..8).map(move |index| Entity::Device {
+                        node: node.clone(),
+                        index,
+                    })
+                })
+                .enumerate()
+                .map(|(i, e)| entity(e, name == CheckName::GemmFlops && i == 21))
+                .collect();
+            CheckResult::judged(name, CheckStatus::Passed, entities)
+        })
+        .collect();
+    let device = |index: u32| DeviceInfo {
+        index,
+        name: "NVIDIA H200".to_owned(),
+        memory_bytes: Some(141 << 30),
+        details: Default::default(),
+    };
+    let members = names
+        .iter()
+        .enumerate()
+        .map(|(rank, node)| MemberRecord {
+            rank: rank as u32,
+            node: node.clone(),
+            clock: Some(MemberClock {
+                offset_ns: 1_000,
+                uncertainty_ns: 20_000,
+                samples: 5,
+            }),
+            spans: CheckName::ALL
+                .iter()
+                .enumerate()
+                .map(|(i, &check)| CheckSpan {
+                    check,
+                    began_ms: T0 + 1000 * i as u64,
+                    ended_ms: T0 + 1000 * i as u64 + 900,
+                })
+                .collect(),
+            devices: (0..8).map(device).collect(),
+        })
+        .collect();
+    let report = RunReport {
+        report_id: "r".into(),
+        gpuvet_version: "0".into(),
+        job_id: "job/../7".into(),
+        attempt: 2,
+        node: "node-0".into(),
+        instance: "pod-0".into(),
+        backend: "cuda".into(),
+        devices: Vec::new(),
+        started_at_ms: T0,
+        duration_secs: 20.0,
+        timeout_secs: 600.0,
+        outcome: Outcome::of(&checks),
+        checks,
+        group: Some(GroupSummary {
+            nodes: names.clone(),
+            timeline: Some(RecordedTimeline {
+                coordinator: "node-0".into(),
+                members,
+                checks: Vec::new(),
+            }),
+            ..GroupSummary::default()
+        }),
+        context: Some(RunContext {
+            config_file: Some("/etc/gpuvet.json".into()),
+            config: serde_json::json!({"gpuvet": {"rebuild_hook": ["curl", SECRET]}}),
+            environment: [("GPUVET_JOB_ID".to_owned(), "7".to_owned())].into(),
+        }),
+    };
+    let events = names
+        .iter()
+        .flat_map(|node| {
+            (0..4).map(move |i| Event {
+                id: i,
+                attempt: Attempt {
+                    job_id: "job/../7".into(),
+                    attempt: 2,
+                    node: node.clone(),
+                    instance: format!("pod-{node}"),
+                },
+                event: NewEvent {
+                    event_id: format!("{node}-{i}"),
+                    time_ms: T0 + 30_000 + i as u64,
+                    kind: EventKind::InstanceStarted,
+                    lane: None,
+                    message: format!("started on {node} with token {SECRET}"),
+                    details: serde_json::json!({"command": ["serve", SECRET]}),
+                },
+            })
+        })
+        .collect();
+    JobRecord {
+        job_id: "job/../7".into(),
+        attempt: 2,
+        reports: vec![report],
+        events,
+    }
+}
+
+fn packed(record: &JobRecord) -> (Packed, Vec<u8>) {
+    let mut bytes = Vec::new();
+    let packed = pack(record, T0, "0.1.0", &[SECRET], &mut bytes).unwrap();
+    (packed, bytes)
+}
+
+#[test]
+fn a_small_bundle_reads_back_as_the_record_it_was_made_from() {
+    let record = group_record(4, 20);
+    let (packed, bytes) = packed(&record);
+    assert!(packed.info.trimmed.is_empty(), "{:?}", packed.info.trimmed);
+    let (info, back) = unpack(bytes.as_slice()).unwrap();
+    assert_eq!(info, packed.info);
+    // Only the secret differs: it was scrubbed from the config and the events.
+    assert_eq!(back.reports[0].checks, record.reports[0].checks);
+    assert_eq!(back.reports[0].group, record.reports[0].group);
+    let config = &back.reports[0].context.as_ref().unwrap().config;
+    assert_eq!(config["gpuvet"]["rebuild_hook"][1], REDACTED);
+    assert_eq!(back.events.len(), record.events.len());
+    assert!(back.events[0].event.message.ends_with("token [redacted]"));
+    let again = explain::explain(&back, &timeline::assemble(&back));
+    assert_eq!(again, packed.explanation);
+    assert_eq!(
+        packed.explanation.first_error.as_ref().unwrap().node,
+        "node-2"
+    );
+}
+
+#[test]
+fn a_64_node_job_stays_under_5_mb_with_its_samples_trimmed_and_said_so() {
+    let record = group_record(64, 200);
+    let raw: usize = record
+        .reports
+        .iter()
+        .map(|r| serde_json::to_vec(r).unwrap().len())
+        .sum();
+    assert!(
+        raw > REPORTS_BUDGET_BYTES,
+        "the test needs a report over budget: {raw}"
+    );
+    let (packed, bytes) = packed(&record);
+    assert!(bytes.len() < 5_000_000, "{} bytes", bytes.len());
+    eprintln!("64 nodes: reports {raw} bytes raw, bundle {} bytes", bytes.len());
+    assert_eq!(packed.bytes as usize, bytes.len());
+    let note = &packed.info.trimmed[0];
+    assert!(note.starts_with("reports: "), "{note}");
+    let bundle = crate::read(bytes.as_slice(), &Limits::default()).unwrap();
+    let readme = String::from_utf8(bundle.get("README.md").unwrap().bytes.clone()).unwrap();
+    assert!(
+        readme.contains("## Left out to keep the bundle small"),
+        "{readme}"
+    );
+    // Unpacked, each file is still under the limit a reader sets by default.
+    let total: usize = bundle.files.iter().map(|f| f.bytes.len()).sum();
+    assert!(total < 32 << 20, "{total}");
+    // Trimming keeps every verdict: the answer does not change.
+    let (_, back) = unpack(bytes.as_slice()).unwrap();
+    assert_eq!(
+        explain::explain(&back, &timeline::assemble(&back)),
+        packed.explanation
+    );
+    assert_eq!(
+        bundle
+            .files
+            .iter()
+            .filter(|f| f.path.starts_with("inventory/"))
+            .count(),
+        64
+    );
+}
+
+#[test]
+fn no_file_holds_a_known_secret() {
+    let (_, bytes) = packed(&group_record(4, 5));
+    let bundle = crate::read(bytes.as_slice(), &Limits::default()).unwrap();
+    for file in &bundle.files {
+        let text = String::from_utf8_lossy(&file.bytes);
+        assert!(!text.contains(SECRET), "{} holds the secret", file.path);
+    }
+    let config: serde_json::Value = bundle.json("config.json").unwrap();
+    assert_eq!(config["gpuvet"]["rebuild_hook"][1], REDACTED);
+    // The job id `job/../7` names the directory safely.
+    assert_eq!(bundle.root, "gpuvet-bundle-job_.._7-attempt2");
+}
+
+#[test]
+fn node_names_that_clash_as_file_names_stay_apart() {
+    let names = unique_names(["a/b", "a_b", "a/b", ".."].into_iter());
+    assert_eq!(names, ["a_b", "a_b-2", "a_b-3", "__"]);
+}
+
+#[test]
+fn a_bundle_of_another_layout_version_is_refused() {
+    let mut files = vec![BundleFile::new(
+        "bundle.json",
+        serde_json::to_vec(&serde_json::json!({
+            "format": FORMAT + 1, "job_id": "j", "attempt": 1, "created_at_ms": 0,
+            "gpuvet_version": "9", "reports": []
+        }))
+        .unwrap(),
+    )];
+    files.push(BundleFile::new("events.json", b"[]".to_vec()));
+    let mut bytes = Vec::new();
+    crate::write(&files, "root", &mut bytes).unwrap();
+    let err = unpack(bytes.as_slice()).unwrap_err();
+    assert!(
+        matches!(err, BundleError::Format { found, .. } if found == FORMAT + 1),
+        "{err}"
+    );
+    assert!(err.hint().is_some());
+}
