@@ -1,7 +1,8 @@
 // Drives headless Chromium through `gpuvet serve`'s pages as a person would: the
-// instance list, the failed instance (its slow node's finding and a chart), and the
-// events tab filtered to SanityCheckFailed with the page's own form. Saves a
-// screenshot of each page. Run by crates/gpuvet/tests/cli/serve_push.rs:
+// instance list, the failed instance (its slow node's finding and a chart), the
+// events tab filtered to SanityCheckFailed with the page's own form, and the attempt's
+// timeline (the first error marked on the slow node's lane) with its bundle download.
+// Saves a screenshot of each page. Run by crates/gpuvet/tests/cli/serve_push.rs:
 //
 //   node tests/browser/serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE
 //
@@ -56,8 +57,32 @@ try {
     expect(kinds.length >= 1, 'no event after filtering to SanityCheckFailed');
     expect(kinds.every((kind) => kind === 'SanityCheckFailed'), `other kinds shown: ${kinds}`);
     await page.screenshot({ path: join(shots, 'events.png'), fullPage: true });
+
+    // 4. The failed instance's timeline: the first error on the slow node's lane, and a
+    // bundle to download.
+    await page.goto(base + '/', { waitUntil: 'load' });
+    await page.locator('tr[data-status="failed"]').first().locator('a').first().click();
+    await page.waitForLoadState('load');
+    await page.getByRole('link', { name: 'Timeline' }).first().click();
+    await page.waitForLoadState('load');
+    const mark = page.locator('#first-error');
+    expect((await mark.count()) === 1, 'the timeline marks no first error');
+    const markBox = await mark.first().boundingBox();
+    expect(markBox && markBox.width > 0 && markBox.height > 0, 'the first-error mark is not drawn');
+    const timelineText = await page.locator('body').innerText();
+    expect(timelineText.includes(slowNode), `the timeline does not name ${slowNode}`);
+    const firstLane = await page.locator('[data-lane]').first().getAttribute('data-lane');
+    expect(firstLane === slowNode, `the first lane is ${firstLane}, not ${slowNode}`);
+    await page.screenshot({ path: join(shots, 'timeline.png'), fullPage: true });
+    const href = await page.locator('a.bundle').first().getAttribute('href');
+    const bundle = await page.request.get(new URL(href, base).toString());
+    const bytes = await bundle.body();
+    expect(bundle.status() === 200, `the bundle download answered ${bundle.status()}`);
+    expect(bundle.headers()['content-type'] === 'application/gzip', 'the bundle is not gzip');
+    expect(bytes[0] === 0x1f && bytes[1] === 0x8b, 'the bundle does not start as gzip');
+
     expect(errors.length === 0, `script errors on the pages: ${errors}`);
-    console.log(`ok: ${base}: failed instance, ${slowNode} and a chart, ${kinds.length} SanityCheckFailed event(s); screenshots in ${shots}`);
+    console.log(`ok: ${base}: failed instance, ${slowNode} and a chart, ${kinds.length} SanityCheckFailed event(s), its timeline and a ${bytes.length}-byte bundle; screenshots in ${shots}`);
   });
 } catch (error) {
   failure = `${error.message} (chromium at ${executablePath})`;

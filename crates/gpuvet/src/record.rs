@@ -38,7 +38,10 @@ pub fn load(args: &RecordArgs) -> Result<JobRecord, Failure> {
         .unwrap_or_else(|| DEFAULT_JOB_ID.to_owned());
     let attempt = match args.attempt {
         Some(0) => {
-            return Err(Failure::usage("`--attempt 0` is out of range; attempts count from 1"));
+            return Err(
+                Failure::usage("`--attempt 0` is out of range; attempts count from 1")
+                    .with_hint("leave out `--attempt` for the latest one"),
+            );
         }
         Some(attempt) => attempt,
         None => store.latest_attempt(&job_id)?.ok_or_else(|| {

@@ -266,3 +266,47 @@ fn a_bundle_that_does_not_match_its_manifest_is_refused() {
     );
     assert!(message.contains("hint:"), "{message}");
 }
+
+#[test]
+fn bad_input_is_a_usage_error_that_names_it_with_a_hint() {
+    let scratch = Scratch::temp();
+    let output = local_nodes(&scratch, "inputs", "all_reduce_2", r#""local-0": 1.0"#);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    std::fs::write(scratch.path("not-a-bundle.tar.gz"), "hello").unwrap();
+    let cases: [(&[&str], &str); 6] = [
+        (
+            &["explain", "missing.tar.gz"],
+            "cannot read the bundle `missing.tar.gz`",
+        ),
+        (
+            &["explain", "not-a-bundle.tar.gz"],
+            "the bundle `not-a-bundle.tar.gz` is refused: not a gzip'd tar",
+        ),
+        (
+            &["explain", "--job", "nosuch"],
+            "the store has no attempt of job `nosuch`",
+        ),
+        (
+            &["timeline", "--job", "inputs", "--attempt", "0"],
+            "`--attempt 0` is out of range",
+        ),
+        (
+            &["timeline", "--job", "inputs", "--attempt", "9"],
+            "no report or event of attempt 9 of job `inputs`",
+        ),
+        (
+            &["bundle", "--job", "inputs", "-o", "no/such/dir/b.tar.gz"],
+            "cannot write the bundle `no/such/dir/b.tar.gz`",
+        ),
+    ];
+    for (args, needle) in cases {
+        let output = scratch.run(args);
+        common::assert_exit(&output, 2, needle);
+        assert!(
+            stderr(&output).contains("hint: "),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    assert!(!scratch.path("no").exists(), "nothing half written");
+}

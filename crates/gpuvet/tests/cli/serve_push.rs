@@ -279,7 +279,12 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
         stdout(&output),
         stderr(&output)
     );
-    for shot in ["instances.png", "instance.png", "events.png"] {
+    for shot in [
+        "instances.png",
+        "instance.png",
+        "events.png",
+        "timeline.png",
+    ] {
         assert!(shots.join(shot).exists(), "{shot} saved");
     }
 }
