@@ -169,10 +169,6 @@ fn a_64_node_job_stays_under_5_mb_with_its_samples_trimmed_and_said_so() {
     );
     let (packed, bytes) = packed(&record);
     assert!(bytes.len() < 5_000_000, "{} bytes", bytes.len());
-    eprintln!(
-        "64 nodes: reports {raw} bytes raw, bundle {} bytes",
-        bytes.len()
-    );
     assert_eq!(packed.bytes as usize, bytes.len());
     let note = &packed.info.trimmed[0];
     assert!(note.starts_with("reports: "), "{note}");

@@ -250,7 +250,7 @@ fn ranks_that_diverge_in_the_flight_recorder_are_the_apps() {
         Conclusion::Confirmed
     );
     assert!(
-        explanation.next_step.contains("diverged"),
+        explanation.next_step.contains("never issued"),
         "{}",
         explanation.next_step
     );
