@@ -10,6 +10,7 @@ pub mod baselines;
 pub mod bounds;
 pub mod catalog;
 pub mod config;
+pub mod drill;
 pub mod events;
 pub mod exit_codes;
 pub mod explain;

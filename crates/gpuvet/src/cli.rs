@@ -53,6 +53,9 @@ pub enum Command {
     /// Name an attempt's first error, its lane and team, the next step, and a
     /// conclusion for each hypothesis, from the store or from a bundle.
     Explain(ExplainArgs),
+    /// Rehearse faults: run named scenarios on a sim group, and show for each
+    /// expectation (entity, lane, first error, action) whether it was confirmed.
+    Drill(DrillArgs),
     /// Serve the store over HTTP: a JSON API under /api/v1, web pages and /metrics.
     /// Writes (pushed reports and events) need `GPUVET_REPORT_TOKEN`.
     Serve(ServeArgs),
@@ -373,6 +376,37 @@ pub struct ExplainArgs {
     /// Print the explanation as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DrillArgs {
+    /// The scenarios to run (`--list` names them).
+    #[arg(value_name = "SCENARIO")]
+    pub scenarios: Vec<String>,
+    /// Run every scenario.
+    #[arg(long, conflicts_with = "scenarios")]
+    pub all: bool,
+    /// List the scenarios and the fault each scripts, and run nothing.
+    #[arg(long)]
+    pub list: bool,
+    /// The group's size: agent processes on this machine, as `check --local-nodes`
+    /// starts them. (A group in one process is not built yet.)
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub local_nodes: u32,
+    /// Run each scenario at each of these group sizes, e.g. `2,4,8`: a step-by-step
+    /// scale-up. Replaces `--local-nodes`.
+    #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
+    pub scale: Vec<u32>,
+    /// Print the proof table as JSON.
+    #[arg(long)]
+    pub json: bool,
+    /// Config file, for its `gpuvet.store`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The store the drills' jobs go to [default: the config's `gpuvet.store`, else
+    /// $XDG_STATE_HOME/gpuvet/gpuvet.db].
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
+    pub store: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

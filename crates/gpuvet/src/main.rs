@@ -6,6 +6,7 @@
 mod bundle;
 mod cli;
 mod commands;
+mod drill;
 mod failure;
 mod identity;
 mod output;

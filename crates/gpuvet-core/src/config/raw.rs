@@ -102,6 +102,8 @@ pub(super) struct RawSim {
     pub(super) noise_pct: Option<f64>,
     pub(super) speed: Option<BTreeMap<String, f64>>,
     pub(super) node_speed: Option<BTreeMap<String, f64>>,
+    pub(super) node_device_speed: Option<BTreeMap<String, BTreeMap<String, f64>>>,
+    pub(super) node_devices: Option<BTreeMap<String, u32>>,
     pub(super) faults: Option<Vec<RawFault>>,
 }
 

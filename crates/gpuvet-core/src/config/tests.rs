@@ -574,3 +574,38 @@ fn a_node_speed_slows_every_device_of_that_node_only() {
     let other = sim.clone().for_node("n1");
     assert_eq!(other.speed, sim.speed);
 }
+
+#[test]
+fn one_nodes_device_speed_and_device_count_apply_to_that_node_only() {
+    let config = Config::from_json(
+        r#"{"gpuvet": {"sim": {"devices": 4, "node_speed": {"n2": 0.5},
+            "node_device_speed": {"n2": {"1": 0.9}, "n3": {"7": 0.5}},
+            "node_devices": {"n3": 2}}}}"#,
+    )
+    .unwrap();
+    let sim = config.settings.sim.unwrap();
+    let n2 = sim.clone().for_node("n2");
+    assert_eq!(
+        n2.speed.into_iter().collect::<Vec<_>>(),
+        [(0, 0.5), (1, 0.45), (2, 0.5), (3, 0.5)]
+    );
+    // A device beyond the node's count is ignored, not invented.
+    let n3 = sim.clone().for_node("n3");
+    assert_eq!((n3.devices, n3.speed.len()), (2, 0));
+    assert_eq!(sim.clone().for_node("n0").devices, 4);
+    for (json, path) in [
+        (
+            r#"{"node_device_speed": {"n": {"x": 0.5}}}"#,
+            "gpuvet.sim.node_device_speed.n.x",
+        ),
+        (
+            r#"{"node_device_speed": {"n": {"0": 0}}}"#,
+            "gpuvet.sim.node_device_speed.n.0",
+        ),
+        (r#"{"node_devices": {"n": 0}}"#, "gpuvet.sim.node_devices.n"),
+        (r#"{"node_devices": {" ": 2}}"#, "gpuvet.sim.node_devices. "),
+    ] {
+        let error = Config::from_json(&format!(r#"{{"gpuvet": {{"sim": {json}}}}}"#)).unwrap_err();
+        assert!(error.to_string().contains(path), "{json}: {error}");
+    }
+}

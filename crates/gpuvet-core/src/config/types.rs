@@ -187,17 +187,33 @@ pub struct SimScript {
     /// Speed factor of every device of the node with this name, on top of `speed`: a
     /// slow node in a group whose nodes share one config (`--local-nodes`, drills).
     pub node_speed: BTreeMap<String, f64>,
+    /// Speed factor of one device of one node: a slow GPU in a group that shares one
+    /// config.
+    pub node_device_speed: BTreeMap<String, BTreeMap<u32, f64>>,
+    /// How many devices one node has, instead of `devices`: an inventory mismatch.
+    pub node_devices: BTreeMap<String, u32>,
     pub faults: Vec<(CheckName, u32, SimFault)>,
 }
 
 impl SimScript {
-    /// The script as node `node` plays it: its `node_speed` folded into each device's
-    /// speed.
+    /// The script as node `node` plays it: its device count, and its `node_speed` and
+    /// `node_device_speed` folded into each device's speed.
     pub fn for_node(mut self, node: &str) -> SimScript {
+        if let Some(devices) = self.node_devices.get(node).copied() {
+            self.devices = devices;
+            self.speed.retain(|device, _| *device < devices);
+        }
         if let Some(factor) = self.node_speed.get(node).copied() {
             for device in 0..self.devices {
                 let speed = self.speed.entry(device).or_insert(1.0);
                 *speed *= factor;
+            }
+        }
+        if let Some(devices) = self.node_device_speed.get(node) {
+            for (&device, &factor) in devices {
+                if device < self.devices {
+                    *self.speed.entry(device).or_insert(1.0) *= factor;
+                }
             }
         }
         self
@@ -212,6 +228,8 @@ impl Default for SimScript {
             noise: 0.0,
             speed: BTreeMap::new(),
             node_speed: BTreeMap::new(),
+            node_device_speed: BTreeMap::new(),
+            node_devices: BTreeMap::new(),
             faults: Vec::new(),
         }
     }

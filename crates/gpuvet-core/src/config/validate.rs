@@ -558,6 +558,30 @@ fn validate_sim(raw: RawSim) -> Result<SimScript, ConfigError> {
         }
         node_speed.insert(node, speed_factor(&path, factor)?);
     }
+    let mut node_device_speed = BTreeMap::new();
+    for (node, by_device) in raw.node_device_speed.unwrap_or_default() {
+        let path = format!("gpuvet.sim.node_device_speed.{node}");
+        if node.trim().is_empty() {
+            return Err(ConfigError::invalid(path, "the node name is empty"));
+        }
+        let mut speeds = BTreeMap::new();
+        for (key, factor) in by_device {
+            let path = format!("{path}.{key}");
+            let index: u32 = key.parse().map_err(|_| {
+                ConfigError::invalid(&path, format!("`{key}` is not a device index"))
+            })?;
+            speeds.insert(index, speed_factor(&path, factor)?);
+        }
+        node_device_speed.insert(node, speeds);
+    }
+    let mut node_devices = BTreeMap::new();
+    for (node, count) in raw.node_devices.unwrap_or_default() {
+        let path = format!("gpuvet.sim.node_devices.{node}");
+        if node.trim().is_empty() {
+            return Err(ConfigError::invalid(path, "the node name is empty"));
+        }
+        node_devices.insert(node, in_range(&path, count, 1, 1024)?);
+    }
     let mut faults = Vec::new();
     for (i, fault) in raw.faults.unwrap_or_default().into_iter().enumerate() {
         let path = format!("gpuvet.sim.faults[{i}]");
@@ -598,6 +622,8 @@ fn validate_sim(raw: RawSim) -> Result<SimScript, ConfigError> {
         noise: noise_pct / 100.0,
         speed,
         node_speed,
+        node_device_speed,
+        node_devices,
         faults,
     })
 }

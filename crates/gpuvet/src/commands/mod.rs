@@ -3,6 +3,7 @@
 mod bundle;
 mod catalog;
 mod check;
+mod drill;
 mod events;
 mod explain;
 mod fr;
@@ -36,6 +37,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Timeline(args) => timeline::timeline(args),
         Command::Bundle(args) => bundle::bundle(args),
         Command::Explain(args) => explain::explain(args),
+        Command::Drill(args) => drill::drill(args),
         Command::Serve(args) => serve::serve(args),
         Command::Push(args) => push::push(args),
         Command::Worker(args) => worker::worker(args),

@@ -6,6 +6,7 @@ mod common;
 
 mod check;
 mod config_errors;
+mod drill;
 mod explain;
 mod fr;
 mod gpu_smoke_script;

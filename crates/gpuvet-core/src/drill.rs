@@ -1,0 +1,480 @@
+//! Fault drills (`gpuvet drill`): named scenarios that script one fault into a group
+//! on the sim backend, say what must be found (the entity, its lane, the first error,
+//! the action taken), and judge what a real run found against it, each expectation
+//! with one of the three conclusions of seeds/003: confirmed, evidence missing, or not
+//! applicable.
+//!
+//! Pure: the binary runs a scenario's [`Drill`] and hands back what it [`Observed`].
+
+use serde::{Deserialize, Serialize};
+
+use crate::events::EventKind;
+use crate::explain::{Conclusion, Explanation};
+use crate::results::Lane;
+use crate::timeline::What;
+
+/// The scenarios, in the order `--all` runs them.
+pub const SCENARIOS: [&str; 11] = [
+    "healthy",
+    "slow-gpu-5",
+    "slow-gpu-10",
+    "slow-gpu-20",
+    "slow-gpu-50",
+    "slow-node",
+    "hung-node",
+    "crashed-node",
+    "xid-79",
+    "inventory-mismatch",
+    "two-faults",
+];
+
+/// What a scenario does to the group while it runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Disruption {
+    /// SIGSTOP the agent of `rank` once the group has joined.
+    Stop { rank: u32 },
+    /// SIGKILL the agent of `rank` once the group has joined.
+    Kill { rank: u32 },
+    /// Write an XID line into the kernel log the runtime check reads, once the app runs.
+    Xid { xid: u32 },
+}
+
+/// What the platform must do about the fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    /// The app starts: nothing was wrong.
+    Start,
+    /// The start is refused (`fail_action: fail`).
+    RefuseStart,
+    /// The runtime check stops the app (`runtime_check.fail_action: kill`).
+    StopApp,
+}
+
+impl Action {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Start => "the app starts",
+            Action::RefuseStart => "the start is refused",
+            Action::StopApp => "the runtime check stops the app",
+        }
+    }
+}
+
+/// One thing the drill must show.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "expect", rename_all = "snake_case")]
+pub enum Expectation {
+    /// Nothing is named slow or faulty, and there is no first error.
+    NothingNamed,
+    /// The first error is on `node`, in `lane`.
+    FirstError { node: String, lane: Lane },
+    /// `entity` (a node, `node/devN` or `a<->b`) is named slow or faulty, in `lane`.
+    Named { entity: String, lane: Lane },
+    /// No node but these is named.
+    OnlyNamed { nodes: Vec<String> },
+    /// What the platform does.
+    Acts { action: Action },
+}
+
+impl Expectation {
+    pub fn describe(&self) -> String {
+        match self {
+            Expectation::NothingNamed => "nothing is named slow or faulty".to_owned(),
+            Expectation::FirstError { node, lane } => {
+                format!("the first error is on `{node}`, lane {lane}")
+            }
+            Expectation::Named { entity, lane } => format!("`{entity}` is named, lane {lane}"),
+            Expectation::OnlyNamed { nodes } => {
+                let list: Vec<String> = nodes.iter().map(|n| format!("`{n}`")).collect();
+                format!("no node but {} is named", list.join(", "))
+            }
+            Expectation::Acts { action } => action.as_str().to_owned(),
+        }
+    }
+}
+
+/// One scenario at one group size: how to run it and what it must show.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Drill {
+    pub scenario: String,
+    pub nodes: u32,
+    /// What the scenario scripts, for people.
+    pub fault: String,
+    /// The checks the group runs.
+    pub checks: Vec<String>,
+    /// The config the group runs with (`gpuvet` and `aimaster` keys).
+    pub config: serde_json::Value,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disruption: Option<Disruption>,
+    pub expectations: Vec<Expectation>,
+}
+
+/// The node names `--local-nodes` gives a group of `nodes`.
+pub fn node_name(rank: u32) -> String {
+    format!("local-{rank}")
+}
+
+/// The drill of `scenario` for a group of `nodes` (at least 2), `None` for an unknown
+/// scenario. The faulty node is the last one, so it exists at every size.
+pub fn drill(scenario: &str, nodes: u32) -> Option<Drill> {
+    let nodes = nodes.max(2);
+    let target = nodes - 1;
+    let victim = node_name(target);
+    let mut sim = serde_json::json!({"devices": 2, "noise_pct": 0.5, "seed": 7});
+    let mut checks = vec!["gemm_flops", "all_reduce_2", "inventory_consistency"];
+    let mut disruption = None;
+    let mut runtime = None;
+    let refused = Expectation::Acts {
+        action: Action::RefuseStart,
+    };
+    let (fault, expectations) = match scenario {
+        "healthy" => (
+            "no fault".to_owned(),
+            vec![
+                Expectation::NothingNamed,
+                Expectation::Acts {
+                    action: Action::Start,
+                },
+            ],
+        ),
+        "slow-gpu-5" | "slow-gpu-10" | "slow-gpu-20" | "slow-gpu-50" => {
+            let pct: f64 = scenario["slow-gpu-".len()..].parse().ok()?;
+            sim["node_device_speed"] = serde_json::json!({ &victim: {"1": 1.0 - pct / 100.0} });
+            let gpu = format!("{victim}/dev1");
+            (
+                format!("GPU 1 of `{victim}` {pct}% slow"),
+                vec![
+                    Expectation::FirstError {
+                        node: victim.clone(),
+                        lane: Lane::Host,
+                    },
+                    Expectation::Named {
+                        entity: gpu,
+                        lane: Lane::Host,
+                    },
+                    Expectation::OnlyNamed {
+                        nodes: vec![victim.clone()],
+                    },
+                    refused,
+                ],
+            )
+        }
+        "slow-node" => {
+            sim["node_speed"] = serde_json::json!({ &victim: 0.5 });
+            (
+                format!("every GPU of `{victim}` at half speed"),
+                vec![
+                    Expectation::FirstError {
+                        node: victim.clone(),
+                        lane: Lane::Host,
+                    },
+                    Expectation::OnlyNamed {
+                        nodes: vec![victim.clone()],
+                    },
+                    refused,
+                ],
+            )
+        }
+        "hung-node" | "crashed-node" => {
+            checks = vec!["all_reduce_2", "all_gather_2", "all_reduce"];
+            disruption = Some(if scenario == "hung-node" {
+                Disruption::Stop { rank: target }
+            } else {
+                Disruption::Kill { rank: target }
+            });
+            let how = if scenario == "hung-node" {
+                "stopped (SIGSTOP)"
+            } else {
+                "killed (SIGKILL)"
+            };
+            (
+                format!("`{victim}`'s agent {how} once the group joined"),
+                vec![
+                    Expectation::FirstError {
+                        node: victim.clone(),
+                        lane: Lane::Host,
+                    },
+                    refused,
+                ],
+            )
+        }
+        "xid-79" => {
+            checks = vec!["gemm_flops"];
+            disruption = Some(Disruption::Xid { xid: 79 });
+            runtime = Some(serde_json::json!({"fail_action": "kill", "micro_benchmarks": "c4d"}));
+            (
+                "XID 79 in the kernel log while the app runs".to_owned(),
+                vec![
+                    // The runtime check runs on the node that starts the app: the
+                    // coordinator's, whose name the runner fills in.
+                    Expectation::FirstError {
+                        node: String::new(),
+                        lane: Lane::Host,
+                    },
+                    Expectation::Acts {
+                        action: Action::StopApp,
+                    },
+                ],
+            )
+        }
+        "inventory-mismatch" => {
+            sim["node_devices"] = serde_json::json!({ &victim: 1 });
+            (
+                format!("`{victim}` has 1 GPU, the others 2"),
+                vec![
+                    Expectation::FirstError {
+                        node: victim.clone(),
+                        lane: Lane::Platform,
+                    },
+                    Expectation::OnlyNamed {
+                        nodes: vec![victim.clone()],
+                    },
+                    refused,
+                ],
+            )
+        }
+        "two-faults" => {
+            let other = node_name(0);
+            sim["node_device_speed"] = serde_json::json!({ &other: {"0": 0.5} });
+            sim["node_devices"] = serde_json::json!({ &victim: 1 });
+            (
+                format!("GPU 0 of `{other}` at half speed, and `{victim}` with 1 GPU"),
+                vec![
+                    Expectation::FirstError {
+                        node: other.clone(),
+                        lane: Lane::Host,
+                    },
+                    Expectation::Named {
+                        entity: format!("{other}/dev0"),
+                        lane: Lane::Host,
+                    },
+                    Expectation::Named {
+                        entity: victim.clone(),
+                        lane: Lane::Platform,
+                    },
+                    refused,
+                ],
+            )
+        }
+        _ => return None,
+    };
+    let mut config = serde_json::json!({
+        "aimaster": {
+            "sanity_check": {"fail_action": "fail", "micro_benchmarks": checks.join(","), "timeout": 2},
+        },
+        // The expected inventory names the odd node even in a group of two, where no
+        // majority can.
+        "gpuvet": {"backend": "sim", "tolerance_pct": 3, "sim": sim,
+                   "expected_inventory": {"gpu_count": 2}},
+    });
+    if let Some(runtime) = runtime {
+        config["aimaster"]["runtime_check"] = runtime;
+    }
+    Some(Drill {
+        scenario: scenario.to_owned(),
+        nodes,
+        fault,
+        checks: checks.into_iter().map(str::to_owned).collect(),
+        config,
+        disruption,
+        expectations,
+    })
+}
+
+/// What a drill's run showed.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Observed {
+    /// The node whose clock and runtime check the run used (the coordinator's).
+    pub coordinator: String,
+    pub explanation: Explanation,
+    /// Every entity named slow or faulty, with its lane, in the order found.
+    pub named: Vec<(String, Lane)>,
+    /// The events of the attempt, in time order.
+    pub events: Vec<EventKind>,
+    /// The runtime check stopped the app.
+    pub app_stopped: bool,
+}
+
+/// One row of the proof table.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proof {
+    pub scenario: String,
+    pub nodes: u32,
+    pub expectation: String,
+    pub conclusion: Conclusion,
+    /// What was found, or why it was not.
+    pub evidence: String,
+}
+
+/// Judges each expectation of `drill` against what its run showed.
+pub fn judge(drill: &Drill, observed: &Observed) -> Vec<Proof> {
+    drill
+        .expectations
+        .iter()
+        .map(|expectation| {
+            let (conclusion, evidence) = judge_one(expectation, observed);
+            Proof {
+                scenario: drill.scenario.clone(),
+                nodes: drill.nodes,
+                expectation: match expectation {
+                    Expectation::FirstError { node, lane } if node.is_empty() => {
+                        Expectation::FirstError {
+                            node: observed.coordinator.clone(),
+                            lane: *lane,
+                        }
+                        .describe()
+                    }
+                    other => other.describe(),
+                },
+                conclusion,
+                evidence,
+            }
+        })
+        .collect()
+}
+
+/// A run that did not get far enough to show anything (no report kept).
+pub fn unobserved(drill: &Drill, why: &str) -> Vec<Proof> {
+    drill
+        .expectations
+        .iter()
+        .map(|expectation| Proof {
+            scenario: drill.scenario.clone(),
+            nodes: drill.nodes,
+            expectation: expectation.describe(),
+            conclusion: Conclusion::EvidenceMissing,
+            evidence: why.to_owned(),
+        })
+        .collect()
+}
+
+fn judge_one(expectation: &Expectation, observed: &Observed) -> (Conclusion, String) {
+    let found = |ok: bool, evidence: String| {
+        if ok {
+            (Conclusion::Confirmed, evidence)
+        } else {
+            (Conclusion::EvidenceMissing, evidence)
+        }
+    };
+    let named_list = || {
+        if observed.named.is_empty() {
+            "nothing was named".to_owned()
+        } else {
+            let names: Vec<String> = observed
+                .named
+                .iter()
+                .map(|(entity, lane)| format!("{entity} ({lane})"))
+                .collect();
+            format!("named: {}", names.join(", "))
+        }
+    };
+    match expectation {
+        Expectation::NothingNamed => found(
+            observed.named.is_empty() && observed.explanation.first_error.is_none(),
+            named_list(),
+        ),
+        Expectation::FirstError { node, lane } => {
+            let node = if node.is_empty() {
+                &observed.coordinator
+            } else {
+                node
+            };
+            match &observed.explanation.first_error {
+                Some(first) => {
+                    let what = match &first.what {
+                        What::Incident { incident } => incident.replace('_', " "),
+                        What::Finding {
+                            entity, verdict, ..
+                        } => {
+                            format!("{entity} {}", crate::timeline::verdict_word(*verdict))
+                        }
+                        What::RuntimeFinding { check, xid, .. } => match xid {
+                            Some(xid) => format!("XID {xid}"),
+                            None => check.clone(),
+                        },
+                        _ => first.detail.clone(),
+                    };
+                    let lane_found = first.lane.map_or("unknown", Lane::as_str);
+                    found(
+                        first.node == *node && first.lane == Some(*lane),
+                        format!("first error: `{}` {what}, lane {lane_found}", first.node),
+                    )
+                }
+                None => (Conclusion::EvidenceMissing, "no first error".to_owned()),
+            }
+        }
+        Expectation::Named { entity, lane } => found(
+            observed
+                .named
+                .iter()
+                .any(|(named, named_lane)| named == entity && named_lane == lane),
+            named_list(),
+        ),
+        Expectation::OnlyNamed { nodes } => found(
+            !observed.named.is_empty()
+                && observed.named.iter().all(|(entity, _)| {
+                    entity
+                        .split("<->")
+                        .all(|end| nodes.iter().any(|n| end.split('/').next() == Some(n)))
+                }),
+            named_list(),
+        ),
+        Expectation::Acts { action } => {
+            let (ok, what) = match action {
+                Action::Start => (
+                    observed.events.contains(&EventKind::InstanceStarted)
+                        && !observed.events.contains(&EventKind::InstanceStartupFailed),
+                    "InstanceStarted",
+                ),
+                Action::RefuseStart => (
+                    observed.events.contains(&EventKind::InstanceStartupFailed)
+                        && !observed.events.contains(&EventKind::InstanceStarted),
+                    "InstanceStartupFailed",
+                ),
+                Action::StopApp => (observed.app_stopped, "the app stopped by the runtime check"),
+            };
+            let events: Vec<String> = observed.events.iter().map(|e| e.to_string()).collect();
+            found(
+                ok,
+                if ok {
+                    what.to_owned()
+                } else {
+                    format!("events: {}", events.join(", "))
+                },
+            )
+        }
+    }
+}
+
+/// The proof table for people: one row an expectation.
+pub fn render(proofs: &[Proof]) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "{:<20} {:>5}  {:<17} {:<44} {}\n",
+        "scenario", "nodes", "conclusion", "expectation", "evidence"
+    ));
+    for proof in proofs {
+        out.push_str(&format!(
+            "{:<20} {:>5}  {:<17} {:<44} {}\n",
+            proof.scenario,
+            proof.nodes,
+            proof.conclusion.as_str(),
+            proof.expectation,
+            proof.evidence
+        ));
+    }
+    let confirmed = proofs
+        .iter()
+        .filter(|p| p.conclusion == Conclusion::Confirmed)
+        .count();
+    out.push_str(&format!(
+        "{confirmed} of {} expectations confirmed\n",
+        proofs.len()
+    ));
+    out
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,235 @@
+//! Running one fault drill: a `gpuvet run --local-nodes N` group of real processes on
+//! the sim backend, with the scenario's fault scripted in its config, its agent
+//! stopped or killed once the group has joined, or an XID written into the kernel log
+//! its runtime check reads. The attempt is kept in the store under a job of its own,
+//! then read back and explained, so the drill judges exactly what a user would see.
+
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use gpuvet_core::drill::{Disruption, Drill, Observed, Proof, judge, unobserved};
+use gpuvet_core::events::EventKind;
+use gpuvet_core::explain::explain;
+use gpuvet_core::results::Verdict;
+use gpuvet_core::time::unix_now_ms;
+use gpuvet_core::timeline::assemble;
+use gpuvet_store::Store;
+
+use crate::failure::Failure;
+
+/// Far beyond what a drill takes (seconds); only a hang reaches it, and it is then a
+/// finding of the drill, not a wait.
+const RUN_LIMIT: Duration = Duration::from_secs(120);
+/// The longest a drill waits for its group to join before it gives up on disrupting.
+const JOIN_LIMIT: Duration = Duration::from_secs(30);
+const XID_LINE: &str = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): {XID}, pid=0, drill";
+
+/// Runs `drill` and judges it. The attempt goes to `store` under job `job_id`.
+pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Failure> {
+    let dir = tempfile::tempdir()
+        .map_err(|err| Failure::bug(format!("cannot make the drill's directory: {err}")))?;
+    let kmsg = dir.path().join("kmsg.log");
+    let mut config = drill.config.clone();
+    let mut app = vec!["true".to_owned()];
+    if let Some(Disruption::Xid { xid }) = drill.disruption {
+        std::fs::write(&kmsg, "").map_err(|err| Failure::bug(err.to_string()))?;
+        config["gpuvet"]["watch"] =
+            serde_json::json!({"kmsg": kmsg, "nvml": false, "nccl_ras": "off", "interval_ms": 200});
+        // The app itself writes the XID once it runs, as a GPU would fail under it;
+        // then it waits to be stopped.
+        let line = XID_LINE.replace("{XID}", &xid.to_string());
+        app = ["sh", "-c"]
+            .map(str::to_owned)
+            .into_iter()
+            .chain([format!(
+                "sleep 0.3; echo '{line}' >> '{}'; sleep 60 >/dev/null 2>&1 & wait $!",
+                kmsg.display()
+            )])
+            .collect();
+    }
+    let config_path = dir.path().join("drill.json");
+    std::fs::write(&config_path, config.to_string())
+        .map_err(|err| Failure::bug(format!("cannot write the drill's config: {err}")))?;
+    let stderr_path = dir.path().join("stderr.log");
+    let exe = std::env::current_exe()
+        .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
+    let mut command = Command::new(exe);
+    command
+        .args(["run", "--local-nodes", &drill.nodes.to_string(), "--config"])
+        .arg(&config_path)
+        .arg("--store")
+        .arg(store)
+        .arg("--")
+        .args(&app)
+        .env("GPUVET_JOB_ID", job_id)
+        .env_remove("GPUVET_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(
+            File::create(&stderr_path)
+                .map_err(|err| Failure::bug(format!("cannot capture the drill's output: {err}")))?,
+        );
+    let mut child = command
+        .spawn()
+        .map_err(|err| Failure::bug(format!("cannot start the drill's group: {err}")))?;
+    let disrupted = match drill.disruption {
+        Some(Disruption::Stop { rank }) => {
+            disrupt(&child, &stderr_path, drill.nodes, rank, libc::SIGSTOP)
+        }
+        Some(Disruption::Kill { rank }) => {
+            disrupt(&child, &stderr_path, drill.nodes, rank, libc::SIGKILL)
+        }
+        _ => Ok(None),
+    };
+    let ended = wait(&mut child, RUN_LIMIT);
+    if let Ok(Some(pid)) = disrupted {
+        // A stopped agent resumes only to find its parent gone, and exits.
+        // SAFETY: kill(2) with a pid this drill found among its own descendants.
+        unsafe {
+            libc::kill(pid, libc::SIGCONT);
+        }
+    }
+    if let Err(why) = disrupted {
+        return Ok(unobserved(drill, &why));
+    }
+    if !ended {
+        return Ok(unobserved(
+            drill,
+            &format!("the group did not end within {RUN_LIMIT:?}: gpuvet hung"),
+        ));
+    }
+    observe(drill, store, job_id, &stderr_path)
+}
+
+/// Waits for the group to join, then sends `signal` to the agent of `rank`; returns its
+/// pid.
+fn disrupt(
+    child: &Child,
+    stderr: &Path,
+    nodes: u32,
+    rank: u32,
+    signal: i32,
+) -> Result<Option<i32>, String> {
+    let joined = format!("{nodes} of {nodes} nodes joined");
+    let until = Instant::now() + JOIN_LIMIT;
+    while !read(stderr).contains(&joined) {
+        if Instant::now() > until {
+            return Err(format!("the group did not join within {JOIN_LIMIT:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = agent_pid(child.id(), rank)
+        .ok_or_else(|| format!("agent {rank} of the group could not be found"))?;
+    // SAFETY: kill(2) on an agent process the drill's own child started.
+    let rc = unsafe { libc::kill(pid, signal) };
+    if rc != 0 {
+        return Err(format!(
+            "cannot signal agent {rank}: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    Ok(Some(pid))
+}
+
+fn read(path: &Path) -> String {
+    let mut text = String::new();
+    if let Ok(mut file) = File::open(path) {
+        let _ = file.read_to_string(&mut text);
+    }
+    text
+}
+
+/// The pid of the `--local-nodes` agent of `rank` that `parent` started.
+fn agent_pid(parent: u32, rank: u32) -> Option<i32> {
+    let rank = rank.to_string();
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The parent pid is the 2nd field after the command's closing parenthesis.
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&str> = cmdline.split('\0').collect();
+        let is_rank = args
+            .windows(2)
+            .any(|w| w[0] == "--node-rank" && w[1] == rank);
+        (ppid == parent && is_rank).then_some(pid)
+    })
+}
+
+/// Waits for `child` to exit; kills it after `limit` and says it did not end.
+fn wait(child: &mut Child, limit: Duration) -> bool {
+    let until = Instant::now() + limit;
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return false;
+            }
+        }
+    }
+}
+
+/// Reads the drill's attempt back from the store and judges what it shows.
+fn observe(
+    drill: &Drill,
+    store: &Path,
+    job_id: &str,
+    stderr: &Path,
+) -> Result<Vec<Proof>, Failure> {
+    let store = Store::open(store)?;
+    let Some(record) = store.job_record(job_id, 1)? else {
+        let output = read(stderr);
+        let last = output.lines().last().unwrap_or("no output");
+        return Ok(unobserved(
+            drill,
+            &format!("the run kept nothing in the store; its last words: {last}"),
+        ));
+    };
+    let timeline = assemble(&record);
+    let explanation = explain(&record, &timeline);
+    let report = record.group_report();
+    let named = report
+        .map(|r| {
+            r.findings()
+                .filter(|(_, f)| matches!(f.verdict, Verdict::Slow | Verdict::Faulty))
+                .map(|(_, f)| (f.entity.to_string(), f.lane))
+                .collect()
+        })
+        .unwrap_or_default();
+    let events: Vec<EventKind> = record.events.iter().map(|e| e.event.kind).collect();
+    let app_stopped = record.events.iter().any(|e| {
+        e.event.kind == EventKind::InstanceExited && !e.event.details["killed_by"].is_null()
+    });
+    let observed = Observed {
+        coordinator: report.map(|r| r.node.clone()).unwrap_or_default(),
+        explanation,
+        named,
+        events,
+        app_stopped,
+    };
+    Ok(judge(drill, &observed))
+}
+
+/// A job id of its own for each drill run, so that the store and the server keep
+/// every drill apart from real jobs and from each other.
+pub fn job_id(scenario: &str, nodes: u32) -> String {
+    format!("drill-{scenario}-n{nodes}-{}", unix_now_ms())
+}
+
+/// The store drills write to when none is given.
+pub fn default_store(config: Option<&Path>) -> Result<PathBuf, Failure> {
+    let config = crate::identity::load_config(config)?;
+    Ok(crate::identity::store_path(None, &config))
+}

@@ -1,0 +1,116 @@
+//! `gpuvet drill` with real processes (`--local-nodes`): a stopped, a killed and a slow
+//! node are each named with the right lane and first error, the start is refused, and
+//! every drill's attempt is kept in the store under a job of its own.
+
+use crate::common::{self, Scratch, json, stderr, stdout};
+
+#[test]
+fn a_hung_a_crashed_and_a_slow_node_are_each_confirmed() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let output = scratch.run(&[
+        "drill",
+        "--local-nodes",
+        "4",
+        "hung-node",
+        "crashed-node",
+        "slow-node",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let proofs = json(&output);
+    let proofs = proofs.as_array().unwrap();
+    assert_eq!(proofs.len(), 7, "{proofs:#?}");
+    for proof in proofs {
+        assert_eq!(proof["conclusion"], "confirmed", "{proof:#}");
+        assert_eq!(proof["nodes"], 4);
+    }
+    let firsts: Vec<&str> = proofs
+        .iter()
+        .filter(|p| {
+            p["expectation"]
+                .as_str()
+                .unwrap()
+                .starts_with("the first error")
+        })
+        .map(|p| p["evidence"].as_str().unwrap())
+        .collect();
+    assert_eq!(firsts.len(), 3);
+    assert!(
+        firsts[0].contains("`local-3` unresponsive, lane host"),
+        "{firsts:?}"
+    );
+    assert!(
+        firsts[1].contains("`local-3` crashed, lane host"),
+        "{firsts:?}"
+    );
+    assert!(firsts[2].contains("lane host"), "{firsts:?}");
+    // Each drill is a job of its own in the store.
+    let events = scratch
+        .gpuvet()
+        .args(["events", "--json"])
+        .env_remove("GPUVET_JOB_ID")
+        .output()
+        .unwrap();
+    let events = json(&events);
+    let events = events.as_array().unwrap();
+    let jobs: std::collections::BTreeSet<&str> = events
+        .iter()
+        .map(|e| e["job_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(jobs.len(), 3, "{jobs:?}");
+    assert!(jobs.iter().all(|j| j.starts_with("drill-")), "{jobs:?}");
+}
+
+#[test]
+fn a_scale_up_reruns_the_scenario_at_each_size_and_the_table_says_so() {
+    let scratch = Scratch::temp();
+    let output = scratch.run(&["drill", "--scale", "2,3", "inventory-mismatch"]);
+    let text = stdout(&output);
+    assert_eq!(output.status.code(), Some(0), "{text}{}", stderr(&output));
+    let rows: Vec<&str> = text
+        .lines()
+        .filter(|l| l.starts_with("inventory-mismatch"))
+        .collect();
+    assert_eq!(rows.len(), 6, "{text}");
+    assert!(rows[0].contains(" 2  confirmed"), "{text}");
+    assert!(rows[5].contains(" 3  confirmed"), "{text}");
+    assert!(
+        text.contains("the first error is on `local-2`, lane platform"),
+        "{text}"
+    );
+    assert!(text.ends_with("6 of 6 expectations confirmed\n"), "{text}");
+}
+
+#[test]
+fn bad_drill_flags_are_usage_errors_with_a_hint() {
+    let scratch = Scratch::temp();
+    for (args, needle) in [
+        (&["drill"][..], "name the scenarios to run, or pass `--all`"),
+        (
+            &["drill", "slow-everything"],
+            "unknown scenario `slow-everything`",
+        ),
+        (
+            &["drill", "--local-nodes", "1", "healthy"],
+            "`--local-nodes` has `1` nodes",
+        ),
+        (
+            &["drill", "--scale", "2,99", "healthy"],
+            "`--scale` has `99` nodes",
+        ),
+    ] {
+        let output = scratch.run(args);
+        common::assert_exit(&output, 2, needle);
+        assert!(
+            stderr(&output).contains("hint: "),
+            "{args:?}: {}",
+            stderr(&output)
+        );
+    }
+    let listed = scratch.run(&["drill", "--list"]);
+    assert_eq!(listed.status.code(), Some(0));
+    for scenario in gpuvet_core::drill::SCENARIOS {
+        assert!(stdout(&listed).contains(scenario), "{scenario}");
+    }
+}
