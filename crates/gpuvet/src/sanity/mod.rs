@@ -150,7 +150,11 @@ fn run_context(args: &SanityArgs) -> RunContext {
         .and_then(|text| serde_json::from_str(&text).ok())
         .unwrap_or(serde_json::Value::Null);
     redact::redact_json(&mut config, &known);
-    let environment = redact::launcher_environment(std::env::vars());
+    // `vars_os`: a variable that is not UTF-8 is left out, where `vars` would panic.
+    let environment = redact::launcher_environment(
+        std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?))),
+    );
     RunContext {
         config_file: args
             .config

@@ -310,3 +310,37 @@ fn bad_input_is_a_usage_error_that_names_it_with_a_hint() {
     }
     assert!(!scratch.path("no").exists(), "nothing half written");
 }
+
+#[test]
+fn the_runs_context_keeps_the_launchers_variables_and_leaves_out_one_not_utf8() {
+    use std::os::unix::ffi::OsStrExt;
+    let scratch = Scratch::temp();
+    let output = scratch
+        .gpuvet()
+        .args([
+            "check",
+            "--backend",
+            "sim",
+            "--checks",
+            "gemm_flops",
+            "--json",
+        ])
+        .env("NCCL_IB_HCA", "mlx5_0")
+        .env("GPUVET_TOKEN", GROUP_TOKEN)
+        .env("UNRELATED_VARIABLE", "x")
+        .env("GPUVET_NOT_UTF8", std::ffi::OsStr::from_bytes(b"\xff\xfe"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let environment = &json(&output)["context"]["environment"];
+    assert_eq!(environment["NCCL_IB_HCA"], "mlx5_0", "{environment:#}");
+    assert_eq!(environment["GPUVET_TOKEN"], "[redacted]", "{environment:#}");
+    assert!(
+        environment.get("UNRELATED_VARIABLE").is_none(),
+        "{environment:#}"
+    );
+    assert!(
+        environment.get("GPUVET_NOT_UTF8").is_none(),
+        "{environment:#}"
+    );
+}
