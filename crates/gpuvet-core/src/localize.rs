@@ -4,14 +4,18 @@
 //! Pair checks (`_2`), in three steps the runner interleaves with
 //! `crate::pairing::retest`:
 //! 1. [`judge_pairs`] judges each distinct pair, with the rules of `crate::analysis`.
-//!    The first measurements of the group (the [`Stage::Initial`] plan) are the peers:
-//!    each of those is compared with the median of the others, and every re-measure or
-//!    retest with the median of all of them, since a retest round is small and made of
-//!    suspects. A pair measured twice is judged on the mean of its measurements. A pair
-//!    measured once that fails is a suspect, and one that passes by less than half the
-//!    threshold ([`SCREEN_SHARE`]) is borderline: both are re-measured.
-//! 2. `crate::pairing::retest` plans the re-measures and the tests with known-good
-//!    partners that the judged outcomes still need.
+//!    First against the peers: each first measurement of the group (the
+//!    [`Stage::Initial`] plan) against the median of the others, and a pair first met
+//!    in a retest against the median of the first measurements that passed, since a
+//!    retest round is small and made of suspects. Then against the known-good floor:
+//!    the median of every measurement of the pairs that passed between good nodes,
+//!    once it has three values besides the pair's own. A pair measured twice or more
+//!    is judged on the mean of its measurements, and from three on its re-measures
+//!    alone must agree. A pair measured once that fails is a suspect, and one that
+//!    passes by less than half the threshold ([`SCREEN_SHARE`]) is borderline: both are
+//!    re-measured.
+//! 2. `crate::pairing::retest` plans the re-measures, the tests with known-good
+//!    partners and the controls that the judged outcomes still need.
 //! 3. [`localize`] names the culprits: a node that fails with good partners is the
 //!    fault (`slow` or `faulty`, in the lane the caller gives); a failed pair whose
 //!    members both pass elsewhere is a link or path suspect (`network`); a pair that
@@ -59,14 +63,15 @@
 //! Whole-group checks give a source × destination matrix instead: [`localize_matrix`]
 //! applies C4D's rule, a bad row or column is a node and a lone bad cell is a link.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 
 use crate::analysis::{JudgePolicy, fmt_value, judge};
 use crate::catalog::CheckSpec;
 use crate::pairing::{
-    NodeId, NodeStanding, NodeStatus, Pair, PairOutcome, PairState, Stage, standings,
+    LINK_MEASUREMENTS, NodeId, NodeStanding, NodeStatus, Pair, PairOutcome, PairState, Stage,
+    standings,
 };
 use crate::results::{CheckStatus, Entity, EntityResult, Evidence, Lane, Measurement, Verdict};
 use crate::stats::median;
@@ -110,6 +115,7 @@ impl PairJudgement {
         PairOutcome {
             pair: self.pair.clone(),
             state: self.state,
+            measurements: self.measurements,
         }
     }
 }
@@ -137,35 +143,138 @@ pub fn judge_pairs(
         });
         groups[group].push(test);
     }
+    let judge_all = |reference: &dyn Fn(usize) -> Option<f64>| -> Vec<PairJudgement> {
+        groups
+            .iter()
+            .enumerate()
+            .map(|(g, tests)| judge_pair(spec, tests, reference(g), policy))
+            .collect()
+    };
 
-    // The peers: each pair's first initial measurement, when it produced a value.
-    let mut pool: Vec<(f64, usize)> = groups
+    // First the peers: each pair's first initial measurement against the others', and
+    // a pair first met in a retest against the initial pairs that passed, since the
+    // ones that failed (in a small group, a large share) drag the median down.
+    let first_value = |tests: &[&PairTest]| {
+        let first = tests.iter().find(|t| t.stage == Stage::Initial)?;
+        usable_value(&first.measurement)
+    };
+    let initial = Pool::new(
+        groups.len(),
+        groups
+            .iter()
+            .enumerate()
+            .filter_map(|(g, tests)| Some((first_value(tests)?, g))),
+    );
+    let is_initial: Vec<bool> = groups.iter().map(|t| first_value(t).is_some()).collect();
+    let mut judged = judge_all(&|g| initial.median_without(g));
+    // One pool of values, none left out: no retest-only pair is in it.
+    let passed = Pool::new(
+        1,
+        groups
+            .iter()
+            .zip(&judged)
+            .filter(|(_, j)| !j.state.is_bad())
+            .filter_map(|(tests, _)| first_value(tests))
+            .map(|v| (v, 0)),
+    );
+    let peers = |g: usize| {
+        if is_initial[g] {
+            initial.median_without(g)
+        } else {
+            passed.median().or(initial.median())
+        }
+    };
+    for g in (0..groups.len()).filter(|&g| !is_initial[g]) {
+        judged[g] = judge_pair(spec, &groups[g], peers(g), policy);
+    }
+
+    // Then the known-good floor: every measurement of the pairs that passed between
+    // two good nodes, re-measures and retests included. It leaves out the slow node's
+    // and the slow link's pairs, and each retest round adds to it.
+    let floor = Pool::new(
+        groups.len(),
+        known_good_pairs(&groups, &judged)
+            .into_iter()
+            .flat_map(|g| groups[g].iter().map(move |t| (t, g)))
+            .filter_map(|(t, g)| Some((usable_value(&t.measurement)?, g))),
+    );
+    judge_all(&|g| {
+        if floor.len_without(g) >= FLOOR_MIN {
+            floor.median_without(g)
+        } else {
+            peers(g)
+        }
+    })
+}
+
+/// The known-good values a pair needs besides its own before the floor is its
+/// reference. The median of two is as noisy as a single re-measured pair: in a group
+/// of four with a slow node, the three pairs left would name each other as links.
+const FLOOR_MIN: usize = 3;
+
+/// The pairs that passed (or passed narrowly) between two good nodes.
+fn known_good_pairs(groups: &[Vec<&PairTest>], judged: &[PairJudgement]) -> Vec<usize> {
+    let mut seen = HashSet::new();
+    let nodes: Vec<NodeId> = groups
+        .iter()
+        .flat_map(|tests| [&tests[0].pair.a, &tests[0].pair.b])
+        .filter(|node| seen.insert(node.as_str()))
+        .cloned()
+        .collect();
+    let good: HashSet<&str> = standings(&nodes, &outcomes(judged))
+        .iter()
+        .zip(&nodes)
+        .filter(|(s, _)| s.status == NodeStatus::Good)
+        .map(|(_, node)| node.as_str())
+        .collect();
+    judged
         .iter()
         .enumerate()
-        .filter_map(|(g, tests)| {
-            let first = tests.iter().find(|t| t.stage == Stage::Initial)?;
-            usable_value(&first.measurement).map(|v| (v, g))
+        .filter(|(_, j)| {
+            !j.state.is_bad()
+                && good.contains(j.pair.a.as_str())
+                && good.contains(j.pair.b.as_str())
         })
-        .collect();
-    pool.sort_by(|x, y| x.0.total_cmp(&y.0));
-    let sorted: Vec<f64> = pool.iter().map(|&(v, _)| v).collect();
-    let mut rank = vec![None; groups.len()];
-    for (k, &(_, g)) in pool.iter().enumerate() {
-        rank[g] = Some(k);
-    }
-    let whole_median = median_of_sorted(&sorted);
-
-    groups
-        .iter()
-        .zip(rank)
-        .map(|(tests, rank)| {
-            let reference = match rank {
-                Some(k) => median_of_sorted_without(&sorted, k),
-                None => whole_median,
-            };
-            judge_pair(spec, tests, reference, policy)
-        })
+        .map(|(g, _)| g)
         .collect()
+}
+
+/// Values with the pair each came from, sorted, for medians that leave a pair's own
+/// values out: a pair is not its own peer. One sort, then each median costs only the
+/// pair's own values, which keeps judging 4,096 nodes linear.
+struct Pool {
+    sorted: Vec<f64>,
+    /// Where each pair's values are in `sorted`, ascending.
+    positions: Vec<Vec<usize>>,
+}
+
+impl Pool {
+    fn new(pairs: usize, values: impl Iterator<Item = (f64, usize)>) -> Self {
+        let mut values: Vec<(f64, usize)> = values.collect();
+        values.sort_by(|x, y| x.0.total_cmp(&y.0));
+        let mut positions = vec![Vec::new(); pairs];
+        for (k, &(_, g)) in values.iter().enumerate() {
+            positions[g].push(k);
+        }
+        Pool {
+            sorted: values.into_iter().map(|(v, _)| v).collect(),
+            positions,
+        }
+    }
+
+    fn median(&self) -> Option<f64> {
+        median_of_sorted_skipping(&self.sorted, &[])
+    }
+
+    /// How many values are not pair `g`'s.
+    fn len_without(&self, g: usize) -> usize {
+        self.sorted.len() - self.positions[g].len()
+    }
+
+    /// The median of the values of every pair but `g`; `None` when none is left.
+    fn median_without(&self, g: usize) -> Option<f64> {
+        median_of_sorted_skipping(&self.sorted, &self.positions[g])
+    }
 }
 
 fn judge_pair(
@@ -182,13 +291,28 @@ fn judge_pair(
             .reason
             .push_str(&format!(" (mean of {} measurements)", tests.len()));
     }
+    if tests.len() >= LINK_MEASUREMENTS && result.verdict == Verdict::Slow {
+        // The first measurement is what made the pair a suspect, so it leans slow;
+        // the re-measures alone must agree before the pair counts as slow.
+        let (again, _) = combine(&pair, &tests[1..]);
+        let check = judge_against(spec, &again, reference, policy);
+        if check.verdict == Verdict::Ok {
+            result = check;
+            result.reason.push_str(&format!(
+                " (mean of the {} re-measures; the first measurement, {}, made it a suspect)",
+                tests.len() - 1,
+                fmt_value(tests[0].measurement.value.unwrap_or_default()),
+            ));
+        }
+    }
     result.evidence.remeasured = tests.len() > 1;
     let once = tests.len() == 1;
     let state = match result.verdict {
         Verdict::Ok if once && is_borderline(&result.evidence) => PairState::Borderline,
         Verdict::Ok | Verdict::Skipped => PairState::Passed,
         Verdict::Slow if once => PairState::Suspect,
-        Verdict::Slow | Verdict::Faulty => PairState::Failed,
+        Verdict::Slow => PairState::Failed,
+        Verdict::Faulty => PairState::Faulty,
     };
     PairJudgement {
         pair,
@@ -285,20 +409,19 @@ fn usable_value(measurement: &Measurement) -> Option<f64> {
     }
 }
 
-fn median_of_sorted(sorted: &[f64]) -> Option<f64> {
-    let n = sorted.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(sorted[n / 2]),
-        _ => Some((sorted[n / 2 - 1] + sorted[n / 2]) / 2.0),
-    }
-}
-
-/// The median of `sorted` without its element `skip`, without copying: a pair is not
-/// its own peer, and this keeps judging 4,096 nodes linear after one sort.
-fn median_of_sorted_without(sorted: &[f64], skip: usize) -> Option<f64> {
-    let n = sorted.len().checked_sub(1)?;
-    let at = |j: usize| if j < skip { sorted[j] } else { sorted[j + 1] };
+/// The median of `sorted` without the elements at `skip` (ascending positions).
+fn median_of_sorted_skipping(sorted: &[f64], skip: &[usize]) -> Option<f64> {
+    let n = sorted.len().checked_sub(skip.len())?;
+    // The r-th element left: step over each skipped position at or before it.
+    let at = |r: usize| {
+        let mut i = r;
+        for &s in skip {
+            if s <= i {
+                i += 1;
+            }
+        }
+        sorted[i]
+    };
     match n {
         0 => None,
         _ if n % 2 == 1 => Some(at(n / 2)),
@@ -412,10 +535,11 @@ pub fn localize(
         }
         let mut result = judgement.result.clone();
         if status_a == Some(NodeStatus::Good) && status_b == Some(NodeStatus::Good) {
-            let once = if judgement.measurements == 1 {
-                " (measured once)"
-            } else {
-                ""
+            // Fewer measurements than a link needs only when the retests were cut short.
+            let once = match judgement.measurements {
+                1 => " (measured once)",
+                2 if judgement.state == PairState::Failed => " (measured twice)",
+                _ => "",
             };
             result.reason = format!(
                 "{}; {a} and {b} both passed with other nodes, so the link or path between \

@@ -2,12 +2,15 @@
 //!
 //! - [`round_one`] pairs disjoint nodes so that every node is measured, all pairs in
 //!   parallel. For an odd group the node left over is paired, in a second small round,
-//!   with a node of the first round.
+//!   with a node of the first round. Groups of four or five nodes are measured around a
+//!   ring instead, so that every node has two partners.
 //! - [`retest`] reads the judged outcomes so far and plans what is still needed: a
-//!   re-measure of each pair that was slow once, and a test of each member of a failed
-//!   pair with a known-good node. The runner calls it again after each plan it runs,
-//!   until the plan comes back empty. With few bad nodes that takes one or two calls,
-//!   whatever the group size.
+//!   re-measure of each pair that was slow once, a test of each member of a failed pair
+//!   with a known-good node, a third partner for a node slow with two, and a third
+//!   measurement of a slow link; in a small group, good nodes a round leaves idle
+//!   measure a pair again as a control. The runner calls it again after each plan it
+//!   runs, until the plan comes back empty (or [`MAX_RETEST_PLANS`]). With few bad
+//!   nodes that takes three calls, whatever the group size.
 //! - [`full_round_robin`] is the `pairing: full` option: every pair of nodes, by the
 //!   circle method, in n−1 rounds (n for odd n).
 //! - [`standings`] says where each node stands after the tests so far; both the retest
@@ -129,8 +132,8 @@ impl Plan {
     }
 }
 
-/// The first plan of a `_2` check: disjoint pairs in one round, so that every node is
-/// measured with all pairs running in parallel.
+/// The first plan of a `_2` check: disjoint pairs, so that every node is measured with
+/// all pairs of a round running in parallel.
 ///
 /// Nodes are paired in the order given: (0, 1), (2, 3), ... For an odd group the last
 /// node is paired with node 0 in a second round of one pair. A second round rather than
@@ -139,21 +142,39 @@ impl Plan {
 /// would leave three suspects instead of two. The second round costs one pair's time,
 /// and it makes node 0 the only node measured twice. Fewer than two nodes: an empty
 /// plan (the check is skipped).
+///
+/// A group of four or five nodes (fewer than [`RING_BELOW`]) is measured around a ring
+/// instead: (0, 1), (2, 3), ... then (1, 2), (3, 4), ..., (n−1, 0), in two rounds (three
+/// when n is odd). Its first round has only two pairs, too few to judge each against
+/// the other, and when one fails there is hardly a good node left to retest it with; on
+/// the ring every node has two partners from the start, so a slow node fails twice and
+/// a slow link once.
 pub fn round_one(nodes: &[NodeId]) -> Plan {
-    if nodes.len() < 2 {
+    let n = nodes.len();
+    if n < 2 {
         return Plan::empty(Stage::Initial);
     }
+    let pair = |i: usize, j: usize| Pair::new(nodes[i].clone(), nodes[j].clone());
     let first = Round {
-        pairs: nodes
-            .chunks_exact(2)
-            .map(|two| Pair::new(two[0].clone(), two[1].clone()))
-            .collect(),
+        pairs: (0..n / 2).map(|k| pair(2 * k, 2 * k + 1)).collect(),
     };
     let mut rounds = vec![first];
-    if nodes.len() % 2 == 1 {
-        let leftover = &nodes[nodes.len() - 1];
+    if (4..RING_BELOW).contains(&n) {
+        // The ring's other edges; with n odd, (n−1, 0) shares node n−1 with (n−2, n−1).
+        let shifted = (0..(n - 1) / 2).map(|k| pair(2 * k + 1, 2 * k + 2));
+        let mut second: Vec<Pair> = shifted.collect();
+        if n % 2 == 0 {
+            second.push(pair(n - 1, 0));
+            rounds.push(Round { pairs: second });
+        } else {
+            rounds.push(Round { pairs: second });
+            rounds.push(Round {
+                pairs: vec![pair(n - 1, 0)],
+            });
+        }
+    } else if n % 2 == 1 {
         rounds.push(Round {
-            pairs: vec![Pair::new(leftover.clone(), nodes[0].clone())],
+            pairs: vec![pair(n - 1, 0)],
         });
     }
     Plan {
@@ -161,6 +182,12 @@ pub fn round_one(nodes: &[NodeId]) -> Plan {
         rounds,
     }
 }
+
+/// Groups smaller than this (and of four nodes or more) start with the ring of
+/// [`round_one`]. From six nodes, one round and the known-good reference its retests
+/// build (`crate::localize::judge_pairs`, and the controls of [`retest`]) meet the accuracy targets
+/// (`examples/localize_accuracy.rs`) without the ring's extra round.
+pub const RING_BELOW: usize = 6;
 
 /// Every pair of nodes, round by round, by the circle method: node 0 stays put and the
 /// others rotate, so each round is a set of disjoint pairs and each pair meets once.
@@ -244,8 +271,29 @@ pub enum PairState {
     /// member also failed with another partner (which is itself a second measurement of
     /// that node).
     Suspect,
-    /// Faulty, or slow in a measurement that combines a re-measure.
+    /// Slow on the mean of two measurements or more. Between two good nodes that is a
+    /// slow link, named only on the mean of [`LINK_MEASUREMENTS`].
     Failed,
+    /// An error, no work done, or a wrong result: a re-measure does not excuse it, so it
+    /// counts at once.
+    Faulty,
+}
+
+/// How many measurements a pair between two good nodes needs before it is named as a
+/// slow link. The mean of two healthy measurements with 2 % noise is 5 % slow about
+/// once in 5,000 pairs, too often for `pairing: full`, which tests thousands; the mean
+/// of three, about once in 200,000. A slow node needs no third: it fails with several
+/// partners.
+pub const LINK_MEASUREMENTS: usize = 3;
+
+impl PairState {
+    /// Failed or suspect: not a pass.
+    pub fn is_bad(self) -> bool {
+        matches!(
+            self,
+            PairState::Suspect | PairState::Failed | PairState::Faulty
+        )
+    }
 }
 
 /// One pair's judged state; `crate::localize::judge_pairs` gives one per distinct pair.
@@ -253,6 +301,8 @@ pub enum PairState {
 pub struct PairOutcome {
     pub pair: Pair,
     pub state: PairState,
+    /// How many measurements the state is judged on.
+    pub measurements: usize,
 }
 
 /// What the tests so far say about a node.
@@ -291,9 +341,11 @@ pub struct NodeStanding {
 /// The rules, which [`retest`] relies on to know what is still unknown:
 /// - a node that passed with someone and failed no more often than it passed is good;
 /// - a node that failed with two or more partners, more often than it passed, is a
-///   culprit once one of those partners is good (a pair whose members both pass
-///   elsewhere is a link suspect instead). A pair slow once with a good partner does
-///   not count until it is re-measured, unless the node is slow with three partners;
+///   culprit once it failed with two good partners (a pair whose members both pass
+///   elsewhere is a link suspect instead). A partner counts as good if it would be once
+///   this node's failures are excused. The failures count when they are firm (an
+///   error, or slow on the mean of [`LINK_MEASUREMENTS`]), or when the node failed with
+///   three good partners or more: then single measurements do;
 /// - failures with a culprit do not count against its partner. Culprits and good nodes
 ///   depend on each other, so the rules are applied until nothing changes.
 pub fn standings(nodes: &[NodeId], outcomes: &[PairOutcome]) -> Vec<NodeStanding> {
@@ -333,26 +385,52 @@ pub struct Retest {
 ///   culprit.
 /// - Each pair that was slow once is re-measured as it is, unless one of its members
 ///   already failed with another partner too (then that node is retested instead).
-///   Most such pairs are noise and pass. A pair slow once with a good partner is always
-///   re-measured, unless its other node is slow with three partners or more: it is
-///   about to convict that node, and one noisy retest must not turn a link fault into
-///   a node fault.
+///   Most such pairs are noise and pass. A pair slow once with a good partner is
+///   re-measured, unless its other node is slow with three good partners or more (it
+///   is convicted), or can still meet a good node it has not met (see below).
+/// - A pair slow on the mean of two between good nodes, a link suspect, is measured a
+///   third time ([`LINK_MEASUREMENTS`]). So is the failure with a good partner of a
+///   node that failed with two and has met every good node.
 /// - Each node that failed and is not yet explained is tested with a known-good node it
-///   has not met. Good nodes that never failed are used first; each good node serves at
+///   has not met: a node slow with two partners meets a third before its pairs are
+///   re-measured. Good nodes that never failed are used first; each good node serves at
 ///   most one retest per round, and successive retests rotate through the good nodes,
 ///   so a good node is reused only when there are more suspects than good nodes (then
 ///   the plan has more rounds).
 /// - When no node is good: if every failure involves one node (the odd-group partner,
 ///   or one of three nodes), the other nodes are paired with each other to find a good
 ///   one; otherwise `no_good_node` is set and the plan is empty.
+/// - While the known-good pairs are few, the rounds planned also carry controls
+///   (`add_controls`).
 ///
-/// Each call tests only new combinations or re-measures a pair once, so calling it
-/// until the plan is empty ends. With a few bad nodes among many good ones, whatever
-/// the group size, that is at most three more rounds: re-measure, retest, and
-/// re-measure of the retest (a slow node), or re-measure, retest (a slow link).
+/// Each call tests only new combinations or measures a pair again (three times at most
+/// in all), so calling it until the plan is empty ends. With a few bad nodes among many
+/// good ones, whatever the group size, that is three more rounds in most runs:
+/// re-measure, retest, and a third partner (a slow node) or a third measurement (a
+/// slow link).
 pub fn retest(nodes: &[NodeId], outcomes: &[PairOutcome]) -> Retest {
     let graph = Graph::new(nodes, outcomes);
     let status = graph.statuses();
+    let mut good: Vec<usize> = (0..nodes.len())
+        .filter(|&m| status[m] == NodeStatus::Good)
+        .collect();
+    // The cleanest partners first: a retest is only as good as its partner.
+    good.sort_by_key(|&g| (graph.bad[g].len(), g));
+    // A node slow with two partners meets a third before its pairs are re-measured: a
+    // third failure makes a pattern, which convicts it at once, and a pass clears it of
+    // a slow link and one noisy pair.
+    let new_partner: Vec<bool> = (0..nodes.len())
+        .map(|m| {
+            status[m] == NodeStatus::Undetermined
+                && graph.is_candidate(m)
+                && good.iter().any(|&g| !graph.met(m, g))
+        })
+        .collect();
+    let context = Context {
+        graph: &graph,
+        status: &status,
+        new_partner: &new_partner,
+    };
     let mut rounds = RoundsBuilder::new(nodes.len());
 
     let mut remeasuring = vec![false; nodes.len()];
@@ -362,8 +440,11 @@ pub fn retest(nodes: &[NodeId], outcomes: &[PairOutcome]) -> Retest {
         };
         let remeasure = match outcome.state {
             PairState::Borderline => !graph.either_culprit(&status, a, b),
-            PairState::Suspect => needs_remeasure(&graph, &status, a, b),
-            PairState::Passed | PairState::Failed => false,
+            PairState::Suspect => context.needs_remeasure(a, b),
+            PairState::Failed => {
+                outcome.measurements < LINK_MEASUREMENTS && context.needs_confirming(a, b)
+            }
+            PairState::Passed | PairState::Faulty => false,
         };
         if remeasure {
             rounds.place_anywhere(a, b);
@@ -375,11 +456,6 @@ pub fn retest(nodes: &[NodeId], outcomes: &[PairOutcome]) -> Retest {
     let needing: Vec<usize> = (0..nodes.len())
         .filter(|&m| status[m] == NodeStatus::Undetermined && !remeasuring[m])
         .collect();
-    let mut good: Vec<usize> = (0..nodes.len())
-        .filter(|&m| status[m] == NodeStatus::Good)
-        .collect();
-    // The cleanest partners first: a retest is only as good as its partner.
-    good.sort_by_key(|&g| (graph.bad[g].len(), g));
 
     let mut no_good_node = false;
     if !needing.is_empty() {
@@ -393,22 +469,65 @@ pub fn retest(nodes: &[NodeId], outcomes: &[PairOutcome]) -> Retest {
             no_good_node |= rounds.is_empty();
         }
     }
+    add_controls(&graph, &good, &mut rounds);
     Retest {
         plan: rounds.into_plan(nodes),
         no_good_node,
     }
 }
 
-/// Whether a pair that was slow once is measured again before it counts.
-fn needs_remeasure(graph: &Graph, status: &[NodeStatus], a: usize, b: usize) -> bool {
-    let either = |f: &dyn Fn(usize) -> bool| f(a) || f(b);
-    if graph.either_culprit(status, a, b) || either(&|m| graph.is_pattern(m)) {
-        false // already explained, or one slow pair more changes nothing
-    } else if either(&|m| status[m] == NodeStatus::Good) {
-        true // a retest with a good partner decides a node's fate: confirm it
-    } else {
-        // Slow with two partners is itself a second measurement of that node.
-        !either(&|m| graph.is_candidate(m))
+/// How many plans [`retest`] is called for at most after the first plan of a check.
+/// Each plan measures only new combinations, or a pair again (three times at most in
+/// all), so the loop ends anyway: this is a guard, not a budget. One slow node or link
+/// needs three (re-measure, retests, a third partner or measurement); noise around it,
+/// rarely, a few more.
+pub const MAX_RETEST_PLANS: usize = 10;
+
+/// What the re-measures of one retest plan are decided from.
+struct Context<'a> {
+    graph: &'a Graph,
+    status: &'a [NodeStatus],
+    /// Candidates that can still meet a good node they have not met.
+    new_partner: &'a [bool],
+}
+
+impl Context<'_> {
+    fn either(&self, a: usize, b: usize, f: impl Fn(usize) -> bool) -> bool {
+        f(a) || f(b)
+    }
+
+    fn is_good(&self, m: usize) -> bool {
+        self.status[m] == NodeStatus::Good
+    }
+
+    /// Whether a pair that was slow once is measured again before it counts.
+    fn needs_remeasure(&self, a: usize, b: usize) -> bool {
+        let graph = self.graph;
+        // Already explained, or one slow pair more changes nothing, or a new partner
+        // says more about that node.
+        let settled = |m| graph.is_pattern(m, self.status) || self.new_partner[m];
+        if graph.either_culprit(self.status, a, b) || self.either(a, b, settled) {
+            false
+        } else if self.either(a, b, |m| self.is_good(m)) {
+            true // a retest with a good partner decides a node's fate: confirm it
+        } else {
+            // Slow with two partners is itself a second measurement of that node.
+            !self.either(a, b, |m| graph.is_candidate(m))
+        }
+    }
+
+    /// Whether a pair slow on the mean of fewer than [`LINK_MEASUREMENTS`] is measured
+    /// again: a link between two good nodes, or the failure with a good partner of a
+    /// node that has met every good node and is not yet convicted.
+    fn needs_confirming(&self, a: usize, b: usize) -> bool {
+        let stuck = |m: usize| {
+            self.status[m] == NodeStatus::Undetermined
+                && self.graph.is_candidate(m)
+                && !self.new_partner[m]
+        };
+        (self.is_good(a) && self.is_good(b))
+            || (self.is_good(a) && stuck(b))
+            || (self.is_good(b) && stuck(a))
     }
 }
 
@@ -452,6 +571,52 @@ fn assign_good_partners(
     }
 }
 
+/// While fewer than [`CONTROL_BELOW`] pairs have passed between good nodes, good nodes
+/// that a retest round leaves idle measure again, as a control, a pair that passed once
+/// between them. Controls cost no round, and their values join the known-good
+/// reference the retests are judged against (`crate::localize::judge_pairs`), which in
+/// a small group is otherwise a handful of pairs. Only pairs measured once: a control
+/// measured a third time would be judged like a link against a reference made mostly
+/// of other pairs, and a new pair could fail by noise and start retests of its own.
+fn add_controls(graph: &Graph, good: &[usize], rounds: &mut RoundsBuilder) {
+    let is_good = {
+        let mut is_good = vec![false; graph.passed.len()];
+        good.iter().for_each(|&g| is_good[g] = true);
+        is_good
+    };
+    let clean = |o: usize| {
+        graph.ends[o].is_some_and(|(a, b)| is_good[a] && is_good[b])
+            && matches!(graph.states[o], PairState::Passed | PairState::Borderline)
+    };
+    if (0..graph.states.len()).filter(|&o| clean(o)).count() >= CONTROL_BELOW {
+        return;
+    }
+    for r in 0..rounds.rounds.len() {
+        let mut idle: Vec<usize> = good
+            .iter()
+            .copied()
+            .filter(|&g| !rounds.busy[r][g])
+            .collect();
+        idle.sort_unstable();
+        while let Some(x) = idle.first().copied() {
+            let again = graph.passed[x]
+                .iter()
+                .filter(|&&o| graph.measurements[o] == 1)
+                .map(|&o| graph.partner(o, x))
+                .find(|y| idle.contains(y));
+            idle.retain(|&m| m != x);
+            if let Some(y) = again {
+                rounds.place(r, x, y);
+                idle.retain(|&m| m != y);
+            }
+        }
+    }
+}
+
+/// Good pairs enough for the median of their values to be a steady reference; below
+/// that, retest rounds add controls.
+pub const CONTROL_BELOW: usize = 12;
+
 /// With no good node but one node in every failure, the others are paired with each
 /// other (pairs not yet tested) so that a good node can emerge.
 fn pair_among_themselves(graph: &Graph, hub: usize, rounds: &mut RoundsBuilder) {
@@ -483,6 +648,8 @@ struct Graph {
     /// The two node indices of each outcome; `None` when a node is not in the group.
     ends: Vec<Option<(usize, usize)>>,
     states: Vec<PairState>,
+    /// How many measurements each outcome is judged on.
+    measurements: Vec<usize>,
     passed: Vec<Vec<usize>>,
     bad: Vec<Vec<usize>>,
     pending: Vec<Vec<usize>>,
@@ -499,6 +666,7 @@ impl Graph {
         let mut graph = Graph {
             ends: Vec::with_capacity(outcomes.len()),
             states: outcomes.iter().map(|o| o.state).collect(),
+            measurements: outcomes.iter().map(|o| o.measurements).collect(),
             passed: vec![Vec::new(); nodes.len()],
             bad: vec![Vec::new(); nodes.len()],
             pending: vec![Vec::new(); nodes.len()],
@@ -517,7 +685,7 @@ impl Graph {
             let list = match outcome.state {
                 PairState::Passed => &mut graph.passed,
                 PairState::Borderline => &mut graph.pending,
-                PairState::Suspect | PairState::Failed => &mut graph.bad,
+                PairState::Suspect | PairState::Failed | PairState::Faulty => &mut graph.bad,
             };
             list[a].push(i);
             list[b].push(i);
@@ -549,9 +717,15 @@ impl Graph {
         bad >= 2 && bad > self.passed[node].len()
     }
 
-    /// A candidate slow with `PATTERN` partners or more.
-    fn is_pattern(&self, node: usize) -> bool {
-        self.is_candidate(node) && self.bad[node].len() >= PATTERN
+    /// A candidate slow with `PATTERN` good partners or more: one slow pair more or
+    /// less changes nothing.
+    fn is_pattern(&self, node: usize, status: &[NodeStatus]) -> bool {
+        self.is_candidate(node)
+            && self.bad[node]
+                .iter()
+                .filter(|&&o| status[self.partner(o, node)] == NodeStatus::Good)
+                .count()
+                >= PATTERN
     }
 
     fn statuses(&self) -> Vec<NodeStatus> {
@@ -564,10 +738,12 @@ impl Graph {
         // ends, in two or three passes in practice.
         loop {
             let next_good: Vec<bool> = (0..n)
-                .map(|m| !culprit[m] && self.is_good_given(m, &culprit))
+                .map(|m| !culprit[m] && self.is_good_given(m, &culprit, None))
                 .collect();
             let next_culprit: Vec<bool> = (0..n)
-                .map(|m| culprit[m] || (!next_good[m] && self.is_convicted(m, &next_good)))
+                .map(|m| {
+                    culprit[m] || (!next_good[m] && self.is_convicted(m, &next_good, &culprit))
+                })
                 .collect();
             let stable = next_good == good && next_culprit == culprit;
             good = next_good;
@@ -598,36 +774,53 @@ impl Graph {
             .collect()
     }
 
-    /// A candidate whose failures include a good partner, counting only failures that
-    /// are confirmed: a pair slow once with a good partner is not proof until it is
-    /// re-measured, unless the node is slow with `PATTERN` partners or more. Otherwise
-    /// one noisy retest would turn a link fault into a node fault.
-    fn is_convicted(&self, node: usize, good: &[bool]) -> bool {
+    /// A candidate that failed with two good partners or more, counting only failures
+    /// that are firm: an error, slow on the mean of [`LINK_MEASUREMENTS`], or any
+    /// failure when it failed with `PATTERN` good partners or more. A partner counts as
+    /// good when it is, or would be once this node's failures are excused (its only
+    /// other failure may be noise, and in a small group every partner of a slow node
+    /// has met it). A failure with any other partner does not count: that partner may
+    /// be the culprit. Otherwise one noisy pair next to a slow link, or next to a slow
+    /// node, would convict a healthy node.
+    fn is_convicted(&self, node: usize, good: &[bool], culprit: &[bool]) -> bool {
         if !self.is_candidate(node) {
             return false;
         }
-        let pattern = self.is_pattern(node);
-        let mut counted = 0;
-        let mut with_good_partner = false;
-        for &o in &self.bad[node] {
-            let partner_good = good[self.partner(o, node)];
-            if pattern || self.states[o] == PairState::Failed || !partner_good {
-                counted += 1;
-                with_good_partner |= partner_good;
-            }
-        }
-        counted >= 2 && with_good_partner
+        let good_partner =
+            |p: usize| good[p] || (!culprit[p] && self.is_good_given(p, culprit, Some(node)));
+        let with_good: Vec<usize> = self.bad[node]
+            .iter()
+            .copied()
+            .filter(|&o| good_partner(self.partner(o, node)))
+            .collect();
+        let pattern = with_good.len() >= PATTERN;
+        with_good
+            .into_iter()
+            .filter(|&o| pattern || self.is_firm(o))
+            .count()
+            >= 2
     }
 
-    /// Passed with someone, and its failures with non-culprits do not outweigh that.
-    fn is_good_given(&self, node: usize, culprit: &[bool]) -> bool {
+    /// An error, or slow on the mean of as many measurements as a link needs.
+    fn is_firm(&self, outcome: usize) -> bool {
+        match self.states[outcome] {
+            PairState::Faulty => true,
+            PairState::Failed => self.measurements[outcome] >= LINK_MEASUREMENTS,
+            _ => false,
+        }
+    }
+
+    /// Passed with someone, and its failures with non-culprits (other than `excused`)
+    /// do not outweigh that.
+    fn is_good_given(&self, node: usize, culprit: &[bool], excused: Option<usize>) -> bool {
         let passed = self.passed[node].len();
         if passed == 0 {
             return false;
         }
         let bad = self.bad[node]
             .iter()
-            .filter(|&&o| !culprit[self.partner(o, node)])
+            .map(|&o| self.partner(o, node))
+            .filter(|&p| !culprit[p] && Some(p) != excused)
             .count();
         !(bad >= 2 && bad > passed)
     }
@@ -642,7 +835,7 @@ impl Graph {
             .ends
             .iter()
             .zip(&self.states)
-            .filter(|(_, state)| matches!(state, PairState::Suspect | PairState::Failed))
+            .filter(|(_, state)| state.is_bad())
             .filter_map(|(ends, _)| *ends)
             .collect();
         let &(x, y) = bad.first()?;
@@ -734,10 +927,17 @@ mod tests {
         (0..n).map(|i| format!("n{i}")).collect()
     }
 
+    /// A pair judged on as many measurements as its state takes: one, two when slow on
+    /// a mean, and a link's full count when failed.
     fn outcome(a: &str, b: &str, state: PairState) -> PairOutcome {
+        let measurements = match state {
+            PairState::Failed => LINK_MEASUREMENTS,
+            _ => 1,
+        };
         PairOutcome {
             pair: Pair::new(a, b),
             state,
+            measurements,
         }
     }
 
@@ -759,7 +959,7 @@ mod tests {
 
     #[test]
     fn round_one_tests_every_node_in_disjoint_pairs() {
-        for n in [2, 3, 5, 8, 4097] {
+        for (n, rounds) in [(2, 1), (3, 2), (4, 2), (5, 3), (6, 1), (8, 1), (4097, 2)] {
             let group = nodes(n);
             let plan = round_one(&group);
             assert_eq!(plan.stage, Stage::Initial);
@@ -770,18 +970,61 @@ mod tests {
                 .collect();
             assert_eq!(tested.len(), n, "n = {n}");
             assert_eq!(plan.rounds[0].pairs.len(), n / 2, "n = {n}");
-            assert_eq!(plan.rounds.len(), if n % 2 == 1 { 2 } else { 1 }, "n = {n}");
+            assert_eq!(plan.rounds.len(), rounds, "n = {n}");
+            let distinct: HashSet<(String, String)> = plan.pairs().map(unordered).collect();
+            assert_eq!(
+                distinct.len(),
+                plan.pairs().count(),
+                "n = {n}: a pair twice"
+            );
+        }
+    }
+
+    #[test]
+    fn a_group_of_four_or_five_starts_around_a_ring() {
+        let rounds = |n: usize| -> Vec<Vec<Pair>> {
+            round_one(&nodes(n))
+                .rounds
+                .into_iter()
+                .map(|r| r.pairs)
+                .collect()
+        };
+        assert_eq!(
+            rounds(4),
+            [
+                vec![Pair::new("n0", "n1"), Pair::new("n2", "n3")],
+                vec![Pair::new("n1", "n2"), Pair::new("n3", "n0")],
+            ]
+        );
+        assert_eq!(
+            rounds(5),
+            [
+                vec![Pair::new("n0", "n1"), Pair::new("n2", "n3")],
+                vec![Pair::new("n1", "n2"), Pair::new("n3", "n4")],
+                vec![Pair::new("n4", "n0")],
+            ]
+        );
+        for n in [4, 5] {
+            let plan = round_one(&nodes(n));
+            for node in nodes(n) {
+                let partners = plan.pairs().filter(|p| p.contains(&node)).count();
+                assert_eq!(partners, 2, "{node} of {n}");
+            }
         }
     }
 
     #[test]
     fn an_odd_group_pairs_the_leftover_with_a_first_round_node() {
-        let plan = round_one(&nodes(5));
+        let plan = round_one(&nodes(7));
         assert_eq!(
             plan.rounds[0].pairs,
-            [Pair::new("n0", "n1"), Pair::new("n2", "n3")]
+            [
+                Pair::new("n0", "n1"),
+                Pair::new("n2", "n3"),
+                Pair::new("n4", "n5")
+            ]
         );
-        assert_eq!(plan.rounds[1].pairs, [Pair::new("n4", "n0")]);
+        assert_eq!(plan.rounds[1].pairs, [Pair::new("n6", "n0")]);
         assert_eq!(
             round_one(&nodes(3)).rounds[1].pairs,
             [Pair::new("n2", "n0")]
@@ -859,7 +1102,15 @@ mod tests {
         let retest = retest(&group, &outcomes);
         assert_eq!(retest.plan.stage, Stage::Retest);
         assert_eq!(retest.plan.rounds.len(), 1);
-        assert_eq!(retest.plan.rounds[0].pairs, [Pair::new("n2", "n3")]);
+        // The good nodes the round leaves idle are measured again, as controls.
+        assert_eq!(
+            retest.plan.rounds[0].pairs,
+            [
+                Pair::new("n2", "n3"),
+                Pair::new("n0", "n1"),
+                Pair::new("n4", "n5")
+            ]
+        );
     }
 
     #[test]
@@ -875,7 +1126,7 @@ mod tests {
         assert_eq!(plan.rounds.len(), 1, "one round when good nodes are plenty");
         assert_disjoint(&plan.rounds[0]);
         assert_eq!(
-            plan.rounds[0].pairs,
+            plan.rounds[0].pairs[..2],
             [Pair::new("n2", "n0"), Pair::new("n3", "n1")]
         );
     }
@@ -948,7 +1199,7 @@ mod tests {
         ];
         let plan = retest(&group, &outcomes).plan;
         assert_eq!(
-            plan.rounds[0].pairs,
+            plan.rounds[0].pairs[..2],
             [Pair::new("n2", "n3"), Pair::new("n4", "n5")]
         );
         let standing = &standings(&group, &outcomes)[2];
@@ -1082,6 +1333,158 @@ mod tests {
             .collect();
         assert_eq!(status, [NodeStatus::Good, NodeStatus::Good]);
         assert!(retest(&group, &outcomes).plan.is_empty());
+    }
+
+    fn measured(a: &str, b: &str, state: PairState, measurements: usize) -> PairOutcome {
+        PairOutcome {
+            measurements,
+            ..outcome(a, b, state)
+        }
+    }
+
+    fn statuses(group: &[NodeId], outcomes: &[PairOutcome]) -> Vec<NodeStatus> {
+        standings(group, outcomes)
+            .iter()
+            .map(|s| s.status)
+            .collect()
+    }
+
+    #[test]
+    fn a_link_between_good_nodes_is_measured_until_it_has_three() {
+        let group = nodes(4);
+        let mut outcomes = vec![
+            outcome("n0", "n1", PairState::Passed),
+            measured("n2", "n3", PairState::Failed, 2),
+            outcome("n1", "n2", PairState::Passed),
+            outcome("n3", "n0", PairState::Passed),
+        ];
+        assert!(
+            statuses(&group, &outcomes)
+                .iter()
+                .all(|s| *s == NodeStatus::Good)
+        );
+        let plan = retest(&group, &outcomes).plan;
+        assert_eq!(plan.rounds.len(), 1);
+        assert_eq!(plan.rounds[0].pairs[0], Pair::new("n2", "n3"));
+        outcomes[1].measurements = LINK_MEASUREMENTS;
+        assert!(retest(&group, &outcomes).plan.is_empty());
+        // An error is not measured again: a re-measure does not excuse it.
+        outcomes[1] = outcome("n2", "n3", PairState::Faulty);
+        assert!(retest(&group, &outcomes).plan.is_empty());
+    }
+
+    #[test]
+    fn a_node_slow_with_two_partners_meets_a_third_before_any_re_measure() {
+        let group = nodes(8);
+        let mut outcomes = vec![
+            outcome("n0", "n1", PairState::Suspect),
+            outcome("n2", "n3", PairState::Passed),
+            outcome("n4", "n5", PairState::Passed),
+            outcome("n6", "n7", PairState::Passed),
+            outcome("n0", "n2", PairState::Suspect),
+            outcome("n1", "n3", PairState::Passed),
+        ];
+        let plan = retest(&group, &outcomes).plan;
+        assert_eq!(plan.rounds.len(), 1);
+        let with_n0: Vec<&Pair> = plan.pairs().filter(|p| p.contains("n0")).collect();
+        assert_eq!(with_n0, [&Pair::new("n0", "n3")], "{plan:?}");
+        // A third failure with a good partner is a pattern: convicted on single
+        // measurements.
+        outcomes.push(outcome("n0", "n3", PairState::Suspect));
+        assert_eq!(statuses(&group, &outcomes)[0], NodeStatus::Culprit);
+        // A pass instead leaves two failures, which need the mean of three each.
+        outcomes.pop();
+        outcomes.push(outcome("n0", "n3", PairState::Passed));
+        assert_eq!(statuses(&group, &outcomes)[0], NodeStatus::Undetermined);
+    }
+
+    #[test]
+    fn a_node_that_met_every_good_node_has_its_failures_confirmed() {
+        let group = nodes(4);
+        let mut outcomes = vec![
+            measured("n0", "n1", PairState::Failed, 2),
+            outcome("n2", "n3", PairState::Passed),
+            outcome("n1", "n2", PairState::Passed),
+            measured("n3", "n0", PairState::Failed, 2),
+            outcome("n0", "n2", PairState::Passed),
+        ];
+        assert_eq!(statuses(&group, &outcomes)[0], NodeStatus::Undetermined);
+        let plan = retest(&group, &outcomes).plan;
+        let with_n0: Vec<&Pair> = plan.pairs().filter(|p| p.contains("n0")).collect();
+        assert_eq!(
+            with_n0,
+            [&Pair::new("n0", "n1"), &Pair::new("n3", "n0")],
+            "{plan:?}"
+        );
+        outcomes[0].measurements = LINK_MEASUREMENTS;
+        outcomes[3].measurements = LINK_MEASUREMENTS;
+        assert_eq!(statuses(&group, &outcomes)[0], NodeStatus::Culprit);
+    }
+
+    #[test]
+    fn a_partner_counts_as_good_once_the_slow_node_is_excused() {
+        // Four nodes, every pair: n0 is slow, and n1-n3 was slow once by noise, so
+        // neither n1 nor n3 has more passes than failures until n0 is the culprit.
+        let group = nodes(4);
+        let outcomes = [
+            outcome("n0", "n1", PairState::Suspect),
+            outcome("n0", "n2", PairState::Suspect),
+            outcome("n0", "n3", PairState::Suspect),
+            outcome("n1", "n2", PairState::Passed),
+            outcome("n2", "n3", PairState::Passed),
+            outcome("n1", "n3", PairState::Suspect),
+        ];
+        use NodeStatus::*;
+        assert_eq!(statuses(&group, &outcomes), [Culprit, Good, Good, Good]);
+        // n1-n3 is now a link suspect between good nodes: re-measured.
+        let plan = retest(&group, &outcomes).plan;
+        assert_eq!(plan.rounds[0].pairs, [Pair::new("n1", "n3")]);
+    }
+
+    #[test]
+    fn a_failure_with_the_culprit_does_not_make_a_pattern() {
+        // n0 is slow with everyone; n4 also failed, by noise, with n1 and n3.
+        let group = nodes(6);
+        let mut outcomes: Vec<PairOutcome> = (1..6)
+            .map(|i| outcome("n0", &format!("n{i}"), PairState::Suspect))
+            .collect();
+        for (a, b) in [("n1", "n2"), ("n2", "n3"), ("n3", "n5"), ("n1", "n5")] {
+            outcomes.push(outcome(a, b, PairState::Passed));
+        }
+        for (a, b, state) in [
+            ("n4", "n1", PairState::Suspect),
+            ("n4", "n3", PairState::Suspect),
+            ("n4", "n2", PairState::Passed),
+            ("n4", "n5", PairState::Passed),
+        ] {
+            outcomes.push(outcome(a, b, state));
+        }
+        let status = statuses(&group, &outcomes);
+        assert_eq!(status[0], NodeStatus::Culprit);
+        assert_eq!(status[4], NodeStatus::Good, "{status:?}");
+    }
+
+    #[test]
+    fn controls_stop_once_the_reference_is_steady() {
+        // Twelve pairs passed between good nodes: no controls beside the re-measure.
+        let group = nodes(26);
+        let mut outcomes: Vec<PairOutcome> = (0..13)
+            .map(|k| {
+                outcome(
+                    &format!("n{}", 2 * k),
+                    &format!("n{}", 2 * k + 1),
+                    PairState::Passed,
+                )
+            })
+            .collect();
+        outcomes[12].state = PairState::Suspect;
+        let plan = retest(&group, &outcomes).plan;
+        assert_eq!(plan.rounds[0].pairs, [Pair::new("n24", "n25")]);
+        // Eleven: the idle good nodes are measured again.
+        outcomes[11].state = PairState::Borderline;
+        outcomes[10].state = PairState::Suspect;
+        let plan = retest(&group, &outcomes).plan;
+        assert_eq!(plan.pairs().count(), 13, "{plan:?}");
     }
 
     #[test]

@@ -10,16 +10,14 @@ use std::collections::BTreeMap;
 
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::localize::{PairTest, judge_pairs, localize, outcomes};
-use gpuvet_core::pairing::{NodeId, Pair, PairingMode, Plan, full_round_robin, retest, round_one};
+use gpuvet_core::pairing::{
+    MAX_RETEST_PLANS, NodeId, Pair, PairingMode, Plan, full_round_robin, retest, round_one,
+};
 use gpuvet_core::results::{CheckResult, Lane, Measurement};
 
 use super::{host_engine, native};
 use crate::coordinator::CheckContext;
 use crate::wire::{CollectiveOrder, CollectiveReply, Directive, HostEngine, Reply};
-
-/// Plans after the first; each re-measures or retests only new combinations, so this
-/// is a guard, not a budget (a few bad nodes need two or three).
-const MAX_RETEST_PLANS: usize = 6;
 
 pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckResult {
     let nodes: Vec<NodeId> = context
