@@ -54,6 +54,28 @@ where
         .map(drop)
 }
 
+/// The pid of a child of `parent` whose command line holds `flag` followed by `value`
+/// (a `--local-nodes` agent by its `--node-rank`), from `/proc`; `None` when there is
+/// none (yet).
+pub fn find_child(parent: u32, flag: &str, value: &str) -> Option<i32> {
+    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
+        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+        // The parent pid is the 2nd field after the command's closing parenthesis.
+        let ppid: u32 = stat
+            .rsplit_once(')')?
+            .1
+            .split_whitespace()
+            .nth(1)?
+            .parse()
+            .ok()?;
+        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&str> = cmdline.split('\0').collect();
+        let has_arg = args.windows(2).any(|w| w[0] == flag && w[1] == value);
+        (ppid == parent && has_arg).then_some(pid)
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use gpuvet_backend::child::find_child;
 use gpuvet_core::drill::{Disruption, Drill, Observed, Proof, judge, unobserved};
 use gpuvet_core::events::EventKind;
 use gpuvet_core::explain::explain;
@@ -121,7 +122,7 @@ fn disrupt(
         }
         std::thread::sleep(Duration::from_millis(20));
     }
-    let pid = agent_pid(child.id(), rank)
+    let pid = find_child(child.id(), "--node-rank", &rank.to_string())
         .ok_or_else(|| format!("agent {rank} of the group could not be found"))?;
     // SAFETY: kill(2) on an agent process the drill's own child started.
     let rc = unsafe { libc::kill(pid, signal) };
@@ -140,29 +141,6 @@ fn read(path: &Path) -> String {
         let _ = file.read_to_string(&mut text);
     }
     text
-}
-
-/// The pid of the `--local-nodes` agent of `rank` that `parent` started.
-fn agent_pid(parent: u32, rank: u32) -> Option<i32> {
-    let rank = rank.to_string();
-    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
-        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The parent pid is the 2nd field after the command's closing parenthesis.
-        let ppid: u32 = stat
-            .rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
-        let args: Vec<&str> = cmdline.split('\0').collect();
-        let is_rank = args
-            .windows(2)
-            .any(|w| w[0] == "--node-rank" && w[1] == rank);
-        (ppid == parent && is_rank).then_some(pid)
-    })
 }
 
 /// Waits for `child` to exit; kills it after `limit` and says it did not end.

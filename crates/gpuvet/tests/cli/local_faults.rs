@@ -9,33 +9,13 @@ use std::process::{Child, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use gpuvet_backend::child::find_child;
+
 use crate::common::{self, Scratch};
 
 /// Far beyond the seconds a stopped agent costs; only a hang reaches it.
 const HANG_GUARD: Duration = Duration::from_secs(90);
 const CHECKS: &str = "all_reduce_2,all_gather_2,all_reduce,network_connectivity,all_to_all_2";
-
-/// The pid of local agent `rank` of the `gpuvet` process `parent`, once it exists.
-fn agent_pid(parent: u32, rank: u32) -> Option<i32> {
-    std::fs::read_dir("/proc").ok()?.find_map(|entry| {
-        let pid: i32 = entry.ok()?.file_name().to_str()?.parse().ok()?;
-        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-        // The parent pid is the 2nd field after the command's closing parenthesis.
-        let ppid: u32 = stat
-            .rsplit_once(')')?
-            .1
-            .split_whitespace()
-            .nth(1)?
-            .parse()
-            .ok()?;
-        let cmdline = std::fs::read_to_string(format!("/proc/{pid}/cmdline")).ok()?;
-        let args: Vec<&str> = cmdline.split('\0').collect();
-        let is_rank = args
-            .windows(2)
-            .any(|w| w[0] == "--node-rank" && w[1] == rank.to_string());
-        (ppid == parent && is_rank).then_some(pid)
-    })
-}
 
 /// Whether `pid` still exists (and is not a zombie nobody reaped).
 fn alive(pid: i32) -> bool {
@@ -104,7 +84,8 @@ fn a_stopped_local_agent_is_named_and_killed_at_any_moment() {
         joined_rx
             .recv_timeout(HANG_GUARD)
             .expect("the group never formed");
-        let pid = agent_pid(gpuvet.id(), stopped_rank).expect("the agent's process");
+        let pid = find_child(gpuvet.id(), "--node-rank", &stopped_rank.to_string())
+            .expect("the agent's process");
         std::thread::sleep(Duration::from_secs_f64(stop_after));
         // SAFETY: kill(2) on a pid this test found as gpuvet's child.
         assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
