@@ -6,7 +6,7 @@
 //! and judges the coordinator's liveness. If the coordinator dies or stops answering,
 //! every call returns an error within the agent's deadline; nothing waits forever.
 
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
@@ -26,6 +26,7 @@ use crate::protocol::{
     PROTOCOL_VERSION, RosterEntry, Welcome, decode_message, read_frame, write_message,
 };
 use crate::rendezvous::Endpoint;
+use crate::transport::{self, Stream, Transport};
 
 /// Who this agent is, as it introduces itself.
 #[derive(Debug, Clone)]
@@ -56,6 +57,8 @@ pub struct AgentOptions {
     pub max_retry_delay: Duration,
     /// How long one send may block.
     pub write_timeout: Duration,
+    /// What carries the connection: TCP, or an in-memory network.
+    pub transport: Arc<dyn Transport>,
 }
 
 impl Default for AgentOptions {
@@ -66,6 +69,7 @@ impl Default for AgentOptions {
             retry_delay: Duration::from_millis(100),
             max_retry_delay: Duration::from_secs(1),
             write_timeout: Duration::from_secs(5),
+            transport: transport::tcp(),
         }
     }
 }
@@ -155,9 +159,9 @@ impl PhaseHandle {
 
 struct AgentShared {
     rank: u32,
-    writer: Mutex<TcpStream>,
+    writer: Mutex<Stream>,
     /// Another handle on the socket, to shut it down without the writer lock.
-    control: TcpStream,
+    control: Stream,
     phase: PhaseHandle,
     /// When the oldest heartbeat still unanswered was sent; `None` when all are answered.
     awaiting_since: Mutex<Option<Instant>>,
@@ -234,7 +238,7 @@ impl std::fmt::Debug for Agent {
 
 /// How one connection attempt ended.
 enum Attempt {
-    Joined(TcpStream, Welcome),
+    Joined(Stream, Welcome),
     /// Worth another try: nobody listening yet, a reset, a timeout.
     Retry(String),
     /// Trying again cannot help: refused, wrong version, a coordinator without the token.
@@ -261,7 +265,13 @@ impl Agent {
             }
             attempts += 1;
             let attempt_deadline = deadline.min(Instant::now() + options.handshake_timeout);
-            match attempt(endpoint, &identity, token, attempt_deadline) {
+            match attempt(
+                endpoint,
+                &identity,
+                token,
+                &*options.transport,
+                attempt_deadline,
+            ) {
                 Attempt::Joined(stream, welcome) => {
                     return Agent::start(stream, identity, token, welcome, &options);
                 }
@@ -281,7 +291,7 @@ impl Agent {
     }
 
     fn start(
-        stream: TcpStream,
+        stream: Stream,
         identity: AgentIdentity,
         token: &Token,
         welcome: Welcome,
@@ -495,6 +505,7 @@ fn attempt(
     endpoint: &Endpoint,
     identity: &AgentIdentity,
     token: &Token,
+    transport: &dyn Transport,
     deadline: Instant,
 ) -> Attempt {
     let addrs: Vec<SocketAddr> = match (endpoint.host.as_str(), endpoint.port).to_socket_addrs() {
@@ -507,7 +518,7 @@ fn attempt(
         if remaining.is_zero() {
             break;
         }
-        match TcpStream::connect_timeout(&addr, remaining) {
+        match transport.connect(addr, remaining) {
             Ok(stream) => return handshake(stream, endpoint, identity, token, deadline),
             Err(err) => last = format!("cannot connect to `{addr}`: {err}"),
         }
@@ -516,7 +527,7 @@ fn attempt(
 }
 
 fn handshake(
-    mut stream: TcpStream,
+    mut stream: Stream,
     endpoint: &Endpoint,
     identity: &AgentIdentity,
     token: &Token,
@@ -532,7 +543,7 @@ fn handshake(
 
     // The challenge, read leniently: a coordinator of another version still tells us
     // its version and nonce, and then refuses us with the reason.
-    let challenge = match read_frame(&mut stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline)) {
+    let challenge = match read_frame(&mut *stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline)) {
         Ok(frame) => frame,
         Err(err) => return retry("no challenge from the coordinator", err),
     };
@@ -583,7 +594,7 @@ fn handshake(
     }
 
     loop {
-        let frame = match read_frame(&mut stream, MAX_FRAME_BYTES, Some(deadline)) {
+        let frame = match read_frame(&mut *stream, MAX_FRAME_BYTES, Some(deadline)) {
             Ok(frame) => frame,
             Err(err) => return retry("the handshake broke off", err),
         };
@@ -645,9 +656,9 @@ fn handshake(
 }
 
 /// Reads the coordinator's frames until the link ends.
-fn read_coordinator(shared: &AgentShared, mut stream: TcpStream) {
+fn read_coordinator(shared: &AgentShared, mut stream: Stream) {
     loop {
-        let message = match read_frame(&mut stream, MAX_FRAME_BYTES, None)
+        let message = match read_frame(&mut *stream, MAX_FRAME_BYTES, None)
             .and_then(|bytes| decode_message(&bytes))
         {
             Ok(message) => message,

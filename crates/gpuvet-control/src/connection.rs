@@ -6,7 +6,7 @@
 //! the coordinator from serving the others.
 
 use std::io::Read;
-use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::net::{Shutdown, SocketAddr};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -24,6 +24,7 @@ use crate::protocol::{
     FrameError, Heartbeat, Hello, MAX_FRAME_BYTES, MAX_HANDSHAKE_FRAME_BYTES, Message,
     PROTOCOL_VERSION, Welcome, decode_message, read_frame, write_message,
 };
+use crate::transport::Stream;
 
 /// What a peer that proved the token claimed before it was refused, for the refusal
 /// event.
@@ -36,7 +37,7 @@ struct Claim {
 /// Serves one accepted connection to its end.
 pub(crate) fn serve(
     shared: &Arc<Shared>,
-    mut stream: TcpStream,
+    mut stream: Stream,
     peer: SocketAddr,
     slot: HandshakeSlot,
 ) {
@@ -53,10 +54,10 @@ pub(crate) fn serve(
 
 fn handshake(
     shared: &Shared,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     peer: SocketAddr,
     claim: &mut Claim,
-) -> Result<(u32, Arc<Mutex<TcpStream>>), Refusal> {
+) -> Result<(u32, Arc<Mutex<Stream>>), Refusal> {
     let timeout = shared.options.handshake_timeout;
     let deadline = Instant::now() + timeout;
     let _ = stream.set_write_timeout(Some(timeout.min(shared.options.write_timeout)));
@@ -76,7 +77,7 @@ fn handshake(
     )
     .map_err(lost)?;
 
-    let frame = read_frame(stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline))
+    let frame = read_frame(&mut **stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline))
         .map_err(|err| frame_refusal(err, timeout))?;
     let hello = parse_hello(&frame)?;
 
@@ -117,7 +118,7 @@ fn handshake(
     let reservation = Reservation::take(shared, hello.rank, &hello.node)?;
     let clock = sync_clock(shared, stream, deadline)?;
 
-    let clone = |stream: &TcpStream| {
+    let clone = |stream: &Stream| {
         stream.try_clone().map_err(|err| Refusal::Unavailable {
             detail: err.to_string(),
         })
@@ -213,7 +214,7 @@ fn parse_hello(frame: &[u8]) -> Result<Hello, Refusal> {
 
 fn sync_clock(
     shared: &Shared,
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     deadline: Instant,
 ) -> Result<ClockOffset, Refusal> {
     let timeout = shared.options.handshake_timeout;
@@ -225,7 +226,7 @@ fn sync_clock(
                 detail: err.to_string(),
             }
         })?;
-        let frame = read_frame(stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline))
+        let frame = read_frame(&mut **stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline))
             .map_err(|err| frame_refusal(err, timeout))?;
         let t3_ns = unix_now_ns();
         match decode_message(&frame) {
@@ -319,8 +320,8 @@ impl<'a> Reservation<'a> {
     fn commit(
         mut self,
         info: MemberInfo,
-        writer: Arc<Mutex<TcpStream>>,
-        control: TcpStream,
+        writer: Arc<Mutex<Stream>>,
+        control: Stream,
     ) -> Result<(), Refusal> {
         let shared = self.shared;
         let mut state = lock(&shared.state);
@@ -368,13 +369,7 @@ impl Drop for Reservation<'_> {
 }
 
 /// Tells the peer why, reports it, and closes.
-fn refuse(
-    shared: &Shared,
-    mut stream: TcpStream,
-    peer: SocketAddr,
-    claim: Claim,
-    refusal: Refusal,
-) {
+fn refuse(shared: &Shared, mut stream: Stream, peer: SocketAddr, claim: Claim, refusal: Refusal) {
     let _ = stream.set_write_timeout(Some(Duration::from_secs(1)));
     let _ = write_message(
         &mut stream,
@@ -405,9 +400,9 @@ fn refuse(
 }
 
 /// Reads an admitted member's frames until it leaves or the connection ends.
-fn read_member(shared: &Shared, mut stream: TcpStream, rank: u32, writer: &Mutex<TcpStream>) {
+fn read_member(shared: &Shared, mut stream: Stream, rank: u32, writer: &Mutex<Stream>) {
     loop {
-        let message = match read_frame(&mut stream, MAX_FRAME_BYTES, None)
+        let message = match read_frame(&mut *stream, MAX_FRAME_BYTES, None)
             .and_then(|bytes| decode_message(&bytes))
         {
             Ok(message) => message,

@@ -7,7 +7,7 @@
 //! [`CoordinatorEvent`]s, so it can print progress while the group works.
 
 use std::collections::BTreeMap;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
@@ -25,6 +25,7 @@ use crate::events::{
     Membership,
 };
 use crate::protocol::{Message, RosterEntry, encode_frame, write_frame, write_message};
+use crate::transport::{self, Listener, Stream, Transport};
 
 /// How the coordinator judges time.
 #[derive(Debug, Clone)]
@@ -41,6 +42,8 @@ pub struct CoordinatorOptions {
     pub write_timeout: Duration,
     /// Handshakes served at once; more connections wait in the listen queue.
     pub max_concurrent_handshakes: usize,
+    /// What carries the connections: TCP, or an in-memory network.
+    pub transport: Arc<dyn Transport>,
 }
 
 impl Default for CoordinatorOptions {
@@ -54,6 +57,7 @@ impl Default for CoordinatorOptions {
             clock_samples: 8,
             write_timeout: Duration::from_secs(5),
             max_concurrent_handshakes: 256,
+            transport: transport::tcp(),
         }
     }
 }
@@ -135,9 +139,9 @@ pub(crate) struct Member {
     pub(crate) phase: String,
     pub(crate) phase_since_ms: u64,
     /// Sends to this member; shared with its reader thread, which acknowledges heartbeats.
-    pub(crate) writer: Arc<Mutex<TcpStream>>,
+    pub(crate) writer: Arc<Mutex<Stream>>,
     /// Another handle on the socket, to shut it down without waiting for the writer lock.
-    pub(crate) control: TcpStream,
+    pub(crate) control: Stream,
 }
 
 impl Member {
@@ -219,8 +223,9 @@ impl Coordinator {
             });
         }
         let data_session = crate::auth::random_session()?;
-        let listener = TcpListener::bind(addr)
+        let listener = bind_first(&*options.transport, addr)
             .map_err(|err| ClusterError::io("cannot listen for agents", err))?;
+        let transport = Arc::clone(&options.transport);
         let local_addr = listener
             .local_addr()
             .map_err(|err| ClusterError::io("cannot read the listening address", err))?;
@@ -245,7 +250,7 @@ impl Coordinator {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("gpuvet-accept".to_owned())
-                .spawn(move || accept_loop(&shared, &listener))
+                .spawn(move || accept_loop(&shared, &*listener))
                 .map_err(|err| ClusterError::io("cannot start the accept thread", err))?;
         }
         let (stop_tx, stop_rx) = mpsc::channel();
@@ -260,7 +265,7 @@ impl Coordinator {
             Err(err) => {
                 // Let the accept thread go, so the port is free again.
                 shared.closing.store(true, Ordering::SeqCst);
-                let _ = TcpStream::connect_timeout(&wake_addr(local_addr), Duration::from_secs(1));
+                let _ = transport.connect(wake_addr(local_addr), Duration::from_secs(1));
                 return Err(ClusterError::io("cannot start the liveness thread", err));
             }
         };
@@ -428,7 +433,7 @@ impl Coordinator {
         if self.shared.closing.swap(true, Ordering::SeqCst) {
             return;
         }
-        let connected: Vec<(Arc<Mutex<TcpStream>>, TcpStream)> = {
+        let connected: Vec<(Arc<Mutex<Stream>>, Stream)> = {
             let state = lock(&self.shared.state);
             state
                 .slots
@@ -451,7 +456,11 @@ impl Coordinator {
             let _ = control.shutdown(std::net::Shutdown::Both);
         }
         // The accept thread waits in accept(); a connection of our own wakes it.
-        let _ = TcpStream::connect_timeout(&wake_addr(self.local_addr), Duration::from_secs(1));
+        let _ = self
+            .shared
+            .options
+            .transport
+            .connect(wake_addr(self.local_addr), Duration::from_secs(1));
         self.shared.handshake_slot_freed.notify_all();
         drop(lock(&self.stop_monitor).take());
         for thread in lock(&self.threads).drain(..) {
@@ -548,7 +557,26 @@ fn wake_addr(local: SocketAddr) -> SocketAddr {
     SocketAddr::new(ip, local.port())
 }
 
-fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+/// Binds the first of `addr`'s addresses that can be bound, as `TcpListener::bind`
+/// does.
+fn bind_first(
+    transport: &dyn Transport,
+    addr: impl ToSocketAddrs,
+) -> std::io::Result<Box<dyn Listener>> {
+    let mut last = std::io::Error::new(
+        std::io::ErrorKind::InvalidInput,
+        "the address resolves to nothing",
+    );
+    for addr in addr.to_socket_addrs()? {
+        match transport.bind(addr) {
+            Ok(listener) => return Ok(listener),
+            Err(err) => last = err,
+        }
+    }
+    Err(last)
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &dyn Listener) {
     loop {
         let accepted = listener.accept();
         if shared.is_closing() {

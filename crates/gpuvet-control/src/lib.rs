@@ -12,6 +12,9 @@
 //!   heartbeats its phase, and fails fast when the coordinator goes away.
 //! - [`diagnose`] names the first error among the incidents of a run.
 //!
+//! - [`transport`] carries the bytes: TCP, or an in-memory network that runs a whole
+//!   group in one process.
+//!
 //! Std threads and sockets only: the control plane handles a few messages per second
 //! per node, and blocking I/O with deadlines keeps every wait bounded and readable.
 
@@ -25,6 +28,7 @@ pub mod events;
 pub mod first_error;
 pub mod protocol;
 pub mod rendezvous;
+pub mod transport;
 
 pub use agent::{Agent, AgentIdentity, AgentOptions, Command, PhaseHandle, Received};
 pub use auth::Token;

@@ -23,7 +23,7 @@
 //! without one is a crash.
 
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpStream};
+use std::net::SocketAddr;
 use std::time::Instant;
 
 use gpuvet_core::bounds::json_values_at_most;
@@ -32,6 +32,7 @@ use serde_json::Value;
 
 use crate::clock::ClockOffset;
 use crate::error::ClusterError;
+use crate::transport::Connection;
 
 /// Bumped whenever a message changes incompatibly; both sides must speak the same.
 /// Also bumped when what the commands carry changes incompatibly, so that nodes of
@@ -270,7 +271,7 @@ pub fn write_frame(writer: &mut impl Write, frame: &[u8], kind: &str) -> Result<
 
 /// Reads and decodes one message, waiting until `deadline` (forever with `None`).
 pub fn read_message(
-    stream: &mut TcpStream,
+    stream: &mut dyn Connection,
     deadline: Option<Instant>,
 ) -> Result<Message, ClusterError> {
     let bytes = read_frame(stream, MAX_FRAME_BYTES, deadline)?;
@@ -299,7 +300,7 @@ pub fn read_message_from(reader: &mut impl Read) -> Result<Message, ClusterError
 
 /// Reads one frame's payload of at most `max` bytes.
 pub(crate) fn read_frame(
-    stream: &mut TcpStream,
+    stream: &mut dyn Connection,
     max: usize,
     deadline: Option<Instant>,
 ) -> Result<Vec<u8>, FrameError> {
@@ -341,7 +342,7 @@ fn text_hint(header: &[u8; 4]) -> String {
 }
 
 fn read_exact_until(
-    stream: &mut TcpStream,
+    stream: &mut dyn Connection,
     buf: &mut [u8],
     deadline: Option<Instant>,
     in_frame: bool,

@@ -31,6 +31,7 @@ use gpuvet_dataplane::torch_gloo::{self, GlooRank};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::error::GroupError;
+use crate::fabric::Fabric;
 use crate::interfaces::{interface_with, ipv4_of};
 use crate::wire::{
     CollectiveOrder, CollectiveReply, Directive, HostEngine, InterfaceProbe, LinkReply,
@@ -58,10 +59,22 @@ pub fn data_plane_ip(explicit: Option<IpAddr>, toward_coordinator: IpAddr) -> Ip
     }
 }
 
-/// This node's data-plane listeners: one for pair and group collectives, one per rail,
-/// and the reachability responder.
+/// This node's data plane: TCP listeners, or its place on a simulated network.
 #[derive(Debug)]
 pub struct DataPlane {
+    ports: Ports,
+}
+
+#[derive(Debug)]
+enum Ports {
+    Tcp(TcpPorts),
+    Simulated(SimulatedPort),
+}
+
+/// One listener for pair and group collectives, one per rail, and the reachability
+/// responder.
+#[derive(Debug)]
+struct TcpPorts {
     main: TcpListener,
     rails: Vec<TcpListener>,
     probe: ProbeResponder,
@@ -69,7 +82,31 @@ pub struct DataPlane {
     interfaces: Vec<(String, Result<ProbeResponder, String>)>,
 }
 
+/// A node on a [`Fabric`]: its address there, and how many rails it has.
+#[derive(Debug)]
+struct SimulatedPort {
+    fabric: Arc<Fabric>,
+    ip: IpAddr,
+    rails: usize,
+}
+
+/// The ports a node on a simulated network claims: nothing listens on them.
+const SIMULATED_DATA_PORT: u16 = 1;
+const SIMULATED_PROBE_PORT: u16 = 2;
+const SIMULATED_FIRST_RAIL_PORT: u16 = 100;
+
 impl DataPlane {
+    /// A node at `ip` on a simulated network, with `rails` rails.
+    pub fn simulated(fabric: Arc<Fabric>, ip: IpAddr, rails: usize) -> DataPlane {
+        DataPlane {
+            ports: Ports::Simulated(SimulatedPort {
+                fabric,
+                ip,
+                rails: rails.max(1),
+            }),
+        }
+    }
+
     /// Binds every listener on `ip` (see [`data_plane_ip`]; `0.0.0.0` for any interface)
     /// on free ports, and a reachability responder on each of `interfaces` on that
     /// interface's own IPv4 address (an interface without one is reported to the
@@ -106,32 +143,72 @@ impl DataPlane {
             })
             .collect();
         Ok(DataPlane {
-            main,
-            rails,
-            probe,
-            interfaces,
+            ports: Ports::Tcp(TcpPorts {
+                main,
+                rails,
+                probe,
+                interfaces,
+            }),
         })
     }
 
     /// Where the main listener is, for the hello's `data_addr`.
     pub fn addr(&self) -> Result<SocketAddr, GroupError> {
-        local_addr(&self.main)
+        match &self.ports {
+            Ports::Tcp(tcp) => local_addr(&tcp.main),
+            Ports::Simulated(port) => Ok(SocketAddr::new(port.ip, SIMULATED_DATA_PORT)),
+        }
     }
 
     /// Where every listener is: the main one, each rail's, the reachability
     /// responder's, and each interface responder's (by interface name).
     pub fn listen_addrs(&self) -> Result<Vec<(String, SocketAddr)>, GroupError> {
         let mut addrs = vec![("data".to_owned(), self.addr()?)];
-        for (rail, listener) in self.rails.iter().enumerate() {
-            addrs.push((format!("rail {rail}"), local_addr(listener)?));
+        for (rail, port) in self.rail_ports()?.into_iter().enumerate() {
+            addrs.push((
+                format!("rail {rail}"),
+                SocketAddr::new(self.addr()?.ip(), port),
+            ));
         }
-        addrs.push(("probe".to_owned(), self.probe.local_addr()));
-        for (name, responder) in &self.interfaces {
-            if let Ok(responder) = responder {
-                addrs.push((format!("interface {name}"), responder.local_addr()));
+        addrs.push((
+            "probe".to_owned(),
+            SocketAddr::new(self.addr()?.ip(), self.probe_port()),
+        ));
+        if let Ports::Tcp(tcp) = &self.ports {
+            for (name, responder) in &tcp.interfaces {
+                if let Ok(responder) = responder {
+                    addrs.push((format!("interface {name}"), responder.local_addr()));
+                }
             }
         }
         Ok(addrs)
+    }
+
+    fn rail_ports(&self) -> Result<Vec<u16>, GroupError> {
+        match &self.ports {
+            Ports::Tcp(tcp) => tcp
+                .rails
+                .iter()
+                .map(|rail| local_addr(rail).map(|addr| addr.port()))
+                .collect(),
+            Ports::Simulated(port) => Ok((0..port.rails)
+                .map(|rail| SIMULATED_FIRST_RAIL_PORT.saturating_add(rail as u16))
+                .collect()),
+        }
+    }
+
+    fn probe_port(&self) -> u16 {
+        match &self.ports {
+            Ports::Tcp(tcp) => tcp.probe.local_addr().port(),
+            Ports::Simulated(_) => SIMULATED_PROBE_PORT,
+        }
+    }
+
+    fn simulated_port(&self) -> Option<&SimulatedPort> {
+        match &self.ports {
+            Ports::Tcp(_) => None,
+            Ports::Simulated(port) => Some(port),
+        }
     }
 
     /// What the coordinator needs to know about this node.
@@ -144,22 +221,21 @@ impl DataPlane {
             backend: backend.name().to_owned(),
             devices: backend.devices().to_vec(),
             host_id,
-            rail_ports: self
-                .rails
-                .iter()
-                .map(|rail| local_addr(rail).map(|addr| addr.port()))
-                .collect::<Result<_, _>>()?,
-            probe_port: self.probe.local_addr().port(),
+            rail_ports: self.rail_ports()?,
+            probe_port: self.probe_port(),
             every_interface: self.addr()?.ip().is_unspecified(),
-            interfaces: self
-                .interfaces
-                .iter()
-                .map(|(name, responder)| InterfaceProbe {
-                    name: name.clone(),
-                    addr: responder.as_ref().ok().map(ProbeResponder::local_addr),
-                    error: responder.as_ref().err().cloned(),
-                })
-                .collect(),
+            interfaces: match &self.ports {
+                Ports::Tcp(tcp) => tcp
+                    .interfaces
+                    .iter()
+                    .map(|(name, responder)| InterfaceProbe {
+                        name: name.clone(),
+                        addr: responder.as_ref().ok().map(ProbeResponder::local_addr),
+                        error: responder.as_ref().err().cloned(),
+                    })
+                    .collect(),
+                Ports::Simulated(_) => Vec::new(),
+            },
             spans_nodes: backend.spans_nodes(),
         })
     }
@@ -245,6 +321,11 @@ pub fn serve(
                     },
                 })
             }
+            Directive::ProbeTorch { .. } if plane.simulated_port().is_some() => Reply::Torch {
+                python: setup.python.display().to_string(),
+                version: None,
+                error: Some("a node on a simulated network runs no Python".to_owned()),
+            },
             Directive::ProbeTorch { budget_ms } => {
                 agent.set_phase("probing torch");
                 let deadline = Instant::now() + Duration::from_millis(budget_ms);
@@ -275,9 +356,12 @@ pub fn serve(
             Directive::Probe { targets, budget_ms } => {
                 agent.set_phase(format!("probing {} peers", targets.len()));
                 Reply::Probe {
-                    results: cancel_on_link_end(agent, |cancel| {
-                        run_probe(&targets, budget_ms, cancel)
-                    }),
+                    results: match plane.simulated_port() {
+                        Some(port) => port.fabric.probe(port.ip, &targets),
+                        None => cancel_on_link_end(agent, |cancel| {
+                            run_probe(&targets, budget_ms, cancel)
+                        }),
+                    },
                 }
             }
         };
@@ -369,12 +453,18 @@ fn run_collective(
         bytes: order.bytes,
         ..CollectiveSpec::default()
     };
-    let result = match (&order.native, order.check) {
-        (Some(native), check) => across(setup, check, native, deadline, cancel),
-        (None, CheckName::MultiAllReduce | CheckName::MultiAllReduce2) => {
-            rails(plane, order, key, &spec, deadline, cancel)
+    let result = match (&order.native, order.check, &plane.ports) {
+        (Some(native), check, ports) => {
+            across(setup, check, native, deadline, cancel).map(|(sample, links)| match ports {
+                Ports::Simulated(port) => (port.fabric.pace_native(order, sample), links),
+                Ports::Tcp(_) => (sample, links),
+            })
         }
-        (None, _) => single(setup, plane, order, key, &spec, deadline, cancel),
+        (None, _, Ports::Simulated(port)) => Ok((port.fabric.host_collective(order), Vec::new())),
+        (None, CheckName::MultiAllReduce | CheckName::MultiAllReduce2, Ports::Tcp(tcp)) => {
+            rails(tcp, order, key, &spec, deadline, cancel)
+        }
+        (None, _, Ports::Tcp(tcp)) => single(setup, tcp, order, key, &spec, deadline, cancel),
     };
     match result {
         Ok((sample, links)) => CollectiveReply {
@@ -510,7 +600,7 @@ fn group_spec(
 
 fn single(
     setup: &NodeSetup,
-    plane: &DataPlane,
+    plane: &TcpPorts,
     order: &CollectiveOrder,
     key: &DataKey,
     spec: &CollectiveSpec,
@@ -550,7 +640,7 @@ fn single(
 /// One all-reduce per rail at the same time; the value is the slowest rail's busbw and
 /// `extra` holds each rail's.
 fn rails(
-    plane: &DataPlane,
+    plane: &TcpPorts,
     order: &CollectiveOrder,
     key: &DataKey,
     spec: &CollectiveSpec,

@@ -23,4 +23,6 @@ pub enum GroupError {
     Closed { reason: String },
     #[error("no verdict from the coordinator before this node's deadline")]
     NoVerdict,
+    #[error("cannot start the coordinator: {source}")]
+    Coordinator { source: ClusterError },
 }

@@ -9,6 +9,10 @@
 //!   the coordinator's directives: a local check with the node's own runner, a
 //!   collective with other agents over TCP, a reachability probe.
 //!
+//! - [`in_process::run_simulated`] runs a whole group in this process, over an
+//!   in-memory network with a simulated data plane ([`fabric`]), for drills and scale
+//!   benchmarks.
+//!
 //! Node-scope checks run on each node and are judged against the whole group; the
 //! `_2` checks are planned in pairs and localized (`gpuvet_core::pairing`,
 //! `gpuvet_core::localize`); whole-group collectives run as one ring whose bottleneck
@@ -21,6 +25,8 @@ mod checks;
 mod conversation;
 mod coordinator;
 mod error;
+pub mod fabric;
+pub mod in_process;
 mod interfaces;
 mod time;
 pub mod wire;

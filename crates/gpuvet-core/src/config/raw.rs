@@ -104,7 +104,17 @@ pub(super) struct RawSim {
     pub(super) node_speed: Option<BTreeMap<String, f64>>,
     pub(super) node_device_speed: Option<BTreeMap<String, BTreeMap<String, f64>>>,
     pub(super) node_devices: Option<BTreeMap<String, u32>>,
+    pub(super) link_speed: Option<BTreeMap<String, f64>>,
+    pub(super) node_rail_speed: Option<BTreeMap<String, BTreeMap<String, f64>>>,
+    pub(super) node_faults: Option<BTreeMap<String, RawNodeFault>>,
     pub(super) faults: Option<Vec<RawFault>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawNodeFault {
+    pub(super) check: String,
+    pub(super) fault: String,
 }
 
 #[derive(Deserialize)]

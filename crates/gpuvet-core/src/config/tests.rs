@@ -609,3 +609,76 @@ fn one_nodes_device_speed_and_device_count_apply_to_that_node_only() {
         assert!(error.to_string().contains(path), "{json}: {error}");
     }
 }
+
+#[test]
+fn links_rails_and_node_faults_are_read_for_a_group_in_one_process() {
+    let config = Config::from_json(
+        r#"{"gpuvet": {"sim": {
+            "link_speed": {"n2<->n1": 0.5},
+            "node_rail_speed": {"n3": {"1": 0.4}},
+            "node_faults": {"n4": {"check": "all_reduce_2", "fault": "hang"},
+                            "n5": {"check": "gemm_flops", "fault": "crash"}}}}}"#,
+    )
+    .unwrap();
+    let sim = config.settings.sim.unwrap();
+    // A link is kept with its ends in order, however it was written.
+    assert_eq!(
+        sim.link_speed.into_iter().collect::<Vec<_>>(),
+        [(("n1".to_owned(), "n2".to_owned()), 0.5)]
+    );
+    assert_eq!(sim.node_rail_speed["n3"][&1], 0.4);
+    assert_eq!(
+        sim.node_faults["n4"],
+        NodeFault {
+            check: CheckName::AllReduce2,
+            fault: NodeFaultKind::Hang
+        }
+    );
+    assert_eq!(sim.node_faults["n5"].fault, NodeFaultKind::Crash);
+    assert!(SimScript::default().group_only_keys().is_empty());
+
+    for (json, path, says) in [
+        (
+            r#"{"link_speed": {"n1": 0.5}}"#,
+            "gpuvet.sim.link_speed.n1",
+            "NODE<->NODE",
+        ),
+        (
+            r#"{"link_speed": {"n1<->n1": 0.5}}"#,
+            "gpuvet.sim.link_speed.n1<->n1",
+            "NODE<->NODE",
+        ),
+        (
+            r#"{"link_speed": {"a<->b": 0.5, "b<->a": 0.4}}"#,
+            "gpuvet.sim.link_speed",
+            "given twice",
+        ),
+        (
+            r#"{"link_speed": {"a<->b": 0}}"#,
+            "gpuvet.sim.link_speed.a<->b",
+            "speed factor",
+        ),
+        (
+            r#"{"node_rail_speed": {"n": {"x": 0.5}}}"#,
+            "gpuvet.sim.node_rail_speed.n.x",
+            "rail index",
+        ),
+        (
+            r#"{"node_faults": {"n": {"check": "nope", "fault": "hang"}}}"#,
+            "gpuvet.sim.node_faults.n.check",
+            "unknown check",
+        ),
+        (
+            r#"{"node_faults": {"n": {"check": "gemm_flops", "fault": "melt"}}}"#,
+            "gpuvet.sim.node_faults.n.fault",
+            "crash",
+        ),
+    ] {
+        let error = Config::from_json(&format!(r#"{{"gpuvet": {{"sim": {json}}}}}"#)).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains(path) && text.contains(says),
+            "{json}: {error}"
+        );
+    }
+}

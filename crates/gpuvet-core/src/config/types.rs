@@ -175,6 +175,27 @@ impl SimFault {
     pub const NAMES: [&'static str; 4] = ["hang", "error", "wrong_result", "zero"];
 }
 
+/// What happens to a whole node of a group in one process when a check starts on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeFaultKind {
+    /// The node goes silent, as a stopped process does.
+    Hang,
+    /// The node's connections close without a word, as when its process dies.
+    Crash,
+}
+
+impl NodeFaultKind {
+    pub const NAMES: [&'static str; 2] = ["hang", "crash"];
+}
+
+/// A node fault and the check whose start sets it off.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+pub struct NodeFault {
+    pub check: CheckName,
+    pub fault: NodeFaultKind,
+}
+
 /// The sim backend's script: every device's speed and faults, deterministic by seed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SimScript {
@@ -192,10 +213,33 @@ pub struct SimScript {
     pub node_device_speed: BTreeMap<String, BTreeMap<u32, f64>>,
     /// How many devices one node has, instead of `devices`: an inventory mismatch.
     pub node_devices: BTreeMap<String, u32>,
+    /// Speed factor of the link between two nodes (the names in order): a slow cable
+    /// or switch port. Played by a group in one process, whose data plane is simulated.
+    pub link_speed: BTreeMap<(String, String), f64>,
+    /// Speed factor of one rail (NIC) of one node. Played by a group in one process.
+    pub node_rail_speed: BTreeMap<String, BTreeMap<u32, f64>>,
+    /// A whole node that hangs or crashes. Played by a group in one process.
+    pub node_faults: BTreeMap<String, NodeFault>,
     pub faults: Vec<(CheckName, u32, SimFault)>,
 }
 
 impl SimScript {
+    /// The parts of the script only a group in one process can play: the simulated
+    /// network's links and rails, and whole-node faults, by their config keys.
+    pub fn group_only_keys(&self) -> Vec<&'static str> {
+        let mut keys = Vec::new();
+        if !self.link_speed.is_empty() {
+            keys.push("link_speed");
+        }
+        if !self.node_rail_speed.is_empty() {
+            keys.push("node_rail_speed");
+        }
+        if !self.node_faults.is_empty() {
+            keys.push("node_faults");
+        }
+        keys
+    }
+
     /// The script as node `node` plays it: its device count, and its `node_speed` and
     /// `node_device_speed` folded into each device's speed.
     pub fn for_node(mut self, node: &str) -> SimScript {
@@ -230,6 +274,9 @@ impl Default for SimScript {
             node_speed: BTreeMap::new(),
             node_device_speed: BTreeMap::new(),
             node_devices: BTreeMap::new(),
+            link_speed: BTreeMap::new(),
+            node_rail_speed: BTreeMap::new(),
+            node_faults: BTreeMap::new(),
             faults: Vec::new(),
         }
     }

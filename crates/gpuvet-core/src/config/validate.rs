@@ -582,6 +582,48 @@ fn validate_sim(raw: RawSim) -> Result<SimScript, ConfigError> {
         }
         node_devices.insert(node, in_range(&path, count, 1, 1024)?);
     }
+    let link_speed = validate_link_speed(raw.link_speed.unwrap_or_default())?;
+    let mut node_rail_speed = BTreeMap::new();
+    for (node, by_rail) in raw.node_rail_speed.unwrap_or_default() {
+        let path = format!("gpuvet.sim.node_rail_speed.{node}");
+        if node.trim().is_empty() {
+            return Err(ConfigError::invalid(path, "the node name is empty"));
+        }
+        let mut speeds = BTreeMap::new();
+        for (key, factor) in by_rail {
+            let path = format!("{path}.{key}");
+            let rail: u32 = key
+                .parse()
+                .map_err(|_| ConfigError::invalid(&path, format!("`{key}` is not a rail index")))?;
+            speeds.insert(rail, speed_factor(&path, factor)?);
+        }
+        node_rail_speed.insert(node, speeds);
+    }
+    let mut node_faults = BTreeMap::new();
+    for (node, fault) in raw.node_faults.unwrap_or_default() {
+        let path = format!("gpuvet.sim.node_faults.{node}");
+        if node.trim().is_empty() {
+            return Err(ConfigError::invalid(path, "the node name is empty"));
+        }
+        let check: CheckName = fault.check.parse().map_err(|_| {
+            ConfigError::invalid(
+                format!("{path}.check"),
+                format!("unknown check `{}`", fault.check),
+            )
+        })?;
+        let kind = match fault.fault.as_str() {
+            "hang" => NodeFaultKind::Hang,
+            "crash" => NodeFaultKind::Crash,
+            other => {
+                return Err(unknown_value(
+                    &format!("{path}.fault"),
+                    other,
+                    &NodeFaultKind::NAMES,
+                ));
+            }
+        };
+        node_faults.insert(node, NodeFault { check, fault: kind });
+    }
     let mut faults = Vec::new();
     for (i, fault) in raw.faults.unwrap_or_default().into_iter().enumerate() {
         let path = format!("gpuvet.sim.faults[{i}]");
@@ -624,8 +666,44 @@ fn validate_sim(raw: RawSim) -> Result<SimScript, ConfigError> {
         node_speed,
         node_device_speed,
         node_devices,
+        link_speed,
+        node_rail_speed,
+        node_faults,
         faults,
     })
+}
+
+/// `{"a<->b": factor}`: two different node names, each link once.
+fn validate_link_speed(
+    raw: BTreeMap<String, f64>,
+) -> Result<BTreeMap<(String, String), f64>, ConfigError> {
+    let mut links = BTreeMap::new();
+    for (key, factor) in raw {
+        let path = format!("gpuvet.sim.link_speed.{key}");
+        let ends = key
+            .split_once("<->")
+            .map(|(a, b)| (a.trim().to_owned(), b.trim().to_owned()))
+            .filter(|(a, b)| !a.is_empty() && !b.is_empty() && a != b)
+            .ok_or_else(|| {
+                ConfigError::invalid(
+                    &path,
+                    format!("`{key}` is not a link; expected two node names, `NODE<->NODE`"),
+                )
+            })?;
+        let ends = if ends.0 <= ends.1 {
+            ends
+        } else {
+            (ends.1, ends.0)
+        };
+        if links.contains_key(&ends) {
+            return Err(ConfigError::invalid(
+                path,
+                format!("the link `{}<->{}` is given twice", ends.0, ends.1),
+            ));
+        }
+        links.insert(ends, speed_factor(&path, factor)?);
+    }
+    Ok(links)
 }
 
 fn speed_factor(path: &str, factor: f64) -> Result<f64, ConfigError> {

@@ -1,0 +1,200 @@
+use std::io::{ErrorKind, Read, Write};
+use std::net::{IpAddr, Ipv4Addr, Shutdown, SocketAddr};
+use std::time::Duration;
+
+use super::*;
+
+fn ip(last: u8) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
+}
+
+fn any_port(host: &MemoryHost) -> SocketAddr {
+    SocketAddr::new(host.ip(), 0)
+}
+
+const WAIT: Duration = Duration::from_secs(5);
+
+#[test]
+fn bytes_cross_both_ways_with_the_addresses_of_each_host() {
+    let network = MemoryNetwork::new();
+    let (server_host, client_host) = (network.host(ip(1)), network.host(ip(2)));
+    let listener = server_host.bind(any_port(&server_host)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    assert_eq!(addr.ip(), ip(1));
+    assert_ne!(addr.port(), 0);
+
+    let mut client = client_host.connect(addr, WAIT).unwrap();
+    let (mut server, peer) = listener.accept().unwrap();
+    assert_eq!(peer.ip(), ip(2));
+    assert_eq!(client.peer_addr().unwrap(), addr);
+    assert_eq!(server.peer_addr().unwrap(), client.local_addr().unwrap());
+
+    client.write_all(b"hello").unwrap();
+    let mut got = [0u8; 5];
+    server.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"hello");
+    server.write_all(b"back").unwrap();
+    let mut got = [0u8; 4];
+    client.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"back");
+}
+
+#[test]
+fn nobody_listening_is_refused_and_a_bound_address_is_taken() {
+    let network = MemoryNetwork::new();
+    let host = network.host(ip(1));
+    let addr = SocketAddr::new(ip(1), 4000);
+    let err = host.connect(addr, WAIT).unwrap_err();
+    assert_eq!(err.kind(), ErrorKind::ConnectionRefused);
+    let listener = host.bind(addr).unwrap();
+    assert_eq!(host.bind(addr).unwrap_err().kind(), ErrorKind::AddrInUse);
+    let foreign = host.bind(SocketAddr::new(ip(9), 0)).unwrap_err();
+    assert_eq!(foreign.kind(), ErrorKind::AddrNotAvailable);
+    // Dropping the listener frees its address.
+    drop(listener);
+    assert!(host.bind(addr).is_ok());
+}
+
+#[test]
+fn a_read_times_out_with_would_block_and_a_closed_peer_reads_as_end_of_file() {
+    let network = MemoryNetwork::new();
+    let host = network.host(ip(1));
+    let listener = host.bind(any_port(&host)).unwrap();
+    let mut client = host.connect(listener.local_addr().unwrap(), WAIT).unwrap();
+    let (server, _) = listener.accept().unwrap();
+
+    client
+        .set_read_timeout(Some(Duration::from_millis(10)))
+        .unwrap();
+    let mut buf = [0u8; 4];
+    assert_eq!(
+        client.read(&mut buf).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    assert_eq!(
+        client
+            .set_read_timeout(Some(Duration::ZERO))
+            .unwrap_err()
+            .kind(),
+        ErrorKind::InvalidInput
+    );
+
+    // Bytes sent before the close are still read, then end of file.
+    let mut writer = server.try_clone().unwrap();
+    writer.write_all(b"last").unwrap();
+    drop(writer);
+    drop(server);
+    client.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"last");
+    assert_eq!(client.read(&mut buf).unwrap(), 0);
+    assert_eq!(
+        client.write(b"x").unwrap_err().kind(),
+        ErrorKind::BrokenPipe
+    );
+}
+
+#[test]
+fn shutting_down_a_clone_wakes_a_reader_blocked_on_another() {
+    let network = MemoryNetwork::new();
+    let host = network.host(ip(1));
+    let listener = host.bind(any_port(&host)).unwrap();
+    let client = host.connect(listener.local_addr().unwrap(), WAIT).unwrap();
+    let _server = listener.accept().unwrap();
+    let control = client.try_clone().unwrap();
+    let reader = std::thread::spawn(move || {
+        let mut client = client;
+        let mut buf = [0u8; 1];
+        client.read(&mut buf)
+    });
+    std::thread::sleep(Duration::from_millis(20));
+    control.shutdown(Shutdown::Both).unwrap();
+    assert_eq!(reader.join().unwrap().unwrap(), 0);
+}
+
+#[test]
+fn a_frozen_host_goes_silent_until_thawed() {
+    let network = MemoryNetwork::new();
+    let (server_host, agent_host) = (network.host(ip(1)), network.host(ip(2)));
+    let listener = server_host.bind(any_port(&server_host)).unwrap();
+    let mut agent = agent_host
+        .connect(listener.local_addr().unwrap(), WAIT)
+        .unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+
+    network.freeze(ip(2));
+    let writer = std::thread::spawn(move || agent.write_all(b"late").map(|()| agent));
+    // What the server sends to a frozen host is buffered, as a kernel would.
+    server.write_all(b"queued").unwrap();
+    server
+        .set_read_timeout(Some(Duration::from_millis(50)))
+        .unwrap();
+    let mut buf = [0u8; 4];
+    assert_eq!(
+        server.read(&mut buf).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    network.thaw(ip(2));
+    let mut agent = writer.join().unwrap().unwrap();
+    server.set_read_timeout(None).unwrap();
+    server.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf, b"late");
+    let mut queued = [0u8; 6];
+    agent.read_exact(&mut queued).unwrap();
+    assert_eq!(&queued, b"queued");
+}
+
+#[test]
+fn a_cut_host_loses_every_connection_and_cannot_open_new_ones() {
+    let network = MemoryNetwork::new();
+    let (server_host, agent_host) = (network.host(ip(1)), network.host(ip(2)));
+    let listener = server_host.bind(any_port(&server_host)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut agent = agent_host.connect(addr, WAIT).unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+
+    // Even a frozen host's blocked writer is released by the cut.
+    network.freeze(ip(2));
+    let blocked = std::thread::spawn(move || agent.write_all(b"never"));
+    std::thread::sleep(Duration::from_millis(20));
+    network.cut(ip(2));
+    assert_eq!(
+        blocked.join().unwrap().unwrap_err().kind(),
+        ErrorKind::ConnectionReset
+    );
+    let mut buf = [0u8; 1];
+    assert_eq!(
+        server.read(&mut buf).unwrap(),
+        0,
+        "the peer reads end of file"
+    );
+    assert_eq!(
+        agent_host.connect(addr, WAIT).unwrap_err().kind(),
+        ErrorKind::ConnectionReset
+    );
+    network.thaw(ip(2));
+    assert!(
+        agent_host.connect(addr, WAIT).is_err(),
+        "a cut host stays cut"
+    );
+}
+
+#[test]
+fn a_dropped_listener_closes_what_was_never_accepted_and_wakes_accept() {
+    let network = MemoryNetwork::new();
+    let host = network.host(ip(1));
+    let listener = host.bind(any_port(&host)).unwrap();
+    let mut pending = host.connect(listener.local_addr().unwrap(), WAIT).unwrap();
+    drop(listener);
+    let mut buf = [0u8; 1];
+    assert_eq!(pending.read(&mut buf).unwrap(), 0);
+
+    let listener = Arc::new(host.bind(any_port(&host)).unwrap());
+    let addr = listener.local_addr().unwrap();
+    let accepting = {
+        let listener = Arc::clone(&listener);
+        std::thread::spawn(move || listener.accept().map(|(_, peer)| peer))
+    };
+    network.cut(ip(1));
+    assert!(accepting.join().unwrap().is_err());
+    assert!(host.connect(addr, WAIT).is_err());
+}

@@ -1,0 +1,107 @@
+//! How the control plane's bytes travel: over TCP between hosts ([`Tcp`], the default),
+//! or over an in-memory network ([`MemoryNetwork`]) that runs a whole group inside one
+//! process for drills and scale benchmarks.
+//!
+//! The coordinator and the agent see only these traits, so the handshake, heartbeats,
+//! clock pings and liveness judged over memory are the same code judged over TCP: the
+//! transport is the only thing swapped.
+
+mod memory;
+
+use std::fmt::Debug;
+use std::io::{self, Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+pub use memory::{MemoryHost, MemoryNetwork};
+
+/// One end of a connection. Clones share the connection, its timeouts and its
+/// shutdown, as clones of a `TcpStream` share the socket.
+pub trait Connection: Read + Write + Send + Sync + Debug {
+    fn try_clone(&self) -> io::Result<Stream>;
+    fn shutdown(&self, how: Shutdown) -> io::Result<()>;
+    /// `None` waits for good; a read that times out fails with `WouldBlock` or
+    /// `TimedOut`.
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()>;
+    fn set_nodelay(&self, nodelay: bool) -> io::Result<()>;
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+    fn peer_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// A connection, whichever transport carries it.
+pub type Stream = Box<dyn Connection>;
+
+/// A bound address that accepts connections.
+pub trait Listener: Send + Sync + Debug {
+    fn accept(&self) -> io::Result<(Stream, SocketAddr)>;
+    fn local_addr(&self) -> io::Result<SocketAddr>;
+}
+
+/// Binds listeners and opens connections.
+pub trait Transport: Send + Sync + Debug {
+    /// Listens on `addr`; port 0 picks a free one.
+    fn bind(&self, addr: SocketAddr) -> io::Result<Box<dyn Listener>>;
+    fn connect(&self, addr: SocketAddr, timeout: Duration) -> io::Result<Stream>;
+}
+
+/// The transport of a real group: TCP sockets.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Tcp;
+
+/// The default transport, shared.
+pub fn tcp() -> Arc<dyn Transport> {
+    Arc::new(Tcp)
+}
+
+impl Transport for Tcp {
+    fn bind(&self, addr: SocketAddr) -> io::Result<Box<dyn Listener>> {
+        Ok(Box::new(TcpListener::bind(addr)?))
+    }
+
+    fn connect(&self, addr: SocketAddr, timeout: Duration) -> io::Result<Stream> {
+        Ok(Box::new(TcpStream::connect_timeout(&addr, timeout)?))
+    }
+}
+
+impl Listener for TcpListener {
+    fn accept(&self) -> io::Result<(Stream, SocketAddr)> {
+        let (stream, peer) = TcpListener::accept(self)?;
+        Ok((Box::new(stream), peer))
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        TcpListener::local_addr(self)
+    }
+}
+
+impl Connection for TcpStream {
+    fn try_clone(&self) -> io::Result<Stream> {
+        Ok(Box::new(TcpStream::try_clone(self)?))
+    }
+
+    fn shutdown(&self, how: Shutdown) -> io::Result<()> {
+        TcpStream::shutdown(self, how)
+    }
+
+    fn set_read_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_read_timeout(self, timeout)
+    }
+
+    fn set_write_timeout(&self, timeout: Option<Duration>) -> io::Result<()> {
+        TcpStream::set_write_timeout(self, timeout)
+    }
+
+    fn set_nodelay(&self, nodelay: bool) -> io::Result<()> {
+        TcpStream::set_nodelay(self, nodelay)
+    }
+
+    fn local_addr(&self) -> io::Result<SocketAddr> {
+        TcpStream::local_addr(self)
+    }
+
+    fn peer_addr(&self) -> io::Result<SocketAddr> {
+        TcpStream::peer_addr(self)
+    }
+}

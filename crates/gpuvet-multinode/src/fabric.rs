@@ -1,0 +1,355 @@
+//! The simulated network of a group in one process: what its data plane measures
+//! instead of moving bytes, as the sim backend stands in for the GPUs.
+//!
+//! Every node is an IP address on the in-memory network. A link between two nodes and
+//! a node's rail (its NIC) run at nominal speed unless the script slows them
+//! (`gpuvet.sim.link_speed`, `gpuvet.sim.node_rail_speed`). A collective runs at the
+//! pace of the slowest link a rank uses (its ring neighbours); the backends' own
+//! collectives (NCCL on the sim) are slowed by the same links, since their traffic
+//! crosses the same network. Probes always reach their target, in a round trip that
+//! grows as the link slows.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::{IpAddr, SocketAddr};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use gpuvet_backend::Sample;
+use gpuvet_core::config::SimScript;
+use gpuvet_core::stats::median;
+
+use crate::wire::{CollectiveOrder, ProbeReply, ProbeTarget};
+
+/// Host-network all-reduce busbw between two nodes over one 100 Gb/s NIC, GB/s.
+const NOMINAL_HOST_BUSBW: f64 = 10.0;
+/// A probe's round trip across one switch, µs.
+const NOMINAL_RTT_US: f64 = 25.0;
+const SAMPLES_PER_CALL: usize = 8;
+/// Keeps a noisy sample above zero.
+const MIN_NOISE_FACTOR: f64 = 0.05;
+/// The probes each target gets, as the TCP data plane sends.
+const PROBE_ATTEMPTS: u32 = 5;
+
+/// The network of one group in one process.
+#[derive(Debug)]
+pub struct Fabric {
+    seed: u64,
+    noise: f64,
+    links: HashMap<(IpAddr, IpAddr), f64>,
+    rails: HashMap<(IpAddr, u32), f64>,
+    /// Measurements so far, so each draws fresh noise.
+    measured: AtomicU64,
+}
+
+impl Fabric {
+    /// The network `script` describes, for nodes at `ips` (by node name). Links and
+    /// rails of nodes not in the group are left out.
+    pub fn new(script: &SimScript, ips: &BTreeMap<String, IpAddr>) -> Fabric {
+        let links = script
+            .link_speed
+            .iter()
+            .filter_map(|((a, b), &factor)| Some((ordered(*ips.get(a)?, *ips.get(b)?), factor)))
+            .collect();
+        let rails = script
+            .node_rail_speed
+            .iter()
+            .filter_map(|(node, rails)| Some((*ips.get(node)?, rails)))
+            .flat_map(|(ip, rails)| {
+                rails
+                    .iter()
+                    .map(move |(&rail, &factor)| ((ip, rail), factor))
+            })
+            .collect();
+        Fabric {
+            seed: script.seed,
+            noise: script.noise,
+            links,
+            rails,
+            measured: AtomicU64::new(0),
+        }
+    }
+
+    fn link(&self, a: IpAddr, b: IpAddr) -> f64 {
+        self.links.get(&ordered(a, b)).copied().unwrap_or(1.0)
+    }
+
+    fn rail(&self, ip: IpAddr, rail: u32) -> f64 {
+        self.rails.get(&(ip, rail)).copied().unwrap_or(1.0)
+    }
+
+    /// The pace of the links rank `rank` of `peers` uses: to its ring neighbours.
+    fn ring_pace(&self, rank: usize, peers: &[SocketAddr]) -> f64 {
+        neighbours(rank, peers.len())
+            .map(|peer| self.link(peers[rank].ip(), peers[peer].ip()))
+            .fold(1.0, f64::min)
+    }
+
+    /// The pace of rail `rail` for rank `rank`: its own NIC and its neighbours' on that
+    /// rail, and the links between them.
+    fn rail_pace(&self, rank: usize, peers: &[SocketAddr], rail: u32) -> f64 {
+        neighbours(rank, peers.len())
+            .chain(std::iter::once(rank))
+            .map(|member| self.rail(peers[member].ip(), rail))
+            .fold(self.ring_pace(rank, peers), f64::min)
+    }
+
+    /// A collective the backends ran (NCCL on the sim), slowed by the network it
+    /// crossed: every busbw figure is scaled by the pace of the links this rank used,
+    /// and each rail's (`extra["railN"]`) by that rail's.
+    pub(crate) fn pace_native(&self, order: &CollectiveOrder, mut sample: Sample) -> Sample {
+        let (rank, peers) = (order.rank, order.peers.as_slice());
+        if rank >= peers.len() {
+            return sample;
+        }
+        let pace = self.ring_pace(rank, peers);
+        let mut rail_values = Vec::new();
+        for (key, value) in &mut sample.extra {
+            if let Some(rail) = key.strip_prefix("rail").and_then(|r| r.parse::<u32>().ok()) {
+                *value *= self.rail_pace(rank, peers, rail);
+                rail_values.push(*value);
+            } else if key == "algbw" {
+                *value *= pace;
+            }
+        }
+        let new_value = match rail_values.iter().copied().reduce(f64::min) {
+            Some(slowest_rail) => slowest_rail,
+            None => sample.value * pace,
+        };
+        let scale = if sample.value > 0.0 {
+            new_value / sample.value
+        } else {
+            1.0
+        };
+        for value in &mut sample.samples {
+            *value *= scale;
+        }
+        sample.value = new_value;
+        sample
+    }
+
+    /// A collective over the host network (gpuvet's own TCP engine, or one per rail),
+    /// measured on the simulated links.
+    pub(crate) fn host_collective(&self, order: &CollectiveOrder) -> Sample {
+        let (rank, peers) = (order.rank, order.peers.as_slice());
+        let pace = if rank < peers.len() {
+            if order.rails.is_empty() {
+                self.ring_pace(rank, peers)
+            } else {
+                (0..order.rails.len() as u32)
+                    .map(|rail| self.rail_pace(rank, peers, rail))
+                    .fold(1.0, f64::min)
+            }
+        } else {
+            1.0
+        };
+        let mut noise = self.noise_source();
+        let samples: Vec<f64> = (0..SAMPLES_PER_CALL)
+            .map(|_| NOMINAL_HOST_BUSBW * pace * noise.factor(self.noise))
+            .collect();
+        let mut sample = Sample {
+            value: median(&samples).unwrap_or(NOMINAL_HOST_BUSBW * pace),
+            samples,
+            ..Sample::default()
+        };
+        sample
+            .params
+            .insert("transport".to_owned(), "simulated network".to_owned());
+        if let Some(bytes) = order.bytes {
+            sample.params.insert("bytes".to_owned(), bytes.to_string());
+        }
+        sample
+    }
+
+    /// Probes from `from` to every target: all reached, in a round trip that grows as
+    /// the link between them slows.
+    pub(crate) fn probe(&self, from: IpAddr, targets: &[ProbeTarget]) -> Vec<ProbeReply> {
+        let mut noise = self.noise_source();
+        targets
+            .iter()
+            .map(|target| ProbeReply {
+                rank: target.rank,
+                network: target.network.clone(),
+                attempts: PROBE_ATTEMPTS,
+                successes: PROBE_ATTEMPTS,
+                rtt_us: Some(
+                    NOMINAL_RTT_US / self.link(from, target.addr.ip()) * noise.factor(self.noise),
+                ),
+                error: None,
+            })
+            .collect()
+    }
+
+    fn noise_source(&self) -> Noise {
+        let n = self.measured.fetch_add(1, Ordering::Relaxed);
+        Noise(self.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    }
+}
+
+/// The ranks `rank` exchanges data with in a ring of `size`.
+fn neighbours(rank: usize, size: usize) -> impl Iterator<Item = usize> {
+    let next = (rank + 1) % size.max(1);
+    let previous = (rank + size.max(1) - 1) % size.max(1);
+    [next, previous]
+        .into_iter()
+        .filter(move |&peer| peer != rank)
+}
+
+fn ordered(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
+    if a <= b { (a, b) } else { (b, a) }
+}
+
+/// splitmix64 with a Box-Muller normal: seeded noise, enough for a simulation.
+struct Noise(u64);
+
+impl Noise {
+    fn next_f64(&mut self) -> f64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
+    }
+
+    /// `1 + relative × N(0, 1)`, kept above zero.
+    fn factor(&mut self, relative: f64) -> f64 {
+        let (u1, u2) = (self.next_f64().max(f64::MIN_POSITIVE), self.next_f64());
+        let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        (1.0 + relative * normal).max(MIN_NOISE_FACTOR)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::Ipv4Addr;
+
+    use gpuvet_core::catalog::CheckName;
+
+    use super::*;
+    use crate::wire::HostEngine;
+
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(10, 0, 0, last))
+    }
+
+    fn fabric() -> Fabric {
+        let script = SimScript {
+            link_speed: BTreeMap::from([(("a".to_owned(), "b".to_owned()), 0.5)]),
+            node_rail_speed: BTreeMap::from([("c".to_owned(), BTreeMap::from([(1, 0.25)]))]),
+            ..SimScript::default()
+        };
+        let ips = BTreeMap::from([
+            ("a".to_owned(), ip(1)),
+            ("b".to_owned(), ip(2)),
+            ("c".to_owned(), ip(3)),
+            ("d".to_owned(), ip(4)),
+        ]);
+        Fabric::new(&script, &ips)
+    }
+
+    fn order(rank: usize, peers: &[u8], rails: usize) -> CollectiveOrder {
+        let peers: Vec<SocketAddr> = peers.iter().map(|&n| SocketAddr::new(ip(n), 1)).collect();
+        CollectiveOrder {
+            check: CheckName::AllReduce2,
+            round: 1,
+            session: String::new(),
+            rank,
+            rails: vec![peers.clone(); rails],
+            peers,
+            bytes: None,
+            budget_ms: 1000,
+            engine: HostEngine::default(),
+            native: None,
+        }
+    }
+
+    fn native(value: f64, rails: &[f64]) -> Sample {
+        let mut sample = Sample {
+            value,
+            samples: vec![value; 4],
+            ..Sample::default()
+        };
+        sample.extra.insert("algbw".to_owned(), value / 2.0);
+        for (rail, busbw) in rails.iter().enumerate() {
+            sample.extra.insert(format!("rail{rail}"), *busbw);
+        }
+        sample
+    }
+
+    #[test]
+    fn a_slow_link_slows_the_ranks_on_either_end_of_it_only() {
+        let fabric = fabric();
+        // The pair a-b crosses the slow link, in either rank order.
+        for rank in 0..2 {
+            let paced = fabric.pace_native(&order(rank, &[1, 2], 0), native(40.0, &[]));
+            assert_eq!((paced.value, paced.samples[0]), (20.0, 20.0));
+            assert_eq!(paced.extra["algbw"], 10.0);
+        }
+        assert_eq!(
+            fabric
+                .pace_native(&order(0, &[1, 3], 0), native(40.0, &[]))
+                .value,
+            40.0
+        );
+        // In a ring a-b-c-d, only a and b use the link.
+        let ring = [1, 2, 3, 4];
+        let paces: Vec<f64> = (0..4)
+            .map(|rank| fabric.host_collective(&order(rank, &ring, 0)).value)
+            .collect();
+        assert_eq!(paces, [5.0, 5.0, 10.0, 10.0]);
+    }
+
+    #[test]
+    fn a_slow_rail_slows_that_rail_of_its_node_and_its_neighbours() {
+        let fabric = fabric();
+        let paced = fabric.pace_native(&order(0, &[3, 4], 2), native(40.0, &[40.0, 44.0]));
+        assert_eq!(paced.extra["rail0"], 40.0);
+        assert_eq!(paced.extra["rail1"], 11.0);
+        assert_eq!(paced.value, 11.0, "the value is the slowest rail's");
+        assert_eq!(paced.samples[0], 11.0);
+        let elsewhere = fabric.pace_native(&order(0, &[1, 4], 2), native(40.0, &[40.0, 44.0]));
+        assert_eq!(elsewhere.value, 40.0);
+    }
+
+    #[test]
+    fn probes_reach_every_target_slower_over_a_slow_link() {
+        let fabric = fabric();
+        let targets: Vec<ProbeTarget> = [(1, 2), (2, 3)]
+            .into_iter()
+            .map(|(rank, last)| ProbeTarget {
+                rank,
+                addr: SocketAddr::new(ip(last), 9),
+                network: "data".to_owned(),
+            })
+            .collect();
+        let replies = fabric.probe(ip(1), &targets);
+        assert!(
+            replies
+                .iter()
+                .all(|r| r.successes == r.attempts && r.error.is_none())
+        );
+        assert_eq!(replies[0].rtt_us, Some(2.0 * NOMINAL_RTT_US));
+        assert_eq!(replies[1].rtt_us, Some(NOMINAL_RTT_US));
+    }
+
+    #[test]
+    fn links_of_nodes_outside_the_group_are_left_out() {
+        let script = SimScript {
+            link_speed: BTreeMap::from([(("a".to_owned(), "z".to_owned()), 0.5)]),
+            ..SimScript::default()
+        };
+        let fabric = Fabric::new(&script, &BTreeMap::from([("a".to_owned(), ip(1))]));
+        assert!(fabric.links.is_empty());
+    }
+
+    #[test]
+    fn noise_varies_each_measurement_around_the_nominal_figure() {
+        let script = SimScript {
+            noise: 0.02,
+            ..SimScript::default()
+        };
+        let fabric = Fabric::new(&script, &BTreeMap::new());
+        let first = fabric.host_collective(&order(0, &[1, 2], 0));
+        let second = fabric.host_collective(&order(0, &[1, 2], 0));
+        assert_ne!(first.samples, second.samples);
+        assert!((first.value / NOMINAL_HOST_BUSBW - 1.0).abs() < 0.1);
+    }
+}
