@@ -4,6 +4,11 @@
 //! with one of the three conclusions of seeds/003: confirmed, evidence missing, or not
 //! applicable.
 //!
+//! A scenario runs in one of two kinds of group ([`GroupKind`]): in one process over an
+//! in-memory network (the default; every fault is scripted, links and rails
+//! included), or as real agent processes, where a hung or crashed node is a stopped or
+//! killed process.
+//!
 //! Pure: the binary runs a scenario's [`Drill`] and hands back what it [`Observed`].
 
 use serde::{Deserialize, Serialize};
@@ -14,19 +19,32 @@ use crate::results::Lane;
 use crate::timeline::What;
 
 /// The scenarios, in the order `--all` runs them.
-pub const SCENARIOS: [&str; 11] = [
+pub const SCENARIOS: [&str; 13] = [
     "healthy",
     "slow-gpu-5",
     "slow-gpu-10",
     "slow-gpu-20",
     "slow-gpu-50",
     "slow-node",
+    "slow-link",
+    "bad-rail",
     "hung-node",
     "crashed-node",
     "xid-79",
     "inventory-mismatch",
     "two-faults",
 ];
+
+/// How a drill's group runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GroupKind {
+    /// Every node a thread of one process, over an in-memory network with a simulated
+    /// data plane (`gpuvet run --sim-nodes N`).
+    InProcess,
+    /// Every node an agent process on this machine (`gpuvet run --local-nodes N`).
+    Processes,
+}
 
 /// What a scenario does to the group while it runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -109,6 +127,11 @@ pub struct Drill {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disruption: Option<Disruption>,
     pub expectations: Vec<Expectation>,
+    pub group: GroupKind,
+    /// Why this kind of group cannot play the scenario; it is then not run, and every
+    /// expectation is not applicable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_applicable: Option<String>,
 }
 
 /// The node names `--local-nodes` gives a group of `nodes`.
@@ -116,9 +139,10 @@ pub fn node_name(rank: u32) -> String {
     format!("local-{rank}")
 }
 
-/// The drill of `scenario` for a group of `nodes` (at least 2), `None` for an unknown
-/// scenario. The faulty node is the last one, so it exists at every size.
-pub fn drill(scenario: &str, nodes: u32) -> Option<Drill> {
+/// The drill of `scenario` for a group of `nodes` (at least 2) of `group`'s kind,
+/// `None` for an unknown scenario. The faulty node is the last one, so it exists at
+/// every size.
+pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
     let nodes = nodes.max(2);
     let target = nodes - 1;
     let victim = node_name(target);
@@ -126,6 +150,15 @@ pub fn drill(scenario: &str, nodes: u32) -> Option<Drill> {
     let mut checks = vec!["gemm_flops", "all_reduce_2", "inventory_consistency"];
     let mut disruption = None;
     let mut runtime = None;
+    let mut pairing = None;
+    let mut not_applicable = None;
+    let in_one_process_only = |what: &str| {
+        format!(
+            "{what} is scripted only in a group in one process (drop `--local-nodes`); with \
+             processes, `cargo test -p gpuvet --test netns` (as root) slows a real link \
+             between network namespaces"
+        )
+    };
     let refused = Expectation::Acts {
         action: Action::RefuseStart,
     };
@@ -177,20 +210,80 @@ pub fn drill(scenario: &str, nodes: u32) -> Option<Drill> {
                 ],
             )
         }
+        "slow-link" => {
+            // Adaptive pairing measures the pairs that find a slow node; a slow link
+            // between two healthy nodes is found by measuring every pair.
+            checks = vec!["all_reduce_2"];
+            pairing = Some("full");
+            let first = node_name(0);
+            sim["link_speed"] = serde_json::json!({ format!("{first}<->{victim}"): 0.5 });
+            if group == GroupKind::Processes {
+                not_applicable = Some(in_one_process_only("a slow link"));
+            }
+            (
+                format!("the link `{first}<->{victim}` at half speed"),
+                vec![
+                    Expectation::Named {
+                        entity: format!("{first}<->{victim}"),
+                        lane: Lane::Network,
+                    },
+                    Expectation::OnlyNamed {
+                        nodes: vec![first, victim.clone()],
+                    },
+                    refused,
+                ],
+            )
+        }
+        "bad-rail" => {
+            checks = vec!["multi_all_reduce_2"];
+            sim["node_rail_speed"] = serde_json::json!({ &victim: {"1": 0.5} });
+            if group == GroupKind::Processes {
+                not_applicable = Some(in_one_process_only("a slow rail (NIC)"));
+            }
+            (
+                format!("rail 1 (its NIC) of `{victim}` at half speed"),
+                vec![
+                    Expectation::FirstError {
+                        node: victim.clone(),
+                        lane: Lane::Network,
+                    },
+                    Expectation::OnlyNamed {
+                        nodes: vec![victim.clone()],
+                    },
+                    refused,
+                ],
+            )
+        }
         "hung-node" | "crashed-node" => {
             checks = vec!["all_reduce_2", "all_gather_2", "all_reduce"];
-            disruption = Some(if scenario == "hung-node" {
-                Disruption::Stop { rank: target }
-            } else {
-                Disruption::Kill { rank: target }
-            });
-            let how = if scenario == "hung-node" {
-                "stopped (SIGSTOP)"
-            } else {
-                "killed (SIGKILL)"
+            let hang = scenario == "hung-node";
+            let how = match group {
+                GroupKind::Processes => {
+                    disruption = Some(if hang {
+                        Disruption::Stop { rank: target }
+                    } else {
+                        Disruption::Kill { rank: target }
+                    });
+                    if hang {
+                        "`{victim}`'s agent stopped (SIGSTOP) once the group joined"
+                    } else {
+                        "`{victim}`'s agent killed (SIGKILL) once the group joined"
+                    }
+                }
+                GroupKind::InProcess => {
+                    let fault = if hang { "hang" } else { "crash" };
+                    sim["node_faults"] = serde_json::json!({
+                        &victim: {"check": "all_reduce_2", "fault": fault}
+                    });
+                    if hang {
+                        "`{victim}` silent (its network frozen) from the first check on"
+                    } else {
+                        "`{victim}`'s connections closed without a word at the first check"
+                    }
+                }
             };
             (
-                format!("`{victim}`'s agent {how} once the group joined"),
+                how.replace("{victim}", &victim),
                 vec![
                     Expectation::FirstError {
                         node: victim.clone(),
@@ -272,6 +365,9 @@ pub fn drill(scenario: &str, nodes: u32) -> Option<Drill> {
     if let Some(runtime) = runtime {
         config["aimaster"]["runtime_check"] = runtime;
     }
+    if let Some(pairing) = pairing {
+        config["gpuvet"]["pairing"] = serde_json::json!(pairing);
+    }
     Some(Drill {
         scenario: scenario.to_owned(),
         nodes,
@@ -280,7 +376,32 @@ pub fn drill(scenario: &str, nodes: u32) -> Option<Drill> {
         config,
         disruption,
         expectations,
+        group,
+        not_applicable,
     })
+}
+
+/// The table of a drill its group cannot play: every expectation not applicable.
+pub fn not_applicable(drill: &Drill, why: &str) -> Vec<Proof> {
+    drill
+        .expectations
+        .iter()
+        .map(|expectation| Proof {
+            scenario: drill.scenario.clone(),
+            nodes: drill.nodes,
+            expectation: expectation.describe(),
+            conclusion: Conclusion::NotApplicable,
+            evidence: why.to_owned(),
+        })
+        .collect()
+}
+
+/// Whether a named entity is the expected one; a link is the same either way round.
+fn same_entity(named: &str, expected: &str) -> bool {
+    match (named.split_once("<->"), expected.split_once("<->")) {
+        (Some((a, b)), Some((c, d))) => (a, b) == (c, d) || (a, b) == (d, c),
+        _ => named == expected,
+    }
 }
 
 /// What a drill's run showed.
@@ -409,7 +530,7 @@ fn judge_one(expectation: &Expectation, observed: &Observed) -> (Conclusion, Str
             observed
                 .named
                 .iter()
-                .any(|(named, named_lane)| named == entity && named_lane == lane),
+                .any(|(named, named_lane)| same_entity(named, entity) && named_lane == lane),
             named_list(),
         ),
         Expectation::OnlyNamed { nodes } => found(

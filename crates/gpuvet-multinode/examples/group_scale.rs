@@ -1,63 +1,93 @@
-//! Benchmark, not a test: how the coordinator scales with the group's size.
+//! Benchmark, not a test: a whole group in one process, from plan to verdict, at
+//! 8, 64, 512 and 4,096 nodes (8 sim GPUs each), with the default suite and the full
+//! one.
 //!
-//! For each N (default 64, 256 and 1024) the coordinator runs in this process and N
-//! agents run as threads of one child process, all on loopback over the real protocol
-//! (HMAC handshake, clock pings, heartbeats every 500 ms). The group runs
-//! `kernel_launch` and `gemm_flops` on the sim backend (two scripted devices per
-//! node), so the figures are the control plane's: rendezvous, one directive round per
-//! check, judging N nodes, and the verdict to every node. Printed per N: the time
-//! from the coordinator's start to the verdict, and the coordinator process's peak
-//! RSS (VmHWM; the agents live in the child, so they are not counted).
+//! The coordinator and every agent run the real protocol (HMAC handshake, 8 clock
+//! pings, heartbeats every 500 ms) over the in-memory network, each node with its
+//! sim backend and its place on the simulated network
+//! (`gpuvet_multinode::in_process`). Each size and suite runs in a fresh child
+//! process, so its peak RSS is its own. Printed per run: the wall time from the plan
+//! to the verdict, the process's CPU time (coordinator and every agent), the
+//! coordinator thread's own CPU time, the peak RSS, the most plans a pair check used,
+//! and PAI's estimate for the same suite (seeds/000: the checks' estimated durations
+//! added up).
 //!
-//! Usage: `cargo run --release -p gpuvet-multinode --example group_scale [N ...]`
+//! Usage: `cargo run --release -p gpuvet-multinode --example group_scale [-- N ...]`
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a benchmark prints its figures
 
-use std::net::{IpAddr, Ipv4Addr};
-use std::process::{Command, Stdio};
+use std::collections::BTreeMap;
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::WorkSpec;
 use gpuvet_backend::sim::SimBackend;
-use gpuvet_control::{
-    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, Token,
-};
 use gpuvet_core::analysis::Tolerances;
-use gpuvet_core::catalog::CheckName;
+use gpuvet_core::catalog::{CheckName, DEFAULT_CHECKS};
 use gpuvet_core::config::SimScript;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::pairing::PairingMode;
-use gpuvet_multinode::{
-    DataPlane, GroupEvent, GroupPlan, NodeSetup, run_group, serve, wait_for_goodbyes,
-};
+use gpuvet_multinode::fabric::Fabric;
+use gpuvet_multinode::in_process::{SimulatedGroup, node_ips, run_simulated};
+use gpuvet_multinode::{GroupEvent, GroupPlan, NodeSetup};
 
-const DEFAULT_SIZES: [u32; 3] = [64, 256, 1024];
+const DEFAULT_SIZES: [usize; 4] = [8, 64, 512, 4096];
+const GPUS_PER_NODE: u32 = 8;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    if args.first().map(String::as_str) == Some("agents") {
-        let n: u32 = args[1].parse().expect("N");
-        let port: u16 = args[2].parse().expect("port");
-        run_agents(n, port, &args[3]);
+    if args.first().map(String::as_str) == Some("one") {
+        let n: usize = args[1].parse().expect("N");
+        one(n, &args[2]);
         return;
     }
-    raise_fd_limit();
-    let sizes: Vec<u32> = if args.is_empty() {
+    let sizes: Vec<usize> = if args.is_empty() {
         DEFAULT_SIZES.to_vec()
     } else {
         args.iter()
             .map(|a| a.parse().expect("a group size"))
             .collect()
     };
-    println!("nodes  time_to_verdict_s  of_which_rendezvous_s  coordinator_peak_rss_mib  outcome");
+    println!(
+        "{:>5}  {:<7}  {:>7}  {:>12}  {:>7}  {:>11}  {:>8}  {:>5}  {:>12}  outcome",
+        "nodes",
+        "suite",
+        "wall_s",
+        "rendezvous_s",
+        "cpu_s",
+        "coord_cpu_s",
+        "peak_mib",
+        "plans",
+        "pai_estimate"
+    );
     for n in sizes {
-        let (elapsed, joined_after, outcome) = coordinate(n);
-        println!(
-            "{n:>5}  {elapsed:>17.2}  {joined_after:>21.2}  {:>24.1}  {outcome}",
-            peak_rss_kib() as f64 / 1024.0
-        );
+        for suite in ["default", "full"] {
+            let status = Command::new(std::env::current_exe().expect("this example"))
+                .args(["one", &n.to_string(), suite])
+                .status()
+                .expect("running one size");
+            if !status.success() {
+                eprintln!("{n} nodes, {suite} suite: the run failed ({status})");
+            }
+        }
     }
+}
+
+fn checks(suite: &str) -> Vec<CheckName> {
+    match suite {
+        "default" => DEFAULT_CHECKS.to_vec(),
+        _ => CheckName::ALL.to_vec(),
+    }
+}
+
+/// PAI's estimate for the suite, minutes: each check's estimated duration, added up.
+fn pai_estimate_min(checks: &[CheckName]) -> f64 {
+    let secs: u32 = checks
+        .iter()
+        .filter_map(|c| c.spec().pai_estimate_secs)
+        .sum();
+    f64::from(secs) / 60.0
 }
 
 fn attempt(node: &str) -> Attempt {
@@ -69,128 +99,117 @@ fn attempt(node: &str) -> Attempt {
     }
 }
 
-fn coordinate(n: u32) -> (f64, f64, String) {
-    let token = Token::random().expect("a token");
-    let started = Instant::now();
-    let coordinator = Coordinator::bind(
-        (Ipv4Addr::LOCALHOST, 0),
-        n,
-        "scale",
-        token.clone(),
-        CoordinatorOptions::default(),
-    )
-    .expect("binding the coordinator");
-    let port = coordinator.local_addr().port();
-    let mut agents = Command::new(std::env::current_exe().expect("this example"))
-        .args(["agents", &n.to_string(), &port.to_string(), token.reveal()])
-        .stdout(Stdio::null())
-        .spawn()
-        .expect("starting the agents");
-    let plan = GroupPlan {
-        attempt: attempt("coordinator"),
-        checks: vec![CheckName::KernelLaunch, CheckName::GemmFlops],
-        timeout: Duration::from_secs(300),
-        rendezvous_timeout: Duration::from_secs(300),
-        tolerance: Tolerances::uniform(0.05),
-        baselines: Default::default(),
-        expected_inventory: Default::default(),
-        pairing: PairingMode::Adaptive,
-        collective_bytes: None,
-        started_at_ms: 0,
-    };
-    let mut joined_after = 0.0;
-    let report = run_group(&coordinator, &plan, &mut |event| {
-        if let GroupEvent::Rendezvous { .. } = event {
-            joined_after = started.elapsed().as_secs_f64();
-        }
-    });
-    let elapsed = started.elapsed().as_secs_f64();
-    // Every agent parses the verdict and says goodbye before the coordinator does.
-    wait_for_goodbyes(&coordinator, Instant::now() + Duration::from_secs(120));
-    coordinator.shutdown("done");
-    let _ = agents.wait();
-    let outcome = format!(
-        "{} ({})",
-        report.outcome.as_str(),
-        report
-            .group
-            .as_ref()
-            .and_then(|g| g.first_error.as_ref())
-            .map_or_else(|| report.summary(), |e| e.detail.clone())
-    );
-    (elapsed, joined_after, outcome)
-}
-
-fn run_agents(n: u32, port: u16, secret: &str) {
-    raise_fd_limit();
-    let token = Token::new(secret).expect("the token");
-    let endpoint = Endpoint {
-        host: "127.0.0.1".to_owned(),
-        port,
-    };
-    let handles: Vec<_> = (0..n)
-        .map(|rank| {
-            let (token, endpoint) = (token.clone(), endpoint.clone());
-            std::thread::Builder::new()
-                .stack_size(512 << 10)
-                .spawn(move || agent(rank, n, &endpoint, &token))
-                .expect("an agent thread")
-        })
-        .collect();
-    for handle in handles {
-        let _ = handle.join();
-    }
-}
-
-fn agent(rank: u32, n: u32, endpoint: &Endpoint, token: &Token) {
-    let node = format!("node-{rank}");
-    let backend = Arc::new(SimBackend::new(SimScript {
-        seed: u64::from(rank),
-        devices: 2,
+fn one(n: usize, suite: &str) {
+    let checks = checks(suite);
+    let script = SimScript {
+        devices: GPUS_PER_NODE,
         noise: 0.01,
         ..SimScript::default()
-    }));
-    let plane = DataPlane::bind(IpAddr::V4(Ipv4Addr::LOCALHOST), 1, &[]).expect("a data plane");
-    let info = plane
-        // One machine per simulated node, as in a real group: nodes that share a
-        // machine would take turns.
-        .node_info(&*backend, format!("sim-host-{rank}"))
-        .expect("node info");
-    let identity = AgentIdentity {
-        job_id: "scale".to_owned(),
-        rank,
-        nnodes: n,
-        node: node.clone(),
-        data_addr: Some(plane.addr().expect("an address")),
-        info: serde_json::to_value(info).expect("node info as JSON"),
     };
-    let deadline = Instant::now() + Duration::from_secs(300);
-    let agent = match Agent::connect(endpoint, identity, token, AgentOptions::default(), deadline) {
-        Ok(agent) => agent,
-        Err(err) => {
-            eprintln!("rank {rank}: {err}");
-            return;
+    let nodes: Vec<NodeSetup> = (0..n)
+        .map(|rank| {
+            let name = format!("node-{rank}");
+            NodeSetup {
+                backend: Arc::new(SimBackend::new(SimScript {
+                    seed: rank as u64,
+                    ..script.clone()
+                })),
+                attempt: attempt(&name),
+                nnodes: n,
+                tolerance: Tolerances::uniform(0.05),
+                baselines: BTreeMap::new(),
+                work: WorkSpec::default(),
+                python: "python3".into(),
+                worker: None,
+            }
+        })
+        .collect();
+    let fabric = Arc::new(Fabric::new(&script, &node_ips(&nodes)));
+    let group = SimulatedGroup {
+        plan: GroupPlan {
+            attempt: attempt("node-0"),
+            checks: checks.clone(),
+            timeout: Duration::from_secs(600),
+            rendezvous_timeout: Duration::from_secs(300),
+            tolerance: Tolerances::uniform(0.05),
+            baselines: BTreeMap::new(),
+            expected_inventory: Default::default(),
+            pairing: PairingMode::Adaptive,
+            collective_bytes: None,
+            started_at_ms: 0,
+        },
+        nodes,
+        fabric,
+        node_faults: BTreeMap::new(),
+        rails: GPUS_PER_NODE as usize,
+    };
+    let (cpu_before, thread_before) = (process_cpu_s(), thread_cpu_s());
+    let started = Instant::now();
+    let mut rendezvous_s = 0.0;
+    let run = run_simulated(&group, &mut |event| match event {
+        GroupEvent::Rendezvous { .. } => rendezvous_s = started.elapsed().as_secs_f64(),
+        GroupEvent::CheckFinished { result, .. }
+            if std::env::var_os("GROUP_SCALE_TRACE").is_some() =>
+        {
+            eprintln!(
+                "{:.2}s {} {}",
+                started.elapsed().as_secs_f64(),
+                result.name,
+                result.status
+            );
         }
+        _ => {}
+    })
+    .expect("the group ran");
+    let wall = started.elapsed().as_secs_f64();
+    let (cpu, coordinator_cpu) = (process_cpu_s() - cpu_before, thread_cpu_s() - thread_before);
+    let plans = run
+        .report
+        .checks
+        .iter()
+        .filter_map(|c| c.params.get("plans")?.parse::<u32>().ok())
+        .max()
+        .map_or_else(|| "-".to_owned(), |p| p.to_string());
+    let outcome = match run
+        .report
+        .group
+        .as_ref()
+        .and_then(|g| g.first_error.as_ref())
+    {
+        Some(first) => format!("{} ({})", run.report.outcome.as_str(), first.detail),
+        None => format!("{} ({})", run.report.outcome.as_str(), run.report.summary()),
     };
-    let setup = NodeSetup {
-        backend,
-        attempt: attempt(&node),
-        nnodes: n as usize,
-        tolerance: Tolerances::uniform(0.05),
-        baselines: Default::default(),
-        work: WorkSpec::default(),
-        python: "python3".into(),
-        // Thousands of simulated nodes in one process: no worker processes.
-        worker: None,
-    };
-    let serving = Instant::now();
-    if let Err(err) = serve(&agent, &setup, &plane, deadline) {
-        eprintln!(
-            "rank {rank}: {err} ({:.1}s after joining)",
-            serving.elapsed().as_secs_f64()
-        );
+    println!(
+        "{n:>5}  {suite:<7}  {wall:>7.2}  {rendezvous_s:>12.2}  {cpu:>7.2}  {coordinator_cpu:>11.2}  {:>8.0}  {plans:>5}  {:>9.0} min  {outcome}",
+        peak_rss_kib() as f64 / 1024.0,
+        pai_estimate_min(&checks),
+    );
+    if run.left_behind > 0 {
+        eprintln!("{} agents were still running at the end", run.left_behind);
     }
-    agent.leave("done");
+}
+
+/// CPU time of this process, every thread, user and system, seconds.
+fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage fills a zeroed struct it is given.
+    let usage = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage
+    };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
+}
+
+/// CPU time of the calling thread (the coordinator's), seconds.
+fn thread_cpu_s() -> f64 {
+    // SAFETY: clock_gettime writes into the timespec it is given.
+    let time = unsafe {
+        let mut time: libc::timespec = std::mem::zeroed();
+        libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut time);
+        time
+    };
+    time.tv_sec as f64 + time.tv_nsec as f64 / 1e9
 }
 
 /// Peak resident set of this process, KiB.
@@ -204,19 +223,4 @@ fn peak_rss_kib() -> u64 {
                 .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// A thousand agents need a few thousand sockets; the soft limit is often 1024.
-fn raise_fd_limit() {
-    let mut limit = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: getrlimit/setrlimit with a valid, initialized struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur = limit.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
-        }
-    }
 }

@@ -175,6 +175,16 @@ pub struct GroupArgs {
         conflicts_with_all = ["master_addr", "node_rank", "nnodes", "gpuvet_port"]
     )]
     pub local_nodes: Option<u32>,
+    /// Run a group of N nodes on the sim backend inside this process: the coordinator
+    /// and every agent as threads, over an in-memory network with a simulated data
+    /// plane. Plays the whole `gpuvet.sim` script, links, rails and node faults
+    /// included: for drills and scale tests.
+    #[arg(
+        long,
+        value_name = "N",
+        conflicts_with_all = ["master_addr", "node_rank", "nnodes", "gpuvet_port", "local_nodes"]
+    )]
+    pub sim_nodes: Option<u32>,
     /// Join as an agent only, even as rank 0: the coordinator runs elsewhere (used by
     /// `--local-nodes` for the agents it spawns).
     #[arg(long, hide = true)]
@@ -389,12 +399,22 @@ pub struct DrillArgs {
     /// List the scenarios and the fault each scripts, and run nothing.
     #[arg(long)]
     pub list: bool,
-    /// The group's size: agent processes on this machine, as `check --local-nodes`
-    /// starts them. (A group in one process is not built yet.)
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub local_nodes: u32,
+    /// The group's size, in one process: every node a thread, over an in-memory
+    /// network, as `check --sim-nodes` runs it.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 4,
+        conflicts_with = "local_nodes"
+    )]
+    pub nodes: u32,
+    /// Run the group as N agent processes on this machine instead, as `check
+    /// --local-nodes` starts them: a hung node is a stopped process, a crashed one a
+    /// killed process.
+    #[arg(long, value_name = "N")]
+    pub local_nodes: Option<u32>,
     /// Run each scenario at each of these group sizes, e.g. `2,4,8`: a step-by-step
-    /// scale-up. Replaces `--local-nodes`.
+    /// scale-up. Replaces `--nodes` (or the size of `--local-nodes`).
     #[arg(long, value_name = "N,N,...", value_delimiter = ',')]
     pub scale: Vec<u32>,
     /// Print the proof table as JSON.

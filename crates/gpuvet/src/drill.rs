@@ -1,8 +1,9 @@
-//! Running one fault drill: a `gpuvet run --local-nodes N` group of real processes on
-//! the sim backend, with the scenario's fault scripted in its config, its agent
-//! stopped or killed once the group has joined, or an XID written into the kernel log
-//! its runtime check reads. The attempt is kept in the store under a job of its own,
-//! then read back and explained, so the drill judges exactly what a user would see.
+//! Running one fault drill: a `gpuvet run` group on the sim backend, in one process
+//! (`--sim-nodes N`, every fault scripted in its config) or as real agent processes
+//! (`--local-nodes N`, a hung or crashed agent stopped or killed once the group has
+//! joined), or with an XID written into the kernel log its runtime check reads. The
+//! attempt is kept in the store under a job of its own, then read back and explained,
+//! so the drill judges exactly what a user would see.
 
 use std::fs::File;
 use std::io::Read;
@@ -11,7 +12,9 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::child::find_child;
-use gpuvet_core::drill::{Disruption, Drill, Observed, Proof, judge, unobserved};
+use gpuvet_core::drill::{
+    Disruption, Drill, GroupKind, Observed, Proof, judge, not_applicable, unobserved,
+};
 use gpuvet_core::events::EventKind;
 use gpuvet_core::explain::explain;
 use gpuvet_core::results::Verdict;
@@ -30,6 +33,9 @@ const XID_LINE: &str = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): {XID}, pid=0,
 
 /// Runs `drill` and judges it. The attempt goes to `store` under job `job_id`.
 pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Failure> {
+    if let Some(why) = &drill.not_applicable {
+        return Ok(not_applicable(drill, why));
+    }
     let dir = tempfile::tempdir()
         .map_err(|err| Failure::bug(format!("cannot make the drill's directory: {err}")))?;
     let kmsg = dir.path().join("kmsg.log");
@@ -59,7 +65,15 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
         .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
     let mut command = Command::new(exe);
     command
-        .args(["run", "--local-nodes", &drill.nodes.to_string(), "--config"])
+        .args([
+            "run",
+            match drill.group {
+                GroupKind::InProcess => "--sim-nodes",
+                GroupKind::Processes => "--local-nodes",
+            },
+            &drill.nodes.to_string(),
+            "--config",
+        ])
         .arg(&config_path)
         .arg("--store")
         .arg(store)

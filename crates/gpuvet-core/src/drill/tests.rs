@@ -6,8 +6,11 @@ use crate::timeline::{Entry, Role};
 #[test]
 fn every_scenario_has_a_valid_config_at_every_size() {
     for scenario in SCENARIOS {
-        for nodes in [2, 4, 8] {
-            let drill = drill(scenario, nodes).unwrap();
+        for (nodes, group) in [2, 4, 8]
+            .into_iter()
+            .flat_map(|n| [(n, GroupKind::InProcess), (n, GroupKind::Processes)])
+        {
+            let drill = drill(scenario, nodes, group).unwrap();
             assert_eq!(drill.nodes, nodes);
             assert!(!drill.expectations.is_empty(), "{scenario}");
             let text = drill.config.to_string();
@@ -15,22 +18,64 @@ fn every_scenario_has_a_valid_config_at_every_size() {
             assert!(config.settings.sim.is_some(), "{scenario}");
         }
     }
-    assert!(drill("no-such-fault", 4).is_none());
+    assert!(drill("no-such-fault", 4, GroupKind::InProcess).is_none());
     // A group of one has nobody to compare with: drills run at two nodes at least.
-    assert_eq!(drill("healthy", 1).unwrap().nodes, 2);
+    assert_eq!(drill("healthy", 1, GroupKind::Processes).unwrap().nodes, 2);
 }
 
 #[test]
 fn the_faulty_node_is_the_last_at_every_size() {
-    let eight = drill("slow-node", 8).unwrap();
+    let eight = drill("slow-node", 8, GroupKind::Processes).unwrap();
     assert_eq!(
         eight.config["gpuvet"]["sim"]["node_speed"]["local-7"],
         serde_json::json!(0.5)
     );
     assert_eq!(
-        drill("hung-node", 2).unwrap().disruption,
+        drill("hung-node", 2, GroupKind::Processes)
+            .unwrap()
+            .disruption,
         Some(Disruption::Stop { rank: 1 })
     );
+    // In one process the network plays the hang: no signal, a scripted node fault.
+    let in_process = drill("hung-node", 2, GroupKind::InProcess).unwrap();
+    assert_eq!(in_process.disruption, None);
+    assert_eq!(
+        in_process.config["gpuvet"]["sim"]["node_faults"]["local-1"]["fault"],
+        serde_json::json!("hang")
+    );
+}
+
+#[test]
+fn links_and_rails_are_played_in_one_process_only() {
+    for scenario in ["slow-link", "bad-rail"] {
+        assert_eq!(
+            drill(scenario, 4, GroupKind::InProcess)
+                .unwrap()
+                .not_applicable,
+            None
+        );
+        let processes = drill(scenario, 4, GroupKind::Processes).unwrap();
+        let why = processes.not_applicable.clone().unwrap();
+        assert!(why.contains("--local-nodes"), "{why}");
+        let table = not_applicable(&processes, &why);
+        assert_eq!(table.len(), processes.expectations.len());
+        assert!(
+            table
+                .iter()
+                .all(|p| p.conclusion == Conclusion::NotApplicable)
+        );
+    }
+    let link = drill("slow-link", 4, GroupKind::InProcess).unwrap();
+    assert_eq!(link.config["gpuvet"]["pairing"], serde_json::json!("full"));
+}
+
+#[test]
+fn a_link_is_the_same_link_either_way_round() {
+    assert!(same_entity("local-3<->local-0", "local-0<->local-3"));
+    assert!(same_entity("local-0<->local-3", "local-0<->local-3"));
+    assert!(!same_entity("local-0<->local-2", "local-0<->local-3"));
+    assert!(!same_entity("local-0", "local-0<->local-3"));
+    assert!(same_entity("local-0/dev1", "local-0/dev1"));
 }
 
 fn explanation(first: Option<(&str, Lane)>) -> Explanation {
@@ -64,7 +109,7 @@ fn explanation(first: Option<(&str, Lane)>) -> Explanation {
 
 #[test]
 fn a_run_that_shows_what_was_expected_confirms_each_expectation() {
-    let drill = drill("hung-node", 4).unwrap();
+    let drill = drill("hung-node", 4, GroupKind::Processes).unwrap();
     let observed = Observed {
         coordinator: "vm".into(),
         explanation: explanation(Some(("local-3", Lane::Host))),
@@ -90,7 +135,7 @@ fn a_run_that_shows_what_was_expected_confirms_each_expectation() {
 
 #[test]
 fn a_wrong_node_or_lane_or_action_leaves_the_evidence_missing_and_says_what_was_found() {
-    let drill = drill("slow-gpu-10", 4).unwrap();
+    let drill = drill("slow-gpu-10", 4, GroupKind::Processes).unwrap();
     let observed = Observed {
         coordinator: "vm".into(),
         explanation: explanation(Some(("local-1", Lane::Network))),
@@ -121,7 +166,7 @@ fn a_wrong_node_or_lane_or_action_leaves_the_evidence_missing_and_says_what_was_
 
 #[test]
 fn the_runtime_checks_first_error_is_on_the_coordinators_node() {
-    let drill = drill("xid-79", 2).unwrap();
+    let drill = drill("xid-79", 2, GroupKind::Processes).unwrap();
     let observed = Observed {
         coordinator: "vm".into(),
         explanation: explanation(Some(("vm", Lane::Host))),

@@ -1,7 +1,8 @@
-//! `gpuvet drill [SCENARIO...|--all] [--local-nodes N|--scale 2,4,8]`: rehearse faults
-//! and print the proof table, one row per expectation with its conclusion.
+//! `gpuvet drill [SCENARIO...|--all] [--nodes N|--local-nodes N] [--scale 2,4,8]`:
+//! rehearse faults and print the proof table, one row per expectation with its
+//! conclusion.
 
-use gpuvet_core::drill::{Proof, SCENARIOS, drill as scenario_drill, render};
+use gpuvet_core::drill::{GroupKind, Proof, SCENARIOS, drill as scenario_drill, render};
 use gpuvet_core::exit_codes;
 use gpuvet_core::explain::Conclusion;
 
@@ -9,14 +10,21 @@ use crate::cli::DrillArgs;
 use crate::failure::{Failure, note};
 use crate::{drill, output};
 
-/// The most agents a drill's group has, as for `check --local-nodes`.
-const MAX_NODES: u32 = 64;
+/// The most agent processes a drill's group has, as for `check --local-nodes`.
+const MAX_LOCAL_NODES: u32 = 64;
+/// The most nodes of a drill's group in one process: the size the scale benchmark
+/// proves.
+const MAX_SIM_NODES: u32 = 4096;
 
 pub fn drill(args: DrillArgs) -> Result<i32, Failure> {
+    let (group, size, max, size_flag) = match args.local_nodes {
+        Some(n) => (GroupKind::Processes, n, MAX_LOCAL_NODES, "--local-nodes"),
+        None => (GroupKind::InProcess, args.nodes, MAX_SIM_NODES, "--nodes"),
+    };
     if args.list {
         let mut text = String::new();
         for name in SCENARIOS {
-            let spec = scenario_drill(name, args.local_nodes.max(2)).expect("a listed scenario");
+            let spec = scenario_drill(name, size.max(2), group).expect("a listed scenario");
             text.push_str(&format!("{name:<20} {}\n", spec.fault));
         }
         return output::stdout(&text).map(|()| exit_codes::SUCCESS);
@@ -31,25 +39,25 @@ pub fn drill(args: DrillArgs) -> Result<i32, Failure> {
             .with_hint("`gpuvet drill --list` names them"));
     }
     for name in &scenarios {
-        if scenario_drill(name, 2).is_none() {
+        if scenario_drill(name, 2, group).is_none() {
             return Err(Failure::usage(format!("unknown scenario `{name}`"))
                 .with_hint(format!("expected one of {}", SCENARIOS.join(", "))));
         }
     }
     let sizes = if args.scale.is_empty() {
-        vec![args.local_nodes]
+        vec![size]
     } else {
         args.scale.clone()
     };
     for &size in &sizes {
-        if !(2..=MAX_NODES).contains(&size) {
+        if !(2..=max).contains(&size) {
             let flag = if args.scale.is_empty() {
-                "--local-nodes"
+                size_flag
             } else {
                 "--scale"
             };
             return Err(Failure::usage(format!(
-                "`{flag}` has `{size}` nodes; expected 2 to {MAX_NODES}"
+                "`{flag}` has `{size}` nodes; expected 2 to {max}"
             ))
             .with_hint("a drill compares nodes, so a group has two at least"));
         }
@@ -61,7 +69,7 @@ pub fn drill(args: DrillArgs) -> Result<i32, Failure> {
     let mut proofs: Vec<Proof> = Vec::new();
     for &size in &sizes {
         for name in &scenarios {
-            let spec = scenario_drill(name, size).expect("checked above");
+            let spec = scenario_drill(name, size, group).expect("checked above");
             let job = drill::job_id(name, size);
             note(format!(
                 "drill `{name}` on {size} nodes: {} (job `{job}`)",

@@ -20,6 +20,8 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::Config;
 use gpuvet_core::events::Attempt;
 use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
+use gpuvet_multinode::fabric::Fabric;
+use gpuvet_multinode::in_process::{SimulatedGroup, node_ips, run_simulated};
 use gpuvet_multinode::{
     DataPlane, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve, wait_for_goodbyes,
 };
@@ -40,6 +42,8 @@ pub enum Mode {
     Member(Box<Rendezvous>),
     /// Spawn this many agents on loopback and coordinate them.
     LocalNodes(u32),
+    /// Run this many sim nodes as threads of this process.
+    InProcess(u32),
 }
 
 /// The most `--local-nodes` agents: each is a process with its own data plane.
@@ -52,11 +56,23 @@ const AFTER_VERDICT_WAIT: Duration = Duration::from_secs(1);
 const LOCAL_AGENT_ENV: &str = "GPUVET_LOCAL_AGENT";
 /// The longest `--local-nodes` waits for its agents to join.
 const LOCAL_RENDEZVOUS: Duration = Duration::from_secs(30);
+/// The most `--sim-nodes`: 4,096 nodes of 8 GPUs is the size the scale benchmark
+/// proves; twice that still fits the in-memory network's addresses and this machine.
+const MAX_SIM_NODES: u32 = 8192;
 
 /// How this invocation takes part, from the group flags and the environment; every
 /// group flag is validated here, before anything starts or is recorded.
 pub fn mode(args: &GroupArgs) -> Result<Mode, Failure> {
     rendezvous_timeout(args)?;
+    if let Some(n) = args.sim_nodes {
+        if !(2..=MAX_SIM_NODES).contains(&n) {
+            return Err(Failure::usage(format!(
+                "`--sim-nodes {n}` is out of range; expected 2 to {MAX_SIM_NODES}"
+            ))
+            .with_hint("a group compares its nodes with each other, so it has two at least"));
+        }
+        return Ok(Mode::InProcess(n));
+    }
     if let Some(n) = args.local_nodes {
         if !(2..=MAX_LOCAL_NODES).contains(&n) {
             return Err(Failure::usage(format!(
@@ -240,6 +256,13 @@ fn route_toward_coordinator(rendezvous: &Rendezvous, deadline: Instant) -> Resul
 
 /// Spawns `n` agents on loopback and coordinates them; their output is the group's.
 pub fn with_local_nodes(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
+    if let Some(keys) = group_only_script(setup.config) {
+        return Err(Failure::usage(format!(
+            "`gpuvet.sim.{keys}` {} played only by a group in one process",
+            if keys.contains(',') { "are" } else { "is" }
+        ))
+        .with_hint("run it with `--sim-nodes N` instead of `--local-nodes N`"));
+    }
     let mut plan = setup.plan()?;
     // Local agents start in milliseconds; one that has not joined by then never will.
     plan.rendezvous_timeout = plan.rendezvous_timeout.min(LOCAL_RENDEZVOUS);
@@ -299,6 +322,78 @@ pub fn with_local_nodes(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure>
     }
     kill_all(&mut children);
     Ok(report)
+}
+
+/// The `gpuvet.sim` keys only a group in one process plays, joined, if the config
+/// has any.
+fn group_only_script(config: &Config) -> Option<String> {
+    let keys = config.settings.sim.as_ref()?.group_only_keys();
+    (!keys.is_empty()).then(|| keys.join("`, `gpuvet.sim."))
+}
+
+/// Runs a group of `n` sim nodes, `local-0` to `local-N-1`, as threads of this process
+/// (`--sim-nodes`); the report is the coordinator's, as with `--local-nodes`.
+pub fn in_process(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
+    if setup.backend.name() != "sim" {
+        return Err(Failure::usage(format!(
+            "`--sim-nodes` runs sim nodes, and the backend is `{}`",
+            setup.backend.name()
+        ))
+        .with_hint("add `--backend sim`, or run real agents with `--local-nodes N`"));
+    }
+    let mut plan = setup.plan()?;
+    plan.rendezvous_timeout = plan.rendezvous_timeout.min(LOCAL_RENDEZVOUS);
+    let script = setup.config.settings.sim.clone().unwrap_or_default();
+    let nodes: Vec<NodeSetup> = (0..n)
+        .map(|rank| {
+            let node = format!("local-{rank}");
+            let backend = super::build_backend(
+                gpuvet_core::config::BackendChoice::Sim,
+                setup.config,
+                None,
+                &node,
+            )?;
+            let attempt = Attempt {
+                node: node.clone(),
+                instance: node,
+                ..setup.attempt.clone()
+            };
+            Ok(NodeSetup {
+                backend,
+                attempt,
+                // Every node's checks on threads of this process.
+                worker: None,
+                ..setup.node_setup(n)
+            })
+        })
+        .collect::<Result<_, Failure>>()?;
+    let fabric = Arc::new(Fabric::new(&script, &node_ips(&nodes)));
+    let group = SimulatedGroup {
+        plan,
+        nodes,
+        fabric,
+        node_faults: script.node_faults.clone(),
+        rails: rails(&*setup.backend),
+    };
+    let mut progress = Progress::new(setup.show_progress);
+    let run = run_simulated(&group, &mut |event| {
+        observe_group(&mut progress, event);
+    })
+    .map_err(|err| Failure::bug(format!("cannot run the group in this process: {err}")))?;
+    for (node, fault) in &run.played {
+        note(format!(
+            "{node}: scripted {} at the start of `{}`",
+            match fault.fault {
+                gpuvet_core::config::NodeFaultKind::Hang => "hang",
+                gpuvet_core::config::NodeFaultKind::Crash => "crash",
+            },
+            fault.check
+        ));
+    }
+    progress.observe(RunnerEvent::RunFinished {
+        report: &run.report,
+    });
+    Ok(run.report)
 }
 
 fn spawn_local_agent(
@@ -395,7 +490,18 @@ fn coordinate(
     show_progress: bool,
 ) -> (RunReport, Instant) {
     let mut progress = Progress::new(show_progress);
-    let report = run_group(coordinator, plan, &mut |event| match event {
+    let report = run_group(coordinator, plan, &mut |event| {
+        observe_group(&mut progress, event);
+    });
+    let stop_by = Instant::now() + AFTER_VERDICT_WAIT;
+    progress.observe(RunnerEvent::RunFinished { report: &report });
+    wait_for_goodbyes(coordinator, stop_by);
+    (report, stop_by)
+}
+
+/// The group's progress on stderr.
+fn observe_group(progress: &mut Progress, event: GroupEvent<'_>) {
+    match event {
         GroupEvent::Rendezvous { joined, expected } => {
             note(format!("group: {joined} of {expected} nodes joined"));
         }
@@ -418,11 +524,7 @@ fn coordinate(
             total,
             result,
         }),
-    });
-    let stop_by = Instant::now() + AFTER_VERDICT_WAIT;
-    progress.observe(RunnerEvent::RunFinished { report: &report });
-    wait_for_goodbyes(coordinator, stop_by);
-    (report, stop_by)
+    }
 }
 
 /// One rail per device, as many as NICs a GPU node usually pairs with its GPUs.

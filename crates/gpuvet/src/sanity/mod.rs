@@ -207,6 +207,7 @@ fn run_checks(
     match mode {
         group::Mode::Member(rendezvous) => return group::as_member(&rendezvous, &setup),
         group::Mode::LocalNodes(n) => return group::with_local_nodes(n, &setup),
+        group::Mode::InProcess(n) => return group::in_process(n, &setup),
         group::Mode::Single => {}
     }
     let plan = RunPlan {

@@ -1,8 +1,73 @@
-//! `gpuvet drill` with real processes (`--local-nodes`): a stopped, a killed and a slow
+//! `gpuvet drill`: every scenario in one process (the default) confirms every
+//! expectation; with real processes (`--local-nodes`) a stopped, a killed and a slow
 //! node are each named with the right lane and first error, the start is refused, and
 //! every drill's attempt is kept in the store under a job of its own.
 
 use crate::common::{self, Scratch, json, stderr, stdout};
+
+/// The acceptance of issue 17: `gpuvet drill --all` confirms every expectation, in one
+/// process per group.
+#[test]
+fn every_scenario_in_one_process_confirms_every_expectation() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let output = scratch.run(&["drill", "--all", "--json"]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let proofs = json(&output);
+    let proofs = proofs.as_array().unwrap();
+    let scenarios: std::collections::BTreeSet<&str> = proofs
+        .iter()
+        .map(|p| p["scenario"].as_str().unwrap())
+        .collect();
+    assert_eq!(scenarios.len(), gpuvet_core::drill::SCENARIOS.len());
+    for proof in proofs {
+        assert_eq!(proof["conclusion"], "confirmed", "{proof:#}");
+    }
+    // The link and the rail are named as such, in the network's lane.
+    let evidence = |scenario: &str| -> String {
+        proofs
+            .iter()
+            .filter(|p| p["scenario"] == scenario)
+            .map(|p| p["evidence"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        evidence("slow-link").contains("local-0<->local-3 (network)"),
+        "{}",
+        evidence("slow-link")
+    );
+    assert!(
+        evidence("bad-rail").contains("`local-3` local-3 slow, lane network"),
+        "{}",
+        evidence("bad-rail")
+    );
+    // The in-process group says it played its scripted node faults.
+    let stderr = stderr(&output);
+    assert!(stderr.contains("drill `hung-node` on 4 nodes"), "{stderr}");
+}
+
+#[test]
+fn with_processes_a_link_or_rail_drill_is_not_applicable_and_says_why() {
+    let scratch = Scratch::temp();
+    let output = scratch.run(&[
+        "drill",
+        "--local-nodes",
+        "2",
+        "slow-link",
+        "bad-rail",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+    let proofs = json(&output);
+    for proof in proofs.as_array().unwrap() {
+        assert_eq!(proof["conclusion"], "not_applicable", "{proof:#}");
+        assert!(
+            proof["evidence"].as_str().unwrap().contains("--test netns"),
+            "{proof:#}"
+        );
+    }
+}
 
 #[test]
 fn a_hung_a_crashed_and_a_slow_node_are_each_confirmed() {
@@ -96,8 +161,16 @@ fn bad_drill_flags_are_usage_errors_with_a_hint() {
             "`--local-nodes` has `1` nodes",
         ),
         (
-            &["drill", "--scale", "2,99", "healthy"],
+            &["drill", "--local-nodes", "4", "--scale", "2,99", "healthy"],
             "`--scale` has `99` nodes",
+        ),
+        (
+            &["drill", "--nodes", "1", "healthy"],
+            "`--nodes` has `1` nodes",
+        ),
+        (
+            &["drill", "--scale", "2,5000", "healthy"],
+            "`--scale` has `5000` nodes",
         ),
     ] {
         let output = scratch.run(args);

@@ -11,6 +11,7 @@ mod explain;
 mod fr;
 mod gpu_smoke_script;
 mod group;
+mod group_in_process;
 mod group_local;
 mod html_report;
 mod input_bombs;
