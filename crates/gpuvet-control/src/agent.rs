@@ -6,6 +6,7 @@
 //! and judges the coordinator's liveness. If the coordinator dies or stops answering,
 //! every call returns an error within the agent's deadline; nothing waits forever.
 
+use std::collections::BTreeMap;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
@@ -171,6 +172,15 @@ struct AgentShared {
     heartbeats_suspended: AtomicBool,
     closing: AtomicBool,
     inbound: mpsc::Sender<Inbound>,
+    /// Called once when the link ends; see [`Agent::on_link_end`].
+    link_end_hooks: Mutex<LinkEndHooks>,
+}
+
+/// What to call when the link ends, by registration.
+#[derive(Default)]
+struct LinkEndHooks {
+    next: u64,
+    hooks: BTreeMap<u64, Box<dyn FnOnce() + Send>>,
 }
 
 impl AgentShared {
@@ -185,8 +195,18 @@ impl AgentShared {
             *slot = Some(failure);
         }
         self.ended.notify_all();
+        self.run_link_end_hooks();
         let _ = self.inbound.send(Inbound::Failed);
         let _ = self.control.shutdown(Shutdown::Both);
+    }
+
+    /// Runs (and forgets) every hook registered with [`Agent::on_link_end`]; called
+    /// once the failure is set.
+    fn run_link_end_hooks(&self) {
+        let hooks = std::mem::take(&mut lock(&self.link_end_hooks).hooks);
+        for hook in hooks.into_values() {
+            hook();
+        }
     }
 
     fn failure(&self) -> Option<LinkFailure> {
@@ -316,6 +336,7 @@ impl Agent {
             heartbeats_suspended: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             inbound: inbound_tx,
+            link_end_hooks: Mutex::new(LinkEndHooks::default()),
         });
         let heartbeat_interval =
             Duration::from_millis(welcome.heartbeat_interval_ms.clamp(10, 1000));
@@ -451,6 +472,31 @@ impl Agent {
         }
     }
 
+    /// Calls `hook` once, as soon as the link to the coordinator ends (at once if it
+    /// already has), unless the returned guard is dropped first: the node's work is
+    /// cancelled the moment the coordinator is gone, with no thread waiting for it.
+    pub fn on_link_end(&self, hook: impl FnOnce() + Send + 'static) -> LinkEndGuard<'_> {
+        let id = {
+            let mut hooks = lock(&self.shared.link_end_hooks);
+            let id = hooks.next;
+            hooks.next += 1;
+            hooks.hooks.insert(id, Box::new(hook));
+            id
+        };
+        // Set after the check above and before the hooks were taken, a failure would
+        // miss this hook: look once more, now that it is registered.
+        if self.shared.failure().is_some() {
+            let hook = lock(&self.shared.link_end_hooks).hooks.remove(&id);
+            if let Some(hook) = hook {
+                hook();
+            }
+        }
+        LinkEndGuard {
+            shared: &self.shared,
+            id,
+        }
+    }
+
     /// `Ok` while the link to the coordinator stands; the reason it ended otherwise.
     pub fn link_status(&self) -> Result<(), ClusterError> {
         match self.shared.failure() {
@@ -497,6 +543,27 @@ impl Agent {
 impl Drop for Agent {
     fn drop(&mut self) {
         self.close("the agent finished");
+    }
+}
+
+/// Keeps a hook of [`Agent::on_link_end`] registered; dropping it forgets the hook.
+#[must_use = "the hook is forgotten when the guard is dropped"]
+pub struct LinkEndGuard<'a> {
+    shared: &'a AgentShared,
+    id: u64,
+}
+
+impl std::fmt::Debug for LinkEndGuard<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LinkEndGuard")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for LinkEndGuard<'_> {
+    fn drop(&mut self) {
+        lock(&self.shared.link_end_hooks).hooks.remove(&self.id);
     }
 }
 
@@ -697,6 +764,7 @@ fn read_coordinator(shared: &AgentShared, mut stream: Stream) {
                 // A clean end: deliver it in order after what came before, then stop.
                 *lock(&shared.failure) = Some(LinkFailure::Closed(reason.clone()));
                 shared.ended.notify_all();
+                shared.run_link_end_hooks();
                 deliver(Received::Closed { reason });
                 return;
             }

@@ -423,14 +423,15 @@ fn read_member(shared: &Shared, mut stream: Stream, rank: u32, writer: &Mutex<St
                 return;
             }
         };
-        touch(shared, rank);
+        if let Message::Heartbeat(heartbeat) = message {
+            let seq = heartbeat.seq;
+            touch(shared, rank, Some(heartbeat));
+            // A failed ack shows up as a broken connection on the next read.
+            let _ = write_message(&mut *lock(writer), &Message::HeartbeatAck { seq });
+            continue;
+        }
+        touch(shared, rank, None);
         match message {
-            Message::Heartbeat(heartbeat) => {
-                let seq = heartbeat.seq;
-                on_heartbeat(shared, rank, heartbeat);
-                // A failed ack shows up as a broken connection on the next read.
-                let _ = write_message(&mut *lock(writer), &Message::HeartbeatAck { seq });
-            }
             Message::Report { in_reply_to, body } => {
                 let node = node_of(shared, rank);
                 shared.emit(CoordinatorEvent::Report {
@@ -459,8 +460,10 @@ fn node_of(shared: &Shared, rank: u32) -> String {
     }
 }
 
-/// Any frame proves the member is alive; one declared unresponsive has recovered.
-fn touch(shared: &Shared, rank: u32) {
+/// Any frame proves the member is alive; one declared unresponsive has recovered. A
+/// heartbeat also says the member's phase. One lock for both: every member sends
+/// heartbeats, twice a second.
+fn touch(shared: &Shared, rank: u32, heartbeat: Option<Heartbeat>) {
     let mut state = lock(&shared.state);
     let Some(Slot::Member(member)) = state.slots.get_mut(&rank) else {
         return;
@@ -478,11 +481,7 @@ fn touch(shared: &Shared, rank: u32) {
     }
     member.last_seen = now;
     member.last_seen_ms = unix_now_ms();
-}
-
-fn on_heartbeat(shared: &Shared, rank: u32, heartbeat: Heartbeat) {
-    let mut state = lock(&shared.state);
-    let Some(Slot::Member(member)) = state.slots.get_mut(&rank) else {
+    let Some(heartbeat) = heartbeat else {
         return;
     };
     if heartbeat.phase == member.phase {

@@ -368,6 +368,13 @@ fn read_exact_until(
             }
             Ok(n) => filled += n,
             Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            // A peer that died with our bytes unread resets the connection instead of
+            // closing it, depending only on timing: either way it left without a word.
+            Err(err) if err.kind() == io::ErrorKind::ConnectionReset => {
+                return Err(FrameError::Closed {
+                    mid_frame: in_frame || filled > 0,
+                });
+            }
             Err(err)
                 if deadline.is_some()
                     && matches!(

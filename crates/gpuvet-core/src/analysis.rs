@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use crate::catalog::{CheckName, CheckSpec, Direction};
 use crate::results::{CheckStatus, EntityResult, Evidence, Measurement, Verdict};
-use crate::stats::{coefficient_of_variation, median};
+use crate::stats::{coefficient_of_variation, medians_of_the_others};
 
 /// How many standard errors of the mean the noise term allows.
 pub const NOISE_SIGMAS: f64 = 3.0;
@@ -109,16 +109,8 @@ pub fn judge(
     let usable: Vec<Option<f64>> = measurements.iter().map(|m| usable_value(spec, m)).collect();
     measurements
         .iter()
-        .enumerate()
-        .map(|(i, measurement)| {
-            let peers: Vec<f64> = usable
-                .iter()
-                .enumerate()
-                .filter(|(j, _)| *j != i)
-                .filter_map(|(_, v)| *v)
-                .collect();
-            judge_one(spec, measurement, median(&peers), policy)
-        })
+        .zip(medians_of_the_others(&usable))
+        .map(|(measurement, peer_median)| judge_one(spec, measurement, peer_median, policy))
         .collect()
 }
 

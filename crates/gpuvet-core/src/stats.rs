@@ -15,6 +15,48 @@ pub fn median(values: &[f64]) -> Option<f64> {
     })
 }
 
+/// For each value, the median of all the others: what `median` gives for the values
+/// with that one left out (`None` entries are never counted; a `None` entry gets the
+/// median of every value). One sort for all of them, where a median per entry would
+/// sort N values N times: at 4,096 nodes of 8 GPUs, 32,768 sorts of 32,768.
+pub fn medians_of_the_others(values: &[Option<f64>]) -> Vec<Option<f64>> {
+    let mut sorted: Vec<f64> = values
+        .iter()
+        .flatten()
+        .copied()
+        .filter(|v| v.is_finite())
+        .collect();
+    sorted.sort_by(f64::total_cmp);
+    let median_without = |left_out: Option<usize>| {
+        let len = sorted.len() - usize::from(left_out.is_some());
+        if len == 0 {
+            return None;
+        }
+        // The k-th value of `sorted` with `left_out` removed.
+        let at = |k: usize| match left_out {
+            Some(p) if k >= p => sorted[k + 1],
+            _ => sorted[k],
+        };
+        let mid = len / 2;
+        Some(if len % 2 == 0 {
+            (at(mid - 1) + at(mid)) / 2.0
+        } else {
+            at(mid)
+        })
+    };
+    values
+        .iter()
+        .map(|value| match value {
+            Some(v) if v.is_finite() => {
+                // Leaving out any copy of an equal value leaves the same others.
+                let p = sorted.partition_point(|s| s.total_cmp(v).is_lt());
+                median_without(Some(p))
+            }
+            _ => median_without(None),
+        })
+        .collect()
+}
+
 /// Sample standard deviation divided by the mean; `None` for fewer than two values or a
 /// zero mean.
 pub fn coefficient_of_variation(values: &[f64]) -> Option<f64> {
@@ -33,6 +75,54 @@ pub fn coefficient_of_variation(values: &[f64]) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The median of each entry's others, computed the slow way.
+    fn naive(values: &[Option<f64>]) -> Vec<Option<f64>> {
+        (0..values.len())
+            .map(|i| {
+                let others: Vec<f64> = values
+                    .iter()
+                    .enumerate()
+                    .filter(|(j, _)| *j != i)
+                    .filter_map(|(_, v)| *v)
+                    .collect();
+                median(&others)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_median_of_the_others_matches_leaving_each_out_by_hand() {
+        let cases: Vec<Vec<Option<f64>>> = vec![
+            vec![],
+            vec![Some(1.0)],
+            vec![None],
+            vec![Some(1.0), Some(2.0)],
+            vec![Some(3.0), None, Some(1.0), Some(2.0)],
+            vec![Some(5.0), Some(5.0), Some(5.0), Some(1.0)],
+            vec![Some(0.0), Some(-0.0), Some(f64::NAN), Some(2.0), None],
+        ];
+        for case in &cases {
+            assert_eq!(medians_of_the_others(case), naive(case), "{case:?}");
+        }
+        // Seeded pseudo-random groups with ties, odd and even sizes.
+        let mut state = 7u64;
+        let mut next = || {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1);
+            state >> 33
+        };
+        for len in 0..60 {
+            let values: Vec<Option<f64>> = (0..len)
+                .map(|_| match next() % 10 {
+                    0 => None,
+                    r => Some((r % 4) as f64 + (next() % 3) as f64 * 0.25),
+                })
+                .collect();
+            assert_eq!(medians_of_the_others(&values), naive(&values), "{values:?}");
+        }
+    }
 
     #[test]
     fn median_of_odd_even_and_empty() {

@@ -10,7 +10,6 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -381,26 +380,14 @@ fn send(agent: &Agent, seq: u64, reply: &impl serde::Serialize) -> Result<(), Gr
         .map_err(|source| GroupError::CoordinatorLost { source })
 }
 
-/// Runs `work` while a watcher cancels it the moment the coordinator is gone.
+/// Runs `work` with a token the agent cancels the moment the coordinator is gone.
 fn cancel_on_link_end<T>(agent: &Agent, work: impl FnOnce(&CancelToken) -> T) -> T {
     let cancel = CancelToken::new();
-    let done = AtomicBool::new(false);
-    std::thread::scope(|scope| {
-        scope.spawn(|| {
-            while !done.load(Ordering::SeqCst) {
-                if agent
-                    .wait_for_link_end(Instant::now() + Duration::from_millis(100))
-                    .is_some()
-                {
-                    cancel.cancel();
-                    return;
-                }
-            }
-        });
-        let result = work(&cancel);
-        done.store(true, Ordering::SeqCst);
-        result
-    })
+    let _cancel_on_end = agent.on_link_end({
+        let cancel = cancel.clone();
+        move || cancel.cancel()
+    });
+    work(&cancel)
 }
 
 fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult {

@@ -79,6 +79,33 @@ pub fn node_ips(nodes: &[NodeSetup]) -> BTreeMap<String, IpAddr> {
         .collect()
 }
 
+/// `prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, ...)`, Linux 6.16 on.
+const PR_FUTEX_HASH: libc::c_int = 78;
+const PR_FUTEX_HASH_SET_SLOTS: libc::c_ulong = 1;
+/// Buckets for this process's futexes: several per thread of a 4,096-node group.
+const FUTEX_HASH_SLOTS: libc::c_ulong = 1 << 16;
+
+/// A group in one process blocks some five threads per node on futexes. Linux (6.16
+/// on) gives a process a private futex hash sized by its CPUs (16 buckets on a 2-core
+/// machine), so every wake-up walked a chain of thousands of waiters: at 1,024 nodes
+/// `futex_wake` was a third of all CPU. This asks for 65,536 buckets, once per
+/// process; a kernel without the call keeps its hash, only slower.
+fn widen_futex_hash() {
+    static WIDENED: std::sync::Once = std::sync::Once::new();
+    WIDENED.call_once(|| {
+        // SAFETY: prctl(2) with integer arguments only; failure changes nothing.
+        let _ = unsafe {
+            libc::prctl(
+                PR_FUTEX_HASH,
+                PR_FUTEX_HASH_SET_SLOTS,
+                FUTEX_HASH_SLOTS,
+                0 as libc::c_ulong,
+                0 as libc::c_ulong,
+            )
+        };
+    });
+}
+
 /// Runs the group: rank 0's host runs the coordinator, every node an agent thread.
 /// Returns once the coordinator has its verdict and every agent has ended (or was
 /// left behind after [`AGENT_EXIT_WAIT`]).
@@ -86,6 +113,7 @@ pub fn run_simulated(
     group: &SimulatedGroup,
     observe: &mut dyn FnMut(GroupEvent<'_>),
 ) -> Result<SimulatedRun, GroupError> {
+    widen_futex_hash();
     let n = group.nodes.len();
     let network = MemoryNetwork::new();
     let token = Token::random().map_err(|source| GroupError::Coordinator { source })?;

@@ -291,12 +291,28 @@ fn an_agent_whose_coordinator_is_stopped_gives_up_after_its_deadline() {
     };
     let agent =
         Agent::connect(&endpoint, identity(0, 1), &token(), options, in_(ANTI_HANG)).unwrap();
+    // A hook that cancels the node's work, and one whose work ended before the link.
+    let (fired_tx, fired) = std::sync::mpsc::channel();
+    let _cancel = agent.on_link_end({
+        let fired = fired_tx.clone();
+        move || fired.send("cancel").unwrap()
+    });
+    drop(agent.on_link_end(move || fired_tx.send("forgotten").unwrap()));
     // A watcher thread, as the binary would run beside the node's work.
     let watched = std::thread::scope(|scope| {
         let watcher = scope.spawn(|| agent.wait_for_link_end(in_(ANTI_HANG)));
         child.signal(libc::SIGSTOP);
         watcher.join().unwrap()
     });
+    assert_eq!(fired.recv_timeout(ANTI_HANG), Ok("cancel"));
+    assert!(
+        fired.try_recv().is_err(),
+        "a dropped guard's hook never runs"
+    );
+    // Registered after the end, a hook runs at once.
+    let (late_tx, late) = std::sync::mpsc::channel();
+    let _late = agent.on_link_end(move || late_tx.send(()).unwrap());
+    assert_eq!(late.try_recv(), Ok(()));
     let Some(ClusterError::CoordinatorUnresponsive {
         silent_for,
         deadline,
