@@ -13,6 +13,10 @@
 //! added up).
 //!
 //! Usage: `cargo run --release -p gpuvet-multinode --example group_scale [-- N ...]`
+//!
+//! 4,096 nodes need more memory maps than Linux allows by default (each thread maps
+//! its stacks): as root, `sysctl -w vm.max_map_count=262144` first, or the run is
+//! refused with that hint.
 
 #![allow(clippy::print_stdout, clippy::print_stderr)] // a benchmark prints its figures
 
@@ -121,6 +125,7 @@ fn one(n: usize, suite: &str) {
                 work: WorkSpec::default(),
                 python: "python3".into(),
                 worker: None,
+                turns: None,
             }
         })
         .collect();
@@ -160,7 +165,10 @@ fn one(n: usize, suite: &str) {
         }
         _ => {}
     })
-    .expect("the group ran");
+    .unwrap_or_else(|err| {
+        eprintln!("{n} nodes, {suite} suite: {err}");
+        std::process::exit(1);
+    });
     let wall = started.elapsed().as_secs_f64();
     let (cpu, coordinator_cpu) = (process_cpu_s() - cpu_before, thread_cpu_s() - thread_before);
     let plans = run

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::{
@@ -261,6 +261,48 @@ pub struct NodeSetup {
     /// How local checks start their worker processes (every agent starts its own);
     /// `None` runs them on threads of this process.
     pub worker: Option<WorkerLauncher>,
+    /// Set when many nodes share this process (a group in one process): their local
+    /// checks take turns, so thousands of nodes do not each start a thread per device
+    /// at once. `None` for a real node.
+    pub turns: Option<Arc<Turns>>,
+}
+
+/// Turns at running a local check, shared by the nodes of one process.
+#[derive(Debug)]
+pub struct Turns {
+    free: Mutex<usize>,
+    freed: Condvar,
+}
+
+impl Turns {
+    pub fn new(at_once: usize) -> Turns {
+        Turns {
+            free: Mutex::new(at_once.max(1)),
+            freed: Condvar::new(),
+        }
+    }
+
+    /// Waits for a turn; it ends when the returned guard drops.
+    fn take(&self) -> Turn<'_> {
+        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
+        while *free == 0 {
+            free = self
+                .freed
+                .wait(free)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        *free -= 1;
+        Turn(self)
+    }
+}
+
+struct Turn<'a>(&'a Turns);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        *self.0.free.lock().unwrap_or_else(PoisonError::into_inner) += 1;
+        self.0.freed.notify_one();
+    }
 }
 
 /// Serves the coordinator until it sends the verdict (returned), the link ends, or
@@ -391,6 +433,7 @@ fn cancel_on_link_end<T>(agent: &Agent, work: impl FnOnce(&CancelToken) -> T) ->
 }
 
 fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult {
+    let _turn = setup.turns.as_ref().map(|turns| turns.take());
     let plan = RunPlan {
         attempt: setup.attempt.clone(),
         nodes: setup.nnodes,

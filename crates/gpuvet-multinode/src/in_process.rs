@@ -20,7 +20,7 @@ use gpuvet_control::{
 use gpuvet_core::config::{NodeFault, NodeFaultKind};
 use gpuvet_core::results::RunReport;
 
-use crate::agent::{DataPlane, NodeSetup, serve};
+use crate::agent::{DataPlane, NodeSetup, Turns, serve};
 use crate::conversation::GroupEvent;
 use crate::coordinator::{GroupPlan, run_group, wait_for_goodbyes};
 use crate::error::GroupError;
@@ -36,6 +36,11 @@ const AFTER_VERDICT_WAIT: Duration = Duration::from_secs(1);
 const AGENT_EXIT_WAIT: Duration = Duration::from_secs(5);
 /// Each agent thread's stack: the agent's own work is shallow.
 const AGENT_STACK_BYTES: usize = 512 << 10;
+/// Nodes running a local check at once. A sim check mostly waits (its scripted work
+/// takes 2 ms a device), so this keeps two cores busy while the threads alive stay in
+/// the hundreds, not one per device of every node (32,768 at 4,096 nodes, past the
+/// kernel's default limit on memory maps).
+const LOCAL_CHECKS_AT_ONCE: usize = 64;
 
 /// A group to run in this process.
 #[derive(Debug)]
@@ -79,6 +84,30 @@ pub fn node_ips(nodes: &[NodeSetup]) -> BTreeMap<String, IpAddr> {
         .collect()
 }
 
+/// Memory maps one node of a group in one process takes: its four threads (agent,
+/// its reader and heartbeat, the coordinator's reader of it) each map a stack and a
+/// signal stack, each with a guard page; and a margin for the check threads.
+const MAPS_PER_NODE: u64 = 20;
+/// The maps the rest of the process takes (libraries, heap, the local checks' turns).
+const MAPS_BESIDE_NODES: u64 = 4096;
+
+/// Refuses a group this kernel cannot give the threads of: past `vm.max_map_count`,
+/// a thread's start aborts the whole process.
+fn check_map_limit(nodes: usize) -> Result<(), GroupError> {
+    let allowed = std::fs::read_to_string("/proc/sys/vm/max_map_count")
+        .ok()
+        .and_then(|text| text.trim().parse::<u64>().ok());
+    let needed = nodes as u64 * MAPS_PER_NODE + MAPS_BESIDE_NODES;
+    match allowed {
+        Some(allowed) if needed > allowed => Err(GroupError::TooManyMaps {
+            nodes,
+            needed,
+            allowed,
+        }),
+        _ => Ok(()),
+    }
+}
+
 /// `prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, ...)`, Linux 6.16 on.
 const PR_FUTEX_HASH: libc::c_int = 78;
 const PR_FUTEX_HASH_SET_SLOTS: libc::c_ulong = 1;
@@ -113,8 +142,9 @@ pub fn run_simulated(
     group: &SimulatedGroup,
     observe: &mut dyn FnMut(GroupEvent<'_>),
 ) -> Result<SimulatedRun, GroupError> {
-    widen_futex_hash();
     let n = group.nodes.len();
+    check_map_limit(n)?;
+    widen_futex_hash();
     let network = MemoryNetwork::new();
     let token = Token::random().map_err(|source| GroupError::Coordinator { source })?;
     let coordinator_ip = node_ip(0);
@@ -137,11 +167,15 @@ pub fn run_simulated(
         Instant::now() + group.plan.rendezvous_timeout + group.plan.timeout + AGENT_EXIT_WAIT * 6;
 
     let (finished_tx, finished) = mpsc::channel::<bool>();
+    let turns = Arc::new(Turns::new(LOCAL_CHECKS_AT_ONCE));
     for (rank, setup) in group.nodes.iter().enumerate() {
         let member = Member {
             rank,
             nnodes: n,
-            setup: setup.clone(),
+            setup: NodeSetup {
+                turns: Some(Arc::clone(&turns)),
+                ..setup.clone()
+            },
             plane: DataPlane::simulated(Arc::clone(&group.fabric), node_ip(rank), group.rails),
             network: network.clone(),
             endpoint: endpoint.clone(),

@@ -23,7 +23,8 @@ use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunR
 use gpuvet_multinode::fabric::Fabric;
 use gpuvet_multinode::in_process::{SimulatedGroup, node_ips, run_simulated};
 use gpuvet_multinode::{
-    DataPlane, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve, wait_for_goodbyes,
+    DataPlane, GroupError, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve,
+    wait_for_goodbyes,
 };
 use gpuvet_runner::{RunnerEvent, WorkerLauncher};
 
@@ -56,9 +57,9 @@ const AFTER_VERDICT_WAIT: Duration = Duration::from_secs(1);
 const LOCAL_AGENT_ENV: &str = "GPUVET_LOCAL_AGENT";
 /// The longest `--local-nodes` waits for its agents to join.
 const LOCAL_RENDEZVOUS: Duration = Duration::from_secs(30);
-/// The most `--sim-nodes`: 4,096 nodes of 8 GPUs is the size the scale benchmark
-/// proves; twice that still fits the in-memory network's addresses and this machine.
-const MAX_SIM_NODES: u32 = 8192;
+/// The most `--sim-nodes`: 4,096 nodes of 8 GPUs, the size the scale benchmark runs
+/// (above about 3,000 the kernel's memory-map limit must be raised first).
+const MAX_SIM_NODES: u32 = 4096;
 
 /// How this invocation takes part, from the group flags and the environment; every
 /// group flag is validated here, before anything starts or is recorded.
@@ -156,6 +157,7 @@ impl Setup<'_> {
             work: WorkSpec::from_settings(&self.config.settings),
             python: self.args.group.python.clone(),
             worker: Some(self.worker.clone()),
+            turns: None,
         }
     }
 }
@@ -379,7 +381,12 @@ pub fn in_process(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
     let run = run_simulated(&group, &mut |event| {
         observe_group(&mut progress, event);
     })
-    .map_err(|err| Failure::bug(format!("cannot run the group in this process: {err}")))?;
+    .map_err(|err| match err {
+        GroupError::TooManyMaps { .. } => Failure::usage(err.to_string()).with_hint(
+            "raise it (as root: `sysctl -w vm.max_map_count=262144`), or run fewer nodes",
+        ),
+        err => Failure::bug(format!("cannot run the group in this process: {err}")),
+    })?;
     for (node, fault) in &run.played {
         note(format!(
             "{node}: scripted {} at the start of `{}`",

@@ -64,7 +64,7 @@ fn what_only_a_group_in_one_process_plays_is_refused_elsewhere_with_a_hint() {
         ),
         (
             &["check", "--sim-nodes", "1", "--config", config][..],
-            "`--sim-nodes 1` is out of range; expected 2 to 8192",
+            "`--sim-nodes 1` is out of range; expected 2 to 4096",
         ),
         (
             &["check", "--sim-nodes", "2", "--backend", "cpu"][..],
