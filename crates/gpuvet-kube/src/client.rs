@@ -46,10 +46,67 @@ pub enum Published {
 pub struct Quarantine {
     pub tainted: Vec<String>,
     pub already_tainted: Vec<String>,
+    /// Culprits the cluster has no node of.
+    pub not_in_cluster: Vec<String>,
     /// Node and the breaker's reason.
     pub refused: Vec<(String, String)>,
     /// Node and the API's error.
     pub failed: Vec<(String, String)>,
+}
+
+impl Quarantine {
+    /// Whether the rebuild goes on to delete the pod: not when the breaker refused a
+    /// node (then the exit code alone asks for the rebuild, as `fail` would).
+    pub fn deletes_pod(&self) -> bool {
+        self.refused.is_empty()
+    }
+
+    /// One line for the `InstanceRebuildRequested` event's note and message.
+    pub fn summary(&self, pod: &str) -> String {
+        let mut text = format!(
+            "rebuild of pod `{pod}`: tainted {} ({})",
+            list(&self.tainted),
+            crate::quarantine::TAINT_KEY
+        );
+        if !self.already_tainted.is_empty() {
+            text.push_str(&format!(
+                "; already tainted {}",
+                list(&self.already_tainted)
+            ));
+        }
+        if !self.refused.is_empty() {
+            text.push_str(&format!(
+                "; refused {}; the pod is not deleted",
+                reasons(&self.refused)
+            ));
+        }
+        if !self.failed.is_empty() {
+            text.push_str(&format!("; could not taint {}", reasons(&self.failed)));
+        }
+        if !self.not_in_cluster.is_empty() {
+            text.push_str(&format!(
+                "; not nodes of this cluster: {}",
+                list(&self.not_in_cluster)
+            ));
+        }
+        text
+    }
+}
+
+fn list(nodes: &[String]) -> String {
+    if nodes.is_empty() {
+        return "no node".to_owned();
+    }
+    let names: Vec<String> = nodes.iter().map(|n| format!("`{n}`")).collect();
+    names.join(", ")
+}
+
+fn reasons(pairs: &[(String, String)]) -> String {
+    let parts: Vec<String> = pairs
+        .iter()
+        .map(|(n, why)| format!("`{n}`: {why}"))
+        .collect();
+    parts.join("; ")
 }
 
 /// Whether `gpuvet untaint` changed the node.
@@ -176,6 +233,7 @@ impl Kube {
         for (culprit, decision) in decide(&list.items, culprits, policy, now_ms) {
             match decision {
                 Decision::AlreadyTainted => outcome.already_tainted.push(culprit.node),
+                Decision::NotInCluster => outcome.not_in_cluster.push(culprit.node),
                 Decision::Refused(why) => outcome.refused.push((culprit.node, why)),
                 Decision::Taint => {
                     let listed = list
@@ -184,7 +242,7 @@ impl Kube {
                         .find(|n| n.metadata.name.as_deref() == Some(&culprit.node));
                     match taint(&nodes, listed, &culprit, now_ms).await {
                         Ok(()) => outcome.tainted.push(culprit.node),
-                        Err(err) => outcome.failed.push((culprit.node, err.to_string())),
+                        Err(err) => outcome.failed.push((culprit.node, err.with_causes())),
                     }
                 }
             }

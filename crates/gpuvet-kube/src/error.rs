@@ -11,8 +11,8 @@ pub enum KubeError {
     /// The in-cluster or kubeconfig configuration could not be loaded.
     #[error("cannot load the Kubernetes client configuration: {0}")]
     Config(String),
-    /// The API server refused or failed a request.
-    #[error("the Kubernetes API failed to {action}: {source}")]
+    /// The API server refused or failed a request; the cause is its `source`.
+    #[error("the Kubernetes API failed to {action}")]
     Api {
         action: String,
         #[source]
@@ -29,6 +29,22 @@ impl KubeError {
             action: action.into(),
             source,
         }
+    }
+
+    /// The message and its causes on one line, `: `-separated, each cause once (kube's
+    /// errors repeat their own cause in their message): for warnings and records.
+    pub fn with_causes(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(err) = cause {
+            let line = err.to_string();
+            if !text.contains(&line) {
+                text.push_str(": ");
+                text.push_str(&line);
+            }
+            cause = err.source();
+        }
+        text
     }
 
     /// What to do about it, when there is something to do.
@@ -59,5 +75,30 @@ impl KubeError {
     /// Whether the API answered 409 Conflict (the object changed since it was read).
     pub(crate) fn is_conflict(err: &kube::Error) -> bool {
         matches!(err, kube::Error::Api(status) if status.code == 409)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn causes_are_on_one_line_once() {
+        let status =
+            kube::core::Status::failure("nodes \"n1\" is forbidden", "Forbidden").with_code(403);
+        let err = KubeError::api("taint node `n1`", kube::Error::Api(Box::new(status)));
+        assert_eq!(
+            err.to_string(),
+            "the Kubernetes API failed to taint node `n1`"
+        );
+        let line = err.with_causes();
+        assert!(
+            line.starts_with("the Kubernetes API failed to taint node `n1`: "),
+            "{line}"
+        );
+        assert!(line.contains("is forbidden"), "{line}");
+        assert!(err.hint().unwrap().contains("deploy/rbac.yaml"));
+        let err = KubeError::NoSuchNode("n9".into());
+        assert_eq!(err.with_causes(), "node `n9` does not exist");
     }
 }

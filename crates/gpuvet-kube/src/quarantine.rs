@@ -118,6 +118,10 @@ pub enum Decision {
     Taint,
     /// gpuvet's taint is on it already.
     AlreadyTainted,
+    /// The cluster has no node of that name (the group's node names are not the
+    /// cluster's, e.g. set with `--node`): nothing to taint, and no reason to hold the
+    /// rebuild back.
+    NotInCluster,
     /// The breaker refused, and why.
     Refused(String),
 }
@@ -171,10 +175,7 @@ pub fn decide(
         .iter()
         .map(|culprit| {
             let decision = match by_name.get(culprit.node.as_str()) {
-                None => Decision::Refused(format!(
-                    "node `{}` is not among the cluster's {total} nodes",
-                    culprit.node
-                )),
+                None => Decision::NotInCluster,
                 Some(node) if gpuvet_taint(node).is_some() => Decision::AlreadyTainted,
                 Some(_) if recent + 1 > limit => Decision::Refused(format!(
                     "circuit breaker: quarantining `{}` would make {} of {total} nodes \
@@ -332,11 +333,23 @@ mod tests {
             decide(&nodes, &[culprit("n3")], &policy, NOW)[0].1,
             Decision::Refused(_)
         ));
-        // A tainted culprit is not tainted again, and a node the cluster lacks is refused.
-        let nodes = [node("n1", Some("")), node("n2", None)];
-        let decisions = decide(&nodes, &[culprit("n1"), culprit("gone")], &policy, NOW);
+        // A tainted culprit is not tainted again, and a node the cluster lacks is not
+        // counted against the limit.
+        let nodes = [
+            node("n1", Some("")),
+            node("n2", None),
+            node("n3", None),
+            node("n4", None),
+        ];
+        let decisions = decide(
+            &nodes,
+            &[culprit("n1"), culprit("gone"), culprit("n2")],
+            &policy,
+            NOW,
+        );
         assert_eq!(decisions[0].1, Decision::AlreadyTainted);
-        assert!(matches!(&decisions[1].1, Decision::Refused(why) if why.contains("`gone`")));
+        assert_eq!(decisions[1].1, Decision::NotInCluster);
+        assert_eq!(decisions[2].1, Decision::Taint);
         // A one-node cluster never quarantines its only node at 50 %.
         let wider = QuarantinePolicy {
             max_share: 1.0,

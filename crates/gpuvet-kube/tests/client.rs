@@ -586,3 +586,30 @@ async fn untaint_lifts_the_taint_and_its_annotations() {
     );
     server.await.unwrap();
 }
+
+#[test]
+fn the_rebuild_summary_says_what_happened_to_each_node() {
+    let mut outcome = Quarantine {
+        tainted: vec!["gpu-7".into()],
+        already_tainted: vec!["gpu-8".into()],
+        ..Quarantine::default()
+    };
+    assert!(outcome.deletes_pod());
+    assert_eq!(
+        outcome.summary("vllm-0"),
+        "rebuild of pod `vllm-0`: tainted `gpu-7` (gpuvet.io/unhealthy); already tainted `gpu-8`"
+    );
+    outcome.tainted.clear();
+    outcome
+        .refused
+        .push(("gpu-9".into(), "circuit breaker: ...".into()));
+    outcome.failed.push(("gpu-3".into(), "forbidden".into()));
+    outcome.not_in_cluster.push("host-a".into());
+    assert!(!outcome.deletes_pod());
+    assert_eq!(
+        outcome.summary("vllm-0"),
+        "rebuild of pod `vllm-0`: tainted no node (gpuvet.io/unhealthy); already tainted \
+         `gpu-8`; refused `gpu-9`: circuit breaker: ...; the pod is not deleted; could not \
+         taint `gpu-3`: forbidden; not nodes of this cluster: `host-a`"
+    );
+}

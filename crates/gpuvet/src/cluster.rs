@@ -204,11 +204,17 @@ mod imp {
                 Ok(q) => (q, None),
                 Err(err) => {
                     warn_kube("no node was quarantined", &err);
-                    (Default::default(), Some(err.to_string()))
+                    (Default::default(), Some(err.with_causes()))
                 }
             };
             for (node, why) in &quarantine.refused {
                 warn(format!("kubernetes: node `{node}` not quarantined: {why}"));
+            }
+            for node in &quarantine.not_in_cluster {
+                warn(format!(
+                    "kubernetes: culprit `{node}` is not a node of this cluster; set \
+                     `NODE_NAME` from `spec.nodeName` so gpuvet's node names are the cluster's"
+                ));
             }
             for (node, why) in &quarantine.failed {
                 warn(format!("kubernetes: node `{node}` not quarantined: {why}"));
@@ -216,30 +222,12 @@ mod imp {
             if let Some(why) = &found.whole_group {
                 warn(format!("kubernetes: {why}"));
             }
-            let delete = quarantine.refused.is_empty();
-            let mut summary = format!(
-                "rebuild of pod `{}`: tainted {} ({TAINT_KEY})",
-                self.kube.pod().name,
-                list(&quarantine.tainted)
-            );
-            if !quarantine.already_tainted.is_empty() {
-                summary.push_str(&format!(
-                    "; already tainted {}",
-                    list(&quarantine.already_tainted)
-                ));
-            }
-            if !quarantine.refused.is_empty() {
-                let refused: Vec<String> = quarantine
-                    .refused
-                    .iter()
-                    .map(|(n, why)| format!("`{n}`: {why}"))
-                    .collect();
-                summary.push_str(&format!(
-                    "; refused {}; the pod is not deleted",
-                    refused.join("; ")
-                ));
-            }
+            let delete = quarantine.deletes_pod();
+            let mut summary = quarantine.summary(&self.kube.pod().name);
             if let Some(why) = &found.whole_group {
+                summary.push_str(&format!("; {why}"));
+            }
+            if let Some(why) = &error {
                 summary.push_str(&format!("; {why}"));
             }
             let rebuilt = Rebuilt {
@@ -270,19 +258,8 @@ mod imp {
         }
     }
 
-    fn list(nodes: &[String]) -> String {
-        if nodes.is_empty() {
-            return "no node".to_owned();
-        }
-        nodes
-            .iter()
-            .map(|n| format!("`{n}`"))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
-
     fn warn_kube(what: &str, err: &KubeError) {
-        let mut text = format!("kubernetes: {what}: {err}");
+        let mut text = format!("kubernetes: {what}: {}", err.with_causes());
         if let Some(hint) = err.hint() {
             text.push_str(&format!("\nhint: {hint}"));
         }
