@@ -23,8 +23,9 @@ pub const BACKEND_UNAVAILABLE: i32 = 69;
 pub const INTERNAL: i32 = 70;
 /// The result store could not be opened or written. `EX_IOERR`.
 pub const STORE_ERROR: i32 = 74;
-/// `gpuvet run` with `fail_action: rebuild`: checks failed, the rebuild hook ran, and
-/// the instance should be rebuilt elsewhere. `EX_TEMPFAIL`: retrying elsewhere helps.
+/// `gpuvet run` with `fail_action: rebuild`: checks failed, the rebuild hook ran (in a
+/// Kubernetes pod: the culprit nodes were quarantined and the pod deleted), and the
+/// instance should be rebuilt elsewhere. `EX_TEMPFAIL`: retrying elsewhere helps.
 pub const REBUILD_REQUESTED: i32 = 75;
 /// `gpuvet push`: entries are still waiting in the outbox (the server could not be
 /// reached, or refused them). `EX_PROTOCOL`.
@@ -33,6 +34,9 @@ pub const PUSH_PENDING: i32 = 76;
 /// needs a reset, a reboot or support) made gpuvet stop the app. Just past
 /// `sysexits.h`'s range (64–78), so it means nothing else.
 pub const RUNTIME_FAULT: i32 = 79;
+/// `gpuvet untaint`: the Kubernetes API could not be reached, or refused the change.
+/// Past `sysexits.h`'s range, like 79.
+pub const KUBE_API_ERROR: i32 = 80;
 /// `gpuvet run`: the app's command exists but could not be executed (as in a shell).
 pub const APP_NOT_EXECUTABLE: i32 = 126;
 /// `gpuvet run`: the app's command was not found (as in a shell).
@@ -40,7 +44,7 @@ pub const APP_NOT_FOUND: i32 = 127;
 
 /// Every code with its name and meaning: `gpuvet --help` prints this table, and a test
 /// holds the README's table to the same codes.
-pub const ALL: [(i32, &str, &str); 12] = [
+pub const ALL: [(i32, &str, &str); 13] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
     (
         CHECK_FAILED,
@@ -78,6 +82,11 @@ pub const ALL: [(i32, &str, &str); 12] = [
         RUNTIME_FAULT,
         "RUNTIME_FAULT",
         "`run` with runtime `kill`: a fatal runtime finding stopped the app",
+    ),
+    (
+        KUBE_API_ERROR,
+        "KUBE_API_ERROR",
+        "`untaint`: the Kubernetes API could not be reached or refused",
     ),
     (
         APP_NOT_EXECUTABLE,

@@ -61,6 +61,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Send the reports and events waiting in the store's outbox to the server now.
     Push(PushArgs),
+    /// Lift the quarantine taint (`gpuvet.io/unhealthy`) that `fail_action: rebuild` put
+    /// on a Kubernetes node, with the kubeconfig's credentials (needs the feature `k8s`).
+    Untaint(UntaintArgs),
     /// Run one check's device work for the gpuvet that started this process, over a
     /// pipe protocol on stdin and stdout (internal).
     #[command(hide = true)]
@@ -321,6 +324,13 @@ pub struct ServeArgs {
     /// for a fleet's server [default: the config's `gpuvet.store`, else the node's file].
     #[arg(long, env = "GPUVET_STORE", value_name = "FILE|URL")]
     pub store: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct UntaintArgs {
+    /// The node's name, as `kubectl get nodes` lists it.
+    #[arg(value_name = "NODE")]
+    pub node: String,
 }
 
 #[derive(Debug, Args)]

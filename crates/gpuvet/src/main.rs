@@ -5,6 +5,7 @@
 
 mod bundle;
 mod cli;
+mod cluster;
 mod commands;
 mod drill;
 mod failure;

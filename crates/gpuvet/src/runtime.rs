@@ -26,6 +26,7 @@ use gpuvet_watch::metrics::{Metrics, MetricsServer};
 use gpuvet_watch::policy::PolicyState;
 use gpuvet_watch::ras::{RasClient, RasSource};
 
+use crate::cluster::Cluster;
 use crate::failure::{note, warn};
 use crate::output;
 use gpuvet_core::time::unix_now_ms;
@@ -121,6 +122,7 @@ impl RuntimeWatch {
         attempt: &Attempt,
         echo: Echo,
         kill: Option<KillSwitch>,
+        cluster: Option<Arc<Cluster>>,
     ) -> Option<RuntimeWatch> {
         let mut watcher = Watcher::new(WatcherConfig {
             interval: settings.interval,
@@ -205,6 +207,7 @@ impl RuntimeWatch {
             rx,
             echo,
             kill,
+            cluster,
         );
         let watcher = match watcher.spawn_with_state(move |step| {
             let _ = tx.send(step);
@@ -296,6 +299,7 @@ fn spawn_recorder(
     steps: mpsc::Receiver<StepOutput>,
     echo: Echo,
     kill: Option<KillSwitch>,
+    cluster: Option<Arc<Cluster>>,
 ) -> JoinHandle<u64> {
     std::thread::Builder::new()
         .name("gpuvet-c4d-recorder".into())
@@ -337,6 +341,23 @@ fn spawn_recorder(
                         if finding.severity == Severity::Fail {
                             kill.fire(finding);
                         }
+                    }
+                }
+                // In a Kubernetes pod, each finding is also an Event (after the kill,
+                // which must not wait on the API); a repeat of the same condition on the
+                // same GPU adds to that Event's series.
+                if let Some(cluster) = &cluster {
+                    for finding in &step.findings {
+                        let key = match &finding.gpu {
+                            Some(gpu) => format!("{}:{gpu:?}", finding.check),
+                            None => finding.check.clone(),
+                        };
+                        cluster.publish(
+                            EventKind::RuntimeCheckFailed,
+                            Some(finding.lane),
+                            &finding.message,
+                            &key,
+                        );
                     }
                 }
             }

@@ -61,6 +61,21 @@ pub(super) struct RawSettings {
     pub(super) expected_inventory: Option<ExpectedInventory>,
     pub(super) sim: Option<RawSim>,
     pub(super) watch: Option<RawWatch>,
+    pub(super) kubernetes: Option<RawKubernetes>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawKubernetes {
+    pub(super) enabled: Option<String>,
+    pub(super) quarantine: Option<RawQuarantine>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawQuarantine {
+    pub(super) max_share_pct: Option<f64>,
+    pub(super) window_minutes: Option<f64>,
 }
 
 #[derive(Deserialize)]

@@ -682,3 +682,54 @@ fn links_rails_and_node_faults_are_read_for_a_group_in_one_process() {
         );
     }
 }
+
+#[test]
+fn kubernetes_settings_parse_and_default() {
+    let defaults = Config::default().settings.kubernetes;
+    assert!(defaults.enabled);
+    assert_eq!(defaults.quarantine.max_share, 0.5);
+    assert_eq!(defaults.quarantine.window, Duration::from_secs(300));
+    let config = Config::from_json(
+        r#"{"gpuvet": {"kubernetes": {"enabled": "off",
+            "quarantine": {"max_share_pct": 25, "window_minutes": 10}}}}"#,
+    )
+    .unwrap();
+    let k8s = config.settings.kubernetes;
+    assert!(!k8s.enabled);
+    assert_eq!(k8s.quarantine.max_share, 0.25);
+    assert_eq!(k8s.quarantine.window, Duration::from_secs(600));
+    let config = Config::from_json(r#"{"gpuvet": {"kubernetes": {"enabled": "auto"}}}"#).unwrap();
+    assert_eq!(config.settings.kubernetes, KubernetesSettings::default());
+}
+
+#[test]
+fn bad_kubernetes_settings_name_the_field() {
+    let (path, message, hint) = invalid(r#"{"gpuvet": {"kubernetes": {"enabled": "of"}}}"#);
+    assert_eq!(path, "gpuvet.kubernetes.enabled");
+    assert!(
+        message.contains("`of`") && message.contains("`auto`, `off`"),
+        "{message}"
+    );
+    assert_eq!(hint.as_deref(), Some("did you mean `off`?"));
+    for bad in ["0", "-5", "100.5"] {
+        let (path, message, _) = invalid(&format!(
+            r#"{{"gpuvet": {{"kubernetes": {{"quarantine": {{"max_share_pct": {bad}}}}}}}}}"#
+        ));
+        assert_eq!(path, "gpuvet.kubernetes.quarantine.max_share_pct", "{bad}");
+        assert!(message.contains("out of range"), "{message}");
+    }
+    for bad in ["0", "0.05", "1441"] {
+        let (path, message, _) = invalid(&format!(
+            r#"{{"gpuvet": {{"kubernetes": {{"quarantine": {{"window_minutes": {bad}}}}}}}}}"#
+        ));
+        assert_eq!(path, "gpuvet.kubernetes.quarantine.window_minutes", "{bad}");
+        assert!(message.contains("0.1 to 1440"), "{message}");
+    }
+    let (path, message, _) =
+        invalid(r#"{"gpuvet": {"kubernetes": {"quarantine": {"share": 10}}}}"#);
+    assert_eq!(path, "gpuvet.kubernetes.quarantine.share");
+    assert!(
+        message.contains("expected `max_share_pct` or `window_minutes`"),
+        "{message}"
+    );
+}

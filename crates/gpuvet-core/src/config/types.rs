@@ -309,6 +309,48 @@ pub struct Settings {
     pub expected_inventory: ExpectedInventory,
     pub sim: Option<SimScript>,
     pub watch: WatchSettings,
+    /// What gpuvet does in a Kubernetes cluster (`gpuvet.kubernetes`), with the binary's
+    /// feature `k8s`.
+    pub kubernetes: KubernetesSettings,
+}
+
+/// `gpuvet.kubernetes`: whether a gpuvet built with the feature `k8s` acts on the
+/// cluster it runs in, and the circuit breaker of its node quarantine.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KubernetesSettings {
+    /// `enabled`: `"auto"` (default: when the pod's service account and environment
+    /// are there) or `"off"`.
+    pub enabled: bool,
+    pub quarantine: QuarantinePolicy,
+}
+
+impl Default for KubernetesSettings {
+    fn default() -> Self {
+        KubernetesSettings {
+            enabled: true,
+            quarantine: QuarantinePolicy::default(),
+        }
+    }
+}
+
+/// `gpuvet.kubernetes.quarantine`: at most `max_share` of the cluster's nodes may be
+/// quarantined (tainted by gpuvet) within `window`; past that, the rebuild action
+/// refuses to taint another and says why.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct QuarantinePolicy {
+    /// A fraction in (0, 1]: `max_share_pct` / 100. Default 0.5.
+    pub max_share: f64,
+    /// Default 5 minutes.
+    pub window: Duration,
+}
+
+impl Default for QuarantinePolicy {
+    fn default() -> Self {
+        QuarantinePolicy {
+            max_share: 0.5,
+            window: Duration::from_secs(5 * 60),
+        }
+    }
 }
 
 /// Where the runtime check `c4d` looks (`gpuvet.watch`).

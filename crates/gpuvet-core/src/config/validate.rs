@@ -236,6 +236,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         expected_inventory: None,
         sim: None,
         watch: None,
+        kubernetes: None,
     });
     let backend = match raw.backend.as_deref() {
         None => BackendChoice::Auto,
@@ -335,6 +336,11 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .map(validate_watch)
         .transpose()?
         .unwrap_or_default();
+    let kubernetes = raw
+        .kubernetes
+        .map(validate_kubernetes)
+        .transpose()?
+        .unwrap_or_default();
     Ok(Settings {
         backend,
         tolerance: raw.tolerance_pct.map(|pct| pct / 100.0),
@@ -351,6 +357,52 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         expected_inventory,
         sim,
         watch,
+        kubernetes,
+    })
+}
+
+/// `gpuvet.kubernetes`: `enabled` is `auto` or `off`; the quarantine's share is a
+/// percentage above 0 and at most 100, its window 0.1 to 1,440 minutes.
+fn validate_kubernetes(raw: RawKubernetes) -> Result<KubernetesSettings, ConfigError> {
+    let defaults = KubernetesSettings::default();
+    let enabled = match raw.enabled.as_deref() {
+        None | Some("auto") => true,
+        Some("off") => false,
+        Some(text) => {
+            return Err(unknown_value(
+                "gpuvet.kubernetes.enabled",
+                text,
+                &["auto", "off"],
+            ));
+        }
+    };
+    let mut quarantine = defaults.quarantine;
+    if let Some(raw) = raw.quarantine {
+        if let Some(pct) = raw.max_share_pct {
+            if !(pct.is_finite() && pct > 0.0 && pct <= 100.0) {
+                return Err(ConfigError::invalid(
+                    "gpuvet.kubernetes.quarantine.max_share_pct",
+                    format!(
+                        "`{pct}` is out of range; expected a percentage above 0 and at most 100"
+                    ),
+                )
+                .with_hint("the default, 50, lets at most half of the nodes be quarantined within the window"));
+            }
+            quarantine.max_share = pct / 100.0;
+        }
+        if let Some(minutes) = raw.window_minutes {
+            if !(minutes.is_finite() && (0.1..=1440.0).contains(&minutes)) {
+                return Err(ConfigError::invalid(
+                    "gpuvet.kubernetes.quarantine.window_minutes",
+                    format!("`{minutes}` is out of range; expected 0.1 to 1440 minutes"),
+                ));
+            }
+            quarantine.window = Duration::from_secs_f64(minutes * 60.0);
+        }
+    }
+    Ok(KubernetesSettings {
+        enabled,
+        quarantine,
     })
 }
 

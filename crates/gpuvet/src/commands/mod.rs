@@ -40,6 +40,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Drill(args) => drill::drill(args),
         Command::Serve(args) => serve::serve(args),
         Command::Push(args) => push::push(args),
+        Command::Untaint(args) => crate::cluster::untaint(args),
         Command::Worker(args) => worker::worker(args),
     }
 }

@@ -12,7 +12,8 @@ use gpuvet_store::Store;
 use serde_json::json;
 
 use crate::cli::RunArgs;
-use crate::failure::{Failure, warn};
+use crate::cluster::Cluster;
+use crate::failure::{Failure, note, warn};
 use crate::identity::{Identity, load_config, store_path};
 use crate::output;
 use crate::push;
@@ -51,9 +52,12 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     // a server shows this node while its checks run, and the app's start never waits
     // on the server.
     let _sending = push::Background::start(&store_file, pusher);
+    // In a Kubernetes pod (feature `k8s`), events also go to the cluster.
+    let cluster = Cluster::detect(&config, &attempt);
     let mut recorder = Recorder {
         store: &mut store,
         attempt: &attempt,
+        cluster: cluster.as_deref(),
     };
 
     if let (Some(sanity), Some(backend), Some(mode)) = (sanity, backend, mode) {
@@ -76,12 +80,17 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         } else {
             EventKind::SanityCheckSucceeded
         };
+        let summary = sanity::summary_line(&report);
         recorder.record(
             kind,
             report.first_lane(),
-            sanity::summary_line(&report),
+            summary.clone(),
             sanity_details(&report),
         )?;
+        if let Some(cluster) = &cluster {
+            let ready = !failed || sanity.fail_action == FailAction::Retain;
+            cluster.set_verdict(&report, kind, &summary, ready);
+        }
         if failed {
             match sanity.fail_action {
                 FailAction::Fail => {
@@ -119,6 +128,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
             &attempt,
             Echo::Stderr,
             kill.clone(),
+            cluster.clone(),
         )
     });
     let code = start_app(&args.command, &mut recorder, kill.as_ref());
@@ -128,10 +138,11 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     code
 }
 
-/// Records events for one attempt.
+/// Records events for one attempt: in the store, and in the cluster when there is one.
 struct Recorder<'a> {
     store: &'a mut Store,
     attempt: &'a Attempt,
+    cluster: Option<&'a Cluster>,
 }
 
 impl Recorder<'_> {
@@ -151,6 +162,9 @@ impl Recorder<'_> {
             details,
         };
         self.store.record_event(self.attempt, &event)?;
+        if let Some(cluster) = self.cluster {
+            cluster.publish(event.kind, event.lane, &event.message, "");
+        }
         Ok(())
     }
 }
@@ -170,6 +184,9 @@ fn request_rebuild(
     report: &RunReport,
     recorder: &mut Recorder<'_>,
 ) -> Result<i32, Failure> {
+    if let Some(cluster) = recorder.cluster {
+        return rebuild_in_cluster(cluster, config, report, recorder);
+    }
     let hook = config.settings.rebuild_hook.as_deref();
     let outcome = match hook {
         Some(argv) => {
@@ -244,6 +261,36 @@ fn request_rebuild(
         format!("rebuild requested for instance `{}` on node `{}`", recorder.attempt.instance, recorder.attempt.node),
         json!({ "fail_action": "rebuild", "hook": hook_details, "findings": sanity::findings_json(report) }),
     )?;
+    Ok(exit_codes::REBUILD_REQUESTED)
+}
+
+/// The rebuild in a Kubernetes pod, instead of the hook: quarantine the culprit nodes
+/// and delete the pod (see `gpuvet_kube::quarantine`).
+fn rebuild_in_cluster(
+    cluster: &Cluster,
+    config: &Config,
+    report: &RunReport,
+    recorder: &mut Recorder<'_>,
+) -> Result<i32, Failure> {
+    if config.settings.rebuild_hook.is_some() {
+        note(
+            "in a Kubernetes pod the rebuild quarantines the culprit nodes and deletes the pod; `gpuvet.rebuild_hook` is not run",
+        );
+    }
+    cluster.rebuild(report, |rebuilt| {
+        let mut details = json!({
+            "fail_action": "rebuild",
+            "hook": { "ran": false },
+            "findings": sanity::findings_json(report),
+        });
+        details["kubernetes"] = rebuilt.details["kubernetes"].clone();
+        recorder.record(
+            EventKind::InstanceRebuildRequested,
+            report.first_lane(),
+            rebuilt.summary.clone(),
+            details,
+        )
+    })?;
     Ok(exit_codes::REBUILD_REQUESTED)
 }
 

@@ -8,6 +8,7 @@ use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 use crate::cli::WatchArgs;
+use crate::cluster::Cluster;
 use crate::failure::Failure;
 use crate::identity::{Identity, load_config, store_path};
 use crate::output;
@@ -50,6 +51,8 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
         Echo::Stdout
     };
     let sending = push::Background::start(&store_file, pusher);
+    // In a DaemonSet pod (feature `k8s`), findings are also Events on the pod and node.
+    let cluster = Cluster::detect(&config, &attempt);
     let Some(watch) = RuntimeWatch::start(
         &config.settings.watch,
         &store_file,
@@ -57,6 +60,7 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
         &attempt,
         echo,
         None,
+        cluster,
     ) else {
         return Err(Failure::usage("the runtime check has no source to watch on this machine")
             .with_hint("point `gpuvet.watch.kmsg` at a readable kernel log, or run where NVML is available"));

@@ -1,0 +1,526 @@
+//! The rebuild action in a cluster: quarantine the culprit nodes with a taint, behind
+//! a circuit breaker, as pure decisions and patch bodies.
+//!
+//! - Only culprits are tainted: nodes a finding of the host or network lane names (a
+//!   GPU's node, or a node), and the node of the group's first error when its lane is
+//!   one of those. A pair of nodes is a link suspect, not a node's fault, and is never
+//!   tainted; nor is a platform- or app-lane finding.
+//! - Never the whole group: when every node of a group of two or more is named, the
+//!   cause is something they share, and nothing is tainted.
+//! - The circuit breaker's state is the cluster itself, so it holds across the
+//!   separate gpuvet of every pod: each quarantined node carries gpuvet's taint and the
+//!   time it was set (annotation `gpuvet.io/quarantined-at`). Before tainting, gpuvet
+//!   lists the nodes and counts those quarantined within the window (a gpuvet taint
+//!   without a readable time counts as recent). A node is tainted only while the
+//!   quarantined ones, with it, stay within `max_share` of all nodes (rounded down).
+//!   The default, 50 % in 5 minutes, lets two of four nodes go and refuses the third.
+
+use std::collections::BTreeMap;
+
+use gpuvet_core::config::QuarantinePolicy;
+use gpuvet_core::results::{Entity, Lane, RunReport};
+use k8s_openapi::api::core::v1::{Node, Taint};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::time::{parse_ms, rfc3339};
+
+/// The taint's key; its value is the lane, its effect `NoSchedule`.
+pub const TAINT_KEY: &str = "gpuvet.io/unhealthy";
+pub const TAINT_EFFECT: &str = "NoSchedule";
+/// Annotation on a quarantined node: the finding that put it there (JSON).
+pub const FINDING_ANNOTATION: &str = "gpuvet.io/quarantine";
+/// Annotation on a quarantined node: when (RFC 3339); the circuit breaker's clock.
+pub const QUARANTINED_AT_ANNOTATION: &str = "gpuvet.io/quarantined-at";
+
+/// A node to quarantine, with the finding that names it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Culprit {
+    pub node: String,
+    pub lane: Lane,
+    /// What named it: check, entity, verdict, reason.
+    pub finding: serde_json::Value,
+}
+
+/// The culprits of a report, or why there are none to taint.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Culprits {
+    pub nodes: Vec<Culprit>,
+    /// Set when the report named every node of its group: nothing is tainted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub whole_group: Option<String>,
+}
+
+/// The nodes a report blames, one entry per node (its first finding).
+pub fn culprits(report: &RunReport) -> Culprits {
+    let mut nodes: Vec<Culprit> = Vec::new();
+    let mut add = |node: &str, lane: Lane, finding: serde_json::Value| {
+        if matches!(lane, Lane::Host | Lane::Network)
+            && !node.is_empty()
+            && !nodes.iter().any(|c| c.node == node)
+        {
+            nodes.push(Culprit {
+                node: node.to_owned(),
+                lane,
+                finding,
+            });
+        }
+    };
+    for (check, finding) in report.findings() {
+        let node = match &finding.entity {
+            Entity::Device { node, .. } | Entity::Node { node } => node,
+            Entity::NodePair { .. } => continue,
+        };
+        add(
+            node,
+            finding.lane,
+            json!({
+                "check": check.name,
+                "entity": finding.entity.to_string(),
+                "verdict": finding.verdict,
+                "reason": finding.reason,
+            }),
+        );
+    }
+    let group = report.group.as_ref();
+    if let Some(first) = group.and_then(|g| g.first_error.as_ref()) {
+        // A rank that never joined has no node name to taint.
+        if group.is_some_and(|g| g.nodes.contains(&first.node)) {
+            add(
+                &first.node,
+                first.lane,
+                json!({ "first_error": first.kind, "reason": first.detail }),
+            );
+        }
+    }
+    let members = group.map_or(0, |g| g.nodes.len());
+    if members >= 2 && nodes.len() >= members {
+        let whole_group = format!(
+            "every node of the group ({members}) is named, which points at something they \
+             share (the network, the platform, the config) rather than at one node; none is \
+             tainted"
+        );
+        return Culprits {
+            nodes: Vec::new(),
+            whole_group: Some(whole_group),
+        };
+    }
+    Culprits {
+        nodes,
+        whole_group: None,
+    }
+}
+
+/// What the breaker decided for one culprit.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "decision", content = "reason", rename_all = "snake_case")]
+pub enum Decision {
+    Taint,
+    /// gpuvet's taint is on it already.
+    AlreadyTainted,
+    /// The cluster has no node of that name (the group's node names are not the
+    /// cluster's, e.g. set with `--node`): nothing to taint, and no reason to hold the
+    /// rebuild back.
+    NotInCluster,
+    /// The breaker refused, and why.
+    Refused(String),
+}
+
+/// gpuvet's taint on a node, if it has one.
+pub fn gpuvet_taint(node: &Node) -> Option<&Taint> {
+    node.spec
+        .as_ref()?
+        .taints
+        .as_ref()?
+        .iter()
+        .find(|t| t.key == TAINT_KEY)
+}
+
+/// Whether gpuvet quarantined `node` within `window_ms` of `now_ms`.
+fn quarantined_recently(node: &Node, now_ms: u64, window_ms: u64) -> bool {
+    if gpuvet_taint(node).is_none() {
+        return false;
+    }
+    let at = node
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(QUARANTINED_AT_ANNOTATION))
+        .and_then(|text| parse_ms(text));
+    match at {
+        Some(at) => now_ms.saturating_sub(at) < window_ms,
+        None => true,
+    }
+}
+
+/// The breaker's decision for each culprit, in order, given every node of the cluster.
+pub fn decide(
+    nodes: &[Node],
+    culprits: &[Culprit],
+    policy: &QuarantinePolicy,
+    now_ms: u64,
+) -> Vec<(Culprit, Decision)> {
+    let window_ms = u64::try_from(policy.window.as_millis()).unwrap_or(u64::MAX);
+    let total = nodes.len();
+    let limit = (policy.max_share * total as f64).floor() as usize;
+    let mut recent = nodes
+        .iter()
+        .filter(|n| quarantined_recently(n, now_ms, window_ms))
+        .count();
+    let by_name: BTreeMap<&str, &Node> = nodes
+        .iter()
+        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
+        .collect();
+    culprits
+        .iter()
+        .map(|culprit| {
+            let decision = match by_name.get(culprit.node.as_str()) {
+                None => Decision::NotInCluster,
+                Some(node) if gpuvet_taint(node).is_some() => Decision::AlreadyTainted,
+                Some(_) if recent + 1 > limit => Decision::Refused(format!(
+                    "circuit breaker: quarantining `{}` would make {} of {total} nodes \
+                     quarantined within {}, over the limit of {} % ({limit} node(s)); see \
+                     `gpuvet.kubernetes.quarantine`",
+                    culprit.node,
+                    recent + 1,
+                    minutes(policy),
+                    policy.max_share * 100.0,
+                )),
+                Some(_) => {
+                    recent += 1;
+                    Decision::Taint
+                }
+            };
+            (culprit.clone(), decision)
+        })
+        .collect()
+}
+
+fn minutes(policy: &QuarantinePolicy) -> String {
+    let minutes = policy.window.as_secs_f64() / 60.0;
+    format!("{minutes} min")
+}
+
+/// gpuvet's taint for a lane.
+pub fn taint(lane: Lane) -> Taint {
+    Taint {
+        key: TAINT_KEY.to_owned(),
+        value: Some(lane.as_str().to_owned()),
+        effect: TAINT_EFFECT.to_owned(),
+        time_added: None,
+    }
+}
+
+/// The node's taints without gpuvet's.
+fn other_taints(node: &Node) -> Vec<Taint> {
+    node.spec
+        .as_ref()
+        .and_then(|s| s.taints.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| t.key != TAINT_KEY)
+        .collect()
+}
+
+/// The merge patch that quarantines `node`: its other taints and gpuvet's (the list is
+/// replaced whole), the finding and the time in annotations, and the node's
+/// `resourceVersion`, so a concurrent change fails with 409 instead of being lost.
+pub fn taint_patch(node: &Node, culprit: &Culprit, now_ms: u64) -> serde_json::Value {
+    let mut taints = other_taints(node);
+    taints.push(taint(culprit.lane));
+    json!({
+        "metadata": {
+            "resourceVersion": node.metadata.resource_version,
+            "annotations": {
+                FINDING_ANNOTATION: culprit.finding.to_string(),
+                QUARANTINED_AT_ANNOTATION: rfc3339(now_ms),
+            }
+        },
+        "spec": { "taints": taints }
+    })
+}
+
+/// The merge patch that lifts gpuvet's taint and its annotations; `None` when the node
+/// has no gpuvet taint.
+pub fn untaint_patch(node: &Node) -> Option<serde_json::Value> {
+    gpuvet_taint(node)?;
+    Some(json!({
+        "metadata": {
+            "resourceVersion": node.metadata.resource_version,
+            "annotations": {
+                FINDING_ANNOTATION: null,
+                QUARANTINED_AT_ANNOTATION: null,
+            }
+        },
+        "spec": { "taints": other_taints(node) }
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use gpuvet_core::catalog::CheckName;
+    use gpuvet_core::results::{CheckResult, CheckStatus, GroupIncident, GroupSummary};
+    use std::time::Duration;
+
+    pub(crate) fn node(name: &str, quarantined_at: Option<&str>) -> Node {
+        let mut value = json!({
+            "metadata": { "name": name, "resourceVersion": "7" },
+            "spec": { "taints": [{ "key": "nvidia.com/gpu", "effect": "NoSchedule" }] }
+        });
+        if let Some(at) = quarantined_at {
+            value["spec"]["taints"]
+                .as_array_mut()
+                .unwrap()
+                .push(json!({ "key": TAINT_KEY, "value": "host", "effect": "NoSchedule" }));
+            if !at.is_empty() {
+                value["metadata"]["annotations"] = json!({ QUARANTINED_AT_ANNOTATION: at });
+            }
+        }
+        serde_json::from_value(value).unwrap()
+    }
+
+    fn culprit(node: &str) -> Culprit {
+        Culprit {
+            node: node.into(),
+            lane: Lane::Host,
+            finding: json!({ "check": "gemm_flops" }),
+        }
+    }
+
+    const NOW: u64 = 1_764_673_200_000; // 2025-12-02T11:00:00Z
+
+    #[test]
+    fn the_breaker_refuses_the_third_node_of_four() {
+        let nodes = [
+            node("n1", Some("2025-12-02T10:58:00Z")),
+            node("n2", Some("2025-12-02T10:59:00Z")),
+            node("n3", None),
+            node("n4", None),
+        ];
+        let decisions = decide(&nodes, &[culprit("n3")], &QuarantinePolicy::default(), NOW);
+        let Decision::Refused(why) = &decisions[0].1 else {
+            panic!("{decisions:?}");
+        };
+        assert_eq!(
+            why,
+            "circuit breaker: quarantining `n3` would make 3 of 4 nodes quarantined within \
+             5 min, over the limit of 50 % (2 node(s)); see `gpuvet.kubernetes.quarantine`"
+        );
+    }
+
+    #[test]
+    fn the_breaker_counts_within_the_window_only() {
+        let policy = QuarantinePolicy::default();
+        // n1 was quarantined 10 minutes ago: outside the window, so not counted.
+        let nodes = [
+            node("n1", Some("2025-12-02T10:50:00Z")),
+            node("n2", Some("2025-12-02T10:59:00Z")),
+            node("n3", None),
+            node("n4", None),
+        ];
+        let decisions = decide(&nodes, &[culprit("n3"), culprit("n4")], &policy, NOW);
+        assert_eq!(decisions[0].1, Decision::Taint);
+        assert!(matches!(decisions[1].1, Decision::Refused(_)));
+        // A gpuvet taint without a readable time counts as recent.
+        let nodes = [
+            node("n1", Some("")),
+            node("n2", Some("")),
+            node("n3", None),
+            node("n4", None),
+        ];
+        assert!(matches!(
+            decide(&nodes, &[culprit("n3")], &policy, NOW)[0].1,
+            Decision::Refused(_)
+        ));
+        // A tainted culprit is not tainted again, and a node the cluster lacks is not
+        // counted against the limit.
+        let nodes = [
+            node("n1", Some("")),
+            node("n2", None),
+            node("n3", None),
+            node("n4", None),
+        ];
+        let decisions = decide(
+            &nodes,
+            &[culprit("n1"), culprit("gone"), culprit("n2")],
+            &policy,
+            NOW,
+        );
+        assert_eq!(decisions[0].1, Decision::AlreadyTainted);
+        assert_eq!(decisions[1].1, Decision::NotInCluster);
+        assert_eq!(decisions[2].1, Decision::Taint);
+        // A one-node cluster never quarantines its only node at 50 %.
+        let wider = QuarantinePolicy {
+            max_share: 1.0,
+            window: Duration::from_secs(60),
+        };
+        assert_eq!(
+            decide(&[node("n1", None)], &[culprit("n1")], &wider, NOW)[0].1,
+            Decision::Taint
+        );
+        assert!(matches!(
+            decide(&[node("n1", None)], &[culprit("n1")], &policy, NOW)[0].1,
+            Decision::Refused(_)
+        ));
+    }
+
+    #[test]
+    fn taint_and_untaint_keep_other_taints() {
+        let patch = taint_patch(&node("n3", None), &culprit("n3"), NOW);
+        assert_eq!(
+            patch,
+            json!({
+                "metadata": {
+                    "resourceVersion": "7",
+                    "annotations": {
+                        "gpuvet.io/quarantine": "{\"check\":\"gemm_flops\"}",
+                        "gpuvet.io/quarantined-at": "2025-12-02T11:00:00Z",
+                    }
+                },
+                "spec": { "taints": [
+                    { "key": "nvidia.com/gpu", "effect": "NoSchedule" },
+                    { "key": "gpuvet.io/unhealthy", "value": "host", "effect": "NoSchedule" },
+                ]}
+            })
+        );
+        // Tainting again replaces gpuvet's taint rather than adding a second one.
+        let again = taint_patch(
+            &node("n3", Some("")),
+            &Culprit {
+                lane: Lane::Network,
+                ..culprit("n3")
+            },
+            NOW,
+        );
+        assert_eq!(again["spec"]["taints"].as_array().unwrap().len(), 2);
+        assert_eq!(again["spec"]["taints"][1]["value"], "network");
+        let lifted = untaint_patch(&node("n3", Some(""))).unwrap();
+        assert_eq!(
+            lifted["spec"]["taints"],
+            json!([{ "key": "nvidia.com/gpu", "effect": "NoSchedule" }])
+        );
+        assert!(lifted["metadata"]["annotations"]["gpuvet.io/quarantine"].is_null());
+        assert_eq!(untaint_patch(&node("n3", None)), None);
+    }
+
+    fn report(findings: &[(Entity, Lane)], group: Option<GroupSummary>) -> RunReport {
+        let entities = findings
+            .iter()
+            .map(|(entity, lane)| {
+                let mut result: gpuvet_core::results::EntityResult =
+                    serde_json::from_value(json!({
+                        "entity": entity,
+                        "verdict": "slow",
+                        "lane": lane,
+                        "reason": "20% below its peers",
+                        "evidence": {},
+                        "measurement": { "entity": entity, "value": 1.0 },
+                    }))
+                    .unwrap();
+                result.lane = *lane;
+                result
+            })
+            .collect();
+        let check = CheckResult::judged(CheckName::GemmFlops, CheckStatus::Failed, entities);
+        let mut report: RunReport = serde_json::from_value(json!({
+            "gpuvet_version": "0", "job_id": "j", "attempt": 1, "node": "n1",
+            "instance": "p", "backend": "sim", "devices": [], "started_at_ms": 0,
+            "duration_secs": 1.0, "timeout_secs": 1.0, "outcome": "failed", "checks": [],
+        }))
+        .unwrap();
+        report.checks = vec![check];
+        report.group = group;
+        report
+    }
+
+    fn group(nodes: &[&str]) -> GroupSummary {
+        GroupSummary {
+            nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
+            ..GroupSummary::default()
+        }
+    }
+
+    #[test]
+    fn culprits_are_the_nodes_of_host_and_network_findings() {
+        let dev = |node: &str| Entity::Device {
+            node: node.into(),
+            index: 3,
+        };
+        let found = culprits(&report(
+            &[
+                (dev("n2"), Lane::Host),
+                (
+                    Entity::Device {
+                        node: "n2".into(),
+                        index: 5,
+                    },
+                    Lane::Host,
+                ),
+                (
+                    Entity::NodePair {
+                        a: "n1".into(),
+                        b: "n3".into(),
+                    },
+                    Lane::Network,
+                ),
+                (Entity::Node { node: "n4".into() }, Lane::Platform),
+                (Entity::Node { node: "n3".into() }, Lane::Network),
+            ],
+            Some(group(&["n1", "n2", "n3", "n4"])),
+        ));
+        let names: Vec<(&str, Lane)> = found
+            .nodes
+            .iter()
+            .map(|c| (c.node.as_str(), c.lane))
+            .collect();
+        assert_eq!(names, [("n2", Lane::Host), ("n3", Lane::Network)]);
+        assert_eq!(found.nodes[0].finding["entity"], "n2/dev3");
+        assert_eq!(found.whole_group, None);
+    }
+
+    #[test]
+    fn the_first_error_counts_and_the_whole_group_never_does() {
+        let mut summary = group(&["n1", "n2", "n3"]);
+        summary.first_error = Some(GroupIncident {
+            rank: 1,
+            node: "n2".into(),
+            kind: "crashed".into(),
+            lane: Lane::Host,
+            time_ms: 0,
+            detail: "agent exited".into(),
+        });
+        let found = culprits(&report(&[], Some(summary.clone())));
+        assert_eq!(found.nodes.len(), 1);
+        assert_eq!(found.nodes[0].finding["first_error"], "crashed");
+        // A rank that never joined has no node to taint.
+        summary.first_error.as_mut().unwrap().node = "rank 1".into();
+        assert!(culprits(&report(&[], Some(summary))).nodes.is_empty());
+        let whole = culprits(&report(
+            &[
+                (Entity::Node { node: "n1".into() }, Lane::Host),
+                (Entity::Node { node: "n2".into() }, Lane::Host),
+            ],
+            Some(group(&["n1", "n2"])),
+        ));
+        assert!(whole.nodes.is_empty());
+        assert!(
+            whole
+                .whole_group
+                .unwrap()
+                .contains("every node of the group (2)")
+        );
+        // One node alone is not a group: its own bad GPU is its fault.
+        let alone = culprits(&report(
+            &[(
+                Entity::Device {
+                    node: "n1".into(),
+                    index: 0,
+                },
+                Lane::Host,
+            )],
+            None,
+        ));
+        assert_eq!(alone.nodes.len(), 1);
+    }
+}
