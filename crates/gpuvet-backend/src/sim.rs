@@ -378,7 +378,7 @@ fn hang_forever() -> ! {
 /// splitmix64 (Steele, Lea and Flood 2014): a tiny, well-mixed generator, enough for
 /// scripted noise and pseudo-random test inputs. Not for anything secret.
 #[derive(Debug, Clone)]
-pub(crate) struct SplitMix64 {
+pub struct SplitMix64 {
     state: u64,
 }
 
@@ -390,7 +390,7 @@ impl SplitMix64 {
     }
 
     /// A generator whose stream depends on the seed and on every key part, in order.
-    pub(crate) fn keyed(seed: u64, parts: &[u64]) -> Self {
+    pub fn keyed(seed: u64, parts: &[u64]) -> Self {
         let state = parts.iter().fold(mix(seed), |state, &part| {
             mix(state ^ mix(part.wrapping_add(Self::GOLDEN_GAMMA)))
         });
@@ -419,7 +419,7 @@ impl SplitMix64 {
     }
 
     /// Standard normal, by Box–Muller.
-    pub(crate) fn next_normal(&mut self) -> f64 {
+    pub fn next_normal(&mut self) -> f64 {
         // 1 − u lies in (0, 1], so the logarithm is finite.
         let radius = (-2.0 * (1.0 - self.next_f64()).ln()).sqrt();
         radius * (std::f64::consts::TAU * self.next_f64()).cos()

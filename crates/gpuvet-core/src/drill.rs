@@ -383,17 +383,7 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
 
 /// The table of a drill its group cannot play: every expectation not applicable.
 pub fn not_applicable(drill: &Drill, why: &str) -> Vec<Proof> {
-    drill
-        .expectations
-        .iter()
-        .map(|expectation| Proof {
-            scenario: drill.scenario.clone(),
-            nodes: drill.nodes,
-            expectation: expectation.describe(),
-            conclusion: Conclusion::NotApplicable,
-            evidence: why.to_owned(),
-        })
-        .collect()
+    every_expectation(drill, Conclusion::NotApplicable, why)
 }
 
 /// Whether a named entity is the expected one; a link is the same either way round.
@@ -458,6 +448,11 @@ pub fn judge(drill: &Drill, observed: &Observed) -> Vec<Proof> {
 
 /// A run that did not get far enough to show anything (no report kept).
 pub fn unobserved(drill: &Drill, why: &str) -> Vec<Proof> {
+    every_expectation(drill, Conclusion::EvidenceMissing, why)
+}
+
+/// One row per expectation, all with `conclusion` for the same reason.
+fn every_expectation(drill: &Drill, conclusion: Conclusion, why: &str) -> Vec<Proof> {
     drill
         .expectations
         .iter()
@@ -465,7 +460,7 @@ pub fn unobserved(drill: &Drill, why: &str) -> Vec<Proof> {
             scenario: drill.scenario.clone(),
             nodes: drill.nodes,
             expectation: expectation.describe(),
-            conclusion: Conclusion::EvidenceMissing,
+            conclusion,
             evidence: why.to_owned(),
         })
         .collect()

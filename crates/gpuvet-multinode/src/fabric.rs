@@ -14,6 +14,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpuvet_backend::Sample;
+use gpuvet_backend::sim::SplitMix64;
 use gpuvet_core::config::SimScript;
 use gpuvet_core::stats::median;
 
@@ -143,7 +144,7 @@ impl Fabric {
         };
         let mut noise = self.noise_source();
         let samples: Vec<f64> = (0..SAMPLES_PER_CALL)
-            .map(|_| NOMINAL_HOST_BUSBW * pace * noise.factor(self.noise))
+            .map(|_| NOMINAL_HOST_BUSBW * pace * self.noise_factor(&mut noise))
             .collect();
         let mut sample = Sample {
             value: median(&samples).unwrap_or(NOMINAL_HOST_BUSBW * pace),
@@ -171,16 +172,23 @@ impl Fabric {
                 attempts: PROBE_ATTEMPTS,
                 successes: PROBE_ATTEMPTS,
                 rtt_us: Some(
-                    NOMINAL_RTT_US / self.link(from, target.addr.ip()) * noise.factor(self.noise),
+                    NOMINAL_RTT_US / self.link(from, target.addr.ip())
+                        * self.noise_factor(&mut noise),
                 ),
                 error: None,
             })
             .collect()
     }
 
-    fn noise_source(&self) -> Noise {
+    /// The generator for the next measurement: seeded, fresh for each one.
+    fn noise_source(&self) -> SplitMix64 {
         let n = self.measured.fetch_add(1, Ordering::Relaxed);
-        Noise(self.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+        SplitMix64::keyed(self.seed, &[n])
+    }
+
+    /// `1 + noise × N(0, 1)`, kept above zero, as the sim backend draws it.
+    fn noise_factor(&self, source: &mut SplitMix64) -> f64 {
+        (1.0 + self.noise * source.next_normal()).max(MIN_NOISE_FACTOR)
     }
 }
 
@@ -195,26 +203,6 @@ fn neighbours(rank: usize, size: usize) -> impl Iterator<Item = usize> {
 
 fn ordered(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
     if a <= b { (a, b) } else { (b, a) }
-}
-
-/// splitmix64 with a Box-Muller normal: seeded noise, enough for a simulation.
-struct Noise(u64);
-
-impl Noise {
-    fn next_f64(&mut self) -> f64 {
-        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        ((z ^ (z >> 31)) >> 11) as f64 / (1u64 << 53) as f64
-    }
-
-    /// `1 + relative × N(0, 1)`, kept above zero.
-    fn factor(&mut self, relative: f64) -> f64 {
-        let (u1, u2) = (self.next_f64().max(f64::MIN_POSITIVE), self.next_f64());
-        let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
-        (1.0 + relative * normal).max(MIN_NOISE_FACTOR)
-    }
 }
 
 #[cfg(test)]
