@@ -2,16 +2,16 @@
 //! agents may start before it), proves it holds the token, sends heartbeats with its
 //! phase, and carries commands in and reports out.
 //!
-//! Two threads, owned here: one reads the coordinator's frames, one sends heartbeats
-//! and judges the coordinator's liveness. If the coordinator dies or stops answering,
-//! every call returns an error within the agent's deadline; nothing waits forever.
+//! One thread keeps the link (see `links`): it reads the coordinator's frames, sends
+//! heartbeats and judges the coordinator's liveness; agents of one process may share
+//! it. If the coordinator dies or stops answering, every call returns an error within
+//! the agent's deadline; nothing waits forever.
 
 use std::collections::BTreeMap;
 use std::net::{Shutdown, SocketAddr, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use serde::Serialize;
@@ -22,9 +22,10 @@ use crate::auth::{Token, agent_proof, from_hex, random_nonce, to_hex, verify_coo
 use crate::clock::{ClockOffset, unix_now_ns};
 use crate::coordinator::lock;
 use crate::error::ClusterError;
+use crate::links::AgentLinks;
 use crate::protocol::{
-    FrameError, Heartbeat, Hello, MAX_FRAME_BYTES, MAX_HANDSHAKE_FRAME_BYTES, Message,
-    PROTOCOL_VERSION, RosterEntry, Welcome, decode_message, read_frame, write_message,
+    FrameError, Hello, MAX_FRAME_BYTES, MAX_HANDSHAKE_FRAME_BYTES, Message, PROTOCOL_VERSION,
+    RosterEntry, Welcome, decode_message, read_frame, write_message,
 };
 use crate::rendezvous::Endpoint;
 use crate::transport::{self, Stream, Transport};
@@ -60,6 +61,9 @@ pub struct AgentOptions {
     pub write_timeout: Duration,
     /// What carries the connection: TCP, or an in-memory network.
     pub transport: Arc<dyn Transport>,
+    /// The thread that keeps the link, shared by the agents of one process (a group in
+    /// one process); `None` starts one for this agent.
+    pub links: Option<AgentLinks>,
 }
 
 impl Default for AgentOptions {
@@ -71,6 +75,7 @@ impl Default for AgentOptions {
             max_retry_delay: Duration::from_secs(1),
             write_timeout: Duration::from_secs(5),
             transport: transport::tcp(),
+            links: None,
         }
     }
 }
@@ -98,13 +103,13 @@ pub struct Command {
 impl Command {
     /// The body as the binary's command type.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ClusterError> {
-        Ok(serde_json::from_value(self.body.clone())?)
+        Ok(T::deserialize(&self.body)?)
     }
 }
 
 /// What ended the link; kept so every later call reports the same cause.
 #[derive(Debug, Clone)]
-enum LinkFailure {
+pub(crate) enum LinkFailure {
     Lost(String),
     Unresponsive {
         silent_for: Duration,
@@ -137,14 +142,14 @@ impl LinkFailure {
     }
 }
 
-enum Inbound {
+pub(crate) enum Inbound {
     Received(Received),
     Failed,
 }
 
 /// The phase this agent reports; cheap to clone into any thread that does the work.
 #[derive(Debug, Clone)]
-pub struct PhaseHandle(Arc<Mutex<(String, i64)>>);
+pub struct PhaseHandle(pub(crate) Arc<Mutex<(String, i64)>>);
 
 impl PhaseHandle {
     /// Enters a new phase, e.g. "all_reduce_2 round 1 step 3"; the next heartbeat
@@ -158,20 +163,20 @@ impl PhaseHandle {
     }
 }
 
-struct AgentShared {
-    rank: u32,
-    writer: Mutex<Stream>,
+pub(crate) struct AgentShared {
+    pub(crate) rank: u32,
+    pub(crate) writer: Mutex<Stream>,
     /// Another handle on the socket, to shut it down without the writer lock.
     control: Stream,
-    phase: PhaseHandle,
+    pub(crate) phase: PhaseHandle,
     /// When the oldest heartbeat still unanswered was sent; `None` when all are answered.
-    awaiting_since: Mutex<Option<Instant>>,
-    failure: Mutex<Option<LinkFailure>>,
+    pub(crate) awaiting_since: Mutex<Option<Instant>>,
+    pub(crate) failure: Mutex<Option<LinkFailure>>,
     /// Signalled when `failure` is set.
-    ended: Condvar,
-    heartbeats_suspended: AtomicBool,
-    closing: AtomicBool,
-    inbound: mpsc::Sender<Inbound>,
+    pub(crate) ended: Condvar,
+    pub(crate) heartbeats_suspended: AtomicBool,
+    pub(crate) closing: AtomicBool,
+    pub(crate) inbound: mpsc::Sender<Inbound>,
     /// Called once when the link ends; see [`Agent::on_link_end`].
     link_end_hooks: Mutex<LinkEndHooks>,
 }
@@ -186,7 +191,7 @@ struct LinkEndHooks {
 impl AgentShared {
     /// Records the first failure, wakes `recv`, and closes the socket so the other
     /// thread stops too.
-    fn fail(&self, failure: LinkFailure) {
+    pub(crate) fn fail(&self, failure: LinkFailure) {
         {
             let mut slot = lock(&self.failure);
             if slot.is_some() || self.closing.load(Ordering::SeqCst) {
@@ -202,14 +207,14 @@ impl AgentShared {
 
     /// Runs (and forgets) every hook registered with [`Agent::on_link_end`]; called
     /// once the failure is set.
-    fn run_link_end_hooks(&self) {
+    pub(crate) fn run_link_end_hooks(&self) {
         let hooks = std::mem::take(&mut lock(&self.link_end_hooks).hooks);
         for hook in hooks.into_values() {
             hook();
         }
     }
 
-    fn failure(&self) -> Option<LinkFailure> {
+    pub(crate) fn failure(&self) -> Option<LinkFailure> {
         lock(&self.failure).clone()
     }
 
@@ -236,8 +241,8 @@ pub struct Agent {
     /// Kept to derive each run's data-plane key; never sent anywhere.
     token: Token,
     job_id: String,
-    stop_heartbeats: Option<mpsc::Sender<()>>,
-    threads: Vec<JoinHandle<()>>,
+    /// Keeps the thread of this agent's link going.
+    _links: AgentLinks,
 }
 
 struct InboundState {
@@ -340,22 +345,17 @@ impl Agent {
         });
         let heartbeat_interval =
             Duration::from_millis(welcome.heartbeat_interval_ms.clamp(10, 1000));
-        let (stop_tx, stop_rx) = mpsc::channel();
-        let reader = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(format!("gpuvet-agent{}-reader", identity.rank))
-                .spawn(move || read_coordinator(&shared, stream))
-                .map_err(|err| ClusterError::io("cannot start the agent's reader thread", err))?
+        let links = match &options.links {
+            Some(links) => links.clone(),
+            None => AgentLinks::start(&*options.transport)
+                .map_err(|err| ClusterError::io("cannot start the agent's link thread", err))?,
         };
-        let heartbeats = {
-            let shared = Arc::clone(&shared);
-            let deadline = options.coordinator_deadline;
-            std::thread::Builder::new()
-                .name(format!("gpuvet-agent{}-heartbeat", identity.rank))
-                .spawn(move || heartbeat_loop(&shared, heartbeat_interval, deadline, &stop_rx))
-                .map_err(|err| ClusterError::io("cannot start the agent's heartbeat thread", err))?
-        };
+        links.add(
+            Arc::clone(&shared),
+            stream,
+            heartbeat_interval,
+            options.coordinator_deadline,
+        );
         Ok(Agent {
             shared,
             inbound: Mutex::new(InboundState {
@@ -368,8 +368,7 @@ impl Agent {
             coordinator_addr,
             token: token.clone(),
             job_id: identity.job_id.clone(),
-            stop_heartbeats: Some(stop_tx),
-            threads: vec![reader, heartbeats],
+            _links: links,
         })
     }
 
@@ -532,11 +531,8 @@ impl Agent {
             );
         }
         self.shared.closing.store(true, Ordering::SeqCst);
+        // The link's thread reads the end of the connection and forgets it.
         let _ = self.shared.control.shutdown(Shutdown::Both);
-        drop(self.stop_heartbeats.take());
-        for thread in self.threads.drain(..) {
-            let _ = thread.join();
-        }
     }
 }
 
@@ -718,114 +714,6 @@ fn handshake(
                     ),
                 });
             }
-        }
-    }
-}
-
-/// Reads the coordinator's frames until the link ends.
-fn read_coordinator(shared: &AgentShared, mut stream: Stream) {
-    loop {
-        let message = match read_frame(&mut *stream, MAX_FRAME_BYTES, None)
-            .and_then(|bytes| decode_message(&bytes))
-        {
-            Ok(message) => message,
-            Err(err) => {
-                let detail = match err {
-                    FrameError::Closed { mid_frame: false } => {
-                        "the connection closed without a goodbye".to_owned()
-                    }
-                    _ => err.describe(),
-                };
-                shared.fail(LinkFailure::Lost(detail));
-                return;
-            }
-        };
-        *lock(&shared.awaiting_since) = None;
-        let deliver = |received| {
-            let _ = shared.inbound.send(Inbound::Received(received));
-        };
-        match message {
-            Message::Command { seq, body } => deliver(Received::Command(Command { seq, body })),
-            Message::Roster { members } => deliver(Received::Roster(members)),
-            Message::Ping { seq, t0_ns } => {
-                let t1_ns = unix_now_ns();
-                let _ = shared.send(&Message::Pong {
-                    seq,
-                    t0_ns,
-                    t1_ns,
-                    t2_ns: unix_now_ns(),
-                });
-            }
-            Message::Abort { reason } => {
-                shared.fail(LinkFailure::Aborted(reason));
-                return;
-            }
-            Message::Bye { reason } => {
-                // A clean end: deliver it in order after what came before, then stop.
-                *lock(&shared.failure) = Some(LinkFailure::Closed(reason.clone()));
-                shared.ended.notify_all();
-                shared.run_link_end_hooks();
-                deliver(Received::Closed { reason });
-                return;
-            }
-            // Heartbeat acks have done their work above; nothing else is expected.
-            _ => {}
-        }
-    }
-}
-
-/// Sends a heartbeat every interval and gives up on a coordinator that stops answering.
-fn heartbeat_loop(
-    shared: &AgentShared,
-    interval: Duration,
-    deadline: Duration,
-    stop: &mpsc::Receiver<()>,
-) {
-    let mut seq = 0u64;
-    let mut last_tick = Instant::now();
-    let mut was_suspended = false;
-    loop {
-        if shared.failure().is_some() || shared.closing.load(Ordering::SeqCst) {
-            return;
-        }
-        let now = Instant::now();
-        // After a stall of our own (SIGSTOP, starvation) or a suspension, the
-        // coordinator's silence says nothing about it: start judging afresh.
-        let stalled = now.duration_since(last_tick) > interval * 2 + Duration::from_millis(200);
-        last_tick = now;
-        let suspended = shared.heartbeats_suspended.load(Ordering::SeqCst);
-        if stalled || suspended || was_suspended {
-            *lock(&shared.awaiting_since) = None;
-        }
-        was_suspended = suspended;
-        if !suspended {
-            let (phase, phase_since_ns) = lock(&shared.phase.0).clone();
-            let heartbeat = Message::Heartbeat(Heartbeat {
-                rank: shared.rank,
-                seq,
-                phase,
-                phase_since_ns,
-                sent_at_ns: unix_now_ns(),
-            });
-            seq += 1;
-            if shared.send(&heartbeat).is_err() {
-                return;
-            }
-            let mut awaiting = lock(&shared.awaiting_since);
-            let since = *awaiting.get_or_insert(now);
-            let silent_for = now.duration_since(since);
-            drop(awaiting);
-            if silent_for > deadline {
-                shared.fail(LinkFailure::Unresponsive {
-                    silent_for,
-                    deadline,
-                });
-                return;
-            }
-        }
-        match stop.recv_timeout(interval) {
-            Err(mpsc::RecvTimeoutError::Timeout) => {}
-            _ => return,
         }
     }
 }

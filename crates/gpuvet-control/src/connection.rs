@@ -21,8 +21,8 @@ use crate::events::{
     CoordinatorEvent, MemberEventKind, MemberInfo, MemberState, Refusal, RefusedPeer,
 };
 use crate::protocol::{
-    FrameError, Heartbeat, Hello, MAX_FRAME_BYTES, MAX_HANDSHAKE_FRAME_BYTES, Message,
-    PROTOCOL_VERSION, Welcome, decode_message, read_frame, write_message,
+    FrameError, Heartbeat, Hello, MAX_HANDSHAKE_FRAME_BYTES, Message, PROTOCOL_VERSION, Welcome,
+    decode_message, read_frame, write_message,
 };
 use crate::transport::Stream;
 
@@ -47,7 +47,7 @@ pub(crate) fn serve(
     // The handshake is over either way: let the accept loop serve the next one.
     drop(slot);
     match admitted {
-        Ok((rank, writer)) => read_member(shared, stream, rank, &writer),
+        Ok((rank, writer)) => shared.members.adopt(rank, stream, writer),
         Err(refusal) => refuse(shared, stream, peer, claim, refusal),
     }
 }
@@ -400,56 +400,54 @@ fn refuse(shared: &Shared, mut stream: Stream, peer: SocketAddr, claim: Claim, r
 }
 
 /// Reads an admitted member's frames until it leaves or the connection ends.
-fn read_member(shared: &Shared, mut stream: Stream, rank: u32, writer: &Mutex<Stream>) {
-    loop {
-        let message = match read_frame(&mut *stream, MAX_FRAME_BYTES, None)
-            .and_then(|bytes| decode_message(&bytes))
-        {
-            Ok(message) => message,
-            Err(err) => {
-                let detail = match err {
-                    FrameError::Closed { mid_frame: false } => {
-                        "the connection closed without a goodbye".to_owned()
-                    }
-                    FrameError::TooLarge { .. }
-                    | FrameError::Malformed(_)
-                    | FrameError::TooManyValues { .. } => {
-                        format!("it broke the protocol: {}", err.describe())
-                    }
-                    _ => err.describe(),
-                };
-                member_gone(shared, rank, &detail);
-                let _ = stream.shutdown(Shutdown::Both);
-                return;
-            }
-        };
-        if let Message::Heartbeat(heartbeat) = message {
-            let seq = heartbeat.seq;
-            touch(shared, rank, Some(heartbeat));
-            // A failed ack shows up as a broken connection on the next read.
-            let _ = write_message(&mut *lock(writer), &Message::HeartbeatAck { seq });
-            continue;
+/// What a member's frame meant for its connection.
+pub(crate) enum MemberFrame {
+    Read,
+    /// A goodbye: the connection is over.
+    Left,
+}
+
+/// Handles one frame from an admitted member (read by [`crate::members`]); the
+/// caller acknowledges a heartbeat.
+pub(crate) fn on_member_message(shared: &Shared, rank: u32, message: Message) -> MemberFrame {
+    if let Message::Heartbeat(heartbeat) = message {
+        touch(shared, rank, Some(heartbeat));
+        return MemberFrame::Read;
+    }
+    touch(shared, rank, None);
+    match message {
+        Message::Report { in_reply_to, body } => {
+            let node = node_of(shared, rank);
+            shared.emit(CoordinatorEvent::Report {
+                rank,
+                node,
+                in_reply_to,
+                body,
+                time_ms: unix_now_ms(),
+            });
+            MemberFrame::Read
         }
-        touch(shared, rank, None);
-        match message {
-            Message::Report { in_reply_to, body } => {
-                let node = node_of(shared, rank);
-                shared.emit(CoordinatorEvent::Report {
-                    rank,
-                    node,
-                    in_reply_to,
-                    body,
-                    time_ms: unix_now_ms(),
-                });
-            }
-            Message::Bye { reason } => {
-                left(shared, rank, reason);
-                let _ = stream.shutdown(Shutdown::Both);
-                return;
-            }
-            // Anything else from an agent carries no meaning after the handshake.
-            _ => {}
+        Message::Bye { reason } => {
+            left(shared, rank, reason);
+            MemberFrame::Left
         }
+        // Anything else from an agent carries no meaning after the handshake.
+        _ => MemberFrame::Read,
+    }
+}
+
+/// How a member's connection ended, for its crash event.
+pub(crate) fn describe_end(err: &FrameError) -> String {
+    match err {
+        FrameError::Closed { mid_frame: false } => {
+            "the connection closed without a goodbye".to_owned()
+        }
+        FrameError::TooLarge { .. }
+        | FrameError::Malformed(_)
+        | FrameError::TooManyValues { .. } => {
+            format!("it broke the protocol: {}", err.describe())
+        }
+        _ => err.describe(),
     }
 }
 
@@ -516,7 +514,7 @@ fn left(shared: &Shared, rank: u32, reason: String) {
 
 /// The connection ended without a goodbye: a crash, unless the coordinator itself is
 /// closing or the member already left.
-fn member_gone(shared: &Shared, rank: u32, detail: &str) {
+pub(crate) fn member_gone(shared: &Shared, rank: u32, detail: &str) {
     if shared.is_closing() {
         return;
     }

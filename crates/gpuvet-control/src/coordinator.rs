@@ -2,8 +2,8 @@
 //! the binary's commands and the agents' reports.
 //!
 //! Threads, all owned here: one accepts connections; one per connection runs the
-//! handshake and then reads that member's frames (see `session`); one judges
-//! liveness. The binary talks to it through `&self` methods and a stream of
+//! handshake (see `connection`); one reads every admitted member's frames (see
+//! `members`); one judges liveness. The binary talks to it through `&self` methods and a stream of
 //! [`CoordinatorEvent`]s, so it can print progress while the group works.
 
 use std::collections::BTreeMap;
@@ -24,6 +24,7 @@ use crate::events::{
     CoordinatorEvent, MemberEvent, MemberEventKind, MemberInfo, MemberState, MemberStatus,
     Membership,
 };
+use crate::members::MemberReader;
 use crate::protocol::{Message, RosterEntry, encode_frame, write_frame, write_message};
 use crate::transport::{self, Listener, Stream, Transport};
 
@@ -111,6 +112,8 @@ pub(crate) struct Shared {
     next_command_seq: AtomicU64,
     handshakes_in_flight: Mutex<usize>,
     handshake_slot_freed: Condvar,
+    /// Reads every admitted member's frames.
+    pub(crate) members: MemberReader,
 }
 
 #[derive(Default)]
@@ -229,6 +232,9 @@ impl Coordinator {
         let local_addr = listener
             .local_addr()
             .map_err(|err| ClusterError::io("cannot read the listening address", err))?;
+        let poller = transport
+            .poller()
+            .map_err(|err| ClusterError::io("cannot set up the poller for members", err))?;
         let (events_tx, events_rx) = mpsc::channel();
         let shared = Arc::new(Shared {
             job_id: job_id.into(),
@@ -242,7 +248,10 @@ impl Coordinator {
             next_command_seq: AtomicU64::new(1),
             handshakes_in_flight: Mutex::new(0),
             handshake_slot_freed: Condvar::new(),
+            members: MemberReader::new(poller),
         });
+        MemberReader::start(&shared)
+            .map_err(|err| ClusterError::io("cannot start the thread that reads members", err))?;
 
         // The accept thread is not joined on shutdown: it leaves once a wake-up
         // connection gets it out of accept(), which cannot be waited on for sure.
@@ -263,8 +272,9 @@ impl Coordinator {
         let monitor = match monitor {
             Ok(monitor) => monitor,
             Err(err) => {
-                // Let the accept thread go, so the port is free again.
+                // Let the accept and reading threads go, so the port is free again.
                 shared.closing.store(true, Ordering::SeqCst);
+                shared.members.stop();
                 let _ = transport.connect(wake_addr(local_addr), Duration::from_secs(1));
                 return Err(ClusterError::io("cannot start the liveness thread", err));
             }
@@ -375,7 +385,11 @@ impl Coordinator {
 
     /// The clock offset of a member, to put its timestamps on the coordinator's timeline.
     pub fn clock_offset(&self, rank: u32) -> Option<ClockOffset> {
-        self.member(rank).map(|member| member.info.clock)
+        // Asked for every reply: read in place rather than copy the member's status.
+        match lock(&self.shared.state).slots.get(&rank) {
+            Some(Slot::Member(member)) => Some(member.info.clock),
+            _ => None,
+        }
     }
 
     /// The next event, waiting until `deadline`; `None` when none came in time. Meant
@@ -462,6 +476,7 @@ impl Coordinator {
             .transport
             .connect(wake_addr(self.local_addr), Duration::from_secs(1));
         self.shared.handshake_slot_freed.notify_all();
+        self.shared.members.stop();
         drop(lock(&self.stop_monitor).take());
         for thread in lock(&self.threads).drain(..) {
             let _ = thread.join();
@@ -497,11 +512,13 @@ impl Coordinator {
     /// Encodes `message` once and writes the same bytes to every connected member: a
     /// large verdict for a thousand nodes is serialized once, not a thousand times.
     fn send_to_all(&self, message: &Message, seq: u64) -> Broadcast {
-        let ranks: Vec<u32> = self
-            .members()
-            .into_iter()
-            .filter(|m| m.state.is_connected())
-            .map(|m| m.info.rank)
+        let ranks: Vec<u32> = lock(&self.shared.state)
+            .slots
+            .iter()
+            .filter_map(|(&rank, slot)| match slot {
+                Slot::Member(member) if member.state.is_connected() => Some(rank),
+                _ => None,
+            })
             .collect();
         let mut outcome = Broadcast {
             seq,

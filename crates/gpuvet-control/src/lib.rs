@@ -17,6 +17,9 @@
 //!
 //! Std threads and sockets only: the control plane handles a few messages per second
 //! per node, and blocking I/O with deadlines keeps every wait bounded and readable.
+//! The one exception is the coordinator's reading of admitted members: one thread
+//! woken by epoll (or the in-memory network) reads them all, so a group of thousands
+//! does not keep a thread per member waiting.
 
 mod agent;
 pub mod auth;
@@ -26,6 +29,8 @@ mod coordinator;
 mod error;
 pub mod events;
 pub mod first_error;
+mod links;
+mod members;
 pub mod protocol;
 pub mod rendezvous;
 pub mod transport;
@@ -40,5 +45,6 @@ pub use events::{
     Membership, Refusal, RefusedPeer,
 };
 pub use first_error::{Diagnosis, Incident, IncidentKind, diagnose};
+pub use links::AgentLinks;
 pub use protocol::{PROTOCOL_VERSION, RosterEntry};
 pub use rendezvous::{DEFAULT_PORT, Endpoint, Rendezvous, RendezvousFlags};

@@ -314,6 +314,84 @@ pub(crate) fn read_frame(
     Ok(payload)
 }
 
+/// Frames read as they arrive, without waiting: for a thread that serves many
+/// connections, each of which may hold half a frame at a time.
+#[derive(Debug)]
+pub(crate) struct FrameReader {
+    buf: Vec<u8>,
+    /// Where the next frame starts in `buf`.
+    start: usize,
+    max: usize,
+}
+
+/// Bytes taken from a connection per read: a few heartbeats' worth.
+const READ_CHUNK: usize = 4 << 10;
+
+impl FrameReader {
+    pub(crate) fn new(max: usize) -> FrameReader {
+        FrameReader {
+            buf: Vec::new(),
+            start: 0,
+            max,
+        }
+    }
+
+    /// Reads everything `stream` has now and appends each whole frame's payload to
+    /// `frames`. `Err` once the connection has ended or broken the framing; the
+    /// frames before that are in `frames` all the same.
+    pub(crate) fn read_ready(
+        &mut self,
+        stream: &mut dyn Connection,
+        frames: &mut Vec<Vec<u8>>,
+    ) -> Result<(), FrameError> {
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            let read = stream.read_ready(&mut chunk);
+            if let Ok(n) = read {
+                self.buf.extend_from_slice(&chunk[..n]);
+            }
+            let whole = self.take_frames(frames);
+            match read {
+                Ok(0) => {
+                    whole?;
+                    return Err(FrameError::Closed {
+                        mid_frame: self.start < self.buf.len(),
+                    });
+                }
+                Ok(_) => whole?,
+                Err(err) if err.kind() == io::ErrorKind::Interrupted => whole?,
+                Err(err) if err.kind() == io::ErrorKind::WouldBlock => return whole,
+                Err(err) if err.kind() == io::ErrorKind::ConnectionReset => {
+                    whole?;
+                    return Err(FrameError::Closed {
+                        mid_frame: self.start < self.buf.len(),
+                    });
+                }
+                Err(err) => return Err(FrameError::Io(err)),
+            }
+        }
+    }
+
+    /// Moves every whole frame in the buffer to `frames`.
+    fn take_frames(&mut self, frames: &mut Vec<Vec<u8>>) -> Result<(), FrameError> {
+        loop {
+            let rest = &self.buf[self.start..];
+            let Some(header) = rest.first_chunk::<4>() else {
+                break;
+            };
+            let len = frame_len(*header, self.max)?;
+            let Some(payload) = rest.get(4..4 + len) else {
+                break;
+            };
+            frames.push(payload.to_vec());
+            self.start += 4 + len;
+        }
+        self.buf.drain(..self.start);
+        self.start = 0;
+        Ok(())
+    }
+}
+
 /// The payload length a frame's header announces, refused above `max` before anything
 /// is allocated for it.
 fn frame_len(header: [u8; 4], max: usize) -> Result<usize, FrameError> {

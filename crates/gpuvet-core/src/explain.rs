@@ -659,7 +659,7 @@ impl<'a> Facts<'a> {
             .checks
             .iter()
             .find(|c| c.name == CheckName::InventoryConsistency);
-        let nodes = report.group.as_ref().map_or(1, |g| g.nodes.len().max(1));
+        let nodes = report.group.as_ref().map_or(1, |g| g.node_count().max(1));
         if nodes == 1 {
             return match inventory.map(|c| c.status) {
                 Some(CheckStatus::Passed) => (

@@ -435,8 +435,15 @@ impl std::str::FromStr for Outcome {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupSummary {
-    /// Node names by rank; a rank that never joined is named `rank N`.
+    /// Node names by rank; a rank that never joined is named `rank N`. On a member's
+    /// copy of a large group's verdict, only the nodes its findings and incidents name
+    /// (see `size`).
     pub nodes: Vec<String>,
+    /// The group's size, set only where `nodes` does not list every node: a member's
+    /// copy of a large group's verdict, which would otherwise make every member of the
+    /// group read every node's name (the coordinator's report lists them all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<usize>,
     /// The earliest real failure of a node, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub first_error: Option<GroupIncident>,
@@ -449,6 +456,13 @@ pub struct GroupSummary {
     /// What the coordinator recorded for the group's timeline; only on its own report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeline: Option<crate::timeline::RecordedTimeline>,
+}
+
+impl GroupSummary {
+    /// How many nodes the group has, whether or not `nodes` lists them all.
+    pub fn node_count(&self) -> usize {
+        self.size.unwrap_or(self.nodes.len())
+    }
 }
 
 /// One node's failure on the group's timeline.

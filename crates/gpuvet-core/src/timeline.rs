@@ -92,7 +92,7 @@ impl JobRecord {
     /// recorded timeline), else any group report, else the first.
     pub fn group_report(&self) -> Option<&RunReport> {
         let recorded = |r: &&RunReport| r.group.as_ref().is_some_and(|g| g.timeline.is_some());
-        let grouped = |r: &&RunReport| r.group.as_ref().is_some_and(|g| !g.nodes.is_empty());
+        let grouped = |r: &&RunReport| r.group.as_ref().is_some_and(|g| g.node_count() > 0);
         self.reports
             .iter()
             .find(recorded)

@@ -122,10 +122,15 @@ fn devices(report: &RunReport) -> String {
 pub(crate) fn group_section(group: &GroupSummary) -> String {
     let mut out = format!(
         "<section id=\"group\">\n<h2>Group of {} nodes</h2>\n",
-        group.nodes.len()
+        group.node_count()
     );
     let names: Vec<String> = group.nodes.iter().map(|n| escape(n)).collect();
-    if names.len() <= SHOWN_NODES {
+    if group.size.is_some() {
+        out.push_str(&format!(
+            "<p class=\"nodes\">named by the findings: {}; the coordinator's report lists every node</p>\n",
+            names.join(", ")
+        ));
+    } else if names.len() <= SHOWN_NODES {
         out.push_str(&format!("<p class=\"nodes\">{}</p>\n", names.join(", ")));
     } else {
         // A thousand names are there to search, not to read: folded, in one paragraph.
@@ -152,7 +157,7 @@ pub(crate) fn group_section(group: &GroupSummary) -> String {
         .iter()
         .map(|i| (rank_name(i), format!("{} {}", i.kind, i.detail)))
         .collect();
-    let mut notes: Vec<String> = group_repeats(&secondary, group.nodes.len())
+    let mut notes: Vec<String> = group_repeats(&secondary, group.node_count())
         .into_iter()
         .map(|line| format!("secondary: {}", escape(&line)))
         .collect();

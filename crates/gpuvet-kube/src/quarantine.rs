@@ -436,6 +436,7 @@ mod tests {
 
     fn group(nodes: &[&str]) -> GroupSummary {
         GroupSummary {
+            size: None,
             nodes: nodes.iter().map(|n| (*n).to_owned()).collect(),
             ..GroupSummary::default()
         }

@@ -566,15 +566,13 @@ fn across(
         cancel: cancel.clone(),
     };
     let (sender, result) = mpsc::channel();
-    std::thread::Builder::new()
-        .name(format!("{check}-across"))
-        .spawn(move || {
-            let sample = work
-                .backend
-                .collective_across(&work.across, &work.work, &work.cancel);
-            let _ = sender.send(sample);
-        })
-        .map_err(|err| BackendError::Failed(format!("cannot start the collective: {err}")))?;
+    gpuvet_runner::spawn_detached(format!("{check}-across"), move || {
+        let sample = work
+            .backend
+            .collective_across(&work.across, &work.work, &work.cancel);
+        let _ = sender.send(sample);
+    })
+    .map_err(|err| BackendError::Failed(format!("cannot start the collective: {err}")))?;
     loop {
         match result.recv_timeout(Duration::from_millis(100)) {
             Ok(sample) => return sample.map(|sample| (sample, Vec::new())),

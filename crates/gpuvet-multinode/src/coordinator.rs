@@ -1,7 +1,7 @@
 //! The coordinator's side of a group run: wait for the group, run each check across
 //! it, judge, name the first error, and hand every node the verdict.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use gpuvet_control::{
@@ -15,7 +15,7 @@ use gpuvet_core::inventory::{ExpectedInventory, NodeInventory};
 use gpuvet_core::inventory_check::judge_inventories;
 use gpuvet_core::pairing::PairingMode;
 use gpuvet_core::results::{
-    CheckResult, CheckStatus, GroupIncident, GroupSummary, Outcome, RunReport, Verdict,
+    CheckResult, CheckStatus, Entity, GroupIncident, GroupSummary, Outcome, RunReport, Verdict,
 };
 use gpuvet_core::time::unix_now_ms;
 use gpuvet_core::timeline::{CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
@@ -273,7 +273,42 @@ pub(crate) fn for_members(report: &RunReport) -> RunReport {
             );
         }
     }
+    elide_unnamed_nodes(&mut verdict);
     verdict
+}
+
+/// Keeps in the group's node list only the nodes the findings and incidents name
+/// (with the group's size beside them): otherwise each of N members reads N names, and
+/// a group of 4,096 in one process spent half its CPU on them.
+fn elide_unnamed_nodes(verdict: &mut RunReport) {
+    let mut named: BTreeSet<&str> = BTreeSet::new();
+    for (_, finding) in verdict.findings() {
+        match &finding.entity {
+            Entity::NodePair { a, b } => named.extend([a.as_str(), b.as_str()]),
+            entity => {
+                named.insert(entity.node());
+            }
+        }
+    }
+    let Some(group) = verdict.group.as_ref() else {
+        return;
+    };
+    let incidents = group
+        .first_error
+        .iter()
+        .chain(&group.secondary)
+        .chain(&group.other_failures);
+    named.extend(incidents.map(|incident| incident.node.as_str()));
+    let kept: Vec<String> = group
+        .nodes
+        .iter()
+        .filter(|node| named.contains(node.as_str()))
+        .cloned()
+        .collect();
+    if let Some(group) = verdict.group.as_mut() {
+        group.size = Some(group.nodes.len());
+        group.nodes = kept;
+    }
 }
 
 /// What a check handler works with.
@@ -467,6 +502,7 @@ fn summarize(conversation: &Conversation<'_>, expected: usize) -> GroupSummary {
     };
     match diagnose(&conversation.incidents) {
         Diagnosis::Healthy => GroupSummary {
+            size: None,
             nodes,
             first_error: None,
             secondary: Vec::new(),
@@ -478,6 +514,7 @@ fn summarize(conversation: &Conversation<'_>, expected: usize) -> GroupSummary {
             secondary,
             other_failures,
         } => GroupSummary {
+            size: None,
             nodes,
             first_error: Some(to_group(&first)),
             secondary: secondary.iter().map(to_group).collect(),
@@ -485,6 +522,7 @@ fn summarize(conversation: &Conversation<'_>, expected: usize) -> GroupSummary {
             timeline: None,
         },
         Diagnosis::Unexplained { incidents } => GroupSummary {
+            size: None,
             nodes,
             first_error: None,
             secondary: incidents.iter().map(to_group).collect(),

@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 
 use gpuvet_control::transport::MemoryNetwork;
 use gpuvet_control::{
-    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, Token,
+    Agent, AgentIdentity, AgentLinks, AgentOptions, Coordinator, CoordinatorOptions, Endpoint,
+    Token,
 };
 use gpuvet_core::config::{NodeFault, NodeFaultKind};
 use gpuvet_core::results::RunReport;
@@ -166,6 +167,13 @@ pub fn run_simulated(
     let deadline =
         Instant::now() + group.plan.rendezvous_timeout + group.plan.timeout + AGENT_EXIT_WAIT * 6;
 
+    // One thread keeps every agent's link, as one reads every member on the
+    // coordinator's side.
+    let links =
+        AgentLinks::start(&network.host(coordinator_ip)).map_err(|source| GroupError::Io {
+            what: "cannot start the agents' link thread".to_owned(),
+            source,
+        })?;
     let (finished_tx, finished) = mpsc::channel::<bool>();
     let turns = Arc::new(Turns::new(LOCAL_CHECKS_AT_ONCE));
     for (rank, setup) in group.nodes.iter().enumerate() {
@@ -178,6 +186,7 @@ pub fn run_simulated(
             },
             plane: DataPlane::simulated(Arc::clone(&group.fabric), node_ip(rank), group.rails),
             network: network.clone(),
+            links: links.clone(),
             endpoint: endpoint.clone(),
             token: token.clone(),
             deadline,
@@ -258,6 +267,7 @@ struct Member {
     setup: NodeSetup,
     plane: DataPlane,
     network: MemoryNetwork,
+    links: AgentLinks,
     endpoint: Endpoint,
     token: Token,
     deadline: Instant,
@@ -284,6 +294,7 @@ impl Member {
         };
         let options = AgentOptions {
             transport: Arc::new(self.network.host(ip)),
+            links: Some(self.links),
             ..AgentOptions::default()
         };
         let Ok(agent) = Agent::connect(

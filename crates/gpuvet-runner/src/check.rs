@@ -251,13 +251,11 @@ fn start(
         let work = plan.work;
         let cancel = cancel.clone();
         let tx = tx.clone();
-        std::thread::Builder::new()
-            .name(format!("{name}-{slot}"))
-            .spawn(move || {
-                let result = crate::work::run_unit(&*backend, name, &devices, &work, &cancel);
-                let _ = tx.send(Event::Unit { slot, result });
-            })
-            .map_err(|err| format!("cannot start a thread for the check's work: {err}"))?;
+        crate::threads::spawn_detached(format!("{name}-{slot}"), move || {
+            let result = crate::work::run_unit(&*backend, name, &devices, &work, &cancel);
+            let _ = tx.send(Event::Unit { slot, result });
+        })
+        .map_err(|err| format!("cannot start a thread for the check's work: {err}"))?;
     }
     Ok(rx)
 }

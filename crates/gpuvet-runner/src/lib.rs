@@ -18,12 +18,14 @@ mod overlap;
 mod plan;
 mod protocol;
 mod serve;
+mod threads;
 mod work;
 mod worker;
 
 pub use check::{HANG_FACTOR, HANG_GRACE};
 pub use plan::{RunPlan, runs_among_local_devices, scope_skip_reason};
 pub use serve::{protocol_output, serve_worker};
+pub use threads::spawn_detached;
 pub use work::unit_work;
 pub use worker::WorkerLauncher;
 
@@ -176,20 +178,18 @@ fn run_one(
         };
         // Detached on purpose: in process, a backend that hangs for good leaves this
         // thread abandoned, to die with the process; the run goes on without it.
-        std::thread::Builder::new()
-            .name(format!("check-{name}"))
-            .spawn(move || {
-                check::run_check(
-                    backend,
-                    &executor,
-                    &plan,
-                    name,
-                    deadline,
-                    &cancel,
-                    &progress_tx,
-                );
-            })
-            .expect("spawning a check thread");
+        spawn_detached(format!("check-{name}"), move || {
+            check::run_check(
+                backend,
+                &executor,
+                &plan,
+                name,
+                deadline,
+                &cancel,
+                &progress_tx,
+            );
+        })
+        .expect("spawning a check thread");
     }
     loop {
         let remaining = deadline.saturating_duration_since(Instant::now());

@@ -86,16 +86,14 @@ pub fn serve_worker(
             let cancel = cancel.clone();
             let tx = tx.clone();
             let check = request.check;
-            std::thread::Builder::new()
-                .name(format!("{check}-{slot}"))
-                .spawn(move || {
-                    let result = crate::work::run_unit(&*backend, check, &devices, &work, &cancel);
-                    let _ = tx.send((slot, result));
-                })
-                .map_err(|source| RunnerError::Io {
-                    what: "cannot start a unit's thread".to_owned(),
-                    source,
-                })?;
+            crate::threads::spawn_detached(format!("{check}-{slot}"), move || {
+                let result = crate::work::run_unit(&*backend, check, &devices, &work, &cancel);
+                let _ = tx.send((slot, result));
+            })
+            .map_err(|source| RunnerError::Io {
+                what: "cannot start a unit's thread".to_owned(),
+                source,
+            })?;
         }
         drop(tx);
         // Every unit answers, or hangs and the runner kills this process.

@@ -666,6 +666,7 @@ fn group_report() -> RunReport {
     let n0 = attempt("job-t", "n0", 1);
     RunReport {
         group: Some(GroupSummary {
+            size: None,
             nodes: vec!["n0".into(), "n1".into(), "n2".into()],
             first_error: Some(incident(2, "unresponsive", Lane::Host, T0 + 1_500)),
             secondary: vec![incident(1, "timed_out", Lane::Network, T0 + 1_900)],

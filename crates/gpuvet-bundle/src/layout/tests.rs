@@ -83,6 +83,7 @@ fn group_record(nodes: usize, samples: usize) -> JobRecord {
         outcome: Outcome::of(&checks),
         checks,
         group: Some(GroupSummary {
+            size: None,
             nodes: names.clone(),
             timeline: Some(RecordedTimeline {
                 coordinator: "node-0".into(),

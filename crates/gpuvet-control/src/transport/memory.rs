@@ -8,7 +8,11 @@
 //! faults a drill plays on the control plane; everything else behaves like TCP:
 //! clones share a connection and its timeouts, a read times out with `WouldBlock`, a
 //! closed peer reads as end of file and a write to it fails with `BrokenPipe`.
+//!
+//! Its [`Poller`] is told by the pipes themselves: a write or a close to a watched
+//! pipe queues the watcher's token.
 
+use std::any::Any;
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Shutdown, SocketAddr};
@@ -16,7 +20,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::{Duration, Instant};
 
-use super::{Connection, Listener, Stream, Transport};
+use super::{Connection, Listener, Poller, Stream, Transport};
 
 /// The first port handed out for port 0, as an ephemeral range starts.
 const FIRST_EPHEMERAL_PORT: u32 = 32_768;
@@ -64,6 +68,12 @@ impl MemoryNetwork {
         if *mode == HostMode::Frozen {
             *mode = HostMode::Running;
             state.changed.notify_all();
+            drop(mode);
+            // What piled up while frozen is now readable by the host's pollers.
+            let ends: Vec<Arc<End>> = lock(&state.ends).iter().filter_map(Weak::upgrade).collect();
+            for end in ends {
+                end.incoming.tell_watcher(&lock(&end.incoming.state));
+            }
         }
     }
 
@@ -120,6 +130,16 @@ impl HostState {
             *mode = new;
         }
         self.changed.notify_all();
+    }
+
+    /// Whether the host may read now: `WouldBlock` while it is frozen, an error once
+    /// it is cut.
+    fn running_now(&self) -> io::Result<()> {
+        match *lock(&self.mode) {
+            HostMode::Running => Ok(()),
+            HostMode::Frozen => Err(io::ErrorKind::WouldBlock.into()),
+            HostMode::Cut => Err(io::ErrorKind::ConnectionReset.into()),
+        }
     }
 
     /// Waits while the host is frozen; fails once it is cut.
@@ -189,6 +209,10 @@ impl Transport for MemoryHost {
             addr,
             backlog,
         }))
+    }
+
+    fn poller(&self) -> io::Result<Arc<dyn Poller>> {
+        Ok(Arc::new(MemoryPoller::default()))
     }
 
     fn connect(&self, addr: SocketAddr, _timeout: Duration) -> io::Result<Stream> {
@@ -299,17 +323,106 @@ struct PipeState {
     bytes: VecDeque<u8>,
     writer_closed: bool,
     reader_closed: bool,
+    /// The poller told when there is something to read, and its token for this pipe.
+    watcher: Option<(Arc<Readiness>, u64)>,
 }
 
 impl Pipe {
     fn close_reader(&self) {
-        lock(&self.state).reader_closed = true;
+        let mut state = lock(&self.state);
+        state.reader_closed = true;
+        self.tell_watcher(&state);
+        drop(state);
         self.changed.notify_all();
     }
 
     fn close_writer(&self) {
-        lock(&self.state).writer_closed = true;
+        let mut state = lock(&self.state);
+        state.writer_closed = true;
+        self.tell_watcher(&state);
+        drop(state);
         self.changed.notify_all();
+    }
+
+    /// Queues the watcher's token when there is something to read (bytes or the end).
+    fn tell_watcher(&self, state: &PipeState) {
+        if let Some((readiness, token)) = &state.watcher {
+            if !state.bytes.is_empty() || state.writer_closed || state.reader_closed {
+                readiness.push(*token);
+            }
+        }
+    }
+}
+
+/// The tokens a [`MemoryPoller`] has to report.
+#[derive(Debug, Default)]
+struct Readiness {
+    state: Mutex<ReadyState>,
+    changed: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct ReadyState {
+    tokens: Vec<u64>,
+    woken: bool,
+}
+
+impl Readiness {
+    fn push(&self, token: u64) {
+        lock(&self.state).tokens.push(token);
+        self.changed.notify_one();
+    }
+}
+
+/// The in-memory network's [`Poller`].
+#[derive(Debug, Default)]
+struct MemoryPoller {
+    readiness: Arc<Readiness>,
+}
+
+impl MemoryPoller {
+    fn of(poller: &dyn Poller) -> io::Result<&MemoryPoller> {
+        poller
+            .as_any()
+            .downcast_ref::<MemoryPoller>()
+            .ok_or_else(|| {
+                io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    "an in-memory connection can only be watched by the in-memory poller",
+                )
+            })
+    }
+}
+
+impl Poller for MemoryPoller {
+    fn wait(&self, ready: &mut Vec<u64>, timeout: Duration) -> io::Result<()> {
+        let deadline = Instant::now() + timeout;
+        let mut state = lock(&self.readiness.state);
+        while state.tokens.is_empty() && !state.woken {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                break;
+            }
+            state = self
+                .readiness
+                .changed
+                .wait_timeout(state, remaining)
+                .unwrap_or_else(PoisonError::into_inner)
+                .0;
+        }
+        ready.append(&mut state.tokens);
+        state.woken = false;
+        Ok(())
+    }
+
+    fn wake(&self) -> io::Result<()> {
+        lock(&self.readiness.state).woken = true;
+        self.readiness.changed.notify_one();
+        Ok(())
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
     }
 }
 
@@ -369,11 +482,7 @@ impl Read for MemoryStream {
         let mut state = lock(&pipe.state);
         loop {
             if !state.bytes.is_empty() {
-                let n = buf.len().min(state.bytes.len());
-                for (slot, byte) in buf.iter_mut().zip(state.bytes.drain(..n)) {
-                    *slot = byte;
-                }
-                return Ok(n);
+                return state.bytes.read(buf);
             }
             if state.writer_closed || state.reader_closed || buf.is_empty() {
                 return Ok(0);
@@ -398,17 +507,26 @@ impl Read for MemoryStream {
     }
 }
 
-impl Write for MemoryStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+impl MemoryStream {
+    /// Sends `buf` whole; the caller has checked that the host runs.
+    fn send(&self, buf: &[u8]) -> io::Result<usize> {
         let end = &self.0;
-        end.host.wait_running()?;
         let mut state = lock(&end.outgoing.state);
         if state.reader_closed || state.writer_closed {
             return Err(io::ErrorKind::BrokenPipe.into());
         }
         state.bytes.extend(buf);
+        end.outgoing.tell_watcher(&state);
+        drop(state);
         end.outgoing.changed.notify_all();
         Ok(buf.len())
+    }
+}
+
+impl Write for MemoryStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.host.wait_running()?;
+        self.send(buf)
     }
 
     fn flush(&mut self) -> io::Result<()> {
@@ -456,6 +574,41 @@ impl Connection for MemoryStream {
 
     fn peer_addr(&self) -> io::Result<SocketAddr> {
         Ok(self.0.peer)
+    }
+
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let end = &self.0;
+        end.host.running_now()?;
+        let mut state = lock(&end.incoming.state);
+        if state.bytes.is_empty() {
+            return if state.writer_closed || state.reader_closed || buf.is_empty() {
+                Ok(0)
+            } else {
+                Err(io::ErrorKind::WouldBlock.into())
+            };
+        }
+        state.bytes.read(buf)
+    }
+
+    fn watch(&self, poller: &dyn Poller, token: u64) -> io::Result<()> {
+        let readiness = Arc::clone(&MemoryPoller::of(poller)?.readiness);
+        let pipe = &self.0.incoming;
+        let mut state = lock(&pipe.state);
+        state.watcher = Some((readiness, token));
+        // Whatever came before the watch is reported too.
+        pipe.tell_watcher(&state);
+        Ok(())
+    }
+
+    fn unwatch(&self, poller: &dyn Poller) -> io::Result<()> {
+        MemoryPoller::of(poller)?;
+        lock(&self.0.incoming.state).watcher = None;
+        Ok(())
+    }
+
+    fn write_unless_stopped(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.host.running_now()?;
+        self.send(buf).map(drop)
     }
 }
 

@@ -5,9 +5,14 @@
 //! The coordinator and the agent see only these traits, so the handshake, heartbeats,
 //! clock pings and liveness judged over memory are the same code judged over TCP: the
 //! transport is the only thing swapped.
+//!
+//! A [`Poller`] lets one thread wait on many connections at once (epoll over TCP), so
+//! a coordinator reads every member's frames on one thread instead of one each.
 
+mod epoll;
 mod memory;
 
+use std::any::Any;
 use std::fmt::Debug;
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -28,6 +33,29 @@ pub trait Connection: Read + Write + Send + Sync + Debug {
     fn set_nodelay(&self, nodelay: bool) -> io::Result<()>;
     fn local_addr(&self) -> io::Result<SocketAddr>;
     fn peer_addr(&self) -> io::Result<SocketAddr>;
+    /// Reads what has arrived without waiting for more: `WouldBlock` when nothing has,
+    /// 0 at the end. Blocking reads and writes on clones are not affected.
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Makes `poller` report `token` whenever this connection has bytes or its end to
+    /// read, until [`unwatch`](Connection::unwatch). `poller` must be this transport's.
+    fn watch(&self, poller: &dyn Poller, token: u64) -> io::Result<()>;
+    fn unwatch(&self, poller: &dyn Poller) -> io::Result<()>;
+    /// Writes all of `buf` as `write_all` does, except where this end's host is
+    /// stopped (only an in-memory host can be frozen): then it fails at once with
+    /// `WouldBlock` instead of waiting, since a thread that serves many hosts must not
+    /// stop with one of them.
+    fn write_unless_stopped(&mut self, buf: &[u8]) -> io::Result<()>;
+}
+
+/// Waits on many connections at once, for one thread that serves them all.
+pub trait Poller: Send + Sync + Debug {
+    /// Waits until a watched connection may have something to read, a [`wake`]
+    /// (Poller::wake) or `timeout`; appends the tokens of the connections to look at
+    /// (a token may come twice, or with nothing to read after all).
+    fn wait(&self, ready: &mut Vec<u64>, timeout: Duration) -> io::Result<()>;
+    /// Ends a `wait` now, from any thread.
+    fn wake(&self) -> io::Result<()>;
+    fn as_any(&self) -> &dyn Any;
 }
 
 /// A connection, whichever transport carries it.
@@ -44,6 +72,8 @@ pub trait Transport: Send + Sync + Debug {
     /// Listens on `addr`; port 0 picks a free one.
     fn bind(&self, addr: SocketAddr) -> io::Result<Box<dyn Listener>>;
     fn connect(&self, addr: SocketAddr, timeout: Duration) -> io::Result<Stream>;
+    /// A poller for this transport's connections.
+    fn poller(&self) -> io::Result<Arc<dyn Poller>>;
 }
 
 /// The transport of a real group: TCP sockets.
@@ -62,6 +92,10 @@ impl Transport for Tcp {
 
     fn connect(&self, addr: SocketAddr, timeout: Duration) -> io::Result<Stream> {
         Ok(Box::new(TcpStream::connect_timeout(&addr, timeout)?))
+    }
+
+    fn poller(&self) -> io::Result<Arc<dyn Poller>> {
+        Ok(Arc::new(epoll::Epoll::new()?))
     }
 }
 
@@ -103,5 +137,21 @@ impl Connection for TcpStream {
 
     fn peer_addr(&self) -> io::Result<SocketAddr> {
         TcpStream::peer_addr(self)
+    }
+
+    fn read_ready(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        epoll::read_without_waiting(self, buf)
+    }
+
+    fn watch(&self, poller: &dyn Poller, token: u64) -> io::Result<()> {
+        epoll::Epoll::of(poller)?.watch(self, token)
+    }
+
+    fn unwatch(&self, poller: &dyn Poller) -> io::Result<()> {
+        epoll::Epoll::of(poller)?.unwatch(self)
+    }
+
+    fn write_unless_stopped(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.write_all(buf)
     }
 }

@@ -179,6 +179,7 @@ fn each_members_spans_move_onto_the_coordinators_clock() {
 #[test]
 fn the_groups_first_error_leads_and_what_followed_is_a_consequence() {
     let group = GroupSummary {
+        size: None,
         first_error: Some(incident(2, "unresponsive", Lane::Host, T0 + 1_300)),
         secondary: vec![incident(1, "timed_out", Lane::Network, T0 + 1_900)],
         ..GroupSummary::default()
@@ -405,6 +406,7 @@ fn nothing_kept_makes_an_empty_timeline() {
 #[test]
 fn the_text_marks_the_first_error_and_shows_only_its_nodes_spans() {
     let group = GroupSummary {
+        size: None,
         first_error: Some(incident(2, "crashed", Lane::Host, T0 + 1_300)),
         ..GroupSummary::default()
     };

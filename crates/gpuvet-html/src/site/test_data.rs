@@ -183,6 +183,7 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
         ),
     ];
     let group = GroupSummary {
+        size: None,
         nodes: names.to_vec(),
         first_error: Some(incident(failing, "unresponsive", Lane::Host, T0 + 1_500)),
         secondary: vec![incident(next, "timed_out", Lane::Network, T0 + 1_900)],

@@ -184,6 +184,7 @@ pub fn group_report(nodes: usize) -> RunReport {
     let checks = vec![gemm(nodes, 8, Some((nodes - 1, 0))), node_scope, pairs];
     let mut report = report(&node_name(0), 8, checks);
     report.group = Some(GroupSummary {
+        size: None,
         nodes: (0..nodes).map(node_name).collect(),
         first_error: Some(GroupIncident {
             rank: (nodes - 1) as u32,

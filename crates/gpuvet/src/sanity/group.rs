@@ -618,6 +618,7 @@ fn no_verdict(setup: &Setup<'_>, why: &str) -> RunReport {
         outcome: Outcome::Failed,
         checks,
         group: Some(GroupSummary {
+            size: None,
             nodes: Vec::new(),
             first_error: None,
             secondary: Vec::new(),
