@@ -42,7 +42,8 @@ pub enum Scope {
     NodePairs,
     /// Every GPU of the group; needs at least two devices in all.
     WholeGroup,
-    /// Every pair of nodes; needs at least two nodes.
+    /// Pairs across the whole group: every pair in a small group, about 2·log2 N per node
+    /// in a large one; needs at least two nodes.
     AllNodePairs,
     /// Every node's inventory, compared with the others' and with the config; runs in
     /// any group (a single node is compared with the config).
@@ -225,7 +226,8 @@ pub const CATALOG: [CheckSpec; 14] = [
     spec(
         CheckName::NetworkConnectivity,
         Scope::AllNodePairs,
-        "TCP reachability and round-trip time between every pair of nodes",
+        "TCP reachability and round-trip time between nodes: every pair up to 64 nodes, \
+         about 2·log2 N partners per node above",
         SUCCESS_RATE,
         120,
         Lane::Network,

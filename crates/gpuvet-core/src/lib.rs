@@ -20,6 +20,7 @@ pub mod ids;
 pub mod inventory;
 pub mod inventory_check;
 pub mod localize;
+pub mod node_list;
 pub mod overview;
 pub mod pairing;
 pub mod redact;

@@ -7,6 +7,7 @@ use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::analysis::fmt_value;
+use crate::node_list::compact_node_names;
 use crate::repeats::group_repeats;
 use crate::results::{CheckResult, CheckStatus, GroupIncident, RunReport, Verdict};
 
@@ -61,7 +62,7 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
         out.push_str(&format!(
             "group of {}: {}\n",
             group.nodes.len(),
-            group.nodes.join(", ")
+            compact_node_names(&group.nodes)
         ));
         if let Some(first) = &group.first_error {
             out.push_str(&format!(

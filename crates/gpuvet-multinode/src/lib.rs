@@ -16,7 +16,8 @@
 //! Node-scope checks run on each node and are judged against the whole group; the
 //! `_2` checks are planned in pairs and localized (`gpuvet_core::pairing`,
 //! `gpuvet_core::localize`); whole-group collectives run as one ring whose bottleneck
-//! is named; `network_connectivity` probes every pair; `pytorch_gloo_2` runs
+//! is named; `network_connectivity` probes every pair up to 64 nodes, about 2·log2 N
+//! partners per node above; `pytorch_gloo_2` runs
 //! PyTorch's Gloo when every node's Python imports torch, else the built-in TCP
 //! all-reduce, and says which ran.
 

@@ -3,7 +3,9 @@ use std::collections::BTreeMap;
 use super::*;
 use crate::analysis::{JudgePolicy, judge};
 use crate::catalog::CheckName;
-use crate::results::{CheckResult, DeviceInfo, Entity, Measurement, MetricInfo, Outcome};
+use crate::results::{
+    CheckResult, DeviceInfo, Entity, GroupSummary, Measurement, MetricInfo, Outcome,
+};
 
 fn sample_report() -> RunReport {
     let gemm = CheckName::GemmFlops;
@@ -149,4 +151,15 @@ fn json_names_backend_node_devices_and_statuses() {
     assert_eq!(json["checks"][2]["status"], "not_implemented");
     let back: RunReport = serde_json::from_value(json).unwrap();
     assert_eq!(back, sample_report());
+}
+
+#[test]
+fn the_group_line_folds_runs_of_node_names() {
+    let mut report = sample_report();
+    report.group = Some(GroupSummary {
+        nodes: (0..4096).map(|n| format!("node-{n}")).collect(),
+        ..GroupSummary::default()
+    });
+    let text = table(&report, Some(110), Detail::Brief);
+    assert!(text.contains("\ngroup of 4096: node-[0-4095]\n"), "{text}");
 }

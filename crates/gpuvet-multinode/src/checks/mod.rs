@@ -4,7 +4,8 @@
 //! - [`node_scope`]: checks every node runs on its own devices, judged against the group;
 //! - [`pairs`]: the `_2` checks, node pairs over the data plane, localized;
 //! - [`whole_group`]: one ring over every node, its bottleneck named;
-//! - [`connectivity`]: `network_connectivity`, every pair probed;
+//! - [`connectivity`]: `network_connectivity`, every pair probed up to 64 nodes,
+//!   about 2·log2 N partners per node above;
 //! - [`native`]: collectives on the backend's own transport (NCCL) instead of the data plane;
 //! - [`host_engine`]: which engine `pytorch_gloo_2` runs.
 

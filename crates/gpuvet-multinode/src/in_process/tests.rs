@@ -219,3 +219,20 @@ fn a_group_past_the_kernels_memory_map_limit_is_refused_before_any_thread_starts
     assert!(text.contains("`vm.max_map_count`"), "{text}");
     assert!(text.contains("100000000 nodes"), "{text}");
 }
+
+#[test]
+fn a_large_group_probes_partners_not_every_pair() {
+    let run = run_simulated(
+        &group(100, &[CheckName::NetworkConnectivity], script()),
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(run.report.outcome, Outcome::Passed);
+    let check = &run.report.checks[0];
+    // 1, 2, 4, …, 32 either way and the one opposite: 13 partners of 99 each.
+    assert_eq!(check.entities.len(), 100 * 13 / 2);
+    assert_eq!(
+        check.params["pairs"],
+        "13 partners per node (about 2·log2 N): 650 of 4950 pairs"
+    );
+}
