@@ -303,6 +303,10 @@ impl Agent {
                 Attempt::GiveUp(err) => return Err(err),
                 Attempt::Retry(reason) => last_error = reason,
             }
+            if options.transport.is_gone() {
+                last_error.push_str("; this host is gone");
+                break;
+            }
             let pause = delay.min(deadline.saturating_duration_since(Instant::now()));
             std::thread::sleep(pause);
             delay = (delay * 2).min(options.max_retry_delay);

@@ -309,10 +309,10 @@ impl Link {
         });
         self.seq += 1;
         match self.send_now(&heartbeat) {
-            Ok(Sent::Sent | Sent::WriterBusy) => {}
+            Ok(Send::Done | Send::WriterBusy) => {}
             // A frozen host does nothing, as a stopped process would; its next tick
             // finds it stalled.
-            Ok(Sent::HostStopped) => return true,
+            Ok(Send::HostStopped) => return true,
             Err(()) => return false,
         }
         self.last_tick = now;
@@ -333,7 +333,7 @@ impl Link {
 
     /// Sends `message` without waiting on the agent's own sends: a send under way
     /// already tells the coordinator this node is alive. `Err` once the link failed.
-    fn send_now(&self, message: &Message) -> Result<Sent, ()> {
+    fn send_now(&self, message: &Message) -> Result<Send, ()> {
         let frame = match encode_frame(message) {
             Ok(frame) => frame,
             Err(err) => {
@@ -344,11 +344,11 @@ impl Link {
         let mut writer = match self.shared.writer.try_lock() {
             Ok(writer) => writer,
             Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-            Err(TryLockError::WouldBlock) => return Ok(Sent::WriterBusy),
+            Err(TryLockError::WouldBlock) => return Ok(Send::WriterBusy),
         };
         match writer.write_unless_stopped(&frame) {
-            Ok(()) => Ok(Sent::Sent),
-            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(Sent::HostStopped),
+            Ok(()) => Ok(Send::Done),
+            Err(err) if err.kind() == io::ErrorKind::WouldBlock => Ok(Send::HostStopped),
             Err(err) => {
                 drop(writer);
                 let err =
@@ -361,8 +361,8 @@ impl Link {
 }
 
 /// What became of a send from the link's thread.
-enum Sent {
-    Sent,
+enum Send {
+    Done,
     /// The agent's own thread was sending; this one was dropped.
     WriterBusy,
     /// The host is frozen; nothing was sent.

@@ -480,6 +480,78 @@ pub(crate) fn decode_message(bytes: &[u8]) -> Result<Message, FrameError> {
 mod tests {
     use super::*;
 
+    /// Two ends of an in-memory connection.
+    fn pipe() -> (crate::transport::Stream, crate::transport::Stream) {
+        use crate::transport::{MemoryNetwork, Transport};
+        let network = MemoryNetwork::new();
+        let server = network.host("10.0.0.1".parse().unwrap());
+        let client = network.host("10.0.0.2".parse().unwrap());
+        let listener = server.bind("10.0.0.1:0".parse().unwrap()).unwrap();
+        let sender = client
+            .connect(
+                listener.local_addr().unwrap(),
+                std::time::Duration::from_secs(5),
+            )
+            .unwrap();
+        (sender, listener.accept().unwrap().0)
+    }
+
+    #[test]
+    fn a_frame_reader_keeps_half_frames_until_the_rest_comes() {
+        let (mut sender, mut receiver) = pipe();
+        let bye = |reason: &str| {
+            encode_frame(&Message::Bye {
+                reason: reason.into(),
+            })
+            .unwrap()
+        };
+        let (one, two) = (bye("one"), bye("two"));
+        let mut reader = FrameReader::new(MAX_FRAME_BYTES);
+        let mut frames = Vec::new();
+        // Nothing yet, then a frame and a half, then the rest: two whole frames.
+        reader.read_ready(&mut *receiver, &mut frames).unwrap();
+        assert!(frames.is_empty());
+        sender.write_all(&one).unwrap();
+        sender.write_all(&two[..6]).unwrap();
+        reader.read_ready(&mut *receiver, &mut frames).unwrap();
+        assert_eq!(frames, [one[4..].to_vec()]);
+        sender.write_all(&two[6..]).unwrap();
+        reader.read_ready(&mut *receiver, &mut frames).unwrap();
+        assert_eq!(frames.len(), 2);
+        assert_eq!(
+            decode_message(&frames[1]).unwrap(),
+            Message::Bye {
+                reason: "two".into()
+            }
+        );
+    }
+
+    #[test]
+    fn a_frame_reader_hands_over_what_came_before_the_end_and_says_how_it_ended() {
+        let (mut sender, mut receiver) = pipe();
+        let frame = encode_frame(&Message::HeartbeatAck { seq: 1 }).unwrap();
+        sender.write_all(&frame).unwrap();
+        sender.write_all(&frame[..3]).unwrap();
+        drop(sender);
+        let mut reader = FrameReader::new(MAX_FRAME_BYTES);
+        let mut frames = Vec::new();
+        let end = reader.read_ready(&mut *receiver, &mut frames).unwrap_err();
+        assert_eq!(frames.len(), 1);
+        assert!(
+            matches!(end, FrameError::Closed { mid_frame: true }),
+            "{end:?}"
+        );
+
+        let (mut sender, mut receiver) = pipe();
+        sender.write_all(b"GET / HTTP/1.1\r\n").unwrap();
+        let mut reader = FrameReader::new(MAX_FRAME_BYTES);
+        let err = reader.read_ready(&mut *receiver, &mut frames).unwrap_err();
+        assert!(
+            matches!(&err, FrameError::TooLarge { hint, .. } if hint.contains("look like text")),
+            "{err:?}"
+        );
+    }
+
     #[test]
     fn frames_are_a_big_endian_length_and_tagged_json() {
         let frame = encode_frame(&Message::Bye {

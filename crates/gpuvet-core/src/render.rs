@@ -59,11 +59,15 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
     out.push_str(&table.to_string());
     out.push('\n');
     if let Some(group) = &report.group {
-        out.push_str(&format!(
-            "group of {}: {}\n",
-            group.nodes.len(),
-            compact_node_names(&group.nodes)
-        ));
+        let names = match (group.size, group.nodes.is_empty()) {
+            (None, _) => compact_node_names(&group.nodes),
+            (Some(_), true) => "the coordinator's report names them".to_owned(),
+            (Some(_), false) => format!(
+                "{} named here; the coordinator's report names them all",
+                compact_node_names(&group.nodes)
+            ),
+        };
+        out.push_str(&format!("group of {}: {names}\n", group.node_count()));
         if let Some(first) = &group.first_error {
             out.push_str(&format!(
                 "first error: {} {} [lane: {}]: {}\n",
@@ -79,7 +83,7 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
             .iter()
             .map(|i| (rank_name(i), format!("{} {}", i.kind, i.detail)))
             .collect();
-        for line in group_repeats(&secondary, group.nodes.len()) {
+        for line in group_repeats(&secondary, group.node_count()) {
             out.push_str(&format!("  secondary: {line}\n"));
         }
         for incident in &group.other_failures {

@@ -674,4 +674,41 @@ mod tests {
         assert!(check.params["entities"].starts_with("findings only (1 of 4096)"));
         assert!(serde_json::to_vec(&verdict).unwrap().len() < MEMBER_VERDICT_BYTES);
     }
+
+    fn incident(rank: u32) -> GroupIncident {
+        GroupIncident {
+            rank,
+            node: format!("node-{rank}"),
+            kind: "crashed".to_owned(),
+            lane: Lane::Host,
+            time_ms: 0,
+            detail: "gone".to_owned(),
+        }
+    }
+
+    #[test]
+    fn members_of_a_large_group_read_only_the_nodes_its_findings_and_incidents_name() {
+        let mut full = report(4096);
+        full.group = Some(GroupSummary {
+            nodes: (0..4096).map(|i| format!("node-{i}")).collect(),
+            first_error: Some(incident(9)),
+            secondary: vec![incident(700)],
+            ..GroupSummary::default()
+        });
+        let group = for_members(&full).group.unwrap();
+        // Rank order; node-3 is the slow finding.
+        assert_eq!(group.nodes, ["node-3", "node-9", "node-700"]);
+        assert_eq!(group.size, Some(4096));
+        assert_eq!(group.node_count(), 4096);
+
+        // A group that fits keeps every name, and no size beside them.
+        let mut small = report(8);
+        small.group = Some(GroupSummary {
+            nodes: (0..8).map(|i| format!("node-{i}")).collect(),
+            ..GroupSummary::default()
+        });
+        let group = for_members(&small).group.unwrap();
+        assert_eq!(group.nodes.len(), 8);
+        assert_eq!(group.size, None);
+    }
 }

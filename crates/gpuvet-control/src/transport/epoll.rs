@@ -163,3 +163,73 @@ pub(super) fn read_without_waiting(stream: &TcpStream, buf: &mut [u8]) -> io::Re
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+    use std::net::{Shutdown, TcpListener};
+
+    use super::super::{Connection, Tcp, Transport};
+    use super::*;
+
+    fn ready(poller: &dyn Poller) -> Vec<u64> {
+        let mut tokens = Vec::new();
+        poller
+            .wait(&mut tokens, Duration::from_millis(200))
+            .unwrap();
+        tokens.sort_unstable();
+        tokens.dedup();
+        tokens
+    }
+
+    #[test]
+    fn epoll_reports_sockets_with_bytes_or_an_end_and_reads_do_not_wait() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (mut server, _) = listener.accept().unwrap();
+        let poller = Tcp.poller().unwrap();
+        server.watch(&*poller, 3).unwrap();
+        assert!(ready(&*poller).is_empty());
+        let mut buf = [0u8; 16];
+        assert_eq!(
+            server.read_ready(&mut buf).unwrap_err().kind(),
+            io::ErrorKind::WouldBlock
+        );
+
+        client.write_all(b"hello").unwrap();
+        assert_eq!(ready(&*poller), [3]);
+        assert_eq!(server.read_ready(&mut buf).unwrap(), 5);
+        assert_eq!(&buf[..5], b"hello");
+        // Reading without waiting left the socket blocking for its other users.
+        let clone = server.try_clone().unwrap();
+        assert!(!is_nonblocking(&clone));
+
+        client.shutdown(Shutdown::Write).unwrap();
+        assert_eq!(ready(&*poller), [3]);
+        assert_eq!(server.read_ready(&mut buf).unwrap(), 0);
+        server.unwatch(&*poller).unwrap();
+        assert!(ready(&*poller).is_empty());
+    }
+
+    #[test]
+    fn a_wake_ends_a_wait_and_the_wake_token_is_refused() {
+        let poller = Tcp.poller().unwrap();
+        poller.wake().unwrap();
+        let mut tokens = Vec::new();
+        let started = std::time::Instant::now();
+        poller.wait(&mut tokens, Duration::from_secs(30)).unwrap();
+        assert!(tokens.is_empty());
+        assert!(started.elapsed() < Duration::from_secs(30));
+
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let stream = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let err = stream.watch(&*poller, u64::MAX).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    fn is_nonblocking(stream: &TcpStream) -> bool {
+        // SAFETY: F_GETFL on an open fd.
+        let flags = unsafe { libc::fcntl(stream.as_raw_fd(), libc::F_GETFL) };
+        flags & libc::O_NONBLOCK != 0
+    }
+}

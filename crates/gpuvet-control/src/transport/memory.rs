@@ -215,6 +215,10 @@ impl Transport for MemoryHost {
         Ok(Arc::new(MemoryPoller::default()))
     }
 
+    fn is_gone(&self) -> bool {
+        *lock(&self.state.mode) == HostMode::Cut
+    }
+
     fn connect(&self, addr: SocketAddr, _timeout: Duration) -> io::Result<Stream> {
         self.state.wait_running()?;
         let backlog = lock(&self.network.inner.listeners)

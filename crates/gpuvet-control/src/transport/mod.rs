@@ -74,6 +74,12 @@ pub trait Transport: Send + Sync + Debug {
     fn connect(&self, addr: SocketAddr, timeout: Duration) -> io::Result<Stream>;
     /// A poller for this transport's connections.
     fn poller(&self) -> io::Result<Arc<dyn Poller>>;
+    /// Whether this host is gone for good, as a process that died: only an in-memory
+    /// host that was cut is. An agent stops trying to join then, where a real one
+    /// would have died with its process.
+    fn is_gone(&self) -> bool {
+        false
+    }
 }
 
 /// The transport of a real group: TCP sockets.

@@ -163,3 +163,29 @@ fn the_group_line_folds_runs_of_node_names() {
     let text = table(&report, Some(110), Detail::Brief);
     assert!(text.contains("\ngroup of 4096: node-[0-4095]\n"), "{text}");
 }
+
+#[test]
+fn a_members_copy_of_a_large_group_says_how_many_nodes_and_that_it_names_only_some() {
+    let mut report = sample_report();
+    report.group = Some(GroupSummary {
+        nodes: vec!["node-17".to_owned()],
+        size: Some(4096),
+        ..GroupSummary::default()
+    });
+    let text = table(&report, Some(110), Detail::Brief);
+    assert!(
+        text.contains(
+            "\ngroup of 4096: node-17 named here; the coordinator's report names them all\n"
+        ),
+        "{text}"
+    );
+    report.group = Some(GroupSummary {
+        size: Some(4096),
+        ..GroupSummary::default()
+    });
+    let text = table(&report, Some(110), Detail::Brief);
+    assert!(
+        text.contains("\ngroup of 4096: the coordinator's report names them\n"),
+        "{text}"
+    );
+}

@@ -176,6 +176,96 @@ fn a_cut_host_loses_every_connection_and_cannot_open_new_ones() {
         agent_host.connect(addr, WAIT).is_err(),
         "a cut host stays cut"
     );
+    assert!(agent_host.is_gone());
+    assert!(!server_host.is_gone());
+}
+
+/// Tokens the poller reports within a short wait, sorted and without repeats.
+fn ready(poller: &dyn Poller) -> Vec<u64> {
+    let mut tokens = Vec::new();
+    poller.wait(&mut tokens, Duration::from_millis(50)).unwrap();
+    tokens.sort_unstable();
+    tokens.dedup();
+    tokens
+}
+
+#[test]
+fn a_poller_reports_the_connections_with_bytes_or_an_end_to_read() {
+    let network = MemoryNetwork::new();
+    let (server_host, a_host, b_host) = (
+        network.host(ip(1)),
+        network.host(ip(2)),
+        network.host(ip(3)),
+    );
+    let listener = server_host.bind(any_port(&server_host)).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let mut a = a_host.connect(addr, WAIT).unwrap();
+    let (mut from_a, _) = listener.accept().unwrap();
+    let b = b_host.connect(addr, WAIT).unwrap();
+    let (from_b, _) = listener.accept().unwrap();
+    let poller = server_host.poller().unwrap();
+
+    // Bytes sent before the watch are reported by it.
+    a.write_all(b"early").unwrap();
+    from_a.watch(&*poller, 7).unwrap();
+    from_b.watch(&*poller, 8).unwrap();
+    assert_eq!(ready(&*poller), [7]);
+    let mut buf = [0u8; 16];
+    assert_eq!(from_a.read_ready(&mut buf).unwrap(), 5);
+    assert_eq!(&buf[..5], b"early");
+    assert_eq!(
+        from_a.read_ready(&mut buf).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    assert!(ready(&*poller).is_empty(), "nothing new to read");
+
+    a.write_all(b"x").unwrap();
+    drop(b);
+    assert_eq!(ready(&*poller), [7, 8]);
+    let mut from_b = from_b;
+    assert_eq!(from_b.read_ready(&mut buf).unwrap(), 0, "b's end");
+
+    // Unwatched, a connection is no longer reported; a wake ends a wait at once.
+    from_a.unwatch(&*poller).unwrap();
+    a.write_all(b"y").unwrap();
+    poller.wake().unwrap();
+    let mut tokens = Vec::new();
+    poller.wait(&mut tokens, Duration::from_secs(30)).unwrap();
+    assert!(tokens.is_empty());
+}
+
+#[test]
+fn a_frozen_host_reads_nothing_without_waiting_and_its_backlog_is_reported_on_thaw() {
+    let network = MemoryNetwork::new();
+    let (server_host, agent_host) = (network.host(ip(1)), network.host(ip(2)));
+    let listener = server_host.bind(any_port(&server_host)).unwrap();
+    let mut agent = agent_host
+        .connect(listener.local_addr().unwrap(), WAIT)
+        .unwrap();
+    let (mut server, _) = listener.accept().unwrap();
+    let poller = agent_host.poller().unwrap();
+    agent.watch(&*poller, 1).unwrap();
+
+    network.freeze(ip(2));
+    server.write_all(b"queued").unwrap();
+    let _ = ready(&*poller);
+    let mut buf = [0u8; 16];
+    assert_eq!(
+        agent.read_ready(&mut buf).unwrap_err().kind(),
+        ErrorKind::WouldBlock
+    );
+    assert_eq!(
+        agent.write_unless_stopped(b"beat").unwrap_err().kind(),
+        ErrorKind::WouldBlock,
+        "a thread serving many hosts is not held by a frozen one"
+    );
+    network.thaw(ip(2));
+    assert_eq!(ready(&*poller), [1]);
+    assert_eq!(agent.read_ready(&mut buf).unwrap(), 6);
+    agent.write_unless_stopped(b"beat").unwrap();
+    let mut got = [0u8; 4];
+    server.read_exact(&mut got).unwrap();
+    assert_eq!(&got, b"beat");
 }
 
 #[test]
