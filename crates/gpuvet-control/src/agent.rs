@@ -24,7 +24,7 @@ use crate::coordinator::lock;
 use crate::error::ClusterError;
 use crate::links::AgentLinks;
 use crate::protocol::{
-    FrameError, Hello, MAX_FRAME_BYTES, MAX_HANDSHAKE_FRAME_BYTES, Message, PROTOCOL_VERSION,
+    Body, FrameError, Hello, MAX_FRAME_BYTES, MAX_HANDSHAKE_FRAME_BYTES, Message, PROTOCOL_VERSION,
     RosterEntry, Welcome, decode_message, read_frame, write_message,
 };
 use crate::rendezvous::Endpoint;
@@ -97,13 +97,13 @@ pub enum Received {
 pub struct Command {
     /// Name it in the report that answers it.
     pub seq: u64,
-    pub body: Value,
+    pub body: Body,
 }
 
 impl Command {
     /// The body as the binary's command type.
     pub fn parse<T: DeserializeOwned>(&self) -> Result<T, ClusterError> {
-        Ok(T::deserialize(&self.body)?)
+        Ok(self.body.parse()?)
     }
 }
 
@@ -449,7 +449,7 @@ impl Agent {
         in_reply_to: Option<u64>,
         body: &T,
     ) -> Result<(), ClusterError> {
-        let body = serde_json::to_value(body)?;
+        let body = Body::to(body)?;
         self.shared.send(&Message::Report { in_reply_to, body })
     }
 

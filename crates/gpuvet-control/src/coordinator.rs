@@ -25,7 +25,7 @@ use crate::events::{
     Membership,
 };
 use crate::members::MemberReader;
-use crate::protocol::{Message, RosterEntry, encode_frame, write_frame, write_message};
+use crate::protocol::{Body, Message, RosterEntry, encode_frame, write_frame, write_message};
 use crate::transport::{self, Listener, Stream, Transport};
 
 /// How the coordinator judges time.
@@ -409,7 +409,7 @@ impl Coordinator {
     /// Sends a command to one member; returns its sequence number, which the agent's
     /// report names in `in_reply_to`.
     pub fn send<T: Serialize + ?Sized>(&self, rank: u32, command: &T) -> Result<u64, ClusterError> {
-        let body = serde_json::to_value(command)?;
+        let body = Body::to(command)?;
         let seq = self.shared.next_command_seq.fetch_add(1, Ordering::Relaxed);
         self.send_message(rank, &Message::Command { seq, body })?;
         Ok(seq)
@@ -417,7 +417,7 @@ impl Coordinator {
 
     /// Sends the same command to every connected member, under one sequence number.
     pub fn broadcast<T: Serialize + ?Sized>(&self, command: &T) -> Result<Broadcast, ClusterError> {
-        let body = serde_json::to_value(command)?;
+        let body = Body::to(command)?;
         let seq = self.shared.next_command_seq.fetch_add(1, Ordering::Relaxed);
         Ok(self.send_to_all(&Message::Command { seq, body }, seq))
     }

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 use crate::clock::ClockOffset;
 use crate::error::human;
-use crate::protocol::RosterEntry;
+use crate::protocol::{Body, RosterEntry};
 
 /// Where a member stands, as the coordinator sees it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -313,7 +313,7 @@ pub enum CoordinatorEvent {
         rank: u32,
         node: String,
         in_reply_to: Option<u64>,
-        body: Value,
+        body: Body,
         time_ms: u64,
     },
 }

@@ -46,5 +46,5 @@ pub use events::{
 };
 pub use first_error::{Diagnosis, Incident, IncidentKind, diagnose};
 pub use links::AgentLinks;
-pub use protocol::{PROTOCOL_VERSION, RosterEntry};
+pub use protocol::{Body, PROTOCOL_VERSION, RosterEntry};
 pub use rendezvous::{DEFAULT_PORT, Endpoint, Rendezvous, RendezvousFlags};

@@ -29,6 +29,7 @@ use std::time::Instant;
 use gpuvet_core::bounds::json_values_at_most;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::clock::ClockOffset;
 use crate::error::ClusterError;
@@ -81,12 +82,12 @@ pub enum Message {
     /// C → A: the heartbeat `seq` arrived; tells the agent the coordinator still runs.
     HeartbeatAck { seq: u64 },
     /// C → A: work for the agent, in the binary's own vocabulary.
-    Command { seq: u64, body: Value },
+    Command { seq: u64, body: Body },
     /// A → C: a result or a progress note, answering a command or on its own.
     Report {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         in_reply_to: Option<u64>,
-        body: Value,
+        body: Body,
     },
     /// C → A: every member and where its data plane listens.
     Roster { members: Vec<RosterEntry> },
@@ -94,6 +95,54 @@ pub enum Message {
     Abort { reason: String },
     /// Either way: a clean goodbye, so closing is not taken for a crash.
     Bye { reason: String },
+}
+
+/// A command's or a report's body: JSON in the binary's own vocabulary, kept as text
+/// until its reader parses it into its own type. A verdict or a check's result is
+/// read once, into that type, instead of into a `serde_json::Value` first.
+#[derive(Clone)]
+pub struct Body(Box<RawValue>);
+
+impl Body {
+    pub fn to<T: Serialize + ?Sized>(value: &T) -> Result<Body, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(Body)
+    }
+
+    pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+}
+
+impl std::fmt::Debug for Body {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl PartialEq for Body {
+    fn eq(&self, other: &Body) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Serialize for Body {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Body {
+    /// Through a `Value`, so a body inside any other structure (an event, a tagged
+    /// message) reads; [`decode_message`] reads the frames that carry one directly.
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Body, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Body::to(&value).map_err(serde::de::Error::custom)
+    }
 }
 
 impl Message {
@@ -472,8 +521,48 @@ pub(crate) fn decode_message(bytes: &[u8]) -> Result<Message, FrameError> {
             max: MAX_FRAME_VALUES,
         });
     }
-    serde_json::from_slice(bytes)
-        .map_err(|err| FrameError::Malformed(format!("not a gpuvet message: {err}")))
+    let malformed =
+        |err: serde_json::Error| FrameError::Malformed(format!("not a gpuvet message: {err}"));
+    // A tagged enum buffers the whole frame before it reads the tag, and a body
+    // inside it cannot stay text; the frames with a body are read as structs.
+    let tag: Tag<'_> = serde_json::from_slice(bytes).map_err(malformed)?;
+    match tag.kind.as_deref() {
+        Some("command") => {
+            let frame: CommandFrame = serde_json::from_slice(bytes).map_err(malformed)?;
+            Ok(Message::Command {
+                seq: frame.seq,
+                body: Body(frame.body),
+            })
+        }
+        Some("report") => {
+            let frame: ReportFrame = serde_json::from_slice(bytes).map_err(malformed)?;
+            Ok(Message::Report {
+                in_reply_to: frame.in_reply_to,
+                body: Body(frame.body),
+            })
+        }
+        _ => serde_json::from_slice(bytes).map_err(malformed),
+    }
+}
+
+/// Just a frame's `"type"`.
+#[derive(Deserialize)]
+struct Tag<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+}
+
+#[derive(Deserialize)]
+struct CommandFrame {
+    seq: u64,
+    body: Box<RawValue>,
+}
+
+#[derive(Deserialize)]
+struct ReportFrame {
+    #[serde(default)]
+    in_reply_to: Option<u64>,
+    body: Box<RawValue>,
 }
 
 #[cfg(test)]
@@ -612,15 +701,15 @@ mod tests {
             Message::HeartbeatAck { seq: 9 },
             Message::Command {
                 seq: 4,
-                body: serde_json::json!({"run_check": "gemm_flops"}),
+                body: Body::to(&serde_json::json!({"run_check": "gemm_flops"})).unwrap(),
             },
             Message::Report {
                 in_reply_to: Some(4),
-                body: serde_json::json!([1, 2]),
+                body: Body::to(&[1, 2]).unwrap(),
             },
             Message::Report {
                 in_reply_to: None,
-                body: Value::Null,
+                body: Body::to(&Value::Null).unwrap(),
             },
             Message::Roster {
                 members: vec![RosterEntry {
@@ -641,6 +730,25 @@ mod tests {
             let decoded = decode_message(&frame[4..]).unwrap();
             assert_eq!(decoded, message, "{}", message.kind());
         }
+    }
+
+    #[test]
+    fn a_body_reads_the_same_as_text_and_inside_any_other_structure() {
+        let frame = br#"{"type":"report","in_reply_to":3,"body":{"status":"passed","v":[1.5]}}"#;
+        let direct = decode_message(frame).unwrap();
+        // The tagged enum's own reader goes through a `Value`; the result is the same.
+        let tagged: Message = serde_json::from_slice(frame).unwrap();
+        assert_eq!(direct, tagged);
+        let Message::Report { body, .. } = direct else {
+            panic!("a report")
+        };
+        assert_eq!(body.get(), r#"{"status":"passed","v":[1.5]}"#);
+        assert_eq!(body.parse::<Value>().unwrap()["v"][0], 1.5);
+        let missing = br#"{"type":"command","seq":1}"#;
+        assert!(matches!(
+            decode_message(missing),
+            Err(FrameError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -666,7 +774,7 @@ mod tests {
 
     #[test]
     fn an_oversized_message_is_refused_before_sending() {
-        let body = Value::String("x".repeat(MAX_FRAME_BYTES));
+        let body = Body::to(&"x".repeat(MAX_FRAME_BYTES)).unwrap();
         let err = encode_frame(&Message::Command { seq: 1, body })
             .unwrap_err()
             .to_string();

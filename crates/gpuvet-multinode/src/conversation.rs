@@ -273,7 +273,7 @@ impl<'a> Conversation<'a> {
                 ..
             } if pending.get(&seq) == Some(&rank) => {
                 pending.remove(&seq);
-                let reply = match serde_json::from_value::<Stamped>(body) {
+                let reply = match body.parse::<Stamped>() {
                     Ok(stamped) => {
                         self.record_span(rank, stamped.began_ms, stamped.ended_ms);
                         stamped.reply

@@ -98,7 +98,10 @@ fn four_agents_join_exchange_commands_and_reports_and_leave_cleanly() {
         unreachable!()
     };
     assert_eq!((rank, node.as_str(), in_reply_to), (2, "node-2", Some(seq)));
-    assert_eq!(body["status"], "passed");
+    assert_eq!(
+        body.parse::<serde_json::Value>().unwrap()["status"],
+        "passed"
+    );
 
     let broadcast = coordinator.broadcast("start").unwrap();
     assert_eq!(broadcast.sent_to, vec![0, 1, 2, 3]);
@@ -108,8 +111,8 @@ fn four_agents_join_exchange_commands_and_reports_and_leave_cleanly() {
             panic!("expected a command")
         };
         assert_eq!(
-            (command.seq, command.body.as_str()),
-            (broadcast.seq, Some("start"))
+            (command.seq, command.parse::<String>().unwrap()),
+            (broadcast.seq, "start".to_owned())
         );
     }
 
