@@ -344,13 +344,22 @@ pub fn serve(
                 }
             }
             Directive::Collective(order) => {
-                agent.set_phase(format!(
-                    "{} round {} as rank {} of {}",
-                    order.check,
-                    order.round,
-                    order.rank,
-                    order.peers.len()
-                ));
+                agent.set_phase(match &order.native {
+                    // A native order names no peers: the backends find each other.
+                    Some(_) => format!(
+                        "{} round {} on the {} backend's own transport",
+                        order.check,
+                        order.round,
+                        setup.backend.name()
+                    ),
+                    None => format!(
+                        "{} round {} as rank {} of {}",
+                        order.check,
+                        order.round,
+                        order.rank,
+                        order.peers.len()
+                    ),
+                });
                 Reply::Collective(match data_key(agent, &order) {
                     Ok(key) => cancel_on_link_end(agent, |cancel| {
                         run_collective(setup, plane, &order, &key, cancel)
@@ -486,7 +495,7 @@ fn run_collective(
     let result = match (&order.native, order.check, &plane.ports) {
         (Some(native), check, ports) => {
             across(setup, check, native, deadline, cancel).map(|(sample, links)| match ports {
-                Ports::Simulated(port) => (port.fabric.pace_native(order, sample), links),
+                Ports::Simulated(port) => (port.fabric.pace_native(port.ip, order, sample), links),
                 Ports::Tcp(_) => (sample, links),
             })
         }

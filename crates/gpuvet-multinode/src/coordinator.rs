@@ -75,7 +75,7 @@ pub fn run_group(
         expected,
     });
     conversation.drain_events();
-    let mut joined = membership.joined.clone();
+    let mut joined = membership.joined;
     joined.sort_by_key(|m| m.rank);
     for info in &joined {
         match Member::from_info(info) {

@@ -77,35 +77,45 @@ impl Fabric {
         self.rails.get(&(ip, rail)).copied().unwrap_or(1.0)
     }
 
-    /// The pace of the links rank `rank` of `peers` uses: to its ring neighbours.
-    fn ring_pace(&self, rank: usize, peers: &[SocketAddr]) -> f64 {
-        neighbours(rank, peers.len())
-            .map(|peer| self.link(peers[rank].ip(), peers[peer].ip()))
+    /// The pace of the links from `own` to its ring neighbours.
+    fn ring_pace(&self, own: IpAddr, ring: &[IpAddr]) -> f64 {
+        ring.iter()
+            .map(|&peer| self.link(own, peer))
             .fold(1.0, f64::min)
     }
 
-    /// The pace of rail `rail` for rank `rank`: its own NIC and its neighbours' on that
+    /// The pace of rail `rail` for `own`: its own NIC and its neighbours' on that
     /// rail, and the links between them.
-    fn rail_pace(&self, rank: usize, peers: &[SocketAddr], rail: u32) -> f64 {
-        neighbours(rank, peers.len())
-            .chain(std::iter::once(rank))
-            .map(|member| self.rail(peers[member].ip(), rail))
-            .fold(self.ring_pace(rank, peers), f64::min)
+    fn rail_pace(&self, own: IpAddr, ring: &[IpAddr], rail: u32) -> f64 {
+        ring.iter()
+            .chain(std::iter::once(&own))
+            .map(|&member| self.rail(member, rail))
+            .fold(self.ring_pace(own, ring), f64::min)
     }
 
-    /// A collective the backends ran (NCCL on the sim), slowed by the network it
-    /// crossed: every busbw figure is scaled by the pace of the links this rank used,
-    /// and each rail's (`extra["railN"]`) by that rail's.
-    pub(crate) fn pace_native(&self, order: &CollectiveOrder, mut sample: Sample) -> Sample {
-        let (rank, peers) = (order.rank, order.peers.as_slice());
-        if rank >= peers.len() {
-            return sample;
-        }
-        let pace = self.ring_pace(rank, peers);
+    /// A collective the backends ran (NCCL on the sim) by the node at `own`, slowed by
+    /// the network it crossed: every busbw figure is scaled by the pace of the links
+    /// to its ring neighbours (`order.ring`), and each rail's (`extra["railN"]`) by
+    /// that rail's.
+    pub(crate) fn pace_native(
+        &self,
+        own: IpAddr,
+        order: &CollectiveOrder,
+        mut sample: Sample,
+    ) -> Sample {
+        let ring: Vec<IpAddr> = if order.ring.is_empty() {
+            match ring_of(order.rank, &order.peers) {
+                Some((_, ring)) => ring,
+                None => return sample,
+            }
+        } else {
+            order.ring.iter().map(SocketAddr::ip).collect()
+        };
+        let pace = self.ring_pace(own, &ring);
         let mut rail_values = Vec::new();
         for (key, value) in &mut sample.extra {
             if let Some(rail) = key.strip_prefix("rail").and_then(|r| r.parse::<u32>().ok()) {
-                *value *= self.rail_pace(rank, peers, rail);
+                *value *= self.rail_pace(own, &ring, rail);
                 rail_values.push(*value);
             } else if key == "algbw" {
                 *value *= pace;
@@ -130,17 +140,12 @@ impl Fabric {
     /// A collective over the host network (gpuvet's own TCP engine, or one per rail),
     /// measured on the simulated links.
     pub(crate) fn host_collective(&self, order: &CollectiveOrder) -> Sample {
-        let (rank, peers) = (order.rank, order.peers.as_slice());
-        let pace = if rank < peers.len() {
-            if order.rails.is_empty() {
-                self.ring_pace(rank, peers)
-            } else {
-                (0..order.rails.len() as u32)
-                    .map(|rail| self.rail_pace(rank, peers, rail))
-                    .fold(1.0, f64::min)
-            }
-        } else {
-            1.0
+        let pace = match ring_of(order.rank, &order.peers) {
+            Some((own, ring)) if order.rails.is_empty() => self.ring_pace(own, &ring),
+            Some((own, ring)) => (0..order.rails.len() as u32)
+                .map(|rail| self.rail_pace(own, &ring, rail))
+                .fold(1.0, f64::min),
+            None => 1.0,
         };
         let mut noise = self.noise_source();
         let samples: Vec<f64> = (0..SAMPLES_PER_CALL)
@@ -193,6 +198,23 @@ impl Fabric {
 }
 
 /// The ranks `rank` exchanges data with in a ring of `size`.
+/// The address of rank `rank` of `peers`, and its ring neighbours'.
+fn ring_of(rank: usize, peers: &[SocketAddr]) -> Option<(IpAddr, Vec<IpAddr>)> {
+    let own = peers.get(rank)?.ip();
+    let ring = neighbours(rank, peers.len())
+        .map(|peer| peers[peer].ip())
+        .collect();
+    Some((own, ring))
+}
+
+/// The ring neighbours (next, previous) of rank `rank` of `peers`: what a native
+/// collective's order carries instead of every member's address.
+pub(crate) fn ring_neighbours(rank: usize, peers: &[SocketAddr]) -> Vec<SocketAddr> {
+    neighbours(rank, peers.len())
+        .map(|peer| peers[peer])
+        .collect()
+}
+
 fn neighbours(rank: usize, size: usize) -> impl Iterator<Item = usize> {
     let next = (rank + 1) % size.max(1);
     let previous = (rank + size.max(1) - 1) % size.max(1);
@@ -246,7 +268,28 @@ mod tests {
             budget_ms: 1000,
             engine: HostEngine::default(),
             native: None,
+            ring: Vec::new(),
         }
+    }
+
+    /// Rank `rank`'s address, and its order as a native collective gets it: its ring
+    /// neighbours, not every member.
+    fn native_order(rank: usize, peers: &[u8]) -> (IpAddr, CollectiveOrder) {
+        let mut order = order(rank, peers, 0);
+        order.ring = ring_neighbours(rank, &order.peers);
+        let own = order.peers[rank].ip();
+        order.peers.clear();
+        (own, order)
+    }
+
+    /// Paces `sample` for rank `rank` of `peers` both ways (a native order's ring, and
+    /// every member's address), which must agree.
+    fn pace(fabric: &Fabric, rank: usize, peers: &[u8], sample: Sample) -> Sample {
+        let (own, lean) = native_order(rank, peers);
+        let paced = fabric.pace_native(own, &lean, sample.clone());
+        let full = fabric.pace_native(own, &order(rank, peers, 0), sample);
+        assert_eq!(paced, full);
+        paced
     }
 
     fn native(value: f64, rails: &[f64]) -> Sample {
@@ -267,16 +310,11 @@ mod tests {
         let fabric = fabric();
         // The pair a-b crosses the slow link, in either rank order.
         for rank in 0..2 {
-            let paced = fabric.pace_native(&order(rank, &[1, 2], 0), native(40.0, &[]));
+            let paced = pace(&fabric, rank, &[1, 2], native(40.0, &[]));
             assert_eq!((paced.value, paced.samples[0]), (20.0, 20.0));
             assert_eq!(paced.extra["algbw"], 10.0);
         }
-        assert_eq!(
-            fabric
-                .pace_native(&order(0, &[1, 3], 0), native(40.0, &[]))
-                .value,
-            40.0
-        );
+        assert_eq!(pace(&fabric, 0, &[1, 3], native(40.0, &[])).value, 40.0);
         // In a ring a-b-c-d, only a and b use the link.
         let ring = [1, 2, 3, 4];
         let paces: Vec<f64> = (0..4)
@@ -288,12 +326,12 @@ mod tests {
     #[test]
     fn a_slow_rail_slows_that_rail_of_its_node_and_its_neighbours() {
         let fabric = fabric();
-        let paced = fabric.pace_native(&order(0, &[3, 4], 2), native(40.0, &[40.0, 44.0]));
+        let paced = pace(&fabric, 0, &[3, 4], native(40.0, &[40.0, 44.0]));
         assert_eq!(paced.extra["rail0"], 40.0);
         assert_eq!(paced.extra["rail1"], 11.0);
         assert_eq!(paced.value, 11.0, "the value is the slowest rail's");
         assert_eq!(paced.samples[0], 11.0);
-        let elsewhere = fabric.pace_native(&order(0, &[1, 4], 2), native(40.0, &[40.0, 44.0]));
+        let elsewhere = pace(&fabric, 0, &[1, 4], native(40.0, &[40.0, 44.0]));
         assert_eq!(elsewhere.value, 40.0);
     }
 

@@ -89,8 +89,15 @@ pub struct CollectiveOrder {
     #[serde(default, skip_serializing_if = "HostEngine::is_builtin")]
     pub engine: HostEngine,
     /// Set when the backends' own transport runs it (NCCL): this node's place in it.
+    /// Such an order carries no `peers` or `rails` (the backends find each other, and
+    /// a whole group's addresses sent to every member are N² bytes: 2.7 GB for
+    /// `multi_all_reduce` at 4,096 nodes), only `ring`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub native: Option<NativeGroup>,
+    /// A native collective's ring neighbours on the data plane (next, previous): what
+    /// a simulated network paces it by.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ring: Vec<SocketAddr>,
 }
 
 /// A node's place in the collectives the backends run among themselves. Tokens come
@@ -249,6 +256,7 @@ mod tests {
                 "10.0.0.2:4000".parse().unwrap(),
             ],
             rails: Vec::new(),
+            ring: Vec::new(),
             bytes: None,
             budget_ms: 5000,
             engine: HostEngine::TorchGloo,

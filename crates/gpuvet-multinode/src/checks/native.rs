@@ -8,7 +8,8 @@
 //! token per rail instead: device i of every member is on rail i, as many rails as the
 //! member with the fewest devices has, and each member is one rank per rail.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
 
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::inventory::keys;
@@ -16,7 +17,8 @@ use gpuvet_core::results::{CheckResult, CheckStatus};
 
 use crate::conversation::{Conversation, Member};
 use crate::coordinator::CheckContext;
-use crate::wire::{Directive, NativeGroup, Reply};
+use crate::fabric::ring_neighbours;
+use crate::wire::{CollectiveOrder, Directive, HostEngine, NativeGroup, Reply};
 
 /// The checks the backends' own transport runs across nodes.
 pub(crate) const NATIVE_CHECKS: [CheckName; 7] = [
@@ -74,6 +76,11 @@ pub(crate) fn attach(
     orders: &mut [(u32, Directive)],
 ) -> Result<(), Box<CheckResult>> {
     let (_, due) = context.budget();
+    let position: HashMap<u32, usize> = orders
+        .iter()
+        .enumerate()
+        .map(|(at, (rank, _))| (*rank, at))
+        .collect();
     let devices = |context: &CheckContext<'_, '_>, group: &[u32]| -> Vec<usize> {
         group
             .iter()
@@ -142,15 +149,48 @@ pub(crate) fn attach(
             places(&tokens[0], &devices(context, group))
         };
         for (place, native) in places.into_iter().enumerate() {
-            let rank = group[place];
-            for (to, directive) in orders.iter_mut() {
-                if let (true, Directive::Collective(order)) = (*to == rank, directive) {
-                    order.native = Some(native.clone());
+            let Some(&at) = position.get(&group[place]) else {
+                continue;
+            };
+            if let (_, Directive::Collective(order)) = &mut orders[at] {
+                // The backends find each other: only the ring neighbours stay, for a
+                // simulated network's pacing.
+                if !order.peers.is_empty() {
+                    order.ring = ring_neighbours(order.rank, &order.peers);
+                    order.peers = Vec::new();
+                    order.rails = Vec::new();
                 }
+                order.native = Some(native);
             }
         }
     }
     Ok(())
+}
+
+/// The order of the member at `index` of a whole group whose data-plane addresses are
+/// `addrs`, for a collective the backends run: its ring neighbours' addresses only,
+/// so the coordinator builds and sends O(N), not every address to every member.
+pub(crate) fn order(
+    context: &CheckContext<'_, '_>,
+    name: CheckName,
+    round: u64,
+    index: usize,
+    addrs: &[SocketAddr],
+    budget_ms: u64,
+) -> CollectiveOrder {
+    CollectiveOrder {
+        check: name,
+        round,
+        session: context.conversation.data_session.clone(),
+        rank: index,
+        peers: Vec::new(),
+        rails: Vec::new(),
+        ring: ring_neighbours(index, addrs),
+        bytes: context.plan.collective_bytes,
+        budget_ms,
+        engine: HostEngine::default(),
+        native: None,
+    }
 }
 
 /// Each member's place, in group order: its devices are consecutive ranks.

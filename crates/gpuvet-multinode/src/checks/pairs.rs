@@ -205,6 +205,7 @@ pub(crate) fn order(
         budget_ms,
         engine: HostEngine::default(),
         native: None,
+        ring: Vec::new(),
     }
 }
 

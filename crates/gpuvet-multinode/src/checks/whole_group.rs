@@ -11,6 +11,7 @@ use gpuvet_core::analysis::{JudgePolicy, check_status, judge};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, Entity, Lane, Measurement, Verdict};
 use gpuvet_core::stats::median;
+use std::net::SocketAddr;
 
 use super::native;
 use super::pairs::{collective_error, name_peers, order, shared_params};
@@ -43,15 +44,26 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
         .collect();
     let (budget_ms, due) = context.budget();
     let round = context.conversation.round();
+    let native = native::applies(context.conversation, name);
+    let addrs: Vec<SocketAddr> = context
+        .conversation
+        .members
+        .iter()
+        .map(|m| m.data)
+        .collect();
     let mut orders: Vec<(u32, Directive)> = ranks
         .iter()
         .enumerate()
         .map(|(index, &rank)| {
-            let order = order(context, name, round, index, &ranks, budget_ms);
+            let order = if native {
+                native::order(context, name, round, index, &addrs, budget_ms)
+            } else {
+                order(context, name, round, index, &ranks, budget_ms)
+            };
             (rank, Directive::Collective(order))
         })
         .collect();
-    if native::applies(context.conversation, name)
+    if native
         && let Err(result) =
             native::attach(context, name, std::slice::from_ref(&ranks), &mut orders)
     {
