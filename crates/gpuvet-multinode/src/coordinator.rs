@@ -163,7 +163,7 @@ pub fn run_group(
 
     let mut summary = summarize(&conversation, expected);
     summary.timeline = Some(record_timeline(&conversation, plan, expected, windows));
-    let report = RunReport {
+    let mut report = RunReport {
         report_id: String::new(),
         gpuvet_version: env!("CARGO_PKG_VERSION").to_owned(),
         job_id: plan.attempt.job_id.clone(),
@@ -189,7 +189,7 @@ pub fn run_group(
     };
     if conversation.lost.is_empty() && !overran {
         let finish = Directive::Finish {
-            report: Box::new(for_members(&report)),
+            report: Box::new(for_members(&mut report)),
         };
         // Encoded once for every member; one that cannot be reached now learns the
         // end from the coordinator's goodbye.
@@ -237,14 +237,23 @@ pub(crate) const MEMBER_VERDICT_BYTES: usize = 256 << 10;
 /// coordinator's heartbeat acks past the agents' 5 s deadline on a 2-core test
 /// machine): members then get it without per-iteration samples, and beyond that the
 /// findings only, while the full report stays on the coordinator.
-pub(crate) fn for_members(report: &RunReport) -> RunReport {
+pub(crate) fn for_members(report: &mut RunReport) -> RunReport {
+    // The devices, and the timeline (it stays with the coordinator's report, the one
+    // kept for it), are set aside while the rest is copied, not copied and dropped.
+    let devices = std::mem::take(&mut report.devices);
+    let timeline = report
+        .group
+        .as_mut()
+        .and_then(|group| group.timeline.take());
     let mut verdict = report.clone();
-    verdict.devices.clear();
-    // The timeline stays with the coordinator's report, which is the one kept for it.
-    if let Some(group) = verdict.group.as_mut() {
-        group.timeline = None;
+    report.devices = devices;
+    if let Some(group) = report.group.as_mut() {
+        group.timeline = timeline;
     }
-    let size = |verdict: &RunReport| serde_json::to_vec(verdict).map_or(usize::MAX, |j| j.len());
+    let size = |verdict: &RunReport| {
+        let mut counted = ByteCount(0);
+        serde_json::to_writer(&mut counted, verdict).map_or(usize::MAX, |()| counted.0)
+    };
     if size(&verdict) <= MEMBER_VERDICT_BYTES {
         return verdict;
     }
@@ -275,6 +284,20 @@ pub(crate) fn for_members(report: &RunReport) -> RunReport {
     }
     elide_unnamed_nodes(&mut verdict);
     verdict
+}
+
+/// Counts what is written to it: a verdict's size without building its JSON.
+struct ByteCount(usize);
+
+impl std::io::Write for ByteCount {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0 += buf.len();
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Keeps in the group's node list only the nodes the findings and incidents name
@@ -647,7 +670,7 @@ mod tests {
 
     #[test]
     fn members_get_a_small_group_whole_with_its_samples_but_without_devices() {
-        let verdict = for_members(&report(8));
+        let verdict = for_members(&mut report(8));
         assert!(verdict.devices.is_empty());
         assert_eq!(verdict.checks[0].entities.len(), 8);
         assert_eq!(verdict.checks[0].entities[0].measurement.samples.len(), 20);
@@ -657,7 +680,7 @@ mod tests {
     #[test]
     fn members_of_a_mid_sized_group_get_every_entity_without_samples() {
         // 20 samples a node make 1024 nodes too large; without them it fits.
-        let verdict = for_members(&report(1024));
+        let verdict = for_members(&mut report(1024));
         let check = &verdict.checks[0];
         assert_eq!(check.entities.len(), 1024);
         assert!(check.entities[0].measurement.samples.is_empty());
@@ -667,7 +690,7 @@ mod tests {
 
     #[test]
     fn members_of_a_large_group_get_the_findings_only() {
-        let verdict = for_members(&report(4096));
+        let verdict = for_members(&mut report(4096));
         let check = &verdict.checks[0];
         assert_eq!(check.entities.len(), 1);
         assert_eq!(check.entities[0].verdict, Verdict::Slow);
@@ -695,7 +718,7 @@ mod tests {
             secondary: vec![incident(700)],
             ..GroupSummary::default()
         });
-        let group = for_members(&full).group.unwrap();
+        let group = for_members(&mut full).group.unwrap();
         // Rank order; node-3 is the slow finding.
         assert_eq!(group.nodes, ["node-3", "node-9", "node-700"]);
         assert_eq!(group.size, Some(4096));
@@ -707,7 +730,7 @@ mod tests {
             nodes: (0..8).map(|i| format!("node-{i}")).collect(),
             ..GroupSummary::default()
         });
-        let group = for_members(&small).group.unwrap();
+        let group = for_members(&mut small).group.unwrap();
         assert_eq!(group.nodes.len(), 8);
         assert_eq!(group.size, None);
     }
