@@ -21,7 +21,7 @@ use gpuvet_control::{Agent, Received};
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::Attempt;
-use gpuvet_core::results::{CheckResult, CheckStatus, RunReport};
+use gpuvet_core::results::{CheckResult, RunReport};
 use gpuvet_dataplane::tcp::{
     CollectiveSpec, DataKey, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
     multi_all_reduce, probe_connectivity,
@@ -456,14 +456,7 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
         hang_grace: HANG_GRACE,
         worker: setup.worker.clone(),
     };
-    let mut report = gpuvet_runner::run(Arc::clone(&setup.backend), &plan, &mut |_| {});
-    report.checks.pop().unwrap_or_else(|| {
-        CheckResult::without_work(
-            check,
-            CheckStatus::Failed,
-            "the local runner returned no result (a bug in gpuvet)",
-        )
-    })
+    gpuvet_runner::run_check(&setup.backend, &plan, check)
 }
 
 /// The run's data-plane key, from the session id in the order and the token.

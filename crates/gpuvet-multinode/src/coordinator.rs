@@ -174,10 +174,11 @@ pub fn run_group(
             .members
             .first()
             .map_or_else(String::new, |m| m.info.backend.clone()),
+        // The last use of the members' devices (the timeline has copied its own): moved.
         devices: conversation
             .members
-            .iter()
-            .flat_map(|m| m.info.devices.iter().cloned())
+            .iter_mut()
+            .flat_map(|m| std::mem::take(&mut m.info.devices))
             .collect(),
         started_at_ms: plan.started_at_ms,
         duration_secs: started.elapsed().as_secs_f64(),
