@@ -350,8 +350,13 @@ impl<'a> Reservation<'a> {
             })),
         );
         self.committed = true;
+        state.joined += 1;
         shared.emit_member(self.rank, Some(node), MemberEventKind::Joined);
-        shared.notify_joined();
+        // The rendezvous waits for the whole group (or its deadline): waking it for
+        // every one of thousands of joins would only have it count again.
+        if state.joined >= shared.nnodes as usize {
+            shared.notify_joined();
+        }
         Ok(())
     }
 }

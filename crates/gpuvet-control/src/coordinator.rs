@@ -122,6 +122,8 @@ pub(crate) struct State {
     /// Set when the rendezvous deadline has passed with ranks missing; they may no
     /// longer join.
     pub(crate) sealed: bool,
+    /// Slots that became members (a member stays one when it leaves or is lost).
+    pub(crate) joined: usize,
 }
 
 pub(crate) enum Slot {
@@ -316,13 +318,8 @@ impl Coordinator {
         let started = Instant::now();
         let mut state = lock(&self.shared.state);
         loop {
-            let joined = state
-                .slots
-                .values()
-                .filter(|slot| matches!(slot, Slot::Member(_)))
-                .count();
             let remaining = deadline.saturating_duration_since(Instant::now());
-            if joined >= self.shared.nnodes as usize || remaining.is_zero() {
+            if state.joined >= self.shared.nnodes as usize || remaining.is_zero() {
                 break;
             }
             state = self
