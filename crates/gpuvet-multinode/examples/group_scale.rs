@@ -9,8 +9,9 @@
 //! process, so its peak RSS is its own. Printed per run: the wall time from the plan
 //! to the verdict, the process's CPU time (coordinator and every agent), the
 //! coordinator thread's own CPU time, the peak RSS, the most plans a pair check used,
-//! and PAI's estimate for the same suite (seeds/000: the checks' estimated durations
-//! added up).
+//! a reference taken in the same process and the CPU in its units (see
+//! `reference_cpu_s`), and PAI's estimate for the same suite (seeds/000: the checks'
+//! estimated durations added up).
 //!
 //! Usage: `cargo run --release -p gpuvet-multinode --example group_scale [-- N ...]`
 //!
@@ -53,7 +54,7 @@ fn main() {
             .collect()
     };
     println!(
-        "{:>5}  {:<7}  {:>7}  {:>12}  {:>7}  {:>11}  {:>8}  {:>5}  {:>12}  outcome",
+        "{:>5}  {:<7}  {:>7}  {:>12}  {:>7}  {:>11}  {:>8}  {:>5}  {:>6}  {:>7}  {:>12}  outcome",
         "nodes",
         "suite",
         "wall_s",
@@ -62,6 +63,8 @@ fn main() {
         "coord_cpu_s",
         "peak_mib",
         "plans",
+        "ref_s",
+        "cpu/ref",
         "pai_estimate"
     );
     for n in sizes {
@@ -186,14 +189,40 @@ fn one(n: usize, suite: &str) {
         Some(first) => format!("{} ({})", run.report.outcome.as_str(), first.detail),
         None => format!("{} ({})", run.report.outcome.as_str(), run.report.summary()),
     };
+    let peak_mib = peak_rss_kib() as f64 / 1024.0;
+    let reference = reference_cpu_s();
     println!(
-        "{n:>5}  {suite:<7}  {wall:>7.2}  {rendezvous_s:>12.2}  {cpu:>7.2}  {coordinator_cpu:>11.2}  {:>8.0}  {plans:>5}  {:>9.0} min  {outcome}",
-        peak_rss_kib() as f64 / 1024.0,
+        "{n:>5}  {suite:<7}  {wall:>7.2}  {rendezvous_s:>12.2}  {cpu:>7.2}  {coordinator_cpu:>11.2}  {peak_mib:>8.0}  {plans:>5}  {reference:>6.3}  {:>7.2}  {:>9.0} min  {outcome}",
+        cpu / reference,
         pai_estimate_min(&checks),
     );
     if run.left_behind > 0 {
         eprintln!("{} agents were still running at the end", run.left_behind);
     }
+}
+
+/// JSON round trips of a small check result in the reference.
+const REFERENCE_JSON_ROUND_TRIPS: u32 = 500_000;
+
+/// The CPU seconds of a fixed single-threaded workload (allocation and JSON, a third
+/// of the group's CPU), taken in the same process right after the run: this VM's
+/// speed drifts by a third within the hour, so `cpu/ref` compares runs where `cpu_s`
+/// alone does not. It leaves out thread wake-ups, whose cost depends on where the
+/// scheduler puts the two threads more than on the machine.
+fn reference_cpu_s() -> f64 {
+    let before = process_cpu_s();
+    let sample = gpuvet_core::results::CheckResult::without_work(
+        CheckName::GemmFlops,
+        gpuvet_core::results::CheckStatus::Passed,
+        "a reason of a typical length for a check's result",
+    );
+    for _ in 0..REFERENCE_JSON_ROUND_TRIPS {
+        let json = serde_json::to_vec(&sample).expect("a check result is JSON");
+        let back: gpuvet_core::results::CheckResult =
+            serde_json::from_slice(&json).expect("it reads back");
+        std::hint::black_box(back);
+    }
+    process_cpu_s() - before
 }
 
 /// CPU time of this process, every thread, user and system, seconds.
