@@ -18,7 +18,7 @@ use gpuvet_backend::sim::SplitMix64;
 use gpuvet_core::config::SimScript;
 use gpuvet_core::stats::median;
 
-use crate::wire::{CollectiveOrder, ProbeReply, ProbeTarget};
+use crate::wire::{CollectiveOrder, ProbeReply, ProbeTarget, ring_neighbours};
 
 /// Host-network all-reduce busbw between two nodes over one 100 Gb/s NIC, GB/s.
 const NOMINAL_HOST_BUSBW: f64 = 10.0;
@@ -197,30 +197,14 @@ impl Fabric {
     }
 }
 
-/// The ranks `rank` exchanges data with in a ring of `size`.
 /// The address of rank `rank` of `peers`, and its ring neighbours'.
 fn ring_of(rank: usize, peers: &[SocketAddr]) -> Option<(IpAddr, Vec<IpAddr>)> {
     let own = peers.get(rank)?.ip();
-    let ring = neighbours(rank, peers.len())
-        .map(|peer| peers[peer].ip())
+    let ring = ring_neighbours(rank, peers)
+        .iter()
+        .map(SocketAddr::ip)
         .collect();
     Some((own, ring))
-}
-
-/// The ring neighbours (next, previous) of rank `rank` of `peers`: what a native
-/// collective's order carries instead of every member's address.
-pub(crate) fn ring_neighbours(rank: usize, peers: &[SocketAddr]) -> Vec<SocketAddr> {
-    neighbours(rank, peers.len())
-        .map(|peer| peers[peer])
-        .collect()
-}
-
-fn neighbours(rank: usize, size: usize) -> impl Iterator<Item = usize> {
-    let next = (rank + 1) % size.max(1);
-    let previous = (rank + size.max(1) - 1) % size.max(1);
-    [next, previous]
-        .into_iter()
-        .filter(move |&peer| peer != rank)
 }
 
 fn ordered(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {

@@ -240,6 +240,18 @@ pub struct ProbeReply {
     pub error: Option<String>,
 }
 
+/// The ring neighbours (next, previous) of rank `rank` of `peers`: what a native
+/// collective's order carries (`CollectiveOrder::ring`) instead of every member's
+/// address.
+pub(crate) fn ring_neighbours(rank: usize, peers: &[SocketAddr]) -> Vec<SocketAddr> {
+    let size = peers.len().max(1);
+    [(rank + 1) % size, (rank + size - 1) % size]
+        .into_iter()
+        .filter(|&peer| peer != rank && peer < peers.len())
+        .map(|peer| peers[peer])
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

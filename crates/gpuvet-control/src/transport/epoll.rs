@@ -6,6 +6,7 @@ use std::any::Any;
 use std::io;
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use super::Poller;
@@ -15,10 +16,20 @@ const WAKE_TOKEN: u64 = u64::MAX;
 /// Events taken from the kernel per `epoll_wait`.
 const EVENTS_PER_WAIT: usize = 1024;
 
-#[derive(Debug)]
 pub(super) struct Epoll {
     epoll: OwnedFd,
     wake: OwnedFd,
+    /// What the kernel reports into, kept between waits: one thread waits, often.
+    events: Mutex<Vec<libc::epoll_event>>,
+}
+
+impl std::fmt::Debug for Epoll {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Epoll")
+            .field("epoll", &self.epoll)
+            .field("wake", &self.wake)
+            .finish_non_exhaustive()
+    }
 }
 
 fn check(result: libc::c_int) -> io::Result<libc::c_int> {
@@ -42,7 +53,14 @@ impl Epoll {
                 libc::EFD_CLOEXEC | libc::EFD_NONBLOCK,
             ))?)
         };
-        let poller = Epoll { epoll, wake };
+        let poller = Epoll {
+            epoll,
+            wake,
+            events: Mutex::new(vec![
+                libc::epoll_event { events: 0, u64: 0 };
+                EVENTS_PER_WAIT
+            ]),
+        };
         poller.control(libc::EPOLL_CTL_ADD, poller.wake.as_raw_fd(), WAKE_TOKEN)?;
         Ok(poller)
     }
@@ -84,7 +102,7 @@ impl Epoll {
 
 impl Poller for Epoll {
     fn wait(&self, ready: &mut Vec<u64>, timeout: Duration) -> io::Result<()> {
-        let mut events = vec![libc::epoll_event { events: 0, u64: 0 }; EVENTS_PER_WAIT];
+        let mut events = self.events.lock().unwrap_or_else(PoisonError::into_inner);
         let timeout_ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
         // SAFETY: `events` has room for EVENTS_PER_WAIT entries, which bounds what the
         // kernel writes.

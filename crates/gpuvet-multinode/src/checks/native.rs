@@ -17,8 +17,7 @@ use gpuvet_core::results::{CheckResult, CheckStatus};
 
 use crate::conversation::{Conversation, Member};
 use crate::coordinator::CheckContext;
-use crate::fabric::ring_neighbours;
-use crate::wire::{CollectiveOrder, Directive, HostEngine, NativeGroup, Reply};
+use crate::wire::{CollectiveOrder, Directive, HostEngine, NativeGroup, Reply, ring_neighbours};
 
 /// The checks the backends' own transport runs across nodes.
 pub(crate) const NATIVE_CHECKS: [CheckName; 7] = [

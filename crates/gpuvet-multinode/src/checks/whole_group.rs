@@ -45,12 +45,17 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>, name: CheckName) -> CheckR
     let (budget_ms, due) = context.budget();
     let round = context.conversation.round();
     let native = native::applies(context.conversation, name);
-    let addrs: Vec<SocketAddr> = context
-        .conversation
-        .members
-        .iter()
-        .map(|m| m.data)
-        .collect();
+    // A native group's orders are built from one address list; others build their own.
+    let addrs: Vec<SocketAddr> = if native {
+        context
+            .conversation
+            .members
+            .iter()
+            .map(|m| m.data)
+            .collect()
+    } else {
+        Vec::new()
+    };
     let mut orders: Vec<(u32, Directive)> = ranks
         .iter()
         .enumerate()

@@ -14,6 +14,18 @@ fn any_port(host: &MemoryHost) -> SocketAddr {
 
 const WAIT: Duration = Duration::from_secs(5);
 
+/// An agent at 10.0.0.2 connected to a server at 10.0.0.1: the agent's host, its end
+/// and the server's.
+fn agent_and_server(network: &MemoryNetwork) -> (MemoryHost, Stream, Stream) {
+    let (server_host, agent_host) = (network.host(ip(1)), network.host(ip(2)));
+    let listener = server_host.bind(any_port(&server_host)).unwrap();
+    let agent = agent_host
+        .connect(listener.local_addr().unwrap(), WAIT)
+        .unwrap();
+    let (server, _) = listener.accept().unwrap();
+    (agent_host, agent, server)
+}
+
 #[test]
 fn bytes_cross_both_ways_with_the_addresses_of_each_host() {
     let network = MemoryNetwork::new();
@@ -114,12 +126,7 @@ fn shutting_down_a_clone_wakes_a_reader_blocked_on_another() {
 #[test]
 fn a_frozen_host_goes_silent_until_thawed() {
     let network = MemoryNetwork::new();
-    let (server_host, agent_host) = (network.host(ip(1)), network.host(ip(2)));
-    let listener = server_host.bind(any_port(&server_host)).unwrap();
-    let mut agent = agent_host
-        .connect(listener.local_addr().unwrap(), WAIT)
-        .unwrap();
-    let (mut server, _) = listener.accept().unwrap();
+    let (_, mut agent, mut server) = agent_and_server(&network);
 
     network.freeze(ip(2));
     let writer = std::thread::spawn(move || agent.write_all(b"late").map(|()| agent));
@@ -237,12 +244,7 @@ fn a_poller_reports_the_connections_with_bytes_or_an_end_to_read() {
 #[test]
 fn a_frozen_host_reads_nothing_without_waiting_and_its_backlog_is_reported_on_thaw() {
     let network = MemoryNetwork::new();
-    let (server_host, agent_host) = (network.host(ip(1)), network.host(ip(2)));
-    let listener = server_host.bind(any_port(&server_host)).unwrap();
-    let mut agent = agent_host
-        .connect(listener.local_addr().unwrap(), WAIT)
-        .unwrap();
-    let (mut server, _) = listener.accept().unwrap();
+    let (agent_host, mut agent, mut server) = agent_and_server(&network);
     let poller = agent_host.poller().unwrap();
     agent.watch(&*poller, 1).unwrap();
 
