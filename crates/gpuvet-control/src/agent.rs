@@ -42,7 +42,7 @@ pub struct AgentIdentity {
     /// the IP its connection comes from.
     pub data_addr: Option<SocketAddr>,
     /// Anything else for the coordinator (backend, devices, versions).
-    pub info: Value,
+    pub info: Body,
 }
 
 /// How the agent judges time.

@@ -180,10 +180,10 @@ fn handshake(
 /// Reads the hello leniently: the version is checked before the rest, which may differ
 /// between protocol versions.
 fn parse_hello(frame: &[u8]) -> Result<Hello, Refusal> {
-    let value: Value = serde_json::from_slice(frame).map_err(|err| Refusal::BadFrame {
+    let head: HelloHead<'_> = serde_json::from_slice(frame).map_err(|err| Refusal::BadFrame {
         detail: format!("not a gpuvet message: {err}"),
     })?;
-    let kind = value.get("type").and_then(Value::as_str);
+    let kind = head.kind.as_deref();
     if kind != Some("hello") {
         let got = kind.map_or_else(
             || "a frame without a `type`".to_owned(),
@@ -193,7 +193,7 @@ fn parse_hello(frame: &[u8]) -> Result<Hello, Refusal> {
             detail: format!("expected a `hello`, got {got}"),
         });
     }
-    match value.get("protocol_version").and_then(Value::as_u64) {
+    match head.protocol_version.as_ref().and_then(Value::as_u64) {
         Some(version) if version == u64::from(PROTOCOL_VERSION) => {}
         Some(version) => {
             return Err(Refusal::VersionMismatch {
@@ -207,9 +207,21 @@ fn parse_hello(frame: &[u8]) -> Result<Hello, Refusal> {
             });
         }
     }
-    serde_json::from_value(value).map_err(|err| Refusal::BadFrame {
+    // Read as the struct it is, from the text: its `info` stays text.
+    serde_json::from_slice(frame).map_err(|err| Refusal::BadFrame {
         detail: format!("malformed hello: {err}"),
     })
+}
+
+/// What is read of a frame before it is known to be a hello of this version. The
+/// version is any JSON value, so a string or a float is refused as a version
+/// mismatch's "no `protocol_version`", not as a malformed frame.
+#[derive(serde::Deserialize)]
+struct HelloHead<'a> {
+    #[serde(rename = "type", borrow, default)]
+    kind: Option<std::borrow::Cow<'a, str>>,
+    #[serde(default)]
+    protocol_version: Option<Value>,
 }
 
 fn sync_clock(
@@ -539,4 +551,57 @@ pub(crate) fn member_gone(shared: &Shared, rank: u32, detail: &str) {
             last_phase: member.phase.clone(),
         },
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hello_text(version: &str, info: Option<&str>) -> String {
+        let info = info.map_or_else(String::new, |info| format!(r#","info":{info}"#));
+        format!(
+            r#"{{"type":"hello","protocol_version":{version},"job_id":"j","rank":1,"nnodes":2,"node":"n1","gpuvet_version":"0.1.0"{info},"agent_nonce":"ab","proof":"cd"}}"#
+        )
+    }
+
+    #[test]
+    fn a_hello_keeps_its_info_as_the_text_sent() {
+        let info = r#"{"backend":"sim","devices":[{"index":0}]}"#;
+        let hello =
+            parse_hello(hello_text(&PROTOCOL_VERSION.to_string(), Some(info)).as_bytes()).unwrap();
+        assert_eq!((hello.rank, hello.node.as_str()), (1, "n1"));
+        assert_eq!(hello.info.get(), info);
+    }
+
+    #[test]
+    fn a_hello_without_info_reads_as_null() {
+        let hello =
+            parse_hello(hello_text(&PROTOCOL_VERSION.to_string(), None).as_bytes()).unwrap();
+        assert_eq!(hello.info.get(), "null");
+    }
+
+    #[test]
+    fn a_version_that_is_not_a_number_is_a_hello_without_one() {
+        let refusal = parse_hello(hello_text(r#""2""#, None).as_bytes()).unwrap_err();
+        assert!(
+            matches!(&refusal, Refusal::BadFrame { detail } if detail.contains("no `protocol_version`")),
+            "{refusal:?}"
+        );
+        let refusal = parse_hello(hello_text("1", None).as_bytes()).unwrap_err();
+        assert!(
+            matches!(refusal, Refusal::VersionMismatch { theirs: 1, .. }),
+            "{refusal:?}"
+        );
+    }
+
+    #[test]
+    fn a_hello_with_a_field_of_the_wrong_type_is_malformed() {
+        let text = hello_text(&PROTOCOL_VERSION.to_string(), None)
+            .replace(r#""rank":1"#, r#""rank":"one""#);
+        let refusal = parse_hello(text.as_bytes()).unwrap_err();
+        assert!(
+            matches!(&refusal, Refusal::BadFrame { detail } if detail.starts_with("malformed hello")),
+            "{refusal:?}"
+        );
+    }
 }

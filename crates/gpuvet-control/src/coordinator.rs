@@ -621,9 +621,9 @@ fn accept_loop(shared: &Arc<Shared>, listener: &dyn Listener) {
         }
         let slot = HandshakeSlot(Arc::clone(shared));
         let thread_shared = Arc::clone(shared);
-        let spawned = std::thread::Builder::new()
-            .name(format!("gpuvet-conn-{peer}"))
-            .spawn(move || connection::serve(&thread_shared, stream, peer, slot));
+        let spawned = gpuvet_threads::spawn_detached(format!("gpuvet-conn-{peer}"), move || {
+            connection::serve(&thread_shared, stream, peer, slot);
+        });
         if let Err(err) = spawned {
             shared.emit(CoordinatorEvent::Refused(crate::events::RefusedPeer {
                 peer,

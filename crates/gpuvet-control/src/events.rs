@@ -8,7 +8,6 @@ use std::fmt;
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::clock::ClockOffset;
 use crate::error::human;
@@ -65,8 +64,8 @@ pub struct MemberInfo {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub reached_addr: Option<SocketAddr>,
     pub gpuvet_version: String,
-    /// What the agent sent in its hello's `info`.
-    pub info: Value,
+    /// What the agent sent in its hello's `info`, as text.
+    pub info: Body,
     pub joined_ms: u64,
     /// Its clock relative to the coordinator's.
     pub clock: ClockOffset,

@@ -3,8 +3,8 @@
 //!
 //! At 4,096 members a thread each meant 4,096 wake-ups per heartbeat round, eight a
 //! second; here one wake-up serves every member with something to read. The handshake
-//! still runs on a thread of its own (it waits on one peer for a few round trips) and
-//! hands the connection over when it admits the member.
+//! still runs on a thread of its own (a reused one; it waits on one peer for a few
+//! round trips) and hands the connection over when it admits the member.
 
 use std::collections::HashMap;
 use std::net::Shutdown;

@@ -116,6 +116,26 @@ impl Body {
     pub fn get(&self) -> &str {
         self.0.get()
     }
+
+    /// `null`.
+    pub fn null() -> Body {
+        Body(RawValue::NULL.to_owned())
+    }
+
+    /// Straight from the text, for a field of a struct read by `serde_json` from
+    /// text or from a `Value` (not inside a tagged enum, which buffers its fields in a
+    /// form that cannot hold raw text).
+    fn deserialize_raw<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Body, D::Error> {
+        Box::<RawValue>::deserialize(deserializer).map(Body)
+    }
+}
+
+impl Default for Body {
+    fn default() -> Body {
+        Body::null()
+    }
 }
 
 impl std::fmt::Debug for Body {
@@ -181,9 +201,10 @@ pub struct Hello {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_addr: Option<SocketAddr>,
     pub gpuvet_version: String,
-    /// Anything else the binary wants the coordinator to know (backend, devices, ...).
-    #[serde(default)]
-    pub info: Value,
+    /// Anything else the binary wants the coordinator to know (backend, devices, ...),
+    /// kept as text until the binary reads it into its own type.
+    #[serde(default, deserialize_with = "Body::deserialize_raw")]
+    pub info: Body,
     /// The agent's nonce (hex) for the coordinator to prove against.
     pub agent_nonce: String,
     /// HMAC-SHA256 over the coordinator's nonce, the job id and the rank (hex).
@@ -541,6 +562,9 @@ pub(crate) fn decode_message(bytes: &[u8]) -> Result<Message, FrameError> {
                 body: Body(frame.body),
             })
         }
+        Some("hello") => serde_json::from_slice(bytes)
+            .map(Message::Hello)
+            .map_err(malformed),
         _ => serde_json::from_slice(bytes).map_err(malformed),
     }
 }
@@ -667,7 +691,7 @@ mod tests {
                 node: "n3".into(),
                 data_addr: Some("0.0.0.0:4000".parse().unwrap()),
                 gpuvet_version: "0.1.0".into(),
-                info: serde_json::json!({"backend": "cpu"}),
+                info: Body::to(&serde_json::json!({"backend": "cpu"})).unwrap(),
                 agent_nonce: "cd".into(),
                 proof: "ef".into(),
             }),

@@ -7,7 +7,8 @@
 //! sim backend and its place on the simulated network
 //! (`gpuvet_multinode::in_process`). Each size and suite runs in a fresh child
 //! process, so its peak RSS is its own. Printed per run: the wall time from the plan
-//! to the verdict, the process's CPU time (coordinator and every agent), the
+//! to the verdict and to the rendezvous (every node joined), the process's CPU time
+//! (coordinator and every agent) and how much of it went before the rendezvous, the
 //! coordinator thread's own CPU time, the peak RSS, the most plans a pair check used,
 //! a reference taken in the same process and the CPU in its units (see
 //! `reference_cpu_s`), and PAI's estimate for the same suite (seeds/000: the checks'
@@ -54,12 +55,13 @@ fn main() {
             .collect()
     };
     println!(
-        "{:>5}  {:<7}  {:>7}  {:>12}  {:>7}  {:>11}  {:>8}  {:>5}  {:>6}  {:>7}  {:>12}  outcome",
+        "{:>5}  {:<7}  {:>7}  {:>12}  {:>7}  {:>16}  {:>11}  {:>8}  {:>5}  {:>6}  {:>7}  {:>12}  outcome",
         "nodes",
         "suite",
         "wall_s",
         "rendezvous_s",
         "cpu_s",
+        "rendezvous_cpu_s",
         "coord_cpu_s",
         "peak_mib",
         "plans",
@@ -152,9 +154,12 @@ fn one(n: usize, suite: &str) {
     };
     let (cpu_before, thread_before) = (process_cpu_s(), thread_cpu_s());
     let started = Instant::now();
-    let mut rendezvous_s = 0.0;
+    let (mut rendezvous_s, mut rendezvous_cpu_s) = (0.0, 0.0);
     let run = run_simulated(&group, &mut |event| match event {
-        GroupEvent::Rendezvous { .. } => rendezvous_s = started.elapsed().as_secs_f64(),
+        GroupEvent::Rendezvous { .. } => {
+            rendezvous_s = started.elapsed().as_secs_f64();
+            rendezvous_cpu_s = process_cpu_s() - cpu_before;
+        }
         GroupEvent::CheckFinished { result, .. }
             if std::env::var_os("GROUP_SCALE_TRACE").is_some() =>
         {
@@ -192,7 +197,7 @@ fn one(n: usize, suite: &str) {
     let peak_mib = peak_rss_kib() as f64 / 1024.0;
     let reference = reference_cpu_s();
     println!(
-        "{n:>5}  {suite:<7}  {wall:>7.2}  {rendezvous_s:>12.2}  {cpu:>7.2}  {coordinator_cpu:>11.2}  {peak_mib:>8.0}  {plans:>5}  {reference:>6.3}  {:>7.2}  {:>9.0} min  {outcome}",
+        "{n:>5}  {suite:<7}  {wall:>7.2}  {rendezvous_s:>12.2}  {cpu:>7.2}  {rendezvous_cpu_s:>16.2}  {coordinator_cpu:>11.2}  {peak_mib:>8.0}  {plans:>5}  {reference:>6.3}  {:>7.2}  {:>9.0} min  {outcome}",
         cpu / reference,
         pai_estimate_min(&checks),
     );

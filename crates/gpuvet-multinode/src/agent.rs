@@ -568,7 +568,7 @@ fn across(
         cancel: cancel.clone(),
     };
     let (sender, result) = mpsc::channel();
-    gpuvet_runner::spawn_detached(format!("{check}-across"), move || {
+    gpuvet_threads::spawn_detached(format!("{check}-across"), move || {
         let sample = work
             .backend
             .collective_across(&work.across, &work.work, &work.cancel);

@@ -52,7 +52,9 @@ pub(crate) struct Member {
 impl Member {
     /// Reads a joined member's hello; `Err` says what is missing.
     pub(crate) fn from_info(info: &MemberInfo) -> Result<Member, String> {
-        let node_info: NodeInfo = serde_json::from_value(info.info.clone())
+        let node_info: NodeInfo = info
+            .info
+            .parse()
             .map_err(|err| format!("its hello carries no usable node info: {err}"))?;
         let data = info
             .data_addr
@@ -391,7 +393,7 @@ mod tests {
             data_addr: Some(data.parse().unwrap()),
             reached_addr: Some(reached.parse().unwrap()),
             gpuvet_version: String::new(),
-            info: serde_json::to_value(node_info).unwrap(),
+            info: gpuvet_control::Body::to(&node_info).unwrap(),
             joined_ms: 0,
             clock: ClockOffset::ZERO,
         }

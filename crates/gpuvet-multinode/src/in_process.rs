@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use gpuvet_control::transport::MemoryNetwork;
 use gpuvet_control::{
-    Agent, AgentIdentity, AgentLinks, AgentOptions, Coordinator, CoordinatorOptions, Endpoint,
-    Token,
+    Agent, AgentIdentity, AgentLinks, AgentOptions, Body, Coordinator, CoordinatorOptions,
+    Endpoint, Token,
 };
 use gpuvet_core::config::{NodeFault, NodeFaultKind};
 use gpuvet_core::results::RunReport;
@@ -292,7 +292,7 @@ impl Member {
             nnodes: u32::try_from(self.nnodes).unwrap_or(u32::MAX),
             node: self.setup.attempt.node.clone(),
             data_addr: self.plane.addr().ok(),
-            info: serde_json::to_value(info).unwrap_or_default(),
+            info: Body::to(&info).unwrap_or_default(),
         };
         let options = AgentOptions {
             transport: Arc::new(self.network.host(ip)),

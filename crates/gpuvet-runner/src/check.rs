@@ -251,7 +251,7 @@ fn start(
         let work = plan.work;
         let cancel = cancel.clone();
         let tx = tx.clone();
-        crate::threads::spawn_detached(format!("{name}-{slot}"), move || {
+        gpuvet_threads::spawn_detached(format!("{name}-{slot}"), move || {
             let result = crate::work::run_unit(&*backend, name, &devices, &work, &cancel);
             let _ = tx.send(Event::Unit { slot, result });
         })

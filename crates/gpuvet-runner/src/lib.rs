@@ -18,14 +18,12 @@ mod overlap;
 mod plan;
 mod protocol;
 mod serve;
-mod threads;
 mod work;
 mod worker;
 
 pub use check::{HANG_FACTOR, HANG_GRACE};
 pub use plan::{RunPlan, runs_among_local_devices, scope_skip_reason};
 pub use serve::{protocol_output, serve_worker};
-pub use threads::spawn_detached;
 pub use work::unit_work;
 pub use worker::WorkerLauncher;
 
@@ -218,7 +216,7 @@ fn run_one(
             let executor = check::Executor::Worker(Arc::clone(workers));
             // Detached on purpose: whatever the check waits on, the wait below ends at
             // the deadline and the run goes on without this thread.
-            spawn_detached(format!("check-{name}"), move || {
+            gpuvet_threads::spawn_detached(format!("check-{name}"), move || {
                 check::run_check(
                     backend,
                     &executor,

@@ -86,7 +86,7 @@ pub fn serve_worker(
             let cancel = cancel.clone();
             let tx = tx.clone();
             let check = request.check;
-            crate::threads::spawn_detached(format!("{check}-{slot}"), move || {
+            gpuvet_threads::spawn_detached(format!("{check}-{slot}"), move || {
                 let result = crate::work::run_unit(&*backend, check, &devices, &work, &cancel);
                 let _ = tx.send((slot, result));
             })

@@ -17,7 +17,7 @@ pub use gpuvet_testkit::free_port;
 use gpuvet_control::auth::{agent_proof, from_hex, random_nonce, to_hex};
 use gpuvet_control::protocol::{Hello, Message, read_message, write_message};
 use gpuvet_control::{
-    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorEvent, CoordinatorOptions,
+    Agent, AgentIdentity, AgentOptions, Body, Coordinator, CoordinatorEvent, CoordinatorOptions,
     Endpoint, MemberEventKind, Token,
 };
 
@@ -59,7 +59,7 @@ pub fn identity(rank: u32, nnodes: u32) -> AgentIdentity {
             [0, 0, 0, 0],
             40_000 + u16::try_from(rank).unwrap(),
         ))),
-        info: serde_json::json!({ "backend": "cpu", "devices": 1 }),
+        info: Body::to(&serde_json::json!({ "backend": "cpu", "devices": 1 })).unwrap(),
     }
 }
 
@@ -140,7 +140,7 @@ pub fn raw_join(addr: SocketAddr, rank: u32, nnodes: u32) -> TcpStream {
         node: format!("raw-{rank}"),
         data_addr: None,
         gpuvet_version: "test".to_owned(),
-        info: serde_json::Value::Null,
+        info: Body::null(),
         agent_nonce: to_hex(&random_nonce().unwrap()),
         proof: to_hex(&agent_proof(&token(), &nonce, JOB, rank)),
     };

@@ -37,7 +37,10 @@ fn four_agents_join_exchange_commands_and_reports_and_leave_cleanly() {
         assert_eq!(agent.rank(), member.rank);
         assert_eq!(agent.nnodes(), 4);
         assert_eq!(member.node, format!("node-{}", member.rank));
-        assert_eq!(member.info["backend"], "cpu");
+        assert_eq!(
+            member.info.parse::<serde_json::Value>().unwrap()["backend"],
+            "cpu"
+        );
         // An unspecified data-plane IP is replaced by the IP the agent connects from.
         let port = 40_000 + u16::try_from(member.rank).unwrap();
         assert_eq!(

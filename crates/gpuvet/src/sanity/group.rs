@@ -563,7 +563,7 @@ impl Member<'_> {
             nnodes: self.rendezvous.nnodes,
             node: self.node.attempt.node.clone(),
             data_addr: Some(data_addr),
-            info: serde_json::to_value(info).map_err(|err| err.to_string())?,
+            info: gpuvet_control::Body::to(&info).map_err(|err| err.to_string())?,
         };
         let endpoint: Endpoint = self.rendezvous.coordinator_endpoint();
         let agent = Agent::connect(

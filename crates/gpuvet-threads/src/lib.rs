@@ -1,12 +1,14 @@
-//! Detached threads for device work, reused between checks.
+//! Detached threads, reused between jobs: for the runner's device work and the
+//! coordinator's handshakes.
 //!
 //! Device work runs on a detached thread so that a backend that hangs for good leaves
-//! only that thread behind (see `run_one`). Starting one per device per check costs
-//! little on a real node (8 devices, 13 checks), but a group in one process runs
-//! thousands of nodes' checks, and there thread starts and exits (stack maps, guard
-//! pages, the TLB shootdowns they cause) were a third of all CPU. So a finished job's
-//! thread waits a while for the next one instead of exiting. A job that never returns
-//! keeps its thread, as before; the pool then starts another.
+//! only that thread behind; a handshake, so that a peer that goes quiet holds up only
+//! its own. Starting a thread per job costs little on a real node (8 devices, 13
+//! checks, one handshake per member), but a group in one process runs thousands of
+//! nodes' checks and handshakes, and there thread starts and exits (stack and
+//! signal-stack maps, guard pages, the TLB shootdowns they cause) were a third of all
+//! CPU. So a finished job's thread waits a while for the next one instead of exiting.
+//! A job that never returns keeps its thread; the pool then starts another.
 
 use std::collections::VecDeque;
 use std::io;
