@@ -6,6 +6,14 @@
 //! when the answer arrives. Then `offset = ((t1 − t0) + (t2 − t3)) / 2` and
 //! `round trip = (t3 − t0) − (t2 − t1)`. The offset is off by at most half the round
 //! trip, so of several samples the one with the shortest round trip wins.
+//!
+//! The handshake takes a few samples; after it the coordinator takes one more every
+//! few heartbeats ([`ClockTracker`]), and the best of the most recent ones wins. So an
+//! offset taken while the machine was busy is replaced by a better one, and over a
+//! long run the offset follows the clocks' drift (10 ppm is 36 ms an hour) instead of
+//! keeping the handshake's for good.
+
+use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
@@ -95,6 +103,56 @@ pub fn estimate_offset(samples: &[PingSample]) -> Option<ClockOffset> {
     })
 }
 
+/// The samples an offset is chosen from: the most recent ones, so a sample from long
+/// ago, however short its round trip, gives way once the clocks may have drifted.
+pub const CLOCK_WINDOW: usize = 8;
+
+/// A member's clock samples over the whole run, and the offset they give now.
+#[derive(Debug, Clone)]
+pub struct ClockTracker {
+    recent: VecDeque<PingSample>,
+    taken: u32,
+    offset: ClockOffset,
+}
+
+impl ClockTracker {
+    /// From the handshake's samples; `None` without any.
+    pub fn new(samples: &[PingSample]) -> Option<ClockTracker> {
+        let start = samples.len().saturating_sub(CLOCK_WINDOW);
+        let mut tracker = ClockTracker {
+            recent: samples[start..].iter().copied().collect(),
+            taken: u32::try_from(samples.len()).unwrap_or(u32::MAX),
+            offset: estimate_offset(samples)?,
+        };
+        tracker.update();
+        Some(tracker)
+    }
+
+    /// Adds a sample, dropping the oldest beyond [`CLOCK_WINDOW`].
+    pub fn add(&mut self, sample: PingSample) {
+        if self.recent.len() == CLOCK_WINDOW {
+            self.recent.pop_front();
+        }
+        self.recent.push_back(sample);
+        self.taken = self.taken.saturating_add(1);
+        self.update();
+    }
+
+    /// The offset by the recent samples; `samples` counts every sample taken.
+    pub fn offset(&self) -> ClockOffset {
+        self.offset
+    }
+
+    fn update(&mut self) {
+        if let Some(best) = estimate_offset(self.recent.make_contiguous()) {
+            self.offset = ClockOffset {
+                samples: self.taken,
+                ..best
+            };
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,6 +202,62 @@ mod tests {
         );
         assert_eq!(best.uncertainty_ns(), MS);
         assert_eq!(estimate_offset(&[]), None);
+    }
+
+    #[test]
+    fn a_later_sample_with_a_shorter_round_trip_replaces_the_handshakes_offset() {
+        // The handshake ran while the machine was busy: 20 ms round trips, and the
+        // way out slower than the way back.
+        let busy: Vec<PingSample> = (0..4)
+            .map(|i| sample(i * 100 * MS, 50 * MS, 15 * MS, MS, 5 * MS))
+            .collect();
+        let mut tracker = ClockTracker::new(&busy).unwrap();
+        assert_eq!(tracker.offset().offset_ns, 55 * MS);
+        assert_eq!(tracker.offset().samples, 4);
+        tracker.add(sample(5_000 * MS, 50 * MS, MS, MS, MS));
+        assert_eq!(
+            tracker.offset(),
+            ClockOffset {
+                offset_ns: 50 * MS,
+                round_trip_ns: 2 * MS,
+                samples: 5
+            }
+        );
+        // A worse sample does not displace it.
+        tracker.add(sample(10_000 * MS, 50 * MS, 30 * MS, MS, MS));
+        assert_eq!(tracker.offset().offset_ns, 50 * MS);
+        assert_eq!(tracker.offset().samples, 6);
+    }
+
+    #[test]
+    fn the_offset_follows_drift_once_old_samples_leave_the_window() {
+        // A very good first sample, then the agent's clock drifts 1 ms ahead per
+        // sample, measured with a slightly longer round trip each time.
+        let mut tracker = ClockTracker::new(&[sample(0, 0, 100, 0, 100)]).unwrap();
+        for i in 1..=CLOCK_WINDOW as i64 {
+            tracker.add(sample(i * 1_000 * MS, i * MS, MS, 0, MS));
+        }
+        // The first sample has left the window: the best recent one is an early
+        // drifted one (all have the same round trip, the first of them wins).
+        assert_eq!(tracker.offset().offset_ns, MS);
+        assert_eq!(tracker.offset().samples, CLOCK_WINDOW as u32 + 1);
+        for i in 1..=CLOCK_WINDOW as i64 {
+            tracker.add(sample((100 + i) * 1_000 * MS, (100 + i) * MS, MS, 0, MS));
+        }
+        assert_eq!(tracker.offset().offset_ns, 101 * MS);
+        assert!(ClockTracker::new(&[]).is_none());
+    }
+
+    #[test]
+    fn a_handshake_with_more_samples_than_the_window_keeps_the_latest() {
+        let samples: Vec<PingSample> = (0..12)
+            .map(|i| sample(i * MS, 7 * MS, if i == 0 { 0 } else { MS }, 0, MS))
+            .collect();
+        let tracker = ClockTracker::new(&samples).unwrap();
+        assert_eq!(tracker.offset().samples, 12);
+        assert_eq!(tracker.recent.len(), CLOCK_WINDOW);
+        // Sample 0 (the shortest round trip) is not in the window any more.
+        assert_eq!(tracker.offset().round_trip_ns, 2 * MS);
     }
 
     #[test]

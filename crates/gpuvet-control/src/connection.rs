@@ -15,7 +15,7 @@ use serde_json::Value;
 use crate::auth::{
     NONCE_LEN, coordinator_proof, from_hex, random_nonce, to_hex, verify_agent_proof,
 };
-use crate::clock::{ClockOffset, PingSample, estimate_offset, ns_to_ms, unix_now_ms, unix_now_ns};
+use crate::clock::{ClockTracker, PingSample, ns_to_ms, unix_now_ms, unix_now_ns};
 use crate::coordinator::{HandshakeSlot, Member, Shared, Slot, lock};
 use crate::events::{
     CoordinatorEvent, MemberEventKind, MemberInfo, MemberState, Refusal, RefusedPeer,
@@ -116,7 +116,7 @@ fn handshake(
         })?;
 
     let reservation = Reservation::take(shared, hello.rank, &hello.node)?;
-    let clock = sync_clock(shared, stream, deadline)?;
+    let clock_samples = sync_clock(shared, stream, deadline)?;
 
     let clone = |stream: &Stream| {
         stream.try_clone().map_err(|err| Refusal::Unavailable {
@@ -138,7 +138,7 @@ fn handshake(
         nnodes: shared.nnodes,
         heartbeat_interval_ms: u64::try_from(shared.options.heartbeat_interval.as_millis())
             .unwrap_or(1000),
-        clock,
+        clock: clock_samples.offset(),
         proof: to_hex(&coordinator_proof(
             &shared.token,
             &agent_nonce,
@@ -155,14 +155,14 @@ fn handshake(
         gpuvet_version: hello.gpuvet_version,
         info: hello.info,
         joined_ms: unix_now_ms(),
-        clock,
+        clock: clock_samples.offset(),
     };
 
     // The welcome goes out under the member's writer lock, taken before the member
     // becomes visible: a command sent the moment it joins cannot overtake it.
     let mut writer_guard = lock(&writer);
     let rank = info.rank;
-    reservation.commit(info, Arc::clone(&writer), control)?;
+    reservation.commit(info, clock_samples, Arc::clone(&writer), control)?;
     if let Err(err) = write_message(&mut *writer_guard, &welcome) {
         drop(writer_guard);
         member_gone(
@@ -224,11 +224,12 @@ struct HelloHead<'a> {
     protocol_version: Option<Value>,
 }
 
+/// The handshake's clock samples.
 fn sync_clock(
     shared: &Shared,
     stream: &mut Stream,
     deadline: Instant,
-) -> Result<ClockOffset, Refusal> {
+) -> Result<ClockTracker, Refusal> {
     let timeout = shared.options.handshake_timeout;
     let mut samples = Vec::with_capacity(shared.options.clock_samples as usize);
     for seq in 0..shared.options.clock_samples {
@@ -267,7 +268,7 @@ fn sync_clock(
             }
         }
     }
-    estimate_offset(&samples).ok_or_else(|| Refusal::Unavailable {
+    ClockTracker::new(&samples).ok_or_else(|| Refusal::Unavailable {
         detail: "no clock samples".to_owned(),
     })
 }
@@ -332,6 +333,7 @@ impl<'a> Reservation<'a> {
     fn commit(
         mut self,
         info: MemberInfo,
+        clock: ClockTracker,
         writer: Arc<Mutex<Stream>>,
         control: Stream,
     ) -> Result<(), Refusal> {
@@ -357,6 +359,7 @@ impl<'a> Reservation<'a> {
                 last_seen_ms: now_ms,
                 phase: String::new(),
                 phase_since_ms: now_ms,
+                clock,
                 writer,
                 control,
             })),
@@ -472,6 +475,16 @@ fn node_of(shared: &Shared, rank: u32) -> String {
     match lock(&shared.state).slots.get(&rank) {
         Some(Slot::Member(member)) => member.info.node.clone(),
         _ => String::new(),
+    }
+}
+
+/// A clock sample taken after the handshake: the member's offset may get better, and
+/// follows the clocks' drift.
+pub(crate) fn record_clock_sample(shared: &Shared, rank: u32, sample: PingSample) {
+    let mut state = lock(&shared.state);
+    if let Some(Slot::Member(member)) = state.slots.get_mut(&rank) {
+        member.clock.add(sample);
+        member.info.clock = member.clock.offset();
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::auth::Token;
-use crate::clock::{ClockOffset, unix_now_ms};
+use crate::clock::{ClockOffset, ClockTracker, unix_now_ms};
 use crate::connection;
 use crate::error::ClusterError;
 use crate::events::{
@@ -37,7 +37,8 @@ pub struct CoordinatorOptions {
     pub heartbeat_interval: Duration,
     /// Silence after which a member is declared unresponsive; at least two intervals.
     pub heartbeat_deadline: Duration,
-    /// Ping exchanges per agent for its clock offset.
+    /// Ping exchanges in each agent's handshake, for its first clock offset. More
+    /// samples follow, one with every few heartbeats (`members::CLOCK_PING_BEATS`).
     pub clock_samples: u32,
     /// How long a send to one member may block before it counts as failed.
     pub write_timeout: Duration,
@@ -55,7 +56,7 @@ impl Default for CoordinatorOptions {
             handshake_timeout: Duration::from_secs(5),
             heartbeat_interval: Duration::from_millis(500),
             heartbeat_deadline: Duration::from_secs(3),
-            clock_samples: 8,
+            clock_samples: 4,
             write_timeout: Duration::from_secs(5),
             max_concurrent_handshakes: 256,
             transport: transport::tcp(),
@@ -143,6 +144,8 @@ pub(crate) struct Member {
     pub(crate) last_seen_ms: u64,
     pub(crate) phase: String,
     pub(crate) phase_since_ms: u64,
+    /// Its clock samples; `info.clock` is their offset.
+    pub(crate) clock: ClockTracker,
     /// Sends to this member; shared with its reader thread, which acknowledges heartbeats.
     pub(crate) writer: Arc<Mutex<Stream>>,
     /// Another handle on the socket, to shut it down without waiting for the writer lock.

@@ -5,6 +5,10 @@
 //! second; here one wake-up serves every member with something to read. The handshake
 //! still runs on a thread of its own (a reused one; it waits on one peer for a few
 //! round trips) and hands the connection over when it admits the member.
+//!
+//! Every [`CLOCK_PING_BEATS`] heartbeats the acknowledgement goes out with a clock
+//! ping, and the pong's sample refines the member's clock offset (see
+//! [`crate::clock::ClockTracker`]).
 
 use std::collections::HashMap;
 use std::net::Shutdown;
@@ -13,13 +17,19 @@ use std::sync::{Arc, Mutex, TryLockError};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use crate::connection::{MemberFrame, member_gone, on_member_message};
+use crate::clock::{PingSample, unix_now_ns};
+use crate::connection::{MemberFrame, member_gone, on_member_message, record_clock_sample};
 use crate::coordinator::{Shared, lock};
 use crate::protocol::{FrameReader, MAX_FRAME_BYTES, Message, decode_message, write_message};
 use crate::transport::{Poller, Stream};
 
 /// How often the thread looks for a stop when nothing wakes it.
 const IDLE_WAIT: Duration = Duration::from_secs(1);
+
+/// A clock ping goes out with every this many heartbeats' acknowledgements: every 5 s
+/// at the default half-second heartbeat. Often enough to follow drift and to replace
+/// an offset taken while a machine was busy; rare enough to cost nothing.
+pub(crate) const CLOCK_PING_BEATS: u64 = 10;
 
 /// The reading thread's handle: where handshakes hand admitted members over.
 #[derive(Debug)]
@@ -37,6 +47,11 @@ pub(crate) struct Session {
     stream: Stream,
     writer: Arc<Mutex<Stream>>,
     frames: FrameReader,
+    /// Heartbeats acknowledged since the last clock ping went out.
+    beats_since_ping: u64,
+    ping_seq: u32,
+    /// The clock ping awaiting its pong: its `seq` and `t0`.
+    ping: Option<(u32, i64)>,
 }
 
 impl MemberReader {
@@ -66,6 +81,9 @@ impl MemberReader {
             stream,
             writer,
             frames: FrameReader::new(MAX_FRAME_BYTES),
+            beats_since_ping: 0,
+            ping_seq: 0,
+            ping: None,
         });
         let _ = self.poller.wake();
     }
@@ -130,6 +148,8 @@ fn read_members(shared: &Shared) {
 fn serve_ready(shared: &Shared, session: &mut Session, frames: &mut Vec<Vec<u8>>) -> bool {
     frames.clear();
     let read = session.frames.read_ready(&mut *session.stream, frames);
+    // When a pong in this batch arrived, as near as this thread can tell.
+    let read_at_ns = unix_now_ns();
     for frame in frames.drain(..) {
         let message = match decode_message(&frame) {
             Ok(message) => message,
@@ -145,6 +165,24 @@ fn serve_ready(shared: &Shared, session: &mut Session, frames: &mut Vec<Vec<u8>>
         };
         let ack = match &message {
             Message::Heartbeat(heartbeat) => Some(heartbeat.seq),
+            &Message::Pong {
+                seq,
+                t0_ns,
+                t1_ns,
+                t2_ns,
+            } => {
+                if session.ping == Some((seq, t0_ns)) {
+                    session.ping = None;
+                    let sample = PingSample {
+                        t0_ns,
+                        t1_ns,
+                        t2_ns,
+                        t3_ns: read_at_ns,
+                    };
+                    record_clock_sample(shared, session.rank, sample);
+                }
+                None
+            }
             _ => None,
         };
         match on_member_message(shared, session.rank, message) {
@@ -155,7 +193,15 @@ fn serve_ready(shared: &Shared, session: &mut Session, frames: &mut Vec<Vec<u8>>
             }
         }
         if let Some(seq) = ack {
-            acknowledge(&session.writer, seq);
+            session.beats_since_ping += 1;
+            let ping_seq = (session.beats_since_ping >= CLOCK_PING_BEATS).then(|| {
+                session.ping_seq = session.ping_seq.wrapping_add(1);
+                session.ping_seq
+            });
+            if let Some(ping) = acknowledge(&session.writer, seq, ping_seq) {
+                session.ping = Some(ping);
+                session.beats_since_ping = 0;
+            }
         }
     }
     match read {
@@ -171,12 +217,17 @@ fn serve_ready(shared: &Shared, session: &mut Session, frames: &mut Vec<Vec<u8>>
 /// Acknowledges a heartbeat, unless a send to the member is under way: that frame
 /// tells the agent the coordinator is alive just as well, and waiting for it here
 /// would hold up every other member. A failed ack shows up as a broken connection on
-/// a later read.
-fn acknowledge(writer: &Mutex<Stream>, seq: u64) {
+/// a later read. With `ping_seq`, a clock ping follows the acknowledgement; its `seq`
+/// and `t0` when it went out.
+fn acknowledge(writer: &Mutex<Stream>, seq: u64, ping_seq: Option<u32>) -> Option<(u32, i64)> {
     let mut writer = match writer.try_lock() {
         Ok(writer) => writer,
         Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
-        Err(TryLockError::WouldBlock) => return,
+        Err(TryLockError::WouldBlock) => return None,
     };
-    let _ = write_message(&mut *writer, &Message::HeartbeatAck { seq });
+    write_message(&mut *writer, &Message::HeartbeatAck { seq }).ok()?;
+    let seq = ping_seq?;
+    let t0_ns = unix_now_ns();
+    write_message(&mut *writer, &Message::Ping { seq, t0_ns }).ok()?;
+    Some((seq, t0_ns))
 }

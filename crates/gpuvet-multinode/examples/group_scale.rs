@@ -2,7 +2,7 @@
 //! 8, 64, 512 and 4,096 nodes (8 sim GPUs each), with the default suite and the full
 //! one.
 //!
-//! The coordinator and every agent run the real protocol (HMAC handshake, 8 clock
+//! The coordinator and every agent run the real protocol (HMAC handshake, 4 clock
 //! pings, heartbeats every 500 ms) over the in-memory network, each node with its
 //! sim backend and its place on the simulated network
 //! (`gpuvet_multinode::in_process`). Each size and suite runs in a fresh child

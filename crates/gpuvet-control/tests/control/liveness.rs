@@ -166,3 +166,27 @@ fn recv_without_messages_returns_none_at_its_deadline() {
     );
     assert!(agents[0].link_status().is_ok());
 }
+
+#[test]
+fn heartbeats_bring_more_clock_samples_after_the_handshake() {
+    let options = quick_options();
+    let handshake_samples = options.clock_samples;
+    let coordinator = coordinator(2, options);
+    let agents = join_all(&coordinator, 0..2);
+    assert_eq!(
+        coordinator.clock_offset(1).unwrap().samples,
+        handshake_samples
+    );
+    // A ping goes out with every tenth acknowledgement; wait for two of them.
+    let until = in_(ANTI_HANG);
+    let mut clock = coordinator.clock_offset(1).unwrap();
+    while clock.samples < handshake_samples + 2 && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+        clock = coordinator.clock_offset(1).unwrap();
+    }
+    assert!(clock.samples >= handshake_samples + 2, "{clock:?}");
+    // Same machine, same clock: the offset stays the measurement's noise.
+    assert!(clock.offset_ns.abs() < 1_000_000_000, "{clock:?}");
+    assert!(clock.round_trip_ns >= 0, "{clock:?}");
+    drop(agents);
+}
