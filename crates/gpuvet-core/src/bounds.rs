@@ -15,7 +15,9 @@ pub const OBJECT_WEIGHT: usize = 8;
 /// `Err(limit + 1)`.
 ///
 /// Every string, number, literal and array counts one, an object [`OBJECT_WEIGHT`];
-/// an object's keys count as strings. Invalid JSON is counted the same way (the decoder then refuses it), so
+/// an object's keys count as strings. No byte counts for more than an object, so a
+/// text of `n` bytes counts at most `n × OBJECT_WEIGHT`: a caller may skip texts too
+/// short to pass its limit. Invalid JSON is counted the same way (the decoder then refuses it), so
 /// the count is an upper bound for any text a JSON decoder accepts.
 pub fn json_values_at_most(text: &[u8], limit: usize) -> Result<usize, usize> {
     let mut count = 0usize;
@@ -68,6 +70,23 @@ pub fn json_values_at_most(text: &[u8], limit: usize) -> Result<usize, usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_text_counts_more_than_an_object_a_byte() {
+        for text in [
+            "{{{{{{{{",
+            "{}{}{}",
+            "[{},{},{}]",
+            r#"{"a":{"b":{}}}"#,
+            "[0,0,0,0]",
+            r#""""""""#,
+            "a b c d",
+            "",
+        ] {
+            let count = json_values_at_most(text.as_bytes(), usize::MAX - 1).unwrap();
+            assert!(count <= text.len() * OBJECT_WEIGHT, "{text}: {count}");
+        }
+    }
 
     #[test]
     fn counts_values_keys_and_containers() {

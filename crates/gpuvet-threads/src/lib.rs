@@ -101,8 +101,11 @@ impl Pool {
 
 /// Renames the calling thread as `ps`, `top -H` and `perf` show it (15 bytes at most).
 fn set_os_thread_name(name: &str) {
-    let mut bytes: Vec<u8> = name.bytes().filter(|&b| b != 0).take(15).collect();
-    bytes.push(0);
+    // On the stack: a pool thread is renamed for most jobs it takes.
+    let mut bytes = [0u8; 16];
+    for (slot, byte) in bytes[..15].iter_mut().zip(name.bytes().filter(|&b| b != 0)) {
+        *slot = byte;
+    }
     // SAFETY: PR_SET_NAME reads a NUL-terminated string of at most 16 bytes.
     unsafe {
         libc::prctl(libc::PR_SET_NAME, bytes.as_ptr() as libc::c_ulong, 0, 0, 0);
