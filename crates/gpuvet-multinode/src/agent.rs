@@ -17,7 +17,7 @@ use gpuvet_backend::{
     Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, WorkSpec, slowest_rail,
 };
 use gpuvet_control::auth::{SESSION_LEN, from_hex, to_hex};
-use gpuvet_control::{Agent, Received};
+use gpuvet_control::{Agent, ClusterError, Received};
 use gpuvet_core::analysis::{Limit, Tolerances};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::events::Attempt;
@@ -34,7 +34,7 @@ use crate::fabric::Fabric;
 use crate::interfaces::{interface_with, ipv4_of};
 use crate::wire::{
     CollectiveOrder, CollectiveReply, Directive, HostEngine, InterfaceProbe, LinkReply,
-    NativeGroup, NodeInfo, ProbeReply, ProbeTarget, Reply, Stamped,
+    NativeGroup, NodeInfo, ProbeReply, ProbeTarget, Reply, Stamped, parse_directive,
 };
 use gpuvet_core::time::unix_now_ms;
 
@@ -323,7 +323,8 @@ pub fn serve(
             Some(Received::Closed { reason }) => return Err(GroupError::Closed { reason }),
             Some(Received::Command(command)) => command,
         };
-        let directive: Directive = match command.parse() {
+        // Read without serde's buffering of tagged enums; an error reads as before.
+        let directive = match parse_directive(command.body.get()).map_err(ClusterError::from) {
             Ok(directive) => directive,
             Err(err) => {
                 let reply = Reply::Refused {

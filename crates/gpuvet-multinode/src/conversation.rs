@@ -12,7 +12,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::CheckResult;
 use gpuvet_core::timeline::CheckSpan;
 
-use crate::wire::{Directive, NodeInfo, Reply, Stamped};
+use crate::wire::{Directive, NodeInfo, Reply, parse_stamped};
 use gpuvet_core::time::unix_now_ms;
 
 /// What the coordinator reports while the group runs.
@@ -275,7 +275,7 @@ impl<'a> Conversation<'a> {
                 ..
             } if pending.get(&seq) == Some(&rank) => {
                 pending.remove(&seq);
-                let reply = match body.parse::<Stamped>() {
+                let reply = match parse_stamped(body.get()) {
                     Ok(stamped) => {
                         self.record_span(rank, stamped.began_ms, stamped.ended_ms);
                         stamped.reply

@@ -1,5 +1,12 @@
 //! What the coordinator asks of agents and what they answer: the bodies of the control
 //! plane's `command` and `report` frames, in gpuvet's own vocabulary.
+//!
+//! The hot readers of the two tagged bodies, [`parse_directive`] and [`parse_stamped`],
+//! are in `wire/read.rs`: they skip serde's buffering of tagged and flattened enums.
+
+mod read;
+
+pub use read::{parse_directive, parse_stamped};
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
