@@ -15,7 +15,8 @@ use gpuvet_core::inventory::{ExpectedInventory, NodeInventory};
 use gpuvet_core::inventory_check::judge_inventories;
 use gpuvet_core::pairing::PairingMode;
 use gpuvet_core::results::{
-    CheckResult, CheckStatus, Entity, GroupIncident, GroupSummary, Outcome, RunReport, Verdict,
+    CheckResult, CheckStatus, Entity, EntityResult, GroupIncident, GroupSummary, Outcome,
+    RunReport, Verdict,
 };
 use gpuvet_core::time::unix_now_ms;
 use gpuvet_core::timeline::{CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
@@ -240,39 +241,72 @@ pub(crate) const MEMBER_VERDICT_BYTES: usize = 256 << 10;
 /// findings only, while the full report stays on the coordinator.
 pub(crate) fn for_members(report: &mut RunReport) -> RunReport {
     // The devices, and the timeline (it stays with the coordinator's report, the one
-    // kept for it), are set aside while the rest is copied, not copied and dropped.
+    // kept for it), are set aside while the rest is measured and copied.
     let devices = std::mem::take(&mut report.devices);
     let timeline = report
         .group
         .as_mut()
         .and_then(|group| group.timeline.take());
-    let mut verdict = report.clone();
+    let verdict = verdict_for_members(report);
     report.devices = devices;
     if let Some(group) = report.group.as_mut() {
         group.timeline = timeline;
     }
+    verdict
+}
+
+/// Without its samples an entity still takes more JSON than this (its entity, verdict,
+/// lane, reason, evidence and measurement, all empty, are over 150 bytes): a group with
+/// more entities than `MEMBER_VERDICT_BYTES / MIN_ENTITY_BYTES` cannot fit even
+/// without samples, and its entities are not copied to find that out.
+const MIN_ENTITY_BYTES: usize = 64;
+
+fn verdict_for_members(report: &mut RunReport) -> RunReport {
     let size = |verdict: &RunReport| {
         let mut counted = ByteCount(0);
         serde_json::to_writer(&mut counted, verdict).map_or(usize::MAX, |()| counted.0)
     };
-    if size(&verdict) <= MEMBER_VERDICT_BYTES {
-        return verdict;
+    if size(report) <= MEMBER_VERDICT_BYTES {
+        return report.clone();
+    }
+    // Everything but the entities is copied; then the entities that go along.
+    let entities: Vec<Vec<EntityResult>> = report
+        .checks
+        .iter_mut()
+        .map(|check| std::mem::take(&mut check.entities))
+        .collect();
+    let mut verdict = report.clone();
+    for (check, entities) in report.checks.iter_mut().zip(entities) {
+        check.entities = entities;
     }
     for check in &mut verdict.checks {
-        for entity in &mut check.entities {
-            entity.measurement.samples.clear();
-        }
         check.params.insert(
             "samples".to_owned(),
             "on the coordinator's report".to_owned(),
         );
     }
-    if size(&verdict) <= MEMBER_VERDICT_BYTES {
-        return verdict;
+    let without_samples = |entity: &EntityResult| {
+        let mut entity = entity.clone();
+        entity.measurement.samples.clear();
+        entity
+    };
+    let total: usize = report.checks.iter().map(|check| check.entities.len()).sum();
+    if total.saturating_mul(MIN_ENTITY_BYTES) <= MEMBER_VERDICT_BYTES {
+        for (check, all) in verdict.checks.iter_mut().zip(&report.checks) {
+            check.entities = all.entities.iter().map(without_samples).collect();
+        }
+        if size(&verdict) <= MEMBER_VERDICT_BYTES {
+            return verdict;
+        }
     }
-    for check in &mut verdict.checks {
-        let total = check.entities.len();
-        check.entities.retain(|e| e.verdict != Verdict::Ok);
+    for (check, all) in verdict.checks.iter_mut().zip(&report.checks) {
+        check.entities = all
+            .entities
+            .iter()
+            .filter(|e| e.verdict != Verdict::Ok)
+            .map(without_samples)
+            .collect();
+        let total = all.entities.len();
         if check.entities.len() < total {
             check.params.insert(
                 "entities".to_owned(),
@@ -687,6 +721,36 @@ mod tests {
         assert!(check.entities[0].measurement.samples.is_empty());
         assert_eq!(check.params["samples"], "on the coordinator's report");
         assert!(serde_json::to_vec(&verdict).unwrap().len() <= MEMBER_VERDICT_BYTES);
+    }
+
+    #[test]
+    fn an_entity_without_samples_takes_more_json_than_the_bound_assumes() {
+        let entity = Entity::Node {
+            node: String::new(),
+        };
+        let smallest = EntityResult {
+            entity: entity.clone(),
+            verdict: Verdict::Ok,
+            lane: Lane::Host,
+            reason: String::new(),
+            evidence: Evidence::default(),
+            measurement: Measurement::ok(entity, 0.0, Vec::new()),
+        };
+        let bytes = serde_json::to_vec(&smallest).unwrap().len();
+        assert!(bytes > MIN_ENTITY_BYTES, "{bytes}");
+    }
+
+    #[test]
+    fn the_coordinators_report_keeps_everything_members_do_not_get() {
+        let mut full = report(4096);
+        full.group = Some(GroupSummary {
+            nodes: (0..4096).map(|i| format!("node-{i}")).collect(),
+            ..GroupSummary::default()
+        });
+        let before = full.clone();
+        let verdict = for_members(&mut full);
+        assert_eq!(verdict.checks[0].entities.len(), 1);
+        assert_eq!(full, before);
     }
 
     #[test]
