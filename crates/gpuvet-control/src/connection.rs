@@ -21,8 +21,8 @@ use crate::events::{
     CoordinatorEvent, MemberEventKind, MemberInfo, MemberState, Refusal, RefusedPeer,
 };
 use crate::protocol::{
-    FrameError, Heartbeat, Hello, MAX_HANDSHAKE_FRAME_BYTES, Message, PROTOCOL_VERSION, Welcome,
-    decode_message, read_frame, write_message,
+    FrameError, Heartbeat, Hello, HelloText, MAX_HANDSHAKE_FRAME_BYTES, Message, PROTOCOL_VERSION,
+    Welcome, decode_message, read_frame, write_message,
 };
 use crate::transport::Stream;
 
@@ -208,9 +208,11 @@ fn parse_hello(frame: &[u8]) -> Result<Hello, Refusal> {
         }
     }
     // Read as the struct it is, from the text: its `info` stays text.
-    serde_json::from_slice(frame).map_err(|err| Refusal::BadFrame {
-        detail: format!("malformed hello: {err}"),
-    })
+    serde_json::from_slice::<HelloText>(frame)
+        .map(HelloText::into_hello)
+        .map_err(|err| Refusal::BadFrame {
+            detail: format!("malformed hello: {err}"),
+        })
 }
 
 /// What is read of a frame before it is known to be a hello of this version. The

@@ -121,15 +121,6 @@ impl Body {
     pub fn null() -> Body {
         Body(RawValue::NULL.to_owned())
     }
-
-    /// Straight from the text, for a field of a struct read by `serde_json` from
-    /// text or from a `Value` (not inside a tagged enum, which buffers its fields in a
-    /// form that cannot hold raw text).
-    fn deserialize_raw<'de, D: serde::Deserializer<'de>>(
-        deserializer: D,
-    ) -> Result<Body, D::Error> {
-        Box::<RawValue>::deserialize(deserializer).map(Body)
-    }
 }
 
 impl Default for Body {
@@ -186,8 +177,12 @@ impl Message {
     }
 }
 
+/// `Info` is the `info` as it is held: `Body` everywhere, and while a hello is read
+/// straight from its frame, the text itself ([`HelloText`]), which only a struct read
+/// by `serde_json` from text can hold (a tagged enum buffers its fields in a form that
+/// cannot).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Hello {
+pub struct Hello<Info = Body> {
     pub protocol_version: u32,
     pub job_id: String,
     /// This node's rank in the group, from 0.
@@ -203,12 +198,32 @@ pub struct Hello {
     pub gpuvet_version: String,
     /// Anything else the binary wants the coordinator to know (backend, devices, ...),
     /// kept as text until the binary reads it into its own type.
-    #[serde(default, deserialize_with = "Body::deserialize_raw")]
-    pub info: Body,
+    #[serde(default)]
+    pub info: Info,
     /// The agent's nonce (hex) for the coordinator to prove against.
     pub agent_nonce: String,
     /// HMAC-SHA256 over the coordinator's nonce, the job id and the rank (hex).
     pub proof: String,
+}
+
+/// A hello read straight from its frame's text, `info` untouched.
+pub(crate) type HelloText = Hello<Option<Box<RawValue>>>;
+
+impl HelloText {
+    pub(crate) fn into_hello(self) -> Hello {
+        Hello {
+            protocol_version: self.protocol_version,
+            job_id: self.job_id,
+            rank: self.rank,
+            nnodes: self.nnodes,
+            node: self.node,
+            data_addr: self.data_addr,
+            gpuvet_version: self.gpuvet_version,
+            info: self.info.map_or_else(Body::null, Body),
+            agent_nonce: self.agent_nonce,
+            proof: self.proof,
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -550,7 +565,8 @@ pub(crate) fn decode_message(bytes: &[u8]) -> Result<Message, FrameError> {
     let malformed =
         |err: serde_json::Error| FrameError::Malformed(format!("not a gpuvet message: {err}"));
     // A tagged enum buffers the whole frame before it reads the tag, and a body
-    // inside it cannot stay text; the frames with a body are read as structs.
+    // inside it cannot stay text; the frames with a body are read as structs, and so
+    // are the frames every member sends and gets several times a second.
     let tag: Tag<'_> = serde_json::from_slice(bytes).map_err(malformed)?;
     match tag.kind.as_deref() {
         Some("command") => {
@@ -567,8 +583,28 @@ pub(crate) fn decode_message(bytes: &[u8]) -> Result<Message, FrameError> {
                 body: Body(frame.body),
             })
         }
-        Some("hello") => serde_json::from_slice(bytes)
-            .map(Message::Hello)
+        Some("hello") => serde_json::from_slice::<HelloText>(bytes)
+            .map(|hello| Message::Hello(hello.into_hello()))
+            .map_err(malformed),
+        Some("heartbeat") => serde_json::from_slice(bytes)
+            .map(Message::Heartbeat)
+            .map_err(malformed),
+        Some("heartbeat_ack") => serde_json::from_slice::<AckFrame>(bytes)
+            .map(|frame| Message::HeartbeatAck { seq: frame.seq })
+            .map_err(malformed),
+        Some("ping") => serde_json::from_slice::<PingFrame>(bytes)
+            .map(|frame| Message::Ping {
+                seq: frame.seq,
+                t0_ns: frame.t0_ns,
+            })
+            .map_err(malformed),
+        Some("pong") => serde_json::from_slice::<PongFrame>(bytes)
+            .map(|frame| Message::Pong {
+                seq: frame.seq,
+                t0_ns: frame.t0_ns,
+                t1_ns: frame.t1_ns,
+                t2_ns: frame.t2_ns,
+            })
             .map_err(malformed),
         _ => serde_json::from_slice(bytes).map_err(malformed),
     }
@@ -585,6 +621,25 @@ struct Tag<'a> {
 struct CommandFrame {
     seq: u64,
     body: Box<RawValue>,
+}
+
+#[derive(Deserialize)]
+struct AckFrame {
+    seq: u64,
+}
+
+#[derive(Deserialize)]
+struct PingFrame {
+    seq: u32,
+    t0_ns: i64,
+}
+
+#[derive(Deserialize)]
+struct PongFrame {
+    seq: u32,
+    t0_ns: i64,
+    t1_ns: i64,
+    t2_ns: i64,
 }
 
 #[derive(Deserialize)]
@@ -758,6 +813,9 @@ mod tests {
             let frame = encode_frame(&message).unwrap();
             let decoded = decode_message(&frame[4..]).unwrap();
             assert_eq!(decoded, message, "{}", message.kind());
+            // The frames read as plain structs read as the tagged enum reads them.
+            let tagged: Message = serde_json::from_slice(&frame[4..]).unwrap();
+            assert_eq!(tagged, message, "{}", message.kind());
         }
     }
 
