@@ -216,8 +216,8 @@ fn parse_hello(frame: &[u8]) -> Result<Hello, Refusal> {
 }
 
 /// What is read of a frame before it is known to be a hello of this version. The
-/// version is any JSON value, so a string or a float is refused as a version
-/// mismatch's "no `protocol_version`", not as a malformed frame.
+/// version is read as any JSON value, so a string or a float reads as a hello without
+/// a version (as when the whole frame was a `Value`), not as a malformed frame.
 #[derive(serde::Deserialize)]
 struct HelloHead<'a> {
     #[serde(rename = "type", borrow, default)]
