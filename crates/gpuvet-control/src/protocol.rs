@@ -149,7 +149,7 @@ impl Serialize for Body {
 
 impl<'de> Deserialize<'de> for Body {
     /// Through a `Value`, so a body inside any other structure (an event, a tagged
-    /// message) reads; [`decode_message`] reads the frames that carry one directly.
+    /// message) reads; `decode_message` reads the frames that carry one directly.
     fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Body, D::Error> {
         let value = Value::deserialize(deserializer)?;
         Body::to(&value).map_err(serde::de::Error::custom)
@@ -178,7 +178,7 @@ impl Message {
 }
 
 /// `Info` is the `info` as it is held: `Body` everywhere, and while a hello is read
-/// straight from its frame, the text itself ([`HelloText`]), which only a struct read
+/// straight from its frame, the text itself (`HelloText`), which only a struct read
 /// by `serde_json` from text can hold (a tagged enum buffers its fields in a form that
 /// cannot).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -9,7 +9,7 @@
 //! NCCL's result codes as a Rust enum, so a code from a newer NCCL would be undefined
 //! behaviour. gpuvet therefore opens the file it finds (`GPUVET_NCCL_LIBRARY`, else the
 //! search in [`super::libs`], else the loader's own path) and calls the dozen functions
-//! it needs through plain C types, declared once in [`nccl_symbols!`].
+//! it needs through plain C types, declared once in `nccl_symbols!`.
 //!
 //! A peer that never joins or a link that stops hangs NCCL for good, so communicators
 //! are created non-blocking (`ncclCommInitRankConfig` with `blocking = 0`, NCCL 2.14+):

@@ -49,8 +49,8 @@ pub trait Connection: Read + Write + Send + Sync + Debug {
 
 /// Waits on many connections at once, for one thread that serves them all.
 pub trait Poller: Send + Sync + Debug {
-    /// Waits until a watched connection may have something to read, a [`wake`]
-    /// (Poller::wake) or `timeout`; appends the tokens of the connections to look at
+    /// Waits until a watched connection may have something to read, a
+    /// [`wake`](Poller::wake) or `timeout`; appends the tokens of the connections to look at
     /// (a token may come twice, or with nothing to read after all).
     fn wait(&self, ready: &mut Vec<u64>, timeout: Duration) -> io::Result<()>;
     /// Ends a `wait` now, from any thread.
