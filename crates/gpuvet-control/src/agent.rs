@@ -64,6 +64,28 @@ pub struct AgentOptions {
     /// The thread that keeps the link, shared by the agents of one process (a group in
     /// one process); `None` starts one for this agent.
     pub links: Option<AgentLinks>,
+    /// Called each time something arrives for [`Agent::try_recv`]; `None` for an agent
+    /// that waits in [`Agent::recv`].
+    pub on_inbound: Option<OnInbound>,
+}
+
+/// Called from the link's thread each time a message or the link's end arrives for an
+/// agent: many agents of one process then share a few threads, which take what came
+/// with [`Agent::try_recv`], instead of a thread blocked in [`Agent::recv`] each. It
+/// runs on the link's thread, so it must only note the agent and return.
+#[derive(Clone)]
+pub struct OnInbound(Arc<dyn Fn() + Send + Sync>);
+
+impl OnInbound {
+    pub fn new(notify: impl Fn() + Send + Sync + 'static) -> OnInbound {
+        OnInbound(Arc::new(notify))
+    }
+}
+
+impl std::fmt::Debug for OnInbound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OnInbound").finish_non_exhaustive()
+    }
 }
 
 impl Default for AgentOptions {
@@ -76,6 +98,7 @@ impl Default for AgentOptions {
             write_timeout: Duration::from_secs(5),
             transport: transport::tcp(),
             links: None,
+            on_inbound: None,
         }
     }
 }
@@ -176,7 +199,8 @@ pub(crate) struct AgentShared {
     pub(crate) ended: Condvar,
     pub(crate) heartbeats_suspended: AtomicBool,
     pub(crate) closing: AtomicBool,
-    pub(crate) inbound: mpsc::Sender<Inbound>,
+    inbound: mpsc::Sender<Inbound>,
+    on_inbound: Option<OnInbound>,
     /// Called once when the link ends; see [`Agent::on_link_end`].
     link_end_hooks: Mutex<LinkEndHooks>,
 }
@@ -201,8 +225,16 @@ impl AgentShared {
         }
         self.ended.notify_all();
         self.run_link_end_hooks();
-        let _ = self.inbound.send(Inbound::Failed);
+        self.deliver(Inbound::Failed);
         let _ = self.control.shutdown(Shutdown::Both);
+    }
+
+    /// Hands `inbound` to [`Agent::recv`] or [`Agent::try_recv`].
+    pub(crate) fn deliver(&self, inbound: Inbound) {
+        let _ = self.inbound.send(inbound);
+        if let Some(on_inbound) = &self.on_inbound {
+            (on_inbound.0)();
+        }
     }
 
     /// Runs (and forgets) every hook registered with [`Agent::on_link_end`]; called
@@ -345,6 +377,7 @@ impl Agent {
             heartbeats_suspended: AtomicBool::new(false),
             closing: AtomicBool::new(false),
             inbound: inbound_tx,
+            on_inbound: options.on_inbound.clone(),
             link_end_hooks: Mutex::new(LinkEndHooks::default()),
         });
         let heartbeat_interval =
@@ -424,14 +457,43 @@ impl Agent {
             return Err(ended.to_error());
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
-        match inbound.rx.recv_timeout(remaining) {
-            Ok(Inbound::Received(received)) => {
+        let got = match inbound.rx.recv_timeout(remaining) {
+            Ok(got) => Some(got),
+            Err(mpsc::RecvTimeoutError::Disconnected) => Some(Inbound::Failed),
+            Err(mpsc::RecvTimeoutError::Timeout) => None,
+        };
+        self.take(&mut inbound, got)
+    }
+
+    /// The next message from the coordinator if one has come, without waiting; fails
+    /// as [`Agent::recv`] does. For agents built with [`AgentOptions::on_inbound`].
+    pub fn try_recv(&self) -> Result<Option<Received>, ClusterError> {
+        let mut inbound = lock(&self.inbound);
+        if let Some(ended) = &inbound.ended {
+            return Err(ended.to_error());
+        }
+        let got = match inbound.rx.try_recv() {
+            Ok(got) => Some(got),
+            Err(mpsc::TryRecvError::Disconnected) => Some(Inbound::Failed),
+            Err(mpsc::TryRecvError::Empty) => None,
+        };
+        self.take(&mut inbound, got)
+    }
+
+    /// What `recv` and `try_recv` got, remembering the link's end.
+    fn take(
+        &self,
+        inbound: &mut InboundState,
+        got: Option<Inbound>,
+    ) -> Result<Option<Received>, ClusterError> {
+        match got {
+            Some(Inbound::Received(received)) => {
                 if let Received::Closed { reason } = &received {
                     inbound.ended = Some(LinkFailure::Closed(reason.clone()));
                 }
                 Ok(Some(received))
             }
-            Ok(Inbound::Failed) | Err(mpsc::RecvTimeoutError::Disconnected) => {
+            Some(Inbound::Failed) => {
                 let failure = self
                     .shared
                     .failure()
@@ -439,7 +501,7 @@ impl Agent {
                 inbound.ended = Some(failure.clone());
                 Err(failure.to_error())
             }
-            Err(mpsc::RecvTimeoutError::Timeout) => Ok(None),
+            None => Ok(None),
         }
     }
 

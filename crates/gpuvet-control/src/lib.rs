@@ -35,7 +35,9 @@ pub mod protocol;
 pub mod rendezvous;
 pub mod transport;
 
-pub use agent::{Agent, AgentIdentity, AgentOptions, Command, LinkEndGuard, PhaseHandle, Received};
+pub use agent::{
+    Agent, AgentIdentity, AgentOptions, Command, LinkEndGuard, OnInbound, PhaseHandle, Received,
+};
 pub use auth::Token;
 pub use clock::{ClockOffset, PingSample, estimate_offset};
 pub use coordinator::{Broadcast, Coordinator, CoordinatorOptions};

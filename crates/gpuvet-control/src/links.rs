@@ -240,7 +240,7 @@ impl Link {
         let shared = &self.shared;
         *lock(&shared.awaiting_since) = None;
         let deliver = |received| {
-            let _ = shared.inbound.send(Inbound::Received(received));
+            shared.deliver(Inbound::Received(received));
         };
         match message {
             Message::Command { seq, body } => deliver(Received::Command(Command { seq, body })),

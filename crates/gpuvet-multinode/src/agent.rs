@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr, TcpListener};
 use std::path::PathBuf;
-use std::sync::{Arc, Condvar, Mutex, PoisonError, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::{
@@ -261,48 +261,6 @@ pub struct NodeSetup {
     /// How local checks start their worker processes (every agent starts its own);
     /// `None` runs them on threads of this process.
     pub worker: Option<WorkerLauncher>,
-    /// Set when many nodes share this process (a group in one process): their local
-    /// checks take turns, so thousands of nodes do not each start a thread per device
-    /// at once. `None` for a real node.
-    pub turns: Option<Arc<Turns>>,
-}
-
-/// Turns at running a local check, shared by the nodes of one process.
-#[derive(Debug)]
-pub struct Turns {
-    free: Mutex<usize>,
-    freed: Condvar,
-}
-
-impl Turns {
-    pub fn new(at_once: usize) -> Turns {
-        Turns {
-            free: Mutex::new(at_once.max(1)),
-            freed: Condvar::new(),
-        }
-    }
-
-    /// Waits for a turn; it ends when the returned guard drops.
-    fn take(&self) -> Turn<'_> {
-        let mut free = self.free.lock().unwrap_or_else(PoisonError::into_inner);
-        while *free == 0 {
-            free = self
-                .freed
-                .wait(free)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        *free -= 1;
-        Turn(self)
-    }
-}
-
-struct Turn<'a>(&'a Turns);
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        *self.0.free.lock().unwrap_or_else(PoisonError::into_inner) += 1;
-        self.0.freed.notify_one();
-    }
 }
 
 /// Serves the coordinator until it sends the verdict (returned), the link ends, or
@@ -317,113 +275,131 @@ pub fn serve(
         let received = agent
             .recv(deadline)
             .map_err(|source| GroupError::CoordinatorLost { source })?;
-        let command = match received {
-            None => return Err(GroupError::NoVerdict),
-            Some(Received::Roster(_)) => continue,
-            Some(Received::Closed { reason }) => return Err(GroupError::Closed { reason }),
-            Some(Received::Command(command)) => command,
+        let Some(received) = received else {
+            return Err(GroupError::NoVerdict);
         };
-        // Read without serde's buffering of tagged enums; an error reads as before.
-        let directive = match parse_directive(command.body.get()).map_err(ClusterError::from) {
-            Ok(directive) => directive,
-            Err(err) => {
-                let reply = Reply::Refused {
-                    reason: format!("cannot read the directive: {err}"),
-                };
-                send(agent, command.seq, &reply)?;
-                continue;
-            }
-        };
-        let began_ms = unix_now_ms();
-        let reply = match directive {
-            Directive::Finish { report } => return Ok(*report),
-            Directive::Local { check, budget_ms } => {
-                agent.set_phase(format!("{check} on this node"));
-                let result = cancel_on_link_end(agent, |_| run_local(setup, check, budget_ms));
-                Reply::Local {
-                    result: Box::new(result),
-                }
-            }
-            Directive::Collective(order) => {
-                agent.set_phase(match &order.native {
-                    // A native order names no peers: the backends find each other.
-                    Some(_) => format!(
-                        "{} round {} on the {} backend's own transport",
-                        order.check,
-                        order.round,
-                        setup.backend.name()
-                    ),
-                    None => format!(
-                        "{} round {} as rank {} of {}",
-                        order.check,
-                        order.round,
-                        order.rank,
-                        order.peers.len()
-                    ),
-                });
-                Reply::Collective(match data_key(agent, &order) {
-                    Ok(key) => cancel_on_link_end(agent, |cancel| {
-                        run_collective(setup, plane, &order, &key, cancel)
-                    }),
-                    Err(error) => CollectiveReply {
-                        error: Some(error),
-                        failed_at_ms: Some(unix_now_ms()),
-                        ..CollectiveReply::default()
-                    },
-                })
-            }
-            Directive::ProbeTorch { .. } if plane.simulated_port().is_some() => Reply::Torch {
-                python: setup.python.display().to_string(),
-                version: None,
-                error: Some("a node on a simulated network runs no Python".to_owned()),
-            },
-            Directive::ProbeTorch { budget_ms } => {
-                agent.set_phase("probing torch");
-                let deadline = Instant::now() + Duration::from_millis(budget_ms);
-                let probed = cancel_on_link_end(agent, |cancel| {
-                    torch_gloo::probe(&setup.python, deadline, cancel)
-                });
-                Reply::Torch {
-                    python: setup.python.display().to_string(),
-                    version: probed.as_ref().ok().cloned(),
-                    error: probed.err(),
-                }
-            }
-            Directive::GroupToken { count } => {
-                let tokens: Result<Vec<String>, _> = (0..count)
-                    .map(|_| setup.backend.group_token().map(|token| to_hex(&token)))
-                    .collect();
-                match tokens {
-                    Ok(tokens) => Reply::GroupToken {
-                        tokens,
-                        error: None,
-                    },
-                    Err(error) => Reply::GroupToken {
-                        tokens: Vec::new(),
-                        error: Some(error.to_string()),
-                    },
-                }
-            }
-            Directive::Probe { targets, budget_ms } => {
-                agent.set_phase(format!("probing {} peers", targets.len()));
-                Reply::Probe {
-                    results: match plane.simulated_port() {
-                        Some(port) => port.fabric.probe(port.ip, &targets),
-                        None => cancel_on_link_end(agent, |cancel| {
-                            run_probe(&targets, budget_ms, cancel)
-                        }),
-                    },
-                }
-            }
-        };
-        agent.set_phase("idle");
-        let stamped = Stamped {
-            began_ms: Some(began_ms),
-            ended_ms: Some(unix_now_ms()),
-            reply,
-        };
-        send(agent, command.seq, &stamped)?;
+        if let Some(verdict) = answer(agent, setup, plane, received)? {
+            return Ok(verdict);
+        }
     }
+}
+
+/// Does what one message from the coordinator asks and sends the reply: the one step
+/// of [`serve`], for callers that take messages as they come
+/// ([`Agent::try_recv`]). `Some` is the group's verdict, the last message; an error
+/// ends the session as in [`serve`].
+pub(crate) fn answer(
+    agent: &Agent,
+    setup: &NodeSetup,
+    plane: &DataPlane,
+    received: Received,
+) -> Result<Option<RunReport>, GroupError> {
+    let command = match received {
+        Received::Roster(_) => return Ok(None),
+        Received::Closed { reason } => return Err(GroupError::Closed { reason }),
+        Received::Command(command) => command,
+    };
+    // Read without serde's buffering of tagged enums; an error reads as before.
+    let directive = match parse_directive(command.body.get()).map_err(ClusterError::from) {
+        Ok(directive) => directive,
+        Err(err) => {
+            let reply = Reply::Refused {
+                reason: format!("cannot read the directive: {err}"),
+            };
+            send(agent, command.seq, &reply)?;
+            return Ok(None);
+        }
+    };
+    let began_ms = unix_now_ms();
+    let reply = match directive {
+        Directive::Finish { report } => return Ok(Some(*report)),
+        Directive::Local { check, budget_ms } => {
+            agent.set_phase(format!("{check} on this node"));
+            let result = cancel_on_link_end(agent, |_| run_local(setup, check, budget_ms));
+            Reply::Local {
+                result: Box::new(result),
+            }
+        }
+        Directive::Collective(order) => {
+            agent.set_phase(match &order.native {
+                // A native order names no peers: the backends find each other.
+                Some(_) => format!(
+                    "{} round {} on the {} backend's own transport",
+                    order.check,
+                    order.round,
+                    setup.backend.name()
+                ),
+                None => format!(
+                    "{} round {} as rank {} of {}",
+                    order.check,
+                    order.round,
+                    order.rank,
+                    order.peers.len()
+                ),
+            });
+            Reply::Collective(match data_key(agent, &order) {
+                Ok(key) => cancel_on_link_end(agent, |cancel| {
+                    run_collective(setup, plane, &order, &key, cancel)
+                }),
+                Err(error) => CollectiveReply {
+                    error: Some(error),
+                    failed_at_ms: Some(unix_now_ms()),
+                    ..CollectiveReply::default()
+                },
+            })
+        }
+        Directive::ProbeTorch { .. } if plane.simulated_port().is_some() => Reply::Torch {
+            python: setup.python.display().to_string(),
+            version: None,
+            error: Some("a node on a simulated network runs no Python".to_owned()),
+        },
+        Directive::ProbeTorch { budget_ms } => {
+            agent.set_phase("probing torch");
+            let deadline = Instant::now() + Duration::from_millis(budget_ms);
+            let probed = cancel_on_link_end(agent, |cancel| {
+                torch_gloo::probe(&setup.python, deadline, cancel)
+            });
+            Reply::Torch {
+                python: setup.python.display().to_string(),
+                version: probed.as_ref().ok().cloned(),
+                error: probed.err(),
+            }
+        }
+        Directive::GroupToken { count } => {
+            let tokens: Result<Vec<String>, _> = (0..count)
+                .map(|_| setup.backend.group_token().map(|token| to_hex(&token)))
+                .collect();
+            match tokens {
+                Ok(tokens) => Reply::GroupToken {
+                    tokens,
+                    error: None,
+                },
+                Err(error) => Reply::GroupToken {
+                    tokens: Vec::new(),
+                    error: Some(error.to_string()),
+                },
+            }
+        }
+        Directive::Probe { targets, budget_ms } => {
+            agent.set_phase(format!("probing {} peers", targets.len()));
+            Reply::Probe {
+                results: match plane.simulated_port() {
+                    Some(port) => port.fabric.probe(port.ip, &targets),
+                    None => {
+                        cancel_on_link_end(agent, |cancel| run_probe(&targets, budget_ms, cancel))
+                    }
+                },
+            }
+        }
+    };
+    agent.set_phase("idle");
+    let stamped = Stamped {
+        began_ms: Some(began_ms),
+        ended_ms: Some(unix_now_ms()),
+        reply,
+    };
+    send(agent, command.seq, &stamped)?;
+    Ok(None)
 }
 
 fn send(agent: &Agent, seq: u64, reply: &impl serde::Serialize) -> Result<(), GroupError> {
@@ -443,7 +419,6 @@ fn cancel_on_link_end<T>(agent: &Agent, work: impl FnOnce(&CancelToken) -> T) ->
 }
 
 fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult {
-    let _turn = setup.turns.as_ref().map(|turns| turns.take());
     let plan = RunPlan {
         attempt: setup.attempt.clone(),
         nodes: setup.nnodes,

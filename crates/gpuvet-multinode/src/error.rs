@@ -25,13 +25,4 @@ pub enum GroupError {
     NoVerdict,
     #[error("cannot start the coordinator: {source}")]
     Coordinator { source: ClusterError },
-    #[error(
-        "a group of {nodes} nodes in one process needs about {needed} memory maps, and the \
-         kernel allows {allowed} (`vm.max_map_count`)"
-    )]
-    TooManyMaps {
-        nodes: usize,
-        needed: u64,
-        allowed: u64,
-    },
 }

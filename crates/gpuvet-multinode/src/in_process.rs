@@ -1,31 +1,37 @@
-//! A whole group in one process: the coordinator and every agent as threads, over an
+//! A whole group in one process: the coordinator and every agent on a few threads, over an
 //! in-memory network, each node's data plane on a simulated [`Fabric`].
 //!
-//! The coordinator ([`run_group`]), the agents ([`serve`]) and the judging are the code
-//! a real group runs, handshake, heartbeats and liveness included; only the transport
-//! (`gpuvet_control::transport::MemoryNetwork`) and the data plane's network are
-//! swapped. Whole-node faults are played on the network: a hung node is frozen (it
+//! The coordinator ([`run_group`]), the agents (`answer`, the step of [`crate::serve`]) and
+//! the judging are the code a real group runs, handshake, heartbeats and liveness
+//! included; only the transport (`gpuvet_control::transport::MemoryNetwork`) and the
+//! data plane's network are swapped. Where a real agent waits for its next message
+//! on a thread of its own, here a few workers serve every agent as its messages come
+//! ([`gpuvet_control::OnInbound`]): thousands of threads that each sleep between
+//! messages cost more in wake-ups, stacks, starts and exits than the agents' work.
+//!
+//! Whole-node faults are played on the network: a hung node is frozen (it
 //! goes silent, as a stopped process does), a crashed one is cut (its connections
 //! close without a word). Drills and the scale benchmark run groups this way.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
-use std::sync::{Arc, mpsc};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use gpuvet_control::transport::MemoryNetwork;
 use gpuvet_control::{
     Agent, AgentIdentity, AgentLinks, AgentOptions, Body, Coordinator, CoordinatorOptions,
-    Endpoint, Token,
+    Endpoint, OnInbound, Token,
 };
 use gpuvet_core::config::{NodeFault, NodeFaultKind};
 use gpuvet_core::results::RunReport;
 
-use crate::agent::{DataPlane, NodeSetup, Turns, serve};
+use crate::agent::{DataPlane, NodeSetup, answer};
 use crate::conversation::GroupEvent;
 use crate::coordinator::{GroupPlan, run_group, wait_for_goodbyes};
 use crate::error::GroupError;
 use crate::fabric::Fabric;
+use turn::Turn;
 
 /// The port the coordinator listens on, on rank 0's address.
 const COORDINATOR_PORT: u16 = 29_400;
@@ -35,13 +41,13 @@ const AFTER_VERDICT_WAIT: Duration = Duration::from_secs(1);
 /// How long agents get to finish once the coordinator has shut down; one still busy
 /// then (in a scripted device hang) is left behind, as a hung process would be.
 const AGENT_EXIT_WAIT: Duration = Duration::from_secs(5);
-/// Each agent thread's stack: the agent's own work is shallow.
-const AGENT_STACK_BYTES: usize = 512 << 10;
-/// Nodes running a local check at once. A sim check mostly waits (its scripted work
-/// takes 2 ms a device), so this keeps two cores busy while the threads alive stay in
-/// the hundreds, not one per device of every node (32,768 at 4,096 nodes, past the
+/// Threads that serve every agent of the group, a message at a time. One is taken for
+/// the whole of a join (the handshake's round trips) or of a local check (a sim check
+/// mostly waits: its scripted work takes 2 ms a device), so this many run at once:
+/// enough to keep two cores busy, while the threads alive stay in the hundreds, not
+/// one per node, nor one per device of every node (32,768 at 4,096 nodes, past the
 /// kernel's default limit on memory maps).
-const LOCAL_CHECKS_AT_ONCE: usize = 64;
+const WORKERS: usize = 64;
 
 /// A group to run in this process.
 #[derive(Debug)]
@@ -85,32 +91,6 @@ pub fn node_ips(nodes: &[NodeSetup]) -> BTreeMap<String, IpAddr> {
         .collect()
 }
 
-/// Memory maps one node of a group in one process takes: its agent's thread maps a
-/// stack and a signal stack, each with a guard page; and a margin for its share of
-/// the reused check threads and of the handshakes in flight. (One thread reads every
-/// member and one keeps every agent's link.) Measured at 4,096 nodes: about 18,000
-/// maps in all.
-const MAPS_PER_NODE: u64 = 8;
-/// The maps the rest of the process takes (libraries, heap, the local checks' turns).
-const MAPS_BESIDE_NODES: u64 = 4096;
-
-/// Refuses a group this kernel cannot give the threads of: past `vm.max_map_count`,
-/// a thread's start aborts the whole process.
-fn check_map_limit(nodes: usize) -> Result<(), GroupError> {
-    let allowed = std::fs::read_to_string("/proc/sys/vm/max_map_count")
-        .ok()
-        .and_then(|text| text.trim().parse::<u64>().ok());
-    let needed = nodes as u64 * MAPS_PER_NODE + MAPS_BESIDE_NODES;
-    match allowed {
-        Some(allowed) if needed > allowed => Err(GroupError::TooManyMaps {
-            nodes,
-            needed,
-            allowed,
-        }),
-        _ => Ok(()),
-    }
-}
-
 /// `prctl(PR_FUTEX_HASH, PR_FUTEX_HASH_SET_SLOTS, ...)`, Linux 6.16 on.
 const PR_FUTEX_HASH: libc::c_int = 78;
 const PR_FUTEX_HASH_SET_SLOTS: libc::c_ulong = 1;
@@ -138,15 +118,14 @@ fn widen_futex_hash() {
     });
 }
 
-/// Runs the group: rank 0's host runs the coordinator, every node an agent thread.
-/// Returns once the coordinator has its verdict and every agent has ended (or was
-/// left behind after [`AGENT_EXIT_WAIT`]).
+/// Runs the group: rank 0's host runs the coordinator, and 64 threads serve every
+/// node's agent. Returns once the coordinator has its verdict and every agent has
+/// ended (or was left behind, 5 s after the coordinator shut down).
 pub fn run_simulated(
     group: &SimulatedGroup,
     observe: &mut dyn FnMut(GroupEvent<'_>),
 ) -> Result<SimulatedRun, GroupError> {
     let n = group.nodes.len();
-    check_map_limit(n)?;
     widen_futex_hash();
     let network = MemoryNetwork::new();
     let token = Token::random().map_err(|source| GroupError::Coordinator { source })?;
@@ -162,10 +141,6 @@ pub fn run_simulated(
         },
     )
     .map_err(|source| GroupError::Coordinator { source })?;
-    let endpoint = Endpoint {
-        host: coordinator_ip.to_string(),
-        port: COORDINATOR_PORT,
-    };
     let deadline =
         Instant::now() + group.plan.rendezvous_timeout + group.plan.timeout + AGENT_EXIT_WAIT * 6;
 
@@ -177,35 +152,46 @@ pub fn run_simulated(
             source,
         })?;
     let (finished_tx, finished) = mpsc::channel::<bool>();
-    let turns = Arc::new(Turns::new(LOCAL_CHECKS_AT_ONCE));
-    for (rank, setup) in group.nodes.iter().enumerate() {
-        let member = Member {
-            rank,
-            nnodes: n,
-            setup: NodeSetup {
-                turns: Some(Arc::clone(&turns)),
-                ..setup.clone()
-            },
-            plane: DataPlane::simulated(Arc::clone(&group.fabric), node_ip(rank), group.rails),
-            network: network.clone(),
-            links: links.clone(),
-            endpoint: endpoint.clone(),
-            token: token.clone(),
-            deadline,
-        };
-        let finished = finished_tx.clone();
+    let nodes = group
+        .nodes
+        .iter()
+        .enumerate()
+        .map(|(rank, setup)| NodeSlot {
+            turn: Turn::taken(),
+            node: Mutex::new(Node {
+                setup: setup.clone(),
+                plane: DataPlane::simulated(Arc::clone(&group.fabric), node_ip(rank), group.rails),
+                agent: None,
+            }),
+        })
+        .collect();
+    let agents = Arc::new(Agents {
+        nodes,
+        jobs: Mutex::new(Jobs {
+            queue: (0..n).map(Job::Join).collect(),
+            stopping: false,
+        }),
+        job_added: Condvar::new(),
+        network: network.clone(),
+        links,
+        endpoint: Endpoint {
+            host: coordinator_ip.to_string(),
+            port: COORDINATOR_PORT,
+        },
+        token,
+        deadline,
+        finished: Mutex::new(finished_tx),
+    });
+    for worker in 0..WORKERS.min(n) {
+        let agents = Arc::clone(&agents);
         std::thread::Builder::new()
-            .name(format!("sim-agent-{rank}"))
-            .stack_size(AGENT_STACK_BYTES)
-            .spawn(move || {
-                let _ = finished.send(member.join_and_serve());
-            })
+            .name(format!("sim-agents-{worker}"))
+            .spawn(move || agents.work())
             .map_err(|source| GroupError::Io {
-                what: format!("cannot start the agent thread of rank {rank}"),
+                what: "cannot start a thread to serve the agents".to_owned(),
                 source,
             })?;
     }
-    drop(finished_tx);
 
     let ranks: BTreeMap<&str, usize> = group
         .nodes
@@ -254,6 +240,9 @@ pub fn run_simulated(
             Err(_) => break,
         }
     }
+    // A worker still in a local check (a scripted device hang) is left behind, as the
+    // hung process would be; the others stop now.
+    agents.stop();
     Ok(SimulatedRun {
         report,
         played,
@@ -262,57 +251,186 @@ pub fn run_simulated(
     })
 }
 
-/// One node's agent, on its own thread.
-struct Member {
-    rank: usize,
-    nnodes: usize,
-    setup: NodeSetup,
-    plane: DataPlane,
+/// Every agent of the group, and the jobs the workers share.
+struct Agents {
+    /// By rank.
+    nodes: Vec<NodeSlot>,
+    jobs: Mutex<Jobs>,
+    job_added: Condvar,
     network: MemoryNetwork,
     links: AgentLinks,
     endpoint: Endpoint,
     token: Token,
     deadline: Instant,
+    /// Whether each agent that ended got the verdict.
+    finished: Mutex<mpsc::Sender<bool>>,
 }
 
-impl Member {
-    /// Joins, serves until the verdict, leaves; says whether the verdict came.
-    fn join_and_serve(self) -> bool {
-        let ip = node_ip(self.rank);
-        let info = match self
+struct NodeSlot {
+    /// Whether a worker serves this node or is to.
+    turn: Turn,
+    node: Mutex<Node>,
+}
+
+/// One node: what it runs its checks with, and its agent from when it joined until
+/// it ended.
+struct Node {
+    setup: NodeSetup,
+    plane: DataPlane,
+    agent: Option<Agent>,
+}
+
+struct Jobs {
+    queue: VecDeque<Job>,
+    stopping: bool,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Job {
+    /// Join the coordinator as this rank.
+    Join(usize),
+    /// Answer what came for this rank.
+    Serve(usize),
+}
+
+impl Agents {
+    /// A worker: takes jobs until [`Agents::stop`].
+    fn work(self: Arc<Self>) {
+        loop {
+            let job = {
+                let mut jobs = lock(&self.jobs);
+                loop {
+                    if jobs.stopping {
+                        return;
+                    }
+                    if let Some(job) = jobs.queue.pop_front() {
+                        break job;
+                    }
+                    jobs = self
+                        .job_added
+                        .wait(jobs)
+                        .unwrap_or_else(PoisonError::into_inner);
+                }
+            };
+            match job {
+                Job::Join(rank) => self.join(rank),
+                Job::Serve(rank) => self.serve(rank),
+            }
+        }
+    }
+
+    fn stop(&self) {
+        lock(&self.jobs).stopping = true;
+        self.job_added.notify_all();
+    }
+
+    /// Something came for rank `rank`: queues it to be answered, unless that is
+    /// under way.
+    fn wake(&self, rank: usize) {
+        if self.nodes[rank].turn.something_came() {
+            lock(&self.jobs).queue.push_back(Job::Serve(rank));
+            self.job_added.notify_one();
+        }
+    }
+
+    /// Answers what came for rank `rank` until nothing more has.
+    fn take_turn(&self, rank: usize) {
+        loop {
+            self.answer_all(&mut lock(&self.nodes[rank].node));
+            if self.nodes[rank].turn.end() {
+                return;
+            }
+        }
+    }
+
+    /// Joins as rank `rank`, then answers whatever came meanwhile.
+    fn join(self: &Arc<Self>, rank: usize) {
+        self.connect(rank);
+        self.take_turn(rank);
+    }
+
+    fn connect(self: &Arc<Self>, rank: usize) {
+        let mut node = lock(&self.nodes[rank].node);
+        let ip = node_ip(rank);
+        let info = match node
             .plane
-            .node_info(&*self.setup.backend, format!("simulated-host-{ip}"))
+            .node_info(&*node.setup.backend, format!("simulated-host-{ip}"))
         {
             Ok(info) => info,
-            Err(_) => return false,
+            Err(_) => return self.ended(false),
         };
         let identity = AgentIdentity {
-            job_id: self.setup.attempt.job_id.clone(),
-            rank: u32::try_from(self.rank).unwrap_or(u32::MAX),
-            nnodes: u32::try_from(self.nnodes).unwrap_or(u32::MAX),
-            node: self.setup.attempt.node.clone(),
-            data_addr: self.plane.addr().ok(),
+            job_id: node.setup.attempt.job_id.clone(),
+            rank: u32::try_from(rank).unwrap_or(u32::MAX),
+            nnodes: u32::try_from(self.nodes.len()).unwrap_or(u32::MAX),
+            node: node.setup.attempt.node.clone(),
+            data_addr: node.plane.addr().ok(),
             info: Body::to(&info).unwrap_or_default(),
         };
+        // Weak: the agent holds this, and the agents outlive no run.
+        let agents = Arc::downgrade(self);
         let options = AgentOptions {
             transport: Arc::new(self.network.host(ip)),
-            links: Some(self.links),
+            links: Some(self.links.clone()),
+            on_inbound: Some(OnInbound::new(move || {
+                if let Some(agents) = agents.upgrade() {
+                    agents.wake(rank);
+                }
+            })),
             ..AgentOptions::default()
         };
-        let Ok(agent) = Agent::connect(
+        match Agent::connect(
             &self.endpoint,
             identity,
             &self.token,
             options,
             self.deadline,
-        ) else {
-            return false;
+        ) {
+            Ok(agent) => node.agent = Some(agent),
+            Err(_) => self.ended(false),
+        }
+    }
+
+    /// Answers what came for rank `rank`, queued by [`Agents::wake`].
+    fn serve(&self, rank: usize) {
+        self.nodes[rank].turn.take_queued();
+        self.take_turn(rank);
+    }
+
+    /// Answers every message that has come for `node`, in order, with the agent's own
+    /// [`answer`]; at the verdict or the link's end, leaves.
+    fn answer_all(&self, node: &mut Node) {
+        let outcome = loop {
+            let Some(agent) = &node.agent else {
+                return;
+            };
+            let received = match agent.try_recv() {
+                Ok(Some(received)) => received,
+                Ok(None) => return,
+                Err(_) => break false,
+            };
+            match answer(agent, &node.setup, &node.plane, received) {
+                Ok(None) => {}
+                Ok(Some(_verdict)) => break true,
+                Err(_) => break false,
+            }
         };
-        let verdict = serve(&agent, &self.setup, &self.plane, self.deadline);
-        agent.leave("the run is over");
-        verdict.is_ok()
+        if let Some(agent) = node.agent.take() {
+            agent.leave("the run is over");
+        }
+        self.ended(outcome);
+    }
+
+    fn ended(&self, got_verdict: bool) {
+        let _ = lock(&self.finished).send(got_verdict);
     }
 }
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+mod turn;
 
 #[cfg(test)]
 mod tests;

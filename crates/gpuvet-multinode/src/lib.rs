@@ -32,7 +32,7 @@ mod interfaces;
 mod time;
 pub mod wire;
 
-pub use agent::{DataPlane, NodeSetup, Turns, data_plane_ip, serve};
+pub use agent::{DataPlane, NodeSetup, data_plane_ip, serve};
 pub use checks::whole_group::{BOTTLENECK_FACTOR, BOTTLENECK_SHARE, SHARE_FLOOR};
 pub use conversation::GroupEvent;
 pub use coordinator::{GroupPlan, run_group, wait_for_goodbyes};

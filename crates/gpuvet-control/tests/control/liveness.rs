@@ -190,3 +190,72 @@ fn heartbeats_bring_more_clock_samples_after_the_handshake() {
     assert!(clock.round_trip_ns >= 0, "{clock:?}");
     drop(agents);
 }
+
+/// An agent built with `on_inbound` is told when each message, and the link's end,
+/// arrives, and takes them with `try_recv`, in order, without waiting.
+#[test]
+fn on_inbound_tells_of_each_arrival_and_try_recv_takes_it_without_waiting() {
+    use std::sync::mpsc;
+
+    use gpuvet_control::{Agent, AgentOptions, Endpoint, OnInbound};
+
+    use crate::{identity, token};
+
+    let coordinator = coordinator(1, CoordinatorOptions::default());
+    let (told, arrivals) = mpsc::channel();
+    let agent = Agent::connect(
+        &Endpoint::from(coordinator.local_addr()),
+        identity(0, 1),
+        &token(),
+        AgentOptions {
+            on_inbound: Some(OnInbound::new(move || {
+                let _ = told.send(());
+            })),
+            ..AgentOptions::default()
+        },
+        in_(ANTI_HANG),
+    )
+    .unwrap();
+    assert_eq!(agent.try_recv().unwrap(), None, "nothing came yet");
+
+    let first = coordinator.send(0, "first").unwrap();
+    let second = coordinator.send(0, "second").unwrap();
+    let mut seqs = Vec::new();
+    while seqs.len() < 2 {
+        arrivals
+            .recv_timeout(ANTI_HANG)
+            .expect("told of an arrival");
+        while let Some(received) = agent.try_recv().unwrap() {
+            let Received::Command(command) = received else {
+                panic!("{received:?}")
+            };
+            seqs.push(command.seq);
+        }
+    }
+    assert_eq!(seqs, [first, second]);
+    assert_eq!(agent.try_recv().unwrap(), None);
+
+    coordinator.shutdown("the run is over");
+    arrivals
+        .recv_timeout(ANTI_HANG)
+        .expect("told of the goodbye");
+    let closed = loop {
+        if let Some(received) = agent.try_recv().unwrap() {
+            break received;
+        }
+        arrivals
+            .recv_timeout(ANTI_HANG)
+            .expect("told of the goodbye");
+    };
+    assert_eq!(
+        closed,
+        Received::Closed {
+            reason: "the run is over".to_owned()
+        }
+    );
+    // After the goodbye, every call says the session ended.
+    assert!(matches!(
+        agent.try_recv(),
+        Err(ClusterError::SessionClosed { .. })
+    ));
+}

@@ -23,8 +23,7 @@ use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunR
 use gpuvet_multinode::fabric::Fabric;
 use gpuvet_multinode::in_process::{SimulatedGroup, node_ips, run_simulated};
 use gpuvet_multinode::{
-    DataPlane, GroupError, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve,
-    wait_for_goodbyes,
+    DataPlane, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve, wait_for_goodbyes,
 };
 use gpuvet_runner::{RunnerEvent, WorkerLauncher};
 
@@ -157,7 +156,6 @@ impl Setup<'_> {
             work: WorkSpec::from_settings(&self.config.settings),
             python: self.args.group.python.clone(),
             worker: Some(self.worker.clone()),
-            turns: None,
         }
     }
 }
@@ -381,12 +379,7 @@ pub fn in_process(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
     let run = run_simulated(&group, &mut |event| {
         observe_group(&mut progress, event);
     })
-    .map_err(|err| match err {
-        GroupError::TooManyMaps { .. } => Failure::usage(err.to_string()).with_hint(
-            "raise it (as root: `sysctl -w vm.max_map_count=262144`), or run fewer nodes",
-        ),
-        err => Failure::bug(format!("cannot run the group in this process: {err}")),
-    })?;
+    .map_err(|err| Failure::bug(format!("cannot run the group in this process: {err}")))?;
     for (node, fault) in &run.played {
         note(format!(
             "{node}: scripted {} at the start of `{}`",
