@@ -16,6 +16,7 @@ pub mod site;
 
 use gpuvet_core::analysis::fmt_value;
 use gpuvet_core::catalog::Direction;
+use gpuvet_core::node_list::compact_node_names;
 use gpuvet_core::render::{rank_name, value_summary};
 use gpuvet_core::repeats::group_repeats;
 use gpuvet_core::results::{CheckResult, Entity, GroupSummary, RunReport, Verdict};
@@ -133,11 +134,11 @@ pub(crate) fn group_section(group: &GroupSummary) -> String {
     } else if names.len() <= SHOWN_NODES {
         out.push_str(&format!("<p class=\"nodes\">{}</p>\n", names.join(", ")));
     } else {
-        // A thousand names are there to search, not to read: folded, in one paragraph.
+        // A thousand names are there to search, not to read: folded, in one paragraph,
+        // under the line the terminal report prints (`node-[0-1023]`).
         out.push_str(&format!(
-            "<details><summary>{} … {} (all {} names)</summary><p class=\"nodes\">{}</p></details>\n",
-            names[0],
-            names[names.len() - 1],
+            "<details><summary>{} (all {} names)</summary><p class=\"nodes\">{}</p></details>\n",
+            escape(&compact_node_names(&group.nodes)),
             names.len(),
             names.join(", ")
         ));
