@@ -697,3 +697,108 @@ fn a_seeded_accuracy_run_is_pinned() {
     ];
     assert_eq!(got, expected);
 }
+
+/// Tests as `examples/localize_accuracy.rs` took them: each pair with the stage of its
+/// first measurement and its values in order (the later ones re-measures).
+fn measured(values: &[(&str, &str, Stage, &[f64])]) -> Vec<PairTest> {
+    let mut tests = Vec::new();
+    for &(a, b, first, measurements) in values {
+        let pair = Pair::new(a, b);
+        for (k, &value) in measurements.iter().enumerate() {
+            let stage = if k == 0 { first } else { Stage::Retest };
+            tests.push(PairTest::new(pair.clone(), stage, busbw(&pair, value)));
+        }
+    }
+    tests
+}
+
+fn states(judged: &[PairJudgement]) -> Vec<(String, PairState)> {
+    judged
+        .iter()
+        .map(|j| (j.pair.entity().to_string(), j.state))
+        .collect()
+}
+
+/// A run the screen was made for: n3 is 10 % slow and in three of the five pairs
+/// measured, each re-measured, so every median the pairs were judged against was made
+/// mostly of n3's pairs, and everything passed. Screened low, n3's pairs are judged
+/// against the two pairs without it.
+#[test]
+fn a_slow_node_in_most_pairs_of_a_group_of_four_is_screened_low() {
+    let tests = measured(&[
+        ("n0", "n1", Stage::Initial, &[94.42, 99.50]),
+        ("n2", "n3", Stage::Initial, &[89.07, 92.52]),
+        ("n1", "n2", Stage::Initial, &[99.79, 99.28]),
+        ("n3", "n0", Stage::Initial, &[90.69, 90.66]),
+        ("n3", "n1", Stage::Retest, &[89.63, 90.97]),
+    ]);
+    let judged = judge_pairs(spec(), &tests, &POLICY);
+    let slow: Vec<String> = states(&judged)
+        .into_iter()
+        .filter(|(_, state)| state.is_bad())
+        .map(|(pair, _)| pair)
+        .collect();
+    assert_eq!(slow, ["n2<->n3", "n3<->n0", "n3<->n1"], "{judged:#?}");
+    let found = localize(spec(), &nodes(4), &judged, Lane::Network);
+    let culprits: Vec<String> = found.culprits().map(|r| r.entity.to_string()).collect();
+    assert_eq!(culprits, ["n3"]);
+}
+
+/// Each end of a slow link has a good pair besides, so neither is screened: the link
+/// is judged as before.
+#[test]
+fn the_ends_of_a_slow_link_are_not_screened_low() {
+    let tests = measured(&[
+        ("n0", "n1", Stage::Initial, &[90.0, 90.0, 90.0]),
+        ("n2", "n3", Stage::Initial, &[100.0, 100.0]),
+        ("n1", "n2", Stage::Initial, &[100.0]),
+        ("n3", "n0", Stage::Initial, &[100.0]),
+    ]);
+    let groups: Vec<Vec<&PairTest>> = ["n0<->n1", "n2<->n3", "n1<->n2", "n3<->n0"]
+        .iter()
+        .map(|pair| {
+            tests
+                .iter()
+                .filter(|t| t.pair.entity().to_string() == *pair)
+                .collect()
+        })
+        .collect();
+    let low = LowNodes::screen(spec(), &groups, &POLICY);
+    assert!(low.low.is_empty(), "{:?}", low.low);
+    let judged = judge_pairs(spec(), &tests, &POLICY);
+    assert_eq!(
+        states(&judged),
+        [
+            ("n0<->n1".to_owned(), PairState::Failed),
+            ("n2<->n3".to_owned(), PairState::Passed),
+            ("n1<->n2".to_owned(), PairState::Passed),
+            ("n3<->n0".to_owned(), PairState::Passed),
+        ]
+    );
+}
+
+/// From six nodes the known-good floor holds without the screen: nothing is screened
+/// however low a node's pairs are.
+#[test]
+fn groups_of_six_or_more_are_not_screened() {
+    let group = nodes(RING_BELOW);
+    let mut tests = Vec::new();
+    for (i, a) in group.iter().enumerate() {
+        for b in &group[i + 1..] {
+            let pair = Pair::new(a.clone(), b.clone());
+            let value = if pair.contains("n0") { 80.0 } else { 100.0 };
+            tests.push(PairTest::new(
+                pair.clone(),
+                Stage::Initial,
+                busbw(&pair, value),
+            ));
+        }
+    }
+    let mut groups: Vec<Vec<&PairTest>> = tests.iter().map(|t| vec![t]).collect();
+    assert!(LowNodes::screen(spec(), &groups, &POLICY).low.is_empty());
+    // The same pairs without n5: five nodes, and n0 is screened.
+    groups.retain(|tests| !tests[0].pair.contains("n5"));
+    let low = LowNodes::screen(spec(), &groups, &POLICY);
+    assert_eq!(low.low.keys().copied().collect::<Vec<_>>(), ["n0"]);
+    assert_eq!(low.low["n0"], 100.0);
+}
