@@ -298,7 +298,7 @@ fn seed(n: usize, mode: Mode, kind: Scenario, salt: u64) -> u64 {
 }
 
 /// The group sizes and pairing modes measured, with their trials at scale 1.
-const CASES: [(usize, Mode, usize); 14] = [
+const CASES: [(usize, Mode, usize); 15] = [
     (4, Mode::Adaptive, 20_000),
     (5, Mode::Adaptive, 20_000),
     (6, Mode::Adaptive, 20_000),
@@ -308,6 +308,7 @@ const CASES: [(usize, Mode, usize); 14] = [
     (512, Mode::Adaptive, 2_000),
     (4096, Mode::Adaptive, 300),
     (4, Mode::Full, 20_000),
+    (5, Mode::Full, 20_000),
     (6, Mode::Full, 20_000),
     (8, Mode::Full, 10_000),
     (16, Mode::Full, 3_000),
