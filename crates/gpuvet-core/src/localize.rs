@@ -225,8 +225,8 @@ pub const LOW_NODE_MARGIN: f64 = 1.2;
 
 /// The nodes of a small group whose every pair is low.
 ///
-/// A group small enough to start with the ring (fewer than
-/// [`crate::pairing::RING_BELOW`] nodes) has a slow node in half of the pairs measured,
+/// A group that starts with the ring (four nodes to fewer than
+/// [`crate::pairing::RING_BELOW`]) has a slow node in half of the pairs measured,
 /// and its pairs are re-measured more than the others: the medians a pair is judged
 /// against (the peers, the known-good floor) are then made mostly of that node's own
 /// pairs, which pass against them, and the node counts as good. At four nodes that
@@ -251,7 +251,8 @@ impl<'a> LowNodes<'a> {
                 }
             }
         }
-        if nodes.len() >= RING_BELOW {
+        // The groups that start with the ring, where this was measured.
+        if !(4..RING_BELOW).contains(&nodes.len()) {
             return LowNodes {
                 low: HashMap::new(),
             };
@@ -263,8 +264,13 @@ impl<'a> LowNodes<'a> {
                     .iter()
                     .filter_map(|t| usable_value(&t.measurement))
                     .collect();
-                let mean = values.iter().sum::<f64>() / values.len() as f64;
-                (!values.is_empty()).then_some((&tests[0].pair, mean))
+                if values.is_empty() {
+                    return None;
+                }
+                Some((
+                    &tests[0].pair,
+                    values.iter().sum::<f64>() / values.len() as f64,
+                ))
             })
             .collect();
         let worse = |value: f64, reference: f64| deficit(spec.metric.direction, value, reference);
