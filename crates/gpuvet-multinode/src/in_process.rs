@@ -367,7 +367,7 @@ impl Agents {
             data_addr: node.plane.addr().ok(),
             info: Body::to(&info).unwrap_or_default(),
         };
-        // Weak: the agent holds this, and the agents outlive no run.
+        // Weak, so that the hook the agent keeps does not keep every agent alive.
         let agents = Arc::downgrade(self);
         let options = AgentOptions {
             transport: Arc::new(self.network.host(ip)),
