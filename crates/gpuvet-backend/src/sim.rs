@@ -372,7 +372,6 @@ fn collective_params(work: &WorkSpec, ranks: usize) -> BTreeMap<String, String> 
     ])
 }
 
-/// The scripted `hang`: never returns and ignores the cancel token, as a wedged GPU does.
 /// Sleeps [`WORK_DELAY`] with [`WORK_DELAY_SLACK_NS`] of timer slack, then puts the
 /// thread's own slack back (it may be a pool thread that runs other work next).
 fn simulate_device_time() {
@@ -390,6 +389,7 @@ fn simulate_device_time() {
     }
 }
 
+/// The scripted `hang`: never returns and ignores the cancel token, as a wedged GPU does.
 fn hang_forever() -> ! {
     loop {
         // `park` may wake spuriously; nobody ever unparks this thread on purpose.

@@ -180,7 +180,7 @@ pub fn run_simulated(
         },
         token,
         deadline,
-        finished: Mutex::new(finished_tx),
+        finished: finished_tx,
     });
     for worker in 0..WORKERS.min(n) {
         let agents = Arc::clone(&agents);
@@ -263,7 +263,7 @@ struct Agents {
     token: Token,
     deadline: Instant,
     /// Whether each agent that ended got the verdict.
-    finished: Mutex<mpsc::Sender<bool>>,
+    finished: mpsc::Sender<bool>,
 }
 
 struct NodeSlot {
@@ -422,7 +422,7 @@ impl Agents {
     }
 
     fn ended(&self, got_verdict: bool) {
-        let _ = lock(&self.finished).send(got_verdict);
+        let _ = self.finished.send(got_verdict);
     }
 }
 
