@@ -21,6 +21,10 @@ pub const INCOMPLETE: i32 = 3;
 pub const BACKEND_UNAVAILABLE: i32 = 69;
 /// A bug in gpuvet. `EX_SOFTWARE`.
 pub const INTERNAL: i32 = 70;
+/// A file or directory gpuvet was asked to write (a bundle, a report, a drill's
+/// store) could not be created or written: a missing or read-only directory, a full
+/// disk, no permission. The environment's problem, not a bug. `EX_CANTCREAT`.
+pub const IO_ERROR: i32 = 73;
 /// The result store could not be opened or written. `EX_IOERR`.
 pub const STORE_ERROR: i32 = 74;
 /// `gpuvet run` with `fail_action: rebuild`: checks failed, the rebuild hook ran (in a
@@ -44,7 +48,7 @@ pub const APP_NOT_FOUND: i32 = 127;
 
 /// Every code with its name and meaning: `gpuvet --help` prints this table, and a test
 /// holds the README's table to the same codes.
-pub const ALL: [(i32, &str, &str); 13] = [
+pub const ALL: [(i32, &str, &str); 14] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
     (
         CHECK_FAILED,
@@ -63,6 +67,11 @@ pub const ALL: [(i32, &str, &str); 13] = [
         "the requested backend is not available here",
     ),
     (INTERNAL, "INTERNAL", "a bug in gpuvet"),
+    (
+        IO_ERROR,
+        "IO_ERROR",
+        "a file or directory could not be created or written",
+    ),
     (
         STORE_ERROR,
         "STORE_ERROR",

@@ -382,10 +382,19 @@ fn rbac_grants_exactly_the_calls_gpuvet_makes() {
 }
 
 #[test]
-fn the_dockerfile_builds_with_the_k8s_feature() {
+fn the_dockerfile_builds_gpuvet_with_the_k8s_feature_and_the_server_beside_it() {
     let text = std::fs::read_to_string(deploy_dir().join("Dockerfile")).unwrap();
     assert!(
-        text.contains("cargo build --release --locked --features k8s"),
+        text.contains("cargo build --release --locked --features k8s -p gpuvet "),
+        "{text}"
+    );
+    // `gpuvet serve` (deploy/serve.yaml) runs the server beside gpuvet.
+    assert!(
+        text.contains("cargo build --release --locked -p gpuvet-server"),
+        "{text}"
+    );
+    assert!(
+        text.contains("COPY --from=build /gpuvet /gpuvet-server /usr/local/bin/"),
         "{text}"
     );
     assert!(text.contains("ENTRYPOINT [\"gpuvet\"]"));

@@ -1,4 +1,7 @@
-//! Sends a node's queued reports and events to a central `gpuvet serve`.
+//! A node's client of a central `gpuvet serve`: it sends the node's queued reports and
+//! events, and reads one attempt's timeline, explanation or bundle back ([`fetch`]), so
+//! that a node reads a fleet's record over the server's API, never with a database
+//! driver of its own.
 //!
 //! The store queues what it records in its outbox (see `gpuvet_store`'s `outbox`);
 //! this crate empties it. [`drain`] sends what is due once, and is what `gpuvet push`
@@ -11,6 +14,7 @@
 //! nothing is lost; the server stores each report and event once by its own id, so
 //! nothing is stored twice when a reply is lost and the entry is sent again.
 
+pub mod fetch;
 mod sender;
 
 use std::time::Duration;
@@ -18,9 +22,6 @@ use std::time::Duration;
 use gpuvet_store::{OutboxEntry, OutboxKind, Store, StoreError};
 
 pub use crate::sender::Sender;
-
-/// The environment variable that holds the token sent with every push.
-pub const TOKEN_ENV: &str = "GPUVET_REPORT_TOKEN";
 
 /// How long one send may take, connecting included.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -35,6 +36,27 @@ pub enum PushError {
     Store(#[from] StoreError),
 }
 
+/// Why the server did not take one entry; the entry stays in the outbox, with this
+/// text as its last error.
+#[derive(Debug, thiserror::Error)]
+pub enum SendError {
+    /// No answer: the server is down, unreachable, or too slow.
+    #[error("cannot reach `{url}`: {source}")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: Box<ureq::Error>,
+    },
+    /// An answer other than 2xx.
+    #[error("`{url}` answered {status}: {message}")]
+    Refused {
+        url: String,
+        status: u16,
+        /// The server's own message, or the start of what it sent.
+        message: String,
+    },
+}
+
 /// A client of one server.
 #[derive(Debug)]
 pub struct Pusher {
@@ -47,18 +69,12 @@ impl Pusher {
     /// A client of the server at `base_url` (`http://HOST[:PORT][/PATH]`, as
     /// `gpuvet.report_to` is validated), sending `token` when there is one.
     pub fn new(base_url: &str, token: Option<&str>) -> Pusher {
-        let config = ureq::Agent::config_builder()
-            .timeout_global(Some(SEND_TIMEOUT))
-            .timeout_connect(Some(Duration::from_secs(3)))
-            // A 4xx or 5xx is an answer to read, not a transport error.
-            .http_status_as_error(false)
-            .build();
         Pusher {
             base_url: base_url.trim_end_matches('/').to_owned(),
             authorization: token
                 .filter(|t| !t.is_empty())
                 .map(|t| format!("Bearer {t}")),
-            agent: config.into(),
+            agent: agent(SEND_TIMEOUT),
         }
     }
 
@@ -68,7 +84,7 @@ impl Pusher {
     }
 
     /// Sends one entry; `Ok` when the server accepted it (stored now or before).
-    pub fn send(&self, entry: &OutboxEntry) -> Result<(), String> {
+    pub fn send(&self, entry: &OutboxEntry) -> Result<(), SendError> {
         let path = match entry.kind {
             OutboxKind::Attempt => "/api/v1/attempts",
             OutboxKind::Report => "/api/v1/reports",
@@ -82,32 +98,61 @@ impl Pusher {
         if let Some(authorization) = &self.authorization {
             request = request.header("authorization", authorization);
         }
-        let mut response = request
-            .send(entry.body.as_bytes())
-            .map_err(|e| format!("cannot reach `{url}`: {e}"))?;
+        let mut response =
+            request
+                .send(entry.body.as_bytes())
+                .map_err(|source| SendError::Unreachable {
+                    url: url.clone(),
+                    source: Box::new(source),
+                })?;
         let status = response.status().as_u16();
         if (200..300).contains(&status) {
             return Ok(());
         }
-        let body = response
-            .body_mut()
-            .with_config()
-            .limit(64 * 1024)
-            .read_to_string()
-            .unwrap_or_default();
-        Err(format!(
-            "`{url}` answered {status}: {}",
-            error_message(&body)
-        ))
+        let (message, _) = error_body(&mut response);
+        Err(SendError::Refused {
+            url,
+            status,
+            message,
+        })
     }
 }
 
-/// The `message` of the server's JSON error, or the start of whatever it sent.
-fn error_message(body: &str) -> String {
-    serde_json::from_str::<serde_json::Value>(body)
-        .ok()
-        .and_then(|json| json["error"]["message"].as_str().map(str::to_owned))
-        .unwrap_or_else(|| body.chars().take(200).collect())
+/// The agent every client of a server uses: bounded times (`timeout` for the whole of
+/// one exchange), and a 4xx or 5xx read as an answer rather than a transport error.
+pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .timeout_connect(Some(Duration::from_secs(3)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// The `message` and `hint` of the server's JSON error, else the start of whatever it
+/// sent and no hint.
+pub(crate) fn error_body(
+    response: &mut ureq::http::Response<ureq::Body>,
+) -> (String, Option<String>) {
+    let body = response
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024)
+        .read_to_string()
+        .unwrap_or_default();
+    error_message(&body)
+}
+
+fn error_message(body: &str) -> (String, Option<String>) {
+    let json = serde_json::from_str::<serde_json::Value>(body).ok();
+    let field = |key: &str| {
+        json.as_ref()
+            .and_then(|json| json["error"][key].as_str().map(str::to_owned))
+    };
+    match field("message") {
+        Some(message) => (message, field("hint")),
+        None => (body.chars().take(200).collect(), None),
+    }
 }
 
 /// What one drain did.
@@ -144,6 +189,7 @@ pub fn drain(
                     drained.sent += 1;
                 }
                 Err(error) => {
+                    let error = error.to_string();
                     store.outbox_failed(entry.id, &error, now_ms())?;
                     drained.failed += 1;
                     drained.last_error = Some(error);
@@ -163,12 +209,18 @@ mod tests {
     #[test]
     fn the_servers_error_message_is_taken_from_its_json() {
         let body = r#"{"error":{"status":401,"message":"the token does not match the server's","hint":"set it"}}"#;
-        assert_eq!(error_message(body), "the token does not match the server's");
+        assert_eq!(
+            error_message(body),
+            (
+                "the token does not match the server's".to_owned(),
+                Some("set it".to_owned())
+            )
+        );
         assert_eq!(
             error_message("<html>bad gateway</html>"),
-            "<html>bad gateway</html>"
+            ("<html>bad gateway</html>".to_owned(), None)
         );
-        assert_eq!(error_message(&"x".repeat(500)).len(), 200);
+        assert_eq!(error_message(&"x".repeat(500)).0.len(), 200);
     }
 
     #[test]

@@ -1,8 +1,8 @@
 //! Writes need the server's bearer token (`Authorization: Bearer TOKEN`).
 
 use axum::http::{HeaderMap, StatusCode, header};
+use gpuvet_core::env_vars::REPORT_TOKEN as TOKEN_ENV;
 
-use crate::TOKEN_ENV;
 use crate::error::ApiError;
 
 /// `Ok` when `headers` carry `token`; a 401 that says what is missing otherwise.

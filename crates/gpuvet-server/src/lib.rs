@@ -34,10 +34,6 @@ use crate::pool::StorePool;
 /// The address `gpuvet serve` listens on unless told otherwise: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
 
-/// The environment variable that holds the token: the server requires it on writes,
-/// and nodes send it with what they push.
-pub const TOKEN_ENV: &str = "GPUVET_REPORT_TOKEN";
-
 /// The largest body a push may have: a 1,024-node group report is about 3 MB of JSON.
 pub const MAX_BODY_BYTES: usize = 64 << 20;
 

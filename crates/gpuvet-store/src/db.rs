@@ -14,11 +14,7 @@
 //! - in the shared SQL, one spelling: `CAST(SUM(…) AS BIGINT)`, since PostgreSQL's sum
 //!   of a `BIGINT` is a `NUMERIC` (`overview.rs`).
 
-use std::cell::RefCell;
-use std::collections::HashMap;
 use std::fmt;
-
-use postgres::types::{ToSql, Type};
 
 use crate::StoreError;
 use crate::error::During;
@@ -30,19 +26,15 @@ pub(crate) enum Db {
     /// In a `RefCell`: the client needs `&mut` for every query, the store's reads take
     /// `&self`, and a `Store` is used by one thread at a time (`Send`, not `Sync`).
     /// Boxed: the client is three times the size of an SQLite connection.
-    Postgres(Box<RefCell<PgSession>>),
-}
-
-/// A PostgreSQL client and the statements it has prepared, by their SQL.
-pub(crate) struct PgSession {
-    client: postgres::Client,
-    statements: HashMap<String, postgres::Statement>,
+    #[cfg(feature = "postgres")]
+    Postgres(Box<std::cell::RefCell<crate::pg::PgSession>>),
 }
 
 impl fmt::Debug for Db {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Db::Sqlite(conn) => f.debug_tuple("Sqlite").field(conn).finish(),
+            #[cfg(feature = "postgres")]
             Db::Postgres(_) => f.debug_tuple("Postgres").finish_non_exhaustive(),
         }
     }
@@ -60,11 +52,11 @@ impl Db {
         Db::Sqlite(conn)
     }
 
+    #[cfg(feature = "postgres")]
     pub(crate) fn postgres(client: postgres::Client) -> Db {
-        Db::Postgres(Box::new(RefCell::new(PgSession {
-            client,
-            statements: HashMap::new(),
-        })))
+        Db::Postgres(Box::new(std::cell::RefCell::new(
+            crate::pg::PgSession::new(client),
+        )))
     }
 
     /// Runs one statement; returns how many rows it changed.
@@ -76,12 +68,8 @@ impl Db {
                 let changed = statement.execute(rusqlite::params_from_iter(params))?;
                 Ok(changed as u64)
             }
-            Db::Postgres(session) => {
-                let mut session = session.borrow_mut();
-                let statement = session.statement(sql)?;
-                let bound = bind(statement.params(), params)?;
-                Ok(session.client.execute(&statement, &refs(&bound))?)
-            }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(session) => session.borrow_mut().execute(sql, params),
         }
     }
 
@@ -99,13 +87,8 @@ impl Db {
                 }
                 Ok(all)
             }
-            Db::Postgres(session) => {
-                let mut session = session.borrow_mut();
-                let statement = session.statement(sql)?;
-                let bound = bind(statement.params(), params)?;
-                let rows = session.client.query(&statement, &refs(&bound))?;
-                rows.iter().map(Row::from_postgres).collect()
-            }
+            #[cfg(feature = "postgres")]
+            Db::Postgres(session) => session.borrow_mut().query(sql, params),
         }
     }
 
@@ -144,7 +127,8 @@ impl Db {
     fn batch(&self, sql: &str) -> Result<(), DbError> {
         match self {
             Db::Sqlite(conn) => Ok(conn.execute_batch(sql)?),
-            Db::Postgres(session) => Ok(session.borrow_mut().client.batch_execute(sql)?),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(session) => session.borrow_mut().batch(sql),
         }
     }
 
@@ -156,6 +140,7 @@ impl Db {
     fn begin_write(&self) -> &'static str {
         match self {
             Db::Sqlite(_) => "BEGIN IMMEDIATE",
+            #[cfg(feature = "postgres")]
             Db::Postgres(_) => "BEGIN",
         }
     }
@@ -167,6 +152,7 @@ impl Db {
     pub(crate) fn lock_attempt_numbers(&self) -> Result<(), DbError> {
         match self {
             Db::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
             Db::Postgres(_) => self
                 .execute("LOCK TABLE attempts IN SHARE ROW EXCLUSIVE MODE", &[])
                 .map(drop),
@@ -178,23 +164,29 @@ impl Db {
     /// two servers receiving one report at once. On PostgreSQL, a transaction-level
     /// advisory lock per id (its 32-bit hash, taken in order, so two writers never
     /// wait on each other in a circle; a collision only makes one wait).
+    #[cfg_attr(not(feature = "postgres"), expect(unused_variables))]
     pub(crate) fn lock_ids<'a>(
         &self,
         space: IdSpace,
         ids: impl IntoIterator<Item = &'a str>,
     ) -> Result<(), DbError> {
-        if let Db::Postgres(_) = self {
-            let mut keys: Vec<i32> = ids.into_iter().map(id_hash).collect();
-            keys.sort_unstable();
-            keys.dedup();
-            for key in keys {
-                self.execute(
-                    "SELECT pg_advisory_xact_lock(?, ?)",
-                    &[Value::Int(space as i64), Value::Int(key.into())],
-                )?;
+        match self {
+            // One writer at a time: nothing to lock.
+            Db::Sqlite(_) => Ok(()),
+            #[cfg(feature = "postgres")]
+            Db::Postgres(_) => {
+                let mut keys: Vec<i32> = ids.into_iter().map(crate::pg::id_hash).collect();
+                keys.sort_unstable();
+                keys.dedup();
+                for key in keys {
+                    self.execute(
+                        "SELECT pg_advisory_xact_lock(?, ?)",
+                        &[Value::Int(space as i64), Value::Int(key.into())],
+                    )?;
+                }
+                Ok(())
             }
         }
-        Ok(())
     }
 
     /// The value of `LIMIT ?` that keeps `limit` rows, or all of them: SQLite reads a
@@ -204,20 +196,9 @@ impl Db {
         match (limit, self) {
             (Some(n), _) => Value::from(n),
             (None, Db::Sqlite(_)) => Value::Int(-1),
+            #[cfg(feature = "postgres")]
             (None, Db::Postgres(_)) => Value::Null,
         }
-    }
-}
-
-impl PgSession {
-    /// The prepared statement of `sql` (written with `?` placeholders).
-    fn statement(&mut self, sql: &str) -> Result<postgres::Statement, postgres::Error> {
-        if let Some(statement) = self.statements.get(sql) {
-            return Ok(statement.clone());
-        }
-        let statement = self.client.prepare(&numbered_placeholders(sql))?;
-        self.statements.insert(sql.to_owned(), statement.clone());
-        Ok(statement)
     }
 }
 
@@ -246,97 +227,5 @@ fn check_params(params: &[Value]) -> Result<(), DbError> {
     }) {
         Some(n) => Err(DbError::TooLarge(n)),
         None => Ok(()),
-    }
-}
-
-/// Each parameter as the Rust type PostgreSQL's client sends for the type the server
-/// inferred for it.
-fn bind(types: &[Type], params: &[Value]) -> Result<Vec<Box<dyn ToSql + Sync>>, DbError> {
-    if types.len() != params.len() {
-        return Err(DbError::Data(format!(
-            "the query takes {} parameter(s) but was given {}",
-            types.len(),
-            params.len()
-        )));
-    }
-    types
-        .iter()
-        .zip(params)
-        .map(|(ty, value)| value.to_postgres(ty))
-        .collect()
-}
-
-fn refs(bound: &[Box<dyn ToSql + Sync>]) -> Vec<&(dyn ToSql + Sync)> {
-    bound.iter().map(|b| b.as_ref()).collect()
-}
-
-/// `sql` with SQLite's placeholders as PostgreSQL's: `?N` becomes `$N`, and each bare
-/// `?` the next number. Quoted text and names are left alone.
-pub(crate) fn numbered_placeholders(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 8);
-    let mut next = 0;
-    let mut quote = None;
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
-        match (quote, c) {
-            (Some(q), _) if c == q => {
-                quote = None;
-                out.push(c);
-            }
-            (Some(_), _) => out.push(c),
-            (None, '\'' | '"') => {
-                quote = Some(c);
-                out.push(c);
-            }
-            (None, '?') => {
-                out.push('$');
-                if chars.peek().is_some_and(char::is_ascii_digit) {
-                    while let Some(digit) = chars.next_if(char::is_ascii_digit) {
-                        out.push(digit);
-                    }
-                } else {
-                    next += 1;
-                    out.push_str(&next.to_string());
-                }
-            }
-            (None, _) => out.push(c),
-        }
-    }
-    out
-}
-
-/// FNV-1a of an id, as the key of its advisory lock.
-fn id_hash(id: &str) -> i32 {
-    let hash = id.bytes().fold(0x811c_9dc5_u32, |hash, byte| {
-        (hash ^ u32::from(byte)).wrapping_mul(0x0100_0193)
-    });
-    hash as i32
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn placeholders_are_numbered_outside_quotes() {
-        assert_eq!(
-            numbered_placeholders("SELECT a FROM t WHERE a = ? AND b = ? LIMIT ?"),
-            "SELECT a FROM t WHERE a = $1 AND b = $2 LIMIT $3"
-        );
-        assert_eq!(
-            numbered_placeholders("VALUES (?1, ?2, ?12, ?2)"),
-            "VALUES ($1, $2, $12, $2)"
-        );
-        assert_eq!(
-            numbered_placeholders("SELECT '?', \"a?\" FROM t WHERE x = ? AND y = 'it''s ?'"),
-            "SELECT '?', \"a?\" FROM t WHERE x = $1 AND y = 'it''s ?'"
-        );
-    }
-
-    #[test]
-    fn id_hashes_differ_and_are_stable() {
-        assert_eq!(id_hash("") as u32, 0x811c_9dc5);
-        assert_eq!(id_hash("a") as u32, 0xe40c_292c);
-        assert_ne!(id_hash("r-1"), id_hash("r-2"));
     }
 }

@@ -8,9 +8,7 @@
 //! PostgreSQL URL without its password.
 
 use std::error::Error;
-use std::fmt;
 
-use postgres::error::SqlState;
 use rusqlite::ErrorCode;
 
 use crate::value::DbError;
@@ -28,6 +26,10 @@ pub enum StoreError {
     /// database (its schema on the search path) holds tables that are not gpuvet's.
     #[error("cannot open the store at `{location}`: {}", not_a_store(location))]
     NotAStore { location: String },
+    /// A PostgreSQL store named where this build has no PostgreSQL client (a node's
+    /// binary: PostgreSQL is the fleet server's store).
+    #[error("cannot open the store at `{location}`: this program reads no PostgreSQL store")]
+    PostgresNotBuilt { location: String },
     /// A newer gpuvet wrote the store with a schema this one does not know.
     #[error(
         "cannot open the store at `{location}`: its schema version is {found}, newer than the {supported} this gpuvet knows"
@@ -45,7 +47,8 @@ pub enum StoreError {
         error: rusqlite::Error,
     },
     /// PostgreSQL refused a read or a write, or the connection to it broke.
-    #[error("cannot {action}: {}", postgres_message(error))]
+    #[cfg(feature = "postgres")]
+    #[error("cannot {action}: {}", crate::pg::error::postgres_message(error))]
     Postgres {
         /// What the store was doing, e.g. "record an event in the store".
         action: &'static str,
@@ -103,64 +106,14 @@ fn is_postgres(location: &str) -> bool {
     crate::StoreLocation::parse(location).is_postgres()
 }
 
-/// Why opening a PostgreSQL store failed: the `cause` of [`StoreError::Open`].
-#[derive(Debug)]
-pub(crate) enum PostgresOpenError {
-    /// The URL does not parse.
-    Url(postgres::Error),
-    /// Connecting, or preparing the schema, failed.
-    Server(postgres::Error),
-}
-
-impl fmt::Display for PostgresOpenError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            PostgresOpenError::Url(error) => {
-                write!(f, "the URL does not parse: {}", postgres_message(error))
-            }
-            PostgresOpenError::Server(error) => f.write_str(&postgres_message(error)),
-        }
-    }
-}
-
-impl Error for PostgresOpenError {}
-
-/// A PostgreSQL error on one line: the server's message (and its detail) for what the
-/// server refused, else what the client was doing and why it failed.
-/// (`postgres::Error` displays only its kind, e.g. "db error", and keeps the rest in
-/// its sources.)
-fn postgres_message(error: &postgres::Error) -> String {
-    if let Some(db) = error.as_db_error() {
-        let mut message = db.message().to_owned();
-        if let Some(detail) = db.detail() {
-            message.push_str(" (");
-            message.push_str(detail);
-            message.push(')');
-        }
-        return message;
-    }
-    let mut message = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        message.push_str(": ");
-        message.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    message
-}
-
 impl StoreError {
     /// What the user could do next, when there is something specific to say.
     pub fn hint(&self) -> Option<&'static str> {
         match self {
             StoreError::Open { cause, .. } => {
-                if let Some(error) = cause.downcast_ref::<PostgresOpenError>() {
-                    return Some(match error {
-                        PostgresOpenError::Url(_) => URL_HINT,
-                        PostgresOpenError::Server(error) => {
-                            error.code().and_then(postgres_hint).unwrap_or(CONNECT_HINT)
-                        }
-                    });
+                #[cfg(feature = "postgres")]
+                if let Some(error) = cause.downcast_ref::<crate::pg::error::PostgresOpenError>() {
+                    return Some(error.hint());
                 }
                 match cause
                     .downcast_ref::<rusqlite::Error>()
@@ -182,17 +135,11 @@ impl StoreError {
                 "use the gpuvet version that wrote the store, or set `gpuvet.store` / `--store` to another store",
             ),
             StoreError::Sqlite { error, .. } => error.sqlite_error_code().and_then(sqlite_hint),
-            StoreError::Postgres { error, .. } => match error.code() {
-                Some(code) => postgres_hint(code),
-                None if error.is_closed()
-                    || error.source().is_some_and(|e| e.is::<std::io::Error>()) =>
-                {
-                    Some(
-                        "the connection to PostgreSQL broke; check that the server runs and is reachable, then retry",
-                    )
-                }
-                None => None,
-            },
+            #[cfg(feature = "postgres")]
+            StoreError::Postgres { error, .. } => crate::pg::error::hint(error),
+            StoreError::PostgresNotBuilt { .. } => Some(
+                "PostgreSQL is a fleet server's store: serve it with `gpuvet serve --store postgres://…` (the `gpuvet-server` program), and read it from a node with `--server URL`",
+            ),
             StoreError::Decode { .. } => Some(
                 "the row was written by an incompatible gpuvet or changed by hand; narrow the query to skip it, or move the store file aside to start a new one",
             ),
@@ -218,12 +165,8 @@ impl StoreError {
             StoreError::Open { cause, .. } => cause
                 .downcast_ref::<rusqlite::Error>()
                 .is_some_and(sqlite_busy),
-            StoreError::Postgres { error, .. } => matches!(
-                error.code(),
-                Some(code) if *code == SqlState::T_R_SERIALIZATION_FAILURE
-                    || *code == SqlState::T_R_DEADLOCK_DETECTED
-                    || *code == SqlState::LOCK_NOT_AVAILABLE
-            ),
+            #[cfg(feature = "postgres")]
+            StoreError::Postgres { error, .. } => crate::pg::error::is_busy(error),
             _ => false,
         }
     }
@@ -238,10 +181,6 @@ fn sqlite_busy(error: &rusqlite::Error) -> bool {
 
 const OPEN_HINT: &str =
     "check that the directory exists and is writable, or set `gpuvet.store` / `--store`";
-
-const URL_HINT: &str = "write the store as `postgres://USER:PASSWORD@HOST:PORT/DATABASE`, with the password's special characters percent-encoded";
-
-const CONNECT_HINT: &str = "check that PostgreSQL runs and accepts connections at the URL's host and port; gpuvet connects without TLS, so the server must accept plain connections: keep it on a private network or a local socket";
 
 fn sqlite_hint(code: ErrorCode) -> Option<&'static str> {
     match code {
@@ -261,42 +200,6 @@ fn sqlite_hint(code: ErrorCode) -> Option<&'static str> {
     }
 }
 
-fn postgres_hint(code: &SqlState) -> Option<&'static str> {
-    Some(match code {
-        c if *c == SqlState::INVALID_PASSWORD
-            || *c == SqlState::INVALID_AUTHORIZATION_SPECIFICATION =>
-        {
-            "check the user and password in the URL, and that the server's `pg_hba.conf` lets that user in from this host without TLS"
-        }
-        c if *c == SqlState::INVALID_CATALOG_NAME => {
-            "create the database first (`createdb -O USER NAME`), or name an existing one in the URL"
-        }
-        c if *c == SqlState::INSUFFICIENT_PRIVILEGE => {
-            "the user needs to own the database, or the CREATE privilege on the schema gpuvet's tables go in (PostgreSQL 15 no longer grants it on `public`)"
-        }
-        c if *c == SqlState::INVALID_SCHEMA_NAME => {
-            "no schema on the connection's `search_path` exists: create the one the URL's `options=-csearch_path%3DNAME` names (`CREATE SCHEMA NAME`), or leave the option out to use `public`"
-        }
-        c if *c == SqlState::TOO_MANY_CONNECTIONS || *c == SqlState::CANNOT_CONNECT_NOW => {
-            "the server is starting, or has no connection to spare; retry in a moment"
-        }
-        c if *c == SqlState::ADMIN_SHUTDOWN || *c == SqlState::CRASH_SHUTDOWN => {
-            "the server ended the connection (it is stopping, or an administrator ended it); retry once it runs"
-        }
-        c if *c == SqlState::T_R_SERIALIZATION_FAILURE
-            || *c == SqlState::T_R_DEADLOCK_DETECTED
-            || *c == SqlState::LOCK_NOT_AVAILABLE =>
-        {
-            "another writer held a lock this one needed; retry"
-        }
-        c if *c == SqlState::READ_ONLY_SQL_TRANSACTION => {
-            "the server is a read-only standby; point the URL at the primary"
-        }
-        c if *c == SqlState::DISK_FULL => "check the free space of the PostgreSQL server's disk",
-        _ => return None,
-    })
-}
-
 /// Attaches what the store was doing to a database error.
 pub(crate) trait During<T> {
     fn during(self, action: &'static str) -> Result<T, StoreError>;
@@ -306,6 +209,7 @@ impl<T, E: Into<DbError>> During<T> for Result<T, E> {
     fn during(self, action: &'static str) -> Result<T, StoreError> {
         self.map_err(|error| match error.into() {
             DbError::Sqlite(error) => StoreError::Sqlite { action, error },
+            #[cfg(feature = "postgres")]
             DbError::Postgres(error) => StoreError::Postgres { action, error },
             DbError::Data(message) => StoreError::Data { action, message },
             DbError::TooLarge(value) => StoreError::OutOfRange { action, value },

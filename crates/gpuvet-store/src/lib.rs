@@ -3,6 +3,8 @@
 //! node (the embedded default), or a PostgreSQL database for a central `gpuvet serve`
 //! that many nodes push to. Both hold the same schema and behave the same through
 //! [`Store`]; [`StoreLocation`] says which (`--store postgres://…` or a path).
+//! PostgreSQL is built only with the feature `postgres`, which the fleet server turns
+//! on: a node's binary links no PostgreSQL client.
 //!
 //! SQLite: one file, in WAL mode with a busy timeout, so that several gpuvet processes
 //! on one node (the sanity checks, the runtime check, a `gpuvet check` by hand) write
@@ -18,7 +20,8 @@
 //! check's state is opaque JSON here: its type lives with the runtime check.
 //!
 //! Each query is written once, for both databases, against `db.rs`'s `Db`; the
-//! schemas are in `schema.rs` (SQLite) and `schema_pg.rs` (PostgreSQL).
+//! schemas are in `schema.rs` (SQLite) and `schema_pg.rs` (PostgreSQL), and what only
+//! PostgreSQL needs is in `pg/`.
 //!
 //! ```no_run
 //! # use gpuvet_store::{Store, StoreLocation, EventFilter};
@@ -34,7 +37,10 @@ mod error;
 mod open;
 mod outbox;
 mod overview;
+#[cfg(feature = "postgres")]
+mod pg;
 mod schema;
+#[cfg(feature = "postgres")]
 mod schema_pg;
 mod value;
 
@@ -51,7 +57,7 @@ use serde::{Deserialize, Serialize};
 use crate::db::{Db, IdSpace, Row, Value};
 use crate::error::During;
 pub use crate::error::StoreError;
-pub use crate::open::StoreLocation;
+pub use crate::open::{StoreLocation, default_path};
 pub use crate::outbox::{FIRST_RETRY_MS, MAX_RETRY_MS, OutboxEntry, OutboxKind, next_try_delay_ms};
 pub use crate::overview::{RunFilter, StoredRun};
 pub use crate::schema::SCHEMA_VERSION;

@@ -2,23 +2,24 @@
 //! URL), connecting and preparing the schema, and the location as shown to users,
 //! which never includes a password.
 //!
-//! PostgreSQL connections are made without TLS: a central store's server belongs on a
-//! private network or behind a local socket
-//! (`postgres://USER@%2Fvar%2Frun%2Fpostgresql/DATABASE`), not on the open internet.
+//! PostgreSQL is opened only in a build with the feature `postgres` (the fleet server's);
+//! elsewhere a `postgres://` location is refused with [`StoreError::PostgresNotBuilt`].
+//! Its connections are made without TLS: a central store's server belongs on a private
+//! network or behind a local socket (`postgres://USER@%2Fvar%2Frun%2Fpostgresql/DATABASE`),
+//! not on the open internet.
 
 use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
 use crate::db::Db;
-use crate::error::PostgresOpenError;
-use crate::{Store, StoreError, schema, schema_pg};
+use crate::{Store, StoreError, schema};
 
 /// How long connecting to PostgreSQL may take when the URL sets no `connect_timeout`.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+#[cfg(feature = "postgres")]
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// Where a store is: what `--store` and `gpuvet.store` name.
 ///
@@ -139,6 +140,19 @@ fn percent_decode(part: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// Where a node keeps its store when nothing names one:
+/// `$XDG_STATE_HOME/gpuvet/gpuvet.db`, else `$HOME/.local/state/gpuvet/gpuvet.db`, else
+/// `gpuvet.db` in the working directory. The caller passes the two variables (blank
+/// counts as unset), so this is the one rule every program applies.
+pub fn default_path(xdg_state_home: Option<&str>, home: Option<&str>) -> PathBuf {
+    let set = |value: Option<&str>| value.filter(|v| !v.trim().is_empty()).map(PathBuf::from);
+    let state = set(xdg_state_home).or_else(|| set(home).map(|home| home.join(".local/state")));
+    match state {
+        Some(dir) => dir.join("gpuvet").join("gpuvet.db"),
+        None => PathBuf::from("gpuvet.db"),
+    }
+}
+
 impl Store {
     /// Opens the store at `location`: [`Store::open`] for a file, and for PostgreSQL,
     /// connects (without TLS) and migrates the database's schema to
@@ -199,7 +213,16 @@ impl Store {
         })
     }
 
+    #[cfg(not(feature = "postgres"))]
     fn open_postgres(url: &str) -> Result<Store, StoreError> {
+        Err(StoreError::PostgresNotBuilt {
+            location: redact_url(url),
+        })
+    }
+
+    #[cfg(feature = "postgres")]
+    fn open_postgres(url: &str) -> Result<Store, StoreError> {
+        use crate::pg::error::PostgresOpenError;
         let display = redact_url(url);
         let open_error = |cause: PostgresOpenError| StoreError::Open {
             location: display.clone(),
@@ -217,7 +240,7 @@ impl Store {
         let mut client = config
             .connect(postgres::NoTls)
             .map_err(|e| open_error(PostgresOpenError::Server(e)))?;
-        schema_pg::prepare(&mut client, &display)?;
+        crate::schema_pg::prepare(&mut client, &display)?;
         Ok(Store {
             db: Db::postgres(client),
             path: None,
@@ -241,6 +264,19 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_default_path_follows_xdg_then_home() {
+        assert_eq!(
+            default_path(Some("/state"), Some("/home/u")),
+            Path::new("/state/gpuvet/gpuvet.db")
+        );
+        assert_eq!(
+            default_path(Some(" "), Some("/home/u")),
+            Path::new("/home/u/.local/state/gpuvet/gpuvet.db")
+        );
+        assert_eq!(default_path(None, Some("")), Path::new("gpuvet.db"));
+    }
 
     #[test]
     fn postgres_urls_and_paths_are_told_apart() {
@@ -305,6 +341,21 @@ mod tests {
         }
     }
 
+    #[cfg(not(feature = "postgres"))]
+    #[test]
+    fn without_postgres_a_url_is_refused_with_where_postgresql_is_read() {
+        let err = Store::open_location(&StoreLocation::parse(
+            "postgres://gpuvet:s3cret@db:5432/gpuvet",
+        ))
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "cannot open the store at `postgres://gpuvet:***@db:5432/gpuvet`: this program reads no PostgreSQL store"
+        );
+        assert!(err.hint().unwrap().contains("--server URL"));
+    }
+
+    #[cfg(feature = "postgres")]
     #[test]
     fn a_url_that_does_not_parse_is_refused_before_connecting() {
         let err = Store::open_location(&StoreLocation::parse(
@@ -326,6 +377,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "postgres")]
     #[test]
     fn a_server_that_is_not_there_names_the_url_without_its_password() {
         // A port nothing listens on (reserved, and refused at once on loopback).

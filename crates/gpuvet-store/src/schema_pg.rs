@@ -21,7 +21,7 @@
 
 use postgres::{Client, GenericClient};
 
-use crate::error::PostgresOpenError;
+use crate::pg::error::PostgresOpenError;
 use crate::{SCHEMA_VERSION, StoreError};
 
 /// The key of the advisory lock that migrations hold: "gpvt", as SQLite's

@@ -7,8 +7,6 @@
 //! it so; PostgreSQL would keep it), and an unsigned integer above `i64::MAX` is
 //! refused rather than wrapped.
 
-use postgres::types::{ToSql, Type};
-
 /// One parameter or column value.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Value {
@@ -24,6 +22,7 @@ pub(crate) enum Value {
 #[derive(Debug)]
 pub(crate) enum DbError {
     Sqlite(rusqlite::Error),
+    #[cfg(feature = "postgres")]
     Postgres(postgres::Error),
     /// A value the database returned that the store cannot use (or a query that did
     /// not return what it always returns).
@@ -38,6 +37,7 @@ impl From<rusqlite::Error> for DbError {
     }
 }
 
+#[cfg(feature = "postgres")]
 impl From<postgres::Error> for DbError {
     fn from(error: postgres::Error) -> Self {
         DbError::Postgres(error)
@@ -127,51 +127,9 @@ impl rusqlite::ToSql for Value {
     }
 }
 
-impl Value {
-    /// This value as what PostgreSQL's client sends for a parameter of type `ty`.
-    /// PostgreSQL infers each parameter's type from the statement: an integer column
-    /// (`BIGINT`) takes an `i64`, a function's `integer` argument an `i32`, and so on.
-    pub(crate) fn to_postgres(&self, ty: &Type) -> Result<Box<dyn ToSql + Sync>, DbError> {
-        let mismatch = || {
-            DbError::Data(format!(
-                "cannot pass {self:?} as a PostgreSQL `{ty}` parameter"
-            ))
-        };
-        let int = |n: i64| -> Result<Box<dyn ToSql + Sync>, DbError> {
-            Ok(match *ty {
-                Type::INT8 => Box::new(n),
-                Type::INT4 => Box::new(i32::try_from(n).map_err(|_| mismatch())?),
-                Type::INT2 => Box::new(i16::try_from(n).map_err(|_| mismatch())?),
-                Type::FLOAT8 => Box::new(n as f64),
-                _ => return Err(mismatch()),
-            })
-        };
-        Ok(match self {
-            Value::Null => match *ty {
-                Type::INT8 => Box::new(None::<i64>),
-                Type::INT4 => Box::new(None::<i32>),
-                Type::INT2 => Box::new(None::<i16>),
-                Type::FLOAT8 => Box::new(None::<f64>),
-                Type::FLOAT4 => Box::new(None::<f32>),
-                Type::BOOL => Box::new(None::<bool>),
-                _ if <String as ToSql>::accepts(ty) => Box::new(None::<String>),
-                _ => return Err(mismatch()),
-            },
-            Value::Int(n) => int(*n)?,
-            Value::Real(x) => match *ty {
-                Type::FLOAT8 => Box::new(*x),
-                Type::FLOAT4 => Box::new(*x as f32),
-                _ => return Err(mismatch()),
-            },
-            Value::Text(s) if <String as ToSql>::accepts(ty) => Box::new(s.clone()),
-            Value::Text(_) | Value::TooLarge(_) => return Err(mismatch()),
-        })
-    }
-}
-
 /// One row of a query's result, its columns as [`Value`]s.
 #[derive(Debug)]
-pub(crate) struct Row(Vec<Value>);
+pub(crate) struct Row(pub(crate) Vec<Value>);
 
 impl Row {
     pub(crate) fn from_sqlite(row: &rusqlite::Row<'_>, columns: usize) -> Result<Row, DbError> {
@@ -195,38 +153,6 @@ impl Row {
             .map(Row)
     }
 
-    /// Reads each column by its PostgreSQL type. The store's schema uses `BIGINT`,
-    /// `DOUBLE PRECISION` and `TEXT`, and its queries cast what would come out as
-    /// another type (`SUM` of a `BIGINT` is a `NUMERIC`).
-    pub(crate) fn from_postgres(row: &postgres::Row) -> Result<Row, DbError> {
-        row.columns()
-            .iter()
-            .enumerate()
-            .map(|(i, column)| {
-                let ty = column.type_();
-                Ok(match *ty {
-                    Type::INT8 => row.try_get::<_, Option<i64>>(i)?.map(Value::Int),
-                    Type::INT4 => row.try_get::<_, Option<i32>>(i)?.map(Value::from_int),
-                    Type::INT2 => row.try_get::<_, Option<i16>>(i)?.map(Value::from_int),
-                    Type::FLOAT8 => row.try_get::<_, Option<f64>>(i)?.map(Value::from),
-                    Type::FLOAT4 => row.try_get::<_, Option<f32>>(i)?.map(Value::from_float),
-                    Type::BOOL => row.try_get::<_, Option<bool>>(i)?.map(Value::from_int),
-                    _ if <String as postgres::types::FromSql>::accepts(ty) => {
-                        row.try_get::<_, Option<String>>(i)?.map(Value::Text)
-                    }
-                    _ => {
-                        return Err(DbError::Data(format!(
-                            "column {i} (`{}`) has the PostgreSQL type `{ty}`, which the store does not read",
-                            column.name()
-                        )));
-                    }
-                }
-                .unwrap_or(Value::Null))
-            })
-            .collect::<Result<_, _>>()
-            .map(Row)
-    }
-
     /// Takes column `index` (counting from 0) as a `T`; the column reads as NULL after.
     pub(crate) fn get<T: FromValue>(&mut self, index: usize) -> Result<T, DbError> {
         let value = self
@@ -239,14 +165,6 @@ impl Row {
 }
 
 impl Value {
-    fn from_int(n: impl Into<i64>) -> Value {
-        Value::Int(n.into())
-    }
-
-    fn from_float(x: f32) -> Value {
-        Value::from(f64::from(x))
-    }
-
     fn describe(&self) -> String {
         match self {
             Value::Null => "NULL".to_owned(),
@@ -371,15 +289,5 @@ mod tests {
             message(Row(vec![]).get::<i64>(2).unwrap_err()),
             "the row has no column 2"
         );
-    }
-
-    #[test]
-    fn postgres_parameters_follow_the_inferred_type() {
-        assert!(Value::Int(1).to_postgres(&Type::INT8).is_ok());
-        assert!(Value::Int(1).to_postgres(&Type::INT4).is_ok());
-        assert!(Value::Int(i64::MAX).to_postgres(&Type::INT4).is_err());
-        assert!(Value::Null.to_postgres(&Type::TEXT).is_ok());
-        assert!(Value::Text("x".into()).to_postgres(&Type::INT8).is_err());
-        assert!(Value::Real(1.0).to_postgres(&Type::TEXT).is_err());
     }
 }

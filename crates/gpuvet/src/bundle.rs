@@ -6,8 +6,10 @@ use std::io::BufReader;
 use std::path::Path;
 
 use gpuvet_bundle::BundleError;
-use gpuvet_bundle::layout::{self, Packed};
-use gpuvet_core::timeline::JobRecord;
+use gpuvet_bundle::layout::{self, BundleInfo, Packed};
+use gpuvet_core::explain::{Explanation, explain};
+use gpuvet_core::timeline::{JobRecord, assemble};
+use gpuvet_push::fetch::ServerReader;
 
 use crate::failure::Failure;
 
@@ -35,18 +37,7 @@ fn refused(path: &Path, err: &BundleError) -> Failure {
 /// Writes the bundle of `record` to `path`: to a temporary file beside it, renamed
 /// over `path` once complete, so no reader ever sees half a bundle.
 pub fn write(record: &JobRecord, path: &Path, now_ms: u64) -> Result<Packed, Failure> {
-    let dir = match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => dir,
-        _ => Path::new("."),
-    };
-    let cannot = |err: &dyn std::fmt::Display| {
-        Failure::usage(format!(
-            "cannot write the bundle `{}`: {err}",
-            path.display()
-        ))
-        .with_hint("pass `-o` a path in a directory that exists and is writable")
-    };
-    let mut temp = tempfile::NamedTempFile::new_in(dir).map_err(|err| cannot(&err))?;
+    let mut temp = temp_beside(path)?;
     let secrets = crate::identity::known_secrets();
     let secrets: Vec<&str> = secrets.iter().map(String::as_str).collect();
     let packed = layout::pack(
@@ -57,7 +48,67 @@ pub fn write(record: &JobRecord, path: &Path, now_ms: u64) -> Result<Packed, Fai
         std::io::BufWriter::new(temp.as_file_mut()),
     )
     .map_err(|err| Failure::bug(format!("cannot pack the bundle: {err}")))?;
-    temp.as_file().sync_all().map_err(|err| cannot(&err))?;
-    temp.persist(path).map_err(|err| cannot(&err.error))?;
+    persist(temp, path)?;
     Ok(packed)
+}
+
+/// A bundle a fleet server made, as downloaded.
+#[derive(Debug)]
+pub struct Downloaded {
+    pub info: BundleInfo,
+    pub explanation: Explanation,
+    pub bytes: u64,
+}
+
+/// Downloads the bundle of a job's attempt from a fleet server to `path`, whole or not
+/// at all: it is checked against its own manifest before it replaces `path`.
+pub fn download(
+    server: &ServerReader,
+    job: &str,
+    attempt: Option<u32>,
+    path: &Path,
+) -> Result<Downloaded, Failure> {
+    let mut temp = temp_beside(path)?;
+    let bytes = server
+        .bundle(
+            job,
+            attempt,
+            &mut std::io::BufWriter::new(temp.as_file_mut()),
+        )
+        .map_err(crate::record::fetch_failed)?;
+    let file = temp.reopen().map_err(|err| cannot_write(path, &err))?;
+    let (info, record) = layout::unpack(BufReader::new(file)).map_err(|err| refused(path, &err))?;
+    persist(temp, path)?;
+    Ok(Downloaded {
+        explanation: explain(&record, &assemble(&record)),
+        info,
+        bytes,
+    })
+}
+
+fn cannot_write(path: &Path, err: &dyn std::fmt::Display) -> Failure {
+    Failure::new(
+        gpuvet_core::exit_codes::IO_ERROR,
+        anyhow::anyhow!("cannot write the bundle `{}`: {err}", path.display()),
+    )
+    .with_hint("pass `-o` a path in a directory that exists and is writable")
+}
+
+/// A temporary file in `path`'s directory, so that renaming it over `path` is atomic.
+fn temp_beside(path: &Path) -> Result<tempfile::NamedTempFile, Failure> {
+    let dir = match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    tempfile::NamedTempFile::new_in(dir).map_err(|err| cannot_write(path, &err))
+}
+
+/// Puts a complete file in place: synced, then renamed over `path`.
+fn persist(temp: tempfile::NamedTempFile, path: &Path) -> Result<(), Failure> {
+    temp.as_file()
+        .sync_all()
+        .map_err(|err| cannot_write(path, &err))?;
+    temp.persist(path)
+        .map_err(|err| cannot_write(path, &err.error))?;
+    Ok(())
 }

@@ -58,6 +58,10 @@ pub enum Command {
     Drill(DrillArgs),
     /// Serve the store over HTTP: a JSON API under /api/v1, web pages and /metrics.
     /// Writes (pushed reports and events) need `GPUVET_REPORT_TOKEN`.
+    ///
+    /// Runs the fleet server, `gpuvet-server`, installed beside gpuvet; `gpuvet serve
+    /// --help` is its help.
+    #[command(disable_help_flag = true)]
     Serve(ServeArgs),
     /// Send the reports and events waiting in the store's outbox to the server now.
     Push(PushArgs),
@@ -314,16 +318,13 @@ pub struct WatchArgs {
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
-    /// Config file; only its `gpuvet.store` is used.
-    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
-    pub config: Option<PathBuf>,
-    /// Address to listen on; loopback unless told otherwise.
-    #[arg(long, value_name = "IP:PORT", default_value = gpuvet_server::DEFAULT_LISTEN)]
-    pub listen: std::net::SocketAddr,
-    /// The store to serve: an SQLite file, or `postgres://USER:PASSWORD@HOST:PORT/DB`
-    /// for a fleet's server [default: the config's `gpuvet.store`, else the node's file].
-    #[arg(long, env = "GPUVET_STORE", value_name = "FILE|URL")]
-    pub store: Option<String>,
+    /// The fleet server's arguments, passed to `gpuvet-server` as they are.
+    #[arg(
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "ARGS"
+    )]
+    pub args: Vec<OsString>,
 }
 
 #[derive(Debug, Args)]
@@ -362,10 +363,14 @@ pub struct RecordArgs {
     /// The attempt [default: the latest].
     #[arg(long, value_name = "N")]
     pub attempt: Option<u32>,
-    /// The store: an SQLite file or a `postgres://` URL [default: the config's
-    /// `gpuvet.store`, else $XDG_STATE_HOME/gpuvet/gpuvet.db].
-    #[arg(long, env = "GPUVET_STORE", value_name = "FILE|URL")]
+    /// The store: an SQLite file [default: the config's `gpuvet.store`, else
+    /// $XDG_STATE_HOME/gpuvet/gpuvet.db].
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
     pub store: Option<String>,
+    /// Read the attempt from a fleet server (`gpuvet serve`) at this address instead
+    /// of a store, e.g. `http://gpuvet-server:9470`.
+    #[arg(long, env = "GPUVET_SERVER", value_name = "URL")]
+    pub server: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -461,8 +466,8 @@ pub struct FrArgs {
     /// Config file, for its `gpuvet.store`.
     #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The store to record in (an SQLite file or a `postgres://` URL).
-    #[arg(long, env = "GPUVET_STORE", value_name = "FILE|URL")]
+    /// The store to record in (an SQLite file).
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
     pub store: Option<String>,
 }
 

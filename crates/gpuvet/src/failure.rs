@@ -39,14 +39,11 @@ impl Failure {
 
     /// Prints the error (and its causes, and the hint) to stderr; returns the exit code.
     pub fn report(self) -> i32 {
-        let mut text = format!("error: {}\n", self.error);
-        for cause in self.error.chain().skip(1) {
-            text.push_str(&format!("  caused by: {cause}\n"));
-        }
-        if let Some(hint) = self.hint {
-            text.push_str(&format!("hint: {hint}\n"));
-        }
-        write_stderr(&text);
+        let error: &(dyn std::error::Error + 'static) = self.error.as_ref();
+        write_stderr(&gpuvet_core::diagnostics::render_error(
+            error,
+            self.hint.as_deref(),
+        ));
         self.code
     }
 }

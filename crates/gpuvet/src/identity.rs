@@ -1,10 +1,9 @@
 //! Who is running and where results go: job id, node, instance, config and store path,
 //! from flags, then the environment users already have, then defaults.
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use gpuvet_core::config::{Config, ConfigError, MAX_CONFIG_BYTES};
+use gpuvet_core::config::Config;
 
 use crate::cli::IdentityArgs;
 use crate::failure::Failure;
@@ -45,13 +44,9 @@ impl Identity {
     }
 }
 
-/// The variables whose values are secrets wherever they appear: the group's token and
-/// the token for pushing to a server.
-pub const SECRET_VARS: [&str; 2] = ["GPUVET_TOKEN", gpuvet_server::TOKEN_ENV];
-
 /// The secret values this process holds, which no report or bundle may contain.
 pub fn known_secrets() -> Vec<String> {
-    SECRET_VARS
+    gpuvet_core::env_vars::SECRET_VARS
         .iter()
         .filter_map(|var| std::env::var(var).ok())
         .filter(|value| !value.is_empty())
@@ -92,23 +87,8 @@ pub fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
         ))
         .with_hint("pass an existing file with `--config`, or leave it out to use the defaults")
     };
-    // One byte past the bound tells an over-long file without reading all of it.
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)
-        .and_then(|file| {
-            file.take(MAX_CONFIG_BYTES as u64 + 1)
-                .read_to_end(&mut bytes)
-        })
-        .map_err(|err| cannot_read(&err))?;
-    let parsed = if bytes.len() > MAX_CONFIG_BYTES {
-        Err(ConfigError::TooLarge {
-            limit: MAX_CONFIG_BYTES,
-        })
-    } else {
-        let text = String::from_utf8(bytes).map_err(|err| cannot_read(&err))?;
-        Config::from_json(&text)
-    };
-    parsed.map_err(|err| {
+    let file = std::fs::File::open(path).map_err(|err| cannot_read(&err))?;
+    Config::from_reader(file).map_err(|err| {
         let failure = Failure::from(err);
         let message = format!("`{}`: {}", path.display(), failure.error);
         Failure {
@@ -126,11 +106,8 @@ pub fn store_path(flag: Option<&Path>, config: &Config) -> PathBuf {
     if let Some(path) = &config.settings.store {
         return PathBuf::from(path);
     }
-    let state = non_empty_env("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| non_empty_env("HOME").map(|home| Path::new(&home).join(".local/state")));
-    match state {
-        Some(dir) => dir.join("gpuvet").join("gpuvet.db"),
-        None => PathBuf::from("gpuvet.db"),
-    }
+    gpuvet_store::default_path(
+        non_empty_env("XDG_STATE_HOME").as_deref(),
+        non_empty_env("HOME").as_deref(),
+    )
 }

@@ -1,8 +1,11 @@
-//! One attempt of a job as the store keeps it, for `timeline`, `bundle` and
-//! `explain`: which job and attempt the flags mean, and every report and event of it.
+//! One attempt of a job as the store keeps it, for `timeline`, `bundle` and `explain`:
+//! which job and attempt the flags mean, and every report and event of it; or, with
+//! `--server`, the reader of a fleet server that holds it.
 
+use gpuvet_core::env_vars::REPORT_TOKEN;
 use gpuvet_core::timeline::JobRecord;
-use gpuvet_store::{Store, StoreLocation};
+use gpuvet_push::fetch::{FetchError, ServerReader};
+use gpuvet_store::{Store, StoreError, StoreLocation};
 
 use crate::cli::RecordArgs;
 use crate::failure::Failure;
@@ -16,33 +19,73 @@ pub fn open_store(args: &RecordArgs) -> Result<Store, Failure> {
         Some(value) => StoreLocation::parse(value),
         None => StoreLocation::parse(&store_path(None, &config).to_string_lossy()),
     };
-    if let StoreLocation::Sqlite(path) = &location
-        && !path.exists()
-    {
-        return Err(
-            Failure::usage(format!("there is no store at `{}`", path.display())).with_hint(
-                "run `gpuvet check` or `gpuvet run` first, or point `--store` / GPUVET_STORE at the store they wrote",
-            ),
-        );
+    match &location {
+        // A node reads a fleet's PostgreSQL store through its server, never with a
+        // driver of its own (whatever the store library was built with).
+        StoreLocation::Postgres(_) => Err(StoreError::PostgresNotBuilt {
+            location: location.to_string(),
+        }
+        .into()),
+        StoreLocation::Sqlite(path) if !path.exists() => Err(Failure::usage(format!(
+            "there is no store at `{}`",
+            path.display()
+        ))
+        .with_hint(
+            "run `gpuvet check` or `gpuvet run` first, or point `--store` / GPUVET_STORE at the store they wrote",
+        )),
+        StoreLocation::Sqlite(_) => Ok(Store::open_location(&location)?),
     }
-    Ok(Store::open_location(&location)?)
+}
+
+/// The job the flags name.
+pub fn job_id(args: &RecordArgs) -> String {
+    args.job_id
+        .clone()
+        .unwrap_or_else(|| DEFAULT_JOB_ID.to_owned())
+}
+
+/// The attempt the flags name; `None` for the latest.
+pub fn attempt(args: &RecordArgs) -> Result<Option<u32>, Failure> {
+    match args.attempt {
+        Some(0) => Err(
+            Failure::usage("`--attempt 0` is out of range; attempts count from 1")
+                .with_hint("leave out `--attempt` for the latest one"),
+        ),
+        attempt => Ok(attempt),
+    }
+}
+
+/// The reader of the fleet server `--server` names, with the push token when set.
+pub fn server(args: &RecordArgs) -> Option<ServerReader> {
+    let url = args.server.as_deref().filter(|url| !url.is_empty())?;
+    let token = std::env::var(REPORT_TOKEN).ok();
+    Some(ServerReader::new(url, token.as_deref()))
+}
+
+/// A failed read from the server: the user's (a wrong address, a job the server does
+/// not have) or the server's, with its hint.
+pub fn fetch_failed(error: FetchError) -> Failure {
+    let hint = error.hint().map(str::to_owned);
+    let code = match &error {
+        FetchError::Refused { status, .. } if *status >= 500 => {
+            gpuvet_core::exit_codes::STORE_ERROR
+        }
+        FetchError::Write { .. } => gpuvet_core::exit_codes::IO_ERROR,
+        _ => gpuvet_core::exit_codes::USAGE,
+    };
+    let failure = Failure::new(code, error);
+    match hint {
+        Some(hint) => failure.with_hint(hint),
+        None => failure,
+    }
 }
 
 /// The attempt the flags name (the job's latest by default), with everything kept
 /// about it.
 pub fn load(args: &RecordArgs) -> Result<JobRecord, Failure> {
     let store = open_store(args)?;
-    let job_id = args
-        .job_id
-        .clone()
-        .unwrap_or_else(|| DEFAULT_JOB_ID.to_owned());
-    let attempt = match args.attempt {
-        Some(0) => {
-            return Err(
-                Failure::usage("`--attempt 0` is out of range; attempts count from 1")
-                    .with_hint("leave out `--attempt` for the latest one"),
-            );
-        }
+    let job_id = job_id(args);
+    let attempt = match attempt(args)? {
         Some(attempt) => attempt,
         None => store.latest_attempt(&job_id)?.ok_or_else(|| {
             Failure::usage(format!("the store has no attempt of job `{job_id}`"))

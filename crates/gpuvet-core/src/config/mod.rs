@@ -61,6 +61,9 @@ pub enum ConfigError {
     },
     #[error("the config has more than `{limit}` bytes")]
     TooLarge { limit: usize },
+    /// The bytes could not be read, or are not UTF-8 text.
+    #[error("the config cannot be read: {message}")]
+    Unreadable { message: String },
     #[error("invalid config at `{path}`: {message}")]
     Invalid {
         path: String,
@@ -93,7 +96,7 @@ impl ConfigError {
     pub fn hint(&self) -> Option<&str> {
         match self {
             ConfigError::Invalid { hint, .. } => hint.as_deref(),
-            ConfigError::Syntax { .. } => None,
+            ConfigError::Syntax { .. } | ConfigError::Unreadable { .. } => None,
             ConfigError::TooLarge { .. } => Some(
                 "a PAI config with its `gpuvet` section is a few KiB; check that the file is the config",
             ),
@@ -143,6 +146,29 @@ impl Config {
             }
         })?;
         validate(raw)
+    }
+
+    /// Reads a config file's bytes from `reader` (at most one byte past
+    /// [`MAX_CONFIG_BYTES`], so an over-long file is refused unread), then parses them.
+    /// Opening the file is the caller's: this crate does no I/O of its own.
+    pub fn from_reader(reader: impl std::io::Read) -> Result<Config, ConfigError> {
+        use std::io::Read;
+        let mut bytes = Vec::new();
+        reader
+            .take(MAX_CONFIG_BYTES as u64 + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|err| ConfigError::Unreadable {
+                message: err.to_string(),
+            })?;
+        if bytes.len() > MAX_CONFIG_BYTES {
+            return Err(ConfigError::TooLarge {
+                limit: MAX_CONFIG_BYTES,
+            });
+        }
+        let text = String::from_utf8(bytes).map_err(|err| ConfigError::Unreadable {
+            message: format!("it is not UTF-8 text ({err})"),
+        })?;
+        Config::from_json(&text)
     }
 
     /// The sanity settings to use when checks are run by hand: the configured ones, or

@@ -733,3 +733,33 @@ fn bad_kubernetes_settings_name_the_field() {
         "{message}"
     );
 }
+
+#[test]
+fn a_reader_is_read_only_up_to_the_bound_and_must_hold_text() {
+    let base = DEFAULT_CONFIG_JSON;
+    let at_limit = format!("{base}{}", " ".repeat(MAX_CONFIG_BYTES - base.len()));
+    assert!(Config::from_reader(at_limit.as_bytes()).is_ok());
+    // An endless reader is refused after one byte past the bound.
+    let endless = std::io::repeat(b' ');
+    assert_eq!(
+        Config::from_reader(endless).unwrap_err(),
+        ConfigError::TooLarge {
+            limit: MAX_CONFIG_BYTES
+        }
+    );
+    let error = Config::from_reader(&b"{\"gpuvet\": \"\xff\"}"[..]).unwrap_err();
+    assert!(
+        matches!(&error, ConfigError::Unreadable { message } if message.starts_with("it is not UTF-8 text")),
+        "{error:?}"
+    );
+    struct Broken;
+    impl std::io::Read for Broken {
+        fn read(&mut self, _: &mut [u8]) -> std::io::Result<usize> {
+            Err(std::io::Error::other("the disk went away"))
+        }
+    }
+    assert_eq!(
+        Config::from_reader(Broken).unwrap_err().to_string(),
+        "the config cannot be read: the disk went away"
+    );
+}

@@ -207,7 +207,10 @@ fn validate_report_to(text: &str) -> Result<String, ConfigError> {
             FIELD,
             "the address holds credentials, which would be written to logs and reports",
         )
-        .with_hint("put the token in the `GPUVET_REPORT_TOKEN` environment variable instead"));
+        .with_hint(format!(
+            "put the token in the `{}` environment variable instead",
+            crate::env_vars::REPORT_TOKEN
+        )));
     }
     if rest.contains(['?', '#', ' ']) {
         return Err(ConfigError::invalid(

@@ -14,14 +14,17 @@ use gpuvet_store::{Store, StoreLocation};
 use serde_json::json;
 use tempfile::TempDir;
 
+#[cfg(feature = "postgres")]
+pub use gpuvet_testkit::postgres::connect;
 /// The PostgreSQL server of the tests: a URL whose user may create databases.
-pub use gpuvet_testkit::postgres::{TestDatabase, connect, with_database};
+pub use gpuvet_testkit::postgres::{TestDatabase, with_database};
 
 /// A fresh, empty place for a store, which nothing else uses, removed at the end.
 pub enum Fixture {
     /// A file that does not exist yet, in a directory that does not exist yet.
     Sqlite { _dir: TempDir, path: PathBuf },
-    /// A database of its own on the test server.
+    /// A database of its own on the test server (made only with the feature
+    /// `postgres`).
     Postgres(TestDatabase),
 }
 
@@ -33,6 +36,7 @@ impl Fixture {
         Fixture::Sqlite { _dir: dir, path }
     }
 
+    #[cfg_attr(not(feature = "postgres"), expect(dead_code))]
     pub fn postgres() -> Fixture {
         Fixture::Postgres(TestDatabase::create())
     }
@@ -337,4 +341,15 @@ fn urls_name_another_database() {
         with_param("postgres://h/x?a=1", "b=2"),
         "postgres://h/x?a=1&b=2"
     );
+}
+
+/// Whether the database itself refused what the store asked (a trigger, a constraint).
+pub fn refused_by_the_database(err: &gpuvet_store::StoreError) -> bool {
+    use gpuvet_store::StoreError;
+    match err {
+        StoreError::Sqlite { .. } => true,
+        #[cfg(feature = "postgres")]
+        StoreError::Postgres { .. } => true,
+        _ => false,
+    }
 }

@@ -10,6 +10,9 @@
 
 mod behaviour;
 mod common;
+// PostgreSQL is the feature `postgres` (on in `cargo test --workspace`, which builds
+// the server that turns it on; alone: `cargo test -p gpuvet-store --features postgres`).
+#[cfg(feature = "postgres")]
 mod postgres;
 mod sqlite;
 

@@ -1,7 +1,8 @@
 //! `gpuvet bundle --job ID -o FILE.tar.gz`: one attempt packed for the team that owns
-//! its fault.
+//! its fault, from the store, or downloaded from a fleet server with `--server`.
 
 use gpuvet_core::exit_codes;
+use gpuvet_core::explain::Explanation;
 use gpuvet_core::time::unix_now_ms;
 
 use crate::cli::BundleArgs;
@@ -9,23 +10,41 @@ use crate::failure::Failure;
 use crate::{bundle, output, record};
 
 pub fn bundle(args: BundleArgs) -> Result<i32, Failure> {
-    let record = record::load(&args.record)?;
-    let packed = bundle::write(&record, &args.output, unix_now_ms())?;
-    let first = packed.explanation.first_error.as_ref().map_or_else(
-        || "no error".to_owned(),
-        |f| format!("first error on `{}`", f.node),
-    );
+    let (what, info, explanation) = match record::server(&args.record) {
+        Some(server) => {
+            let got = bundle::download(
+                &server,
+                &record::job_id(&args.record),
+                record::attempt(&args.record)?,
+                &args.output,
+            )?;
+            let what = format!("downloaded {} bytes from the server", got.bytes);
+            (what, got.info, got.explanation)
+        }
+        None => {
+            let record = record::load(&args.record)?;
+            let packed = bundle::write(&record, &args.output, unix_now_ms())?;
+            let what = format!("{} files, {} bytes", packed.files, packed.bytes);
+            (what, packed.info, packed.explanation)
+        }
+    };
     output::stderr(&format!(
-        "wrote `{}`: job `{}` attempt {}, {} files, {} bytes, {first}; hand to {}\n",
+        "wrote `{}`: job `{}` attempt {}, {what}, {}; hand to {}\n",
         args.output.display(),
-        record.job_id,
-        record.attempt,
-        packed.files,
-        packed.bytes,
-        packed.explanation.team
+        info.job_id,
+        info.attempt,
+        first_error(&explanation),
+        explanation.team
     ));
-    for note in &packed.info.trimmed {
+    for note in &info.trimmed {
         output::stderr(&format!("note: {note}\n"));
     }
     Ok(exit_codes::SUCCESS)
+}
+
+fn first_error(explanation: &Explanation) -> String {
+    explanation.first_error.as_ref().map_or_else(
+        || "no error".to_owned(),
+        |f| format!("first error on `{}`", f.node),
+    )
 }

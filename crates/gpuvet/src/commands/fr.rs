@@ -52,6 +52,7 @@ fn record_in_job(args: &FrArgs, report: &FrReport, dumps: &[FrDump]) -> Result<(
         job_id: args.job_id.clone(),
         attempt: args.attempt,
         store: args.store.clone(),
+        server: None,
     };
     let job = record::load(&record_args)?;
     let group_nodes: Vec<String> = match job.group_report().and_then(|r| r.group.as_ref()) {

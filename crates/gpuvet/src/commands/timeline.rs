@@ -1,5 +1,5 @@
-//! `gpuvet timeline`: one attempt's timeline from the store, on the coordinator's
-//! clock, with the first error marked.
+//! `gpuvet timeline`: one attempt's timeline from the store (or a fleet server, with
+//! `--server`), on the coordinator's clock, with the first error marked.
 
 use gpuvet_core::exit_codes;
 use gpuvet_core::timeline::{assemble, render};
@@ -9,8 +9,15 @@ use crate::failure::Failure;
 use crate::{output, record};
 
 pub fn timeline(args: TimelineArgs) -> Result<i32, Failure> {
-    let record = record::load(&args.record)?;
-    let timeline = assemble(&record);
+    let timeline = match record::server(&args.record) {
+        Some(server) => server
+            .timeline(
+                &record::job_id(&args.record),
+                record::attempt(&args.record)?,
+            )
+            .map_err(record::fetch_failed)?,
+        None => assemble(&record::load(&args.record)?),
+    };
     let text = if args.json {
         let mut text = serde_json::to_string_pretty(&timeline).expect("a timeline serializes");
         text.push('\n');

@@ -20,6 +20,7 @@ mod orphans;
 mod output_snapshots;
 mod run;
 mod runtime;
+mod serve_cli;
 mod serve_push;
 mod torch_gloo;
 mod worker;

@@ -112,7 +112,7 @@ fn what_is_recorded_while_the_server_is_down_arrives_once_when_it_is_up() {
     let copy = scratch.path("copy.db");
     std::fs::copy(scratch.store(), &copy).unwrap();
 
-    let server = Serve::start(&scratch, &scratch.path("server.db"), &addr);
+    let server = Serve::start(&scratch.path("server.db"), &addr);
     let up = push(&scratch, &config, &scratch.store());
     assert_eq!(up.status.code(), Some(0), "{}", stderr(&up));
     assert!(
@@ -140,7 +140,7 @@ fn what_is_recorded_while_the_server_is_down_arrives_once_when_it_is_up() {
 /// A server, and a node's `gpuvet run -- true` that pushed to it and passed.
 fn run_pushing_to_a_server() -> (Scratch, Serve, std::path::PathBuf, std::process::Output) {
     let scratch = Scratch::temp();
-    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
+    let server = Serve::start(&scratch.path("server.db"), "127.0.0.1:0");
     let config = pushing_config(&scratch, &server.addr.to_string(), "");
     let run = with_token(scratch.gpuvet())
         .args(["run", "--config"])
@@ -178,7 +178,7 @@ fn run_sends_its_report_and_events_while_the_server_is_up_and_leaves_nothing_que
 #[test]
 fn a_wrong_token_keeps_everything_queued_and_says_why() {
     let scratch = Scratch::temp();
-    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
+    let server = Serve::start(&scratch.path("server.db"), "127.0.0.1:0");
     let config = pushing_config(&scratch, &server.addr.to_string(), "");
     let check = scratch
         .gpuvet()
@@ -238,7 +238,7 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
     browser_prerequisites();
     let _turn = crate::common::one_at_a_time();
     let scratch = Scratch::temp();
-    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
+    let server = Serve::start(&scratch.path("server.db"), "127.0.0.1:0");
     // Four local agents share the config; `local-2` runs at 60 %.
     let config = pushing_config(
         &scratch,
@@ -328,7 +328,7 @@ fn schemathesis_finds_no_server_error_and_no_response_outside_the_schema() {
 fn the_instance_page_of_a_running_attempt_reloads_itself_when_the_report_arrives() {
     browser_prerequisites();
     let scratch = Scratch::temp();
-    let server = Serve::start(&scratch, &scratch.path("server.db"), "127.0.0.1:0");
+    let server = Serve::start(&scratch.path("server.db"), "127.0.0.1:0");
     // A node's attempt as it begins, pushed the way `check` and `run` push it.
     let node_store = scratch.path("node.db");
     let mut node = gpuvet_store::Store::open(&node_store).unwrap();

@@ -1,57 +1,61 @@
-//! A real `gpuvet serve` process for tests, on a port it picks or is given, and a
-//! little HTTP client to read what it holds.
+//! A fleet server for tests, on a port it picks or is given, and a little HTTP client
+//! to read what it holds. The server is `gpuvet-server`'s own library on a runtime in
+//! this test process (the `gpuvet-server` program belongs to another package, which
+//! these tests cannot name); `serve_cli.rs` tests what `gpuvet serve` adds.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use super::Scratch;
+use gpuvet_server::Server;
+use gpuvet_server::pool::StorePool;
+use gpuvet_store::StoreLocation;
 
 /// The token the tests' servers and nodes share.
 pub const TOKEN: &str = "test-report-token";
 
-/// A running `gpuvet serve`; killed when dropped.
+/// A running server; stopped when dropped.
 #[derive(Debug)]
 pub struct Serve {
-    child: Child,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
     pub addr: SocketAddr,
 }
 
 impl Serve {
-    /// Starts `gpuvet serve` on `listen` (port 0: any free one) over `store`, with
-    /// [`TOKEN`], and waits until it says where it listens.
-    pub fn start(scratch: &Scratch, store: &Path, listen: &str) -> Serve {
-        let mut child = scratch
-            .gpuvet()
-            .args(["serve", "--listen", listen, "--store"])
-            .arg(store)
-            .env("GPUVET_REPORT_TOKEN", TOKEN)
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("starting gpuvet serve");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, rx) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(rest) = line.split("listening on http://").nth(1) {
-                    let addr = rest
-                        .split_whitespace()
-                        .next()
-                        .unwrap_or_default()
-                        .to_owned();
-                    let _ = tx.send(addr);
-                }
-            }
+    /// Starts a server on `listen` (port 0: any free one) over `store`, with
+    /// [`TOKEN`], and waits until it listens.
+    pub fn start(store: &Path, listen: &str) -> Serve {
+        let listen: SocketAddr = listen.parse().expect("an address to listen on");
+        let pool = StorePool::new(StoreLocation::Sqlite(store.to_owned())).expect("the store");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let (bound, addr) = std::sync::mpsc::channel();
+        let thread = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            runtime.block_on(async move {
+                let server = Server::bind(listen, pool, Some(TOKEN.to_owned()))
+                    .await
+                    .expect("binding the server");
+                bound.send(server.local_addr().unwrap()).unwrap();
+                server
+                    .run(async move {
+                        let _ = stopped.await;
+                    })
+                    .await
+                    .expect("serving");
+            });
         });
-        let addr = rx
+        let addr = addr
             .recv_timeout(Duration::from_secs(30))
-            .expect("gpuvet serve says where it listens");
+            .expect("the server listens");
         Serve {
-            child,
-            addr: addr.parse().expect("an address"),
+            stop: Some(stop),
+            thread: Some(thread),
+            addr,
         }
     }
 
@@ -71,31 +75,24 @@ impl Serve {
         serde_json::from_str(&text).expect("JSON")
     }
 
-    /// Stops the server and waits for it to exit.
+    /// Stops the server and waits until it no longer listens.
     pub fn stop(mut self) {
-        self.kill();
+        self.shut_down();
     }
 
-    fn kill(&mut self) {
-        // SAFETY: kill(2) on our own child's pid.
-        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
-        let deadline = Instant::now() + Duration::from_secs(10);
-        while Instant::now() < deadline {
-            if let Ok(Some(_)) = self.child.try_wait() {
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(20));
+    fn shut_down(&mut self) {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
         }
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
     }
 }
 
 impl Drop for Serve {
     fn drop(&mut self) {
-        if let Ok(None) = self.child.try_wait() {
-            self.kill();
-        }
+        self.shut_down();
     }
 }
 

@@ -1,0 +1,13 @@
+//! The environment variables that more than one gpuvet program reads, named once:
+//! the node binary, the fleet server and the push client agree on them here.
+
+/// The group's shared secret: every node of a group proves it in the handshake.
+pub const GROUP_TOKEN: &str = "GPUVET_TOKEN";
+
+/// The token of a fleet server: it requires it on writes, and nodes send it with what
+/// they push.
+pub const REPORT_TOKEN: &str = "GPUVET_REPORT_TOKEN";
+
+/// The variables whose values are secrets wherever they appear: no report, bundle or
+/// log may hold their values.
+pub const SECRET_VARS: [&str; 2] = [GROUP_TOKEN, REPORT_TOKEN];

@@ -1,0 +1,245 @@
+//! One attempt of a job read back from a fleet server over its API: the timeline, the
+//! explanation, or the fault bundle, as `gpuvet timeline|explain|bundle --server URL`
+//! show them. Reads need no token today; the push token is sent when there is one, so
+//! a server that guards its reads takes the same one.
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use gpuvet_core::explain::Explanation;
+use gpuvet_core::timeline::Timeline;
+use serde::de::DeserializeOwned;
+
+/// How long one read may take: a bundle of a large group is megabytes.
+pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The largest timeline or explanation read: a 4,096-node attempt's is a few MB.
+const MAX_JSON_BYTES: u64 = 256 << 20;
+
+/// The largest bundle read, as the bundle reader's own bound on a whole archive.
+const MAX_BUNDLE_BYTES: u64 = 1 << 30;
+
+/// Why a read from the server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// No answer: the server is down, unreachable, or too slow.
+    #[error("cannot reach `{url}`")]
+    Unreachable {
+        url: String,
+        #[source]
+        source: Box<ureq::Error>,
+    },
+    /// An answer other than 200, with the server's own message and hint.
+    #[error("`{url}` answered {status}: {message}")]
+    Refused {
+        url: String,
+        status: u16,
+        message: String,
+        hint: Option<String>,
+    },
+    /// The answer broke off, or is larger than any the server sends.
+    #[error("cannot read the answer of `{url}`")]
+    Body {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The answer is not the JSON this gpuvet reads.
+    #[error("the answer of `{url}` is not the JSON this gpuvet reads")]
+    Decode {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// The bundle could not be written where it was asked for.
+    #[error("cannot write the bundle from `{url}`")]
+    Write {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl FetchError {
+    /// What the user could do next.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            FetchError::Unreachable { .. } => Some(
+                "check the address given to `--server` (`http://HOST:PORT`) and that `gpuvet serve` runs there",
+            ),
+            FetchError::Refused { hint, .. } => hint.as_deref(),
+            FetchError::Body { .. } => Some("retry; if it fails again, check the server's log"),
+            FetchError::Decode { .. } => Some(
+                "the server may run another gpuvet version; read the attempt with the `gpuvet` of the server's version",
+            ),
+            FetchError::Write { .. } => {
+                Some("pass `-o` a path in a directory that exists and is writable")
+            }
+        }
+    }
+}
+
+/// A reader of one server's record of jobs.
+#[derive(Debug)]
+pub struct ServerReader {
+    base_url: String,
+    authorization: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl ServerReader {
+    /// A reader of the server at `base_url` (`http://HOST[:PORT][/PATH]`).
+    pub fn new(base_url: &str, token: Option<&str>) -> ServerReader {
+        ServerReader {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            authorization: token
+                .filter(|t| !t.is_empty())
+                .map(|t| format!("Bearer {t}")),
+            agent: crate::agent(FETCH_TIMEOUT),
+        }
+    }
+
+    /// The attempt's timeline (the job's latest attempt when `attempt` is `None`).
+    pub fn timeline(&self, job: &str, attempt: Option<u32>) -> Result<Timeline, FetchError> {
+        self.json(&self.url(job, "timeline", attempt))
+    }
+
+    /// The attempt's explanation: first error, lane, team, next step, hypotheses.
+    pub fn explanation(&self, job: &str, attempt: Option<u32>) -> Result<Explanation, FetchError> {
+        self.json(&self.url(job, "explain", attempt))
+    }
+
+    /// Copies the attempt's bundle into `out`; returns its size in bytes.
+    pub fn bundle(
+        &self,
+        job: &str,
+        attempt: Option<u32>,
+        out: &mut impl Write,
+    ) -> Result<u64, FetchError> {
+        let url = self.url(job, "bundle", attempt);
+        let mut response = self.get(&url)?;
+        let mut body = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_BUNDLE_BYTES)
+            .reader();
+        // Read and write apart, so that each failure names its side.
+        let mut buffer = vec![0; 64 * 1024];
+        let mut copied = 0u64;
+        loop {
+            let read = body.read(&mut buffer).map_err(|source| FetchError::Body {
+                url: url.clone(),
+                source,
+            })?;
+            if read == 0 {
+                return Ok(copied);
+            }
+            out.write_all(&buffer[..read])
+                .map_err(|source| FetchError::Write {
+                    url: url.clone(),
+                    source,
+                })?;
+            copied += read as u64;
+        }
+    }
+
+    fn url(&self, job: &str, what: &str, attempt: Option<u32>) -> String {
+        let mut url = format!("{}/api/v1/jobs/{}/{what}", self.base_url, path_segment(job));
+        if let Some(attempt) = attempt {
+            url.push_str(&format!("?attempt={attempt}"));
+        }
+        url
+    }
+
+    fn get(&self, url: &str) -> Result<ureq::http::Response<ureq::Body>, FetchError> {
+        let mut request = self.agent.get(url);
+        if let Some(authorization) = &self.authorization {
+            request = request.header("authorization", authorization);
+        }
+        let mut response = request.call().map_err(|source| FetchError::Unreachable {
+            url: url.to_owned(),
+            source: Box::new(source),
+        })?;
+        let status = response.status().as_u16();
+        if status == 200 {
+            return Ok(response);
+        }
+        let (message, hint) = crate::error_body(&mut response);
+        Err(FetchError::Refused {
+            url: url.to_owned(),
+            status,
+            message,
+            hint,
+        })
+    }
+
+    fn json<T: DeserializeOwned>(&self, url: &str) -> Result<T, FetchError> {
+        let mut response = self.get(url)?;
+        let text = response
+            .body_mut()
+            .with_config()
+            .limit(MAX_JSON_BYTES)
+            .read_to_string()
+            .map_err(|source| FetchError::Body {
+                url: url.to_owned(),
+                source: source.into_io(),
+            })?;
+        serde_json::from_str(&text).map_err(|source| FetchError::Decode {
+            url: url.to_owned(),
+            source,
+        })
+    }
+}
+
+/// `text` as one segment of a URL's path: every byte but the unreserved ones
+/// percent-encoded, so a job id with `/`, `?` or spaces names that job.
+fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for byte in text.bytes() {
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_id_is_one_path_segment_whatever_it_holds() {
+        assert_eq!(path_segment("train-7.b_2~"), "train-7.b_2~");
+        assert_eq!(path_segment("a/b?c d%"), "a%2Fb%3Fc%20d%25");
+        assert_eq!(path_segment("é"), "%C3%A9");
+    }
+
+    #[test]
+    fn urls_name_the_job_and_the_attempt_when_given() {
+        let reader = ServerReader::new("http://server:9470/", None);
+        assert_eq!(
+            reader.url("job 1", "timeline", Some(2)),
+            "http://server:9470/api/v1/jobs/job%201/timeline?attempt=2"
+        );
+        assert_eq!(
+            reader.url("j", "bundle", None),
+            "http://server:9470/api/v1/jobs/j/bundle"
+        );
+    }
+
+    #[test]
+    fn a_server_that_is_not_there_is_unreachable_with_a_hint() {
+        // A port nothing listens on (just now).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let reader = ServerReader::new(&format!("http://127.0.0.1:{port}"), None);
+        let error = reader.timeline("j", None).unwrap_err();
+        assert!(matches!(error, FetchError::Unreachable { .. }), "{error:?}");
+        assert!(error.hint().unwrap().contains("--server"));
+    }
+}

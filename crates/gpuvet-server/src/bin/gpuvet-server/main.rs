@@ -1,0 +1,82 @@
+//! `gpuvet-server`: the fleet server, a gpuvet store over HTTP. Its own program, so that
+//! the binary every GPU node runs links neither tokio, axum nor a PostgreSQL client;
+//! `gpuvet serve ARGS` runs it when it is installed beside `gpuvet`.
+//!
+//! A thin entry point: parse the command line, resolve the settings once, serve until
+//! SIGTERM or SIGINT, and exit with a code from `gpuvet_core::exit_codes`.
+
+mod settings;
+
+use std::io::Write;
+use std::process::ExitCode;
+
+use clap::Parser;
+use gpuvet_core::diagnostics::render_error;
+use gpuvet_core::exit_codes;
+use gpuvet_server::Server;
+use gpuvet_server::pool::StorePool;
+
+use crate::settings::{Args, Failure, Settings};
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let code = match serve(args) {
+        Ok(()) => exit_codes::SUCCESS,
+        Err(failure) => {
+            stderr(&render_error(
+                failure.error.as_ref(),
+                failure.hint.as_deref(),
+            ));
+            failure.code
+        }
+    };
+    ExitCode::from(u8::try_from(code).unwrap_or(u8::MAX))
+}
+
+fn serve(args: Args) -> Result<(), Failure> {
+    let settings = Settings::resolve(args)?;
+    for warning in settings.warnings() {
+        stderr(&format!("warning: {warning}\n"));
+    }
+    let pool = StorePool::new(settings.store.clone()).map_err(Failure::store)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::new(exit_codes::INTERNAL, e))?;
+    runtime.block_on(async {
+        let server = Server::bind(settings.listen, pool, settings.token.clone())
+            .await
+            .map_err(|e| {
+                Failure::new(exit_codes::USAGE, e).with_hint(
+                    "pick another address with `--listen IP:PORT` (port 0 picks a free one)",
+                )
+            })?;
+        let addr = server
+            .local_addr()
+            .map_err(|e| Failure::new(exit_codes::INTERNAL, e))?;
+        stderr(&format!(
+            "gpuvet serve: listening on http://{addr} (store `{}`)\n",
+            settings.store
+        ));
+        server
+            .run(shutdown_signal())
+            .await
+            .map_err(|e| Failure::new(exit_codes::INTERNAL, e))
+    })
+}
+
+/// Completes on SIGTERM or SIGINT.
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("SIGTERM can be watched");
+    let mut int = signal(SignalKind::interrupt()).expect("SIGINT can be watched");
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+}
+
+/// Writes `text` to stderr in one call; nowhere is left to report a failure to.
+fn stderr(text: &str) {
+    let _ = std::io::stderr().lock().write_all(text.as_bytes());
+}

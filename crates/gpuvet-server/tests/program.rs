@@ -1,0 +1,134 @@
+//! The `gpuvet-server` program end to end: it says where it listens, serves, and exits
+//! 0 on SIGTERM; and each way it cannot start is an error with its exit code and a
+//! hint. (The API itself is `api.rs`'s.)
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+fn server() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_gpuvet-server"));
+    command
+        .env_remove("GPUVET_CONFIG")
+        .env_remove("GPUVET_STORE")
+        .env_remove("GPUVET_REPORT_TOKEN");
+    command
+}
+
+fn stderr(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// Waits for `child` to exit, killing it after `limit`.
+fn wait(child: &mut Child, limit: Duration) -> Option<i32> {
+    let deadline = Instant::now() + limit;
+    while Instant::now() < deadline {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status.code();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+#[test]
+fn it_serves_its_store_until_sigterm_then_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = server()
+        .args(["--listen", "127.0.0.1:0", "--store"])
+        .arg(dir.path().join("server.db"))
+        .env("GPUVET_REPORT_TOKEN", "a-token")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().unwrap().unwrap();
+    let addr = first
+        .strip_prefix("gpuvet serve: listening on http://")
+        .and_then(|rest| rest.split_whitespace().next())
+        .unwrap_or_else(|| panic!("{first}"))
+        .to_owned();
+    let mut health = ureq::get(&format!("http://{addr}/api/v1/health"))
+        .call()
+        .unwrap();
+    assert_eq!(health.status().as_u16(), 200);
+    let body = health.body_mut().read_to_string().unwrap();
+    assert!(body.contains("ok"), "{body}");
+    // SAFETY: kill(2) on our own child's pid.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert_eq!(wait(&mut child, Duration::from_secs(10)), Some(0));
+}
+
+#[test]
+fn without_a_token_it_warns_that_it_takes_no_writes_and_that_others_can_read() {
+    let dir = tempfile::tempdir().unwrap();
+    // An address in use: the warnings come first, then the error.
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let output = server()
+        .arg("--listen")
+        .arg(taken.local_addr().unwrap().to_string())
+        .arg("--store")
+        .arg(dir.path().join("server.db"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    let said = stderr(&output);
+    let lines: Vec<&str> = said.lines().collect();
+    assert!(
+        lines[0].starts_with("warning: `GPUVET_REPORT_TOKEN` is not set"),
+        "{said}"
+    );
+    assert!(lines[1].contains("reachable from other machines"), "{said}");
+    assert!(
+        lines[2].starts_with("error: cannot listen on `0.0.0.0:"),
+        "{said}"
+    );
+    assert!(said.contains("\nhint: pick another address"), "{said}");
+}
+
+#[test]
+fn a_store_that_cannot_be_opened_is_a_store_error_with_a_hint() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "").unwrap();
+    let output = server()
+        .args(["--listen", "127.0.0.1:0", "--store"])
+        .arg(file.join("server.db"))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(74), "{}", stderr(&output));
+    let said = stderr(&output);
+    assert!(said.contains("error: cannot open the store at"), "{said}");
+    assert!(said.contains("is a file, not a directory"), "{said}");
+    assert!(said.contains("\nhint: "), "{said}");
+}
+
+#[test]
+fn a_config_it_cannot_read_is_a_usage_error_naming_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("missing.json");
+    let output = server().arg("--config").arg(&missing).output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).starts_with(&format!(
+            "error: cannot read the config file `{}`",
+            missing.display()
+        )),
+        "{}",
+        stderr(&output)
+    );
+    let bad = dir.path().join("bad.json");
+    std::fs::write(&bad, r#"{"gpuvet": {"store": 7}}"#).unwrap();
+    let output = server().arg("--config").arg(&bad).output().unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(
+        stderr(&output).starts_with(&format!(
+            "error: `{}`: invalid config at `gpuvet.store`",
+            bad.display()
+        )),
+        "{}",
+        stderr(&output)
+    );
+}
