@@ -4,7 +4,8 @@
 //! - [`Metrics`]: thread-safe state the [`crate::health::Watcher`] updates on every
 //!   reading and finding (see [`crate::health::Watcher::with_metrics`]), rendered in
 //!   the Prometheus text exposition format (0.0.4) by [`Metrics::render`].
-//! - [`MetricsServer`]: a tiny std-only HTTP server answering `GET /metrics`.
+//! - [`MetricsServer`]: the endpoint answering `GET /metrics`, on std threads with
+//!   bounds on every connection, the request head parsed by httparse.
 //!
 //! Names follow dcgm-exporter (`etc/default-counters.csv`, DCGM field names) where a
 //! counterpart exists, with its labels `gpu`, `pci_bus_id`, `device` and `Hostname`;
