@@ -25,6 +25,7 @@ pub mod localize;
 pub mod node_list;
 pub mod overview;
 pub mod pairing;
+pub mod prometheus;
 pub mod redact;
 pub mod render;
 pub mod repeats;

@@ -1,212 +1,197 @@
-//! A list of node names short enough for one line of a report: runs of names that share
-//! a prefix and count up fold into `node-[0-4095]`, and past [`MAX_PARTS`] parts the rest
-//! are counted, so a group of 4,096 nodes is one short line, not 4,096 names.
+//! Node names said briefly, in Slurm's hostlist syntax: the one way every report, page
+//! and label folds a set of node names, so `node-[0-511,513-1023]` means the same
+//! thing in the terminal, the HTML report, the server's pages and `SLURM_JOB_NODELIST`.
+//!
+//! - **Syntax.** A name is a prefix and its trailing decimal number. Names that share a
+//!   prefix fold into one bracket of comma-separated numbers and ranges,
+//!   `prefix[0-3,7,9-12]`; a prefix with one name is that name (`node-5`). Parts are
+//!   joined by `,` with no space, as `scontrol show hostlist` prints them. Zero-padding
+//!   is kept as a width, as Slurm reads it: a range is written with its first number's
+//!   digits and every number in it has that many (`gpu-[01-04,07]`, `n[8-10]`), so
+//!   `n7` and `n07` are different names and both come back.
+//! - **Order.** Natural order ([`natural_key`]): by prefix, then by number (`node-2`
+//!   before `node-10`), whatever order the names came in. A folded list is a set, so
+//!   a caller that needs the group's rank order (who is rank 0, who the ring's
+//!   neighbours are) lists the names itself; a report's `group.nodes` is in rank order.
+//! - **Duplicates** count once.
+//! - **Cut.** At most `max_parts` parts are listed, a part being a number or range
+//!   inside a bracket or a name on its own; the rest are counted in words after the
+//!   list: `node-[0,2,4] and 509 more`. What is listed is still a valid hostlist of
+//!   exactly the listed nodes.
+//! - **Not hostnames.** A name without a trailing number, with one too long for `u64`,
+//!   or with `[`, `]`, `,` or whitespace in it is listed as it is, in its natural place.
+//!   A list holding one of the last kind no longer parses as a hostlist.
 
-/// The most parts (names or folded runs) listed in full.
+use std::collections::{BTreeMap, BTreeSet};
+
+/// The most parts the terminal report's group line lists (and the HTML report's
+/// summary of it, which says the same).
 pub const MAX_PARTS: usize = 8;
 
-/// The parts shown when there are more than [`MAX_PARTS`]; the rest are counted.
-pub const SHOWN_PARTS: usize = 6;
+/// The sort key of natural order: by prefix, then by trailing number, then by the name
+/// itself (so `node-07` and `node-7` keep a fixed order). A name without a trailing
+/// number, or with one too long for `u64`, is all prefix.
+pub fn natural_key(name: &str) -> (&str, Option<u64>, &str) {
+    match split(name) {
+        Some((prefix, number, _)) => (prefix, Some(number), name),
+        None => (name, None, name),
+    }
+}
 
-/// The shortest run folded into `prefix[a-b]`; two names read as well unfolded.
-pub const MIN_FOLDED_RUN: usize = 3;
+/// `names` folded into Slurm's hostlist syntax, in natural order, at most `max_parts`
+/// parts (at least one), then ` and K more` when K nodes were not listed. See the
+/// module's header for the rules.
+pub fn fold_node_names<'a, S>(names: impl IntoIterator<Item = &'a S>, max_parts: usize) -> String
+where
+    S: AsRef<str> + ?Sized + 'a,
+{
+    let names: BTreeSet<&str> = names.into_iter().map(AsRef::as_ref).collect();
+    let total = names.len();
+    let mut budget = max_parts.max(1);
+    let mut listed = 0usize;
+    let mut out: Vec<String> = Vec::new();
+    for unit in units(&names) {
+        if budget == 0 {
+            break;
+        }
+        match unit {
+            Unit::Name(name) => {
+                out.push(name.to_owned());
+                listed += 1;
+                budget -= 1;
+            }
+            Unit::Prefix(prefix, ranges) => {
+                let shown = &ranges[..ranges.len().min(budget)];
+                budget -= shown.len();
+                let count: u64 = shown.iter().map(Range::len).sum();
+                listed += usize::try_from(count).unwrap_or(usize::MAX);
+                if count == 1 {
+                    out.push(format!("{prefix}{}", shown[0]));
+                } else {
+                    let inside: Vec<String> = shown.iter().map(Range::to_string).collect();
+                    out.push(format!("{prefix}[{}]", inside.join(",")));
+                }
+            }
+        }
+    }
+    let list = out.join(",");
+    match total.saturating_sub(listed) {
+        0 => list,
+        more => format!("{list} and {more} more"),
+    }
+}
 
-/// `names` in their order, each run of at least [`MIN_FOLDED_RUN`] names with the same
-/// prefix and consecutive numeric suffixes folded into `prefix[first-last]`, joined by
-/// `, `. A run whose first suffix has a leading zero keeps that width
-/// (`n[01-03]` is `n01, n02, n03`); otherwise its suffixes are plain numbers
-/// (`n[8-10]`). Past [`MAX_PARTS`] parts only the first [`SHOWN_PARTS`] are listed,
-/// then `… and K more`, K the nodes not listed.
-pub fn compact_node_names<S: AsRef<str>>(names: &[S]) -> String {
-    let names: Vec<&str> = names.iter().map(AsRef::as_ref).collect();
-    let mut parts: Vec<(String, usize)> = Vec::new();
-    let mut at = 0;
-    while at < names.len() {
-        let run = run_from(&names[at..]);
-        if run >= MIN_FOLDED_RUN {
-            let (prefix, first) = split_suffix(names[at]);
-            let (_, last) = split_suffix(names[at + run - 1]);
-            parts.push((format!("{prefix}[{first}-{last}]"), run));
-            at += run;
+/// `name` as (prefix, trailing number, its digits); `None` when it has no trailing
+/// number, one too long for `u64`, or characters the hostlist syntax uses.
+fn split(name: &str) -> Option<(&str, u64, &str)> {
+    if name.contains(['[', ']', ',']) || name.contains(char::is_whitespace) {
+        return None;
+    }
+    let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit());
+    let digits = &name[prefix.len()..];
+    let number = digits.parse().ok()?;
+    Some((prefix, number, digits))
+}
+
+/// Consecutive numbers under one prefix, all written `width` digits wide (0: as they
+/// are).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Range {
+    first: u64,
+    last: u64,
+    width: usize,
+}
+
+impl Range {
+    fn len(&self) -> u64 {
+        self.last - self.first + 1
+    }
+}
+
+impl std::fmt::Display for Range {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let width = self.width;
+        if self.first == self.last {
+            write!(f, "{:0width$}", self.first)
         } else {
-            parts.push((names[at].to_owned(), 1));
+            write!(f, "{:0width$}-{:0width$}", self.first, self.last)
+        }
+    }
+}
+
+/// The sort key of natural order ([`natural_key`]).
+type NaturalKey<'a> = (&'a str, Option<u64>, &'a str);
+
+/// A part of the list before it is cut: a name on its own, or a prefix and its ranges.
+#[derive(Debug)]
+enum Unit<'a> {
+    Name(&'a str),
+    Prefix(&'a str, Vec<Range>),
+}
+
+/// The distinct `names` as units, in natural order: each prefix where its first name
+/// sorts.
+fn units<'a>(names: &BTreeSet<&'a str>) -> Vec<Unit<'a>> {
+    let mut by_prefix: BTreeMap<&str, Vec<(u64, &str)>> = BTreeMap::new();
+    let mut units: Vec<(NaturalKey<'a>, Unit<'a>)> = Vec::new();
+    for &name in names {
+        match split(name) {
+            Some((prefix, number, digits)) => {
+                by_prefix.entry(prefix).or_default().push((number, digits))
+            }
+            None => units.push((natural_key(name), Unit::Name(name))),
+        }
+    }
+    for (prefix, numbers) in by_prefix {
+        let folded = ranges(&numbers);
+        // Sorts where its first name does.
+        let key = (prefix, Some(folded[0].first), "");
+        units.push((key, Unit::Prefix(prefix, folded)));
+    }
+    units.sort_by(|a, b| a.0.cmp(&b.0));
+    units.into_iter().map(|(_, unit)| unit).collect()
+}
+
+/// The numbers of one prefix (distinct names) as ranges, by first number. A number
+/// with a leading zero has its width; one without joins a padded width it fills
+/// exactly (`10` beside `08` and `09` is `08-10`), else it is written as it is.
+fn ranges(numbers: &[(u64, &str)]) -> Vec<Range> {
+    let padded = |digits: &str| digits.len() > 1 && digits.starts_with('0');
+    let widths: BTreeSet<usize> = numbers
+        .iter()
+        .filter(|(_, d)| padded(d))
+        .map(|(_, d)| d.len())
+        .collect();
+    let mut by_width: BTreeMap<usize, Vec<u64>> = BTreeMap::new();
+    for &(number, digits) in numbers {
+        let width = if padded(digits) || widths.contains(&digits.len()) {
+            digits.len()
+        } else {
+            0
+        };
+        by_width.entry(width).or_default().push(number);
+    }
+    let mut out = Vec::new();
+    for (width, mut numbers) in by_width {
+        numbers.sort_unstable();
+        numbers.dedup();
+        let mut at = 0;
+        while at < numbers.len() {
+            let first = numbers[at];
+            let mut last = first;
+            while at + 1 < numbers.len() && Some(numbers[at + 1]) == last.checked_add(1) {
+                last = numbers[at + 1];
+                at += 1;
+            }
+            out.push(Range { first, last, width });
             at += 1;
         }
     }
-    if parts.len() <= MAX_PARTS {
-        return parts
-            .into_iter()
-            .map(|(part, _)| part)
-            .collect::<Vec<_>>()
-            .join(", ");
-    }
-    let hidden: usize = parts[SHOWN_PARTS..].iter().map(|(_, count)| count).sum();
-    let shown: Vec<String> = parts
-        .into_iter()
-        .take(SHOWN_PARTS)
-        .map(|(part, _)| part)
-        .collect();
-    format!("{}, … and {hidden} more", shown.join(", "))
-}
-
-/// How many of `names`, from the first, form a run: the first name's prefix, then
-/// suffixes counting up by one, written as the first one's is. 1 when the first name
-/// has no numeric suffix.
-fn run_from(names: &[&str]) -> usize {
-    let (prefix, first) = split_suffix(names[0]);
-    let Ok(start) = first.parse::<u64>() else {
-        return 1;
-    };
-    // A leading zero fixes the width; `0` alone is a plain number.
-    let width = if first.len() > 1 && first.starts_with('0') {
-        first.len()
-    } else {
-        0
-    };
-    let mut run = 1;
-    for name in &names[1..] {
-        let Some(expected) = u64::try_from(run)
-            .ok()
-            .and_then(|step| start.checked_add(step))
-        else {
-            break;
-        };
-        let (next_prefix, suffix) = split_suffix(name);
-        if next_prefix != prefix || suffix != format!("{expected:0width$}") {
-            break;
-        }
-        run += 1;
-    }
-    run
-}
-
-/// `name` split before its trailing ASCII digits: `("node-", "12")`, `("gpu-a", "")`.
-fn split_suffix(name: &str) -> (&str, &str) {
-    let prefix = name.trim_end_matches(|c: char| c.is_ascii_digit());
-    name.split_at(prefix.len())
+    // A plain range before a padded one with the same first number, as `n7` sorts
+    // after `n07`: padded first.
+    out.sort_by_key(|r| (r.first, std::cmp::Reverse(r.width)));
+    out
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The names a compacted list stands for, when nothing was cut: the inverse of
-    /// [`compact_node_names`].
-    fn expand(list: &str) -> Vec<String> {
-        if list.is_empty() {
-            return Vec::new();
-        }
-        list.split(", ")
-            .flat_map(|part| {
-                let Some((prefix, range)) =
-                    part.strip_suffix(']').and_then(|part| part.split_once('['))
-                else {
-                    return vec![part.to_owned()];
-                };
-                let (first, last) = range.split_once('-').unwrap();
-                let width = if first.starts_with('0') && first.len() > 1 {
-                    first.len()
-                } else {
-                    0
-                };
-                let (first, last): (u64, u64) = (first.parse().unwrap(), last.parse().unwrap());
-                (first..=last)
-                    .map(|n| format!("{prefix}{n:0width$}"))
-                    .collect()
-            })
-            .collect()
-    }
-
-    fn compact(names: &[&str]) -> String {
-        let list = compact_node_names(names);
-        if !list.contains('…') {
-            assert_eq!(expand(&list), names, "{list} does not round-trip");
-        }
-        list
-    }
-
-    #[test]
-    fn a_run_of_consecutive_suffixes_folds_and_other_names_stay() {
-        assert_eq!(
-            compact(&["node-0", "node-1", "node-2", "gpu-a"]),
-            "node-[0-2], gpu-a"
-        );
-        assert_eq!(
-            compact(&["local-0", "local-1", "local-2", "local-3"]),
-            "local-[0-3]"
-        );
-        assert_eq!(compact(&["vm#0", "vm#1", "vm#2"]), "vm#[0-2]");
-        assert_eq!(compact(&[]), "");
-        assert_eq!(compact(&["solo"]), "solo");
-    }
-
-    #[test]
-    fn a_run_of_two_stays_two_names() {
-        assert_eq!(compact(&["node-0", "node-1"]), "node-0, node-1");
-        assert_eq!(compact(&["a1", "a2", "b3", "b4", "b5"]), "a1, a2, b[3-5]");
-    }
-
-    #[test]
-    fn input_order_is_kept_and_only_neighbours_fold() {
-        assert_eq!(compact(&["n3", "n1", "n2"]), "n3, n1, n2");
-        assert_eq!(
-            compact(&["n0", "n1", "n2", "x", "n3", "n4", "n5"]),
-            "n[0-2], x, n[3-5]"
-        );
-        assert_eq!(
-            compact(&["n0", "n1", "n2", "n4", "n5", "n6"]),
-            "n[0-2], n[4-6]"
-        );
-        assert_eq!(compact(&["n2", "n1", "n0"]), "n2, n1, n0");
-    }
-
-    #[test]
-    fn suffixes_with_leading_zeros_keep_their_width() {
-        assert_eq!(compact(&["n01", "n02", "n03"]), "n[01-03]");
-        assert_eq!(compact(&["n08", "n09", "n10", "n11"]), "n[08-11]");
-        assert_eq!(compact(&["n8", "n9", "n10"]), "n[8-10]");
-        assert_eq!(compact(&["n0", "n1", "n2"]), "n[0-2]");
-        assert_eq!(compact(&["n00", "n01", "n02"]), "n[00-02]");
-        // A width change ends the run.
-        assert_eq!(compact(&["n9", "n010", "n011", "n012"]), "n9, n[010-012]");
-        assert_eq!(compact(&["n1", "n02", "n03"]), "n1, n02, n03");
-        assert_eq!(
-            compact(&["n098", "n099", "n100", "n0101"]),
-            "n[098-100], n0101"
-        );
-    }
-
-    #[test]
-    fn suffixes_past_u64_neither_fold_nor_panic() {
-        let names = [
-            "n18446744073709551614",
-            "n18446744073709551615",
-            "n18446744073709551616",
-            "n99999999999999999999999",
-        ];
-        assert_eq!(compact(&names), names.join(", "));
-    }
-
-    #[test]
-    fn a_group_of_4096_is_one_part() {
-        let names: Vec<String> = (0..4096).map(|n| format!("node-{n}")).collect();
-        assert_eq!(compact_node_names(&names), "node-[0-4095]");
-    }
-
-    #[test]
-    fn past_eight_parts_the_rest_are_counted_in_nodes() {
-        let eight = ["a", "b", "c", "d", "e", "f", "g", "h"];
-        assert_eq!(compact(&eight), eight.join(", "));
-        // Six single names, then three runs of three: 9 parts, 9 nodes not listed.
-        let mut names: Vec<String> = ["a", "b", "c", "d", "e", "f"].map(str::to_owned).to_vec();
-        for prefix in ["x", "y", "z"] {
-            names.extend((0..3).map(|n| format!("{prefix}{n}")));
-        }
-        assert_eq!(compact_node_names(&names), "a, b, c, d, e, f, … and 9 more");
-        let scattered: Vec<String> = (0..100).map(|n| format!("n{}", n * 2)).collect();
-        assert_eq!(
-            compact_node_names(&scattered),
-            "n0, n2, n4, n6, n8, n10, … and 94 more"
-        );
-    }
-}
+mod tests;

@@ -7,7 +7,7 @@ use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
 use crate::analysis::fmt_value;
-use crate::node_list::compact_node_names;
+use crate::node_list::{MAX_PARTS, fold_node_names};
 use crate::repeats::group_repeats;
 use crate::results::{CheckResult, CheckStatus, GroupIncident, RunReport, Verdict};
 
@@ -60,11 +60,11 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
     out.push('\n');
     if let Some(group) = &report.group {
         let names = match (group.size, group.nodes.is_empty()) {
-            (None, _) => compact_node_names(&group.nodes),
+            (None, _) => fold_node_names(&group.nodes, MAX_PARTS),
             (Some(_), true) => "the coordinator's report names them".to_owned(),
             (Some(_), false) => format!(
                 "{} named here; the coordinator's report names them all",
-                compact_node_names(&group.nodes)
+                fold_node_names(&group.nodes, MAX_PARTS)
             ),
         };
         out.push_str(&format!("group of {}: {names}\n", group.node_count()));

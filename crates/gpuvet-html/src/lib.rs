@@ -16,7 +16,7 @@ pub mod site;
 
 use gpuvet_core::analysis::fmt_value;
 use gpuvet_core::catalog::Direction;
-use gpuvet_core::node_list::compact_node_names;
+use gpuvet_core::node_list::{MAX_PARTS, fold_node_names};
 use gpuvet_core::render::{rank_name, value_summary};
 use gpuvet_core::repeats::group_repeats;
 use gpuvet_core::results::{CheckResult, Entity, GroupSummary, RunReport, Verdict};
@@ -138,7 +138,7 @@ pub(crate) fn group_section(group: &GroupSummary) -> String {
         // under the line the terminal report prints (`node-[0-1023]`).
         out.push_str(&format!(
             "<details><summary>{} (all {} names)</summary><p class=\"nodes\">{}</p></details>\n",
-            escape(&compact_node_names(&group.nodes)),
+            escape(&fold_node_names(&group.nodes, MAX_PARTS)),
             names.len(),
             names.join(", ")
         ));

@@ -10,6 +10,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use gpuvet_core::prometheus::label_value;
 
 use crate::AppState;
 
@@ -50,7 +51,8 @@ impl Metrics {
         for ((method, route, status), count) in requests.iter() {
             let _ = writeln!(
                 out,
-                "gpuvet_server_requests_total{{method=\"{method}\",route=\"{}\",status=\"{status}\"}} {count}",
+                "gpuvet_server_requests_total{{method=\"{}\",route=\"{}\",status=\"{status}\"}} {count}",
+                label_value(method),
                 label_value(route)
             );
         }
@@ -81,14 +83,6 @@ impl Metrics {
         }
         out
     }
-}
-
-/// A label value in the text format: backslash, quote and newline escaped.
-fn label_value(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 /// Middleware: counts every request under its route template (never the raw path,
@@ -153,6 +147,12 @@ mod tests {
 
     #[test]
     fn label_values_are_escaped() {
-        assert_eq!(label_value("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+        let metrics = Metrics::default();
+        metrics.count("GET", "/odd\"route\\\n", 404);
+        let text = metrics.text();
+        assert!(
+            text.contains("route=\"/odd\\\"route\\\\\\n\",status=\"404\"} 1\n"),
+            "{text}"
+        );
     }
 }

@@ -8,8 +8,8 @@
 //! - a job of at most [`SHOWN_INSTANCES`] instances shows every one as a row;
 //! - a larger job shows its failed, incomplete and running instances as rows, up to
 //!   [`SHOWN_INSTANCES`] in all, and folds the rest into one row per status: the count,
-//!   the node names as ranges (`node-[0-511,513-1023]`, cut short after
-//!   [`SHOWN_RANGES`] parts), and a `<details>` holding a
+//!   the node names as a hostlist (`node-[0-511,513-1023]`, cut short after
+//!   [`SHOWN_RANGES`] parts; see `gpuvet_core::node_list`), and a `<details>` holding a
 //!   link to each of those instances, comma-separated. Passed instances of a large
 //!   job are always folded: healthy nodes need finding, not reading.
 //!
@@ -19,11 +19,11 @@
 
 use std::collections::HashMap;
 
+use gpuvet_core::node_list::{fold_node_names, natural_key};
 use gpuvet_core::overview::{InstanceSummary, JobSummary};
 
 use crate::escape;
 use crate::site::layout::{Section, document};
-use crate::site::node_names::{natural_key, ranges};
 use crate::site::timeline::{bundle_link, timeline_link};
 use crate::site::{href, when};
 
@@ -191,7 +191,7 @@ fn folded_row(
     instances: &[&InstanceSummary],
     some_shown: bool,
 ) -> String {
-    let names = ranges(
+    let names = fold_node_names(
         instances.iter().map(|i| i.attempt.node.as_str()),
         SHOWN_RANGES,
     );
@@ -320,7 +320,7 @@ mod tests {
             instance.attempt.node = format!("host{i}x");
         }
         let html = instances_page(&[summary], &instances, None, NOW);
-        assert!(html.contains("100 instances: host0x, host10x, host11x, host12x, host13x, host14x, host15x, host16x, host17x, host18x, host19x, host1x, …</summary>"), "{html}");
+        assert!(html.contains("100 instances: host0x,host10x,host11x,host12x,host13x,host14x,host15x,host16x,host17x,host18x,host19x,host1x and 88 more</summary>"), "{html}");
     }
 
     #[test]

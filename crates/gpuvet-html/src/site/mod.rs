@@ -22,7 +22,6 @@ mod instance;
 mod instances;
 pub mod layout;
 mod live;
-mod node_names;
 mod timeline;
 mod when;
 

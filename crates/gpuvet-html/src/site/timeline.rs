@@ -26,11 +26,11 @@
 use std::collections::{BTreeMap, HashSet};
 
 use gpuvet_core::explain::{Conclusion, Explanation};
+use gpuvet_core::node_list::{fold_node_names, natural_key};
 use gpuvet_core::timeline::{Entry, Role, Timeline, What};
 
 use crate::chart::round_up;
 use crate::site::layout::{Section, document};
-use crate::site::node_names::{natural_key, ranges};
 use crate::site::{href, when};
 use crate::{escape, verdict_name};
 
@@ -490,7 +490,7 @@ fn lanes_svg(timeline: &Timeline) -> String {
     for (row, lane) in lanes.iter().enumerate() {
         let y = TOP + LANE * row as f64;
         let label = if lane.folded {
-            let names = ranges(lane.nodes.iter().copied(), LABEL_RANGES);
+            let names = fold_node_names(&lane.nodes, LABEL_RANGES);
             format!("{names} ({})", lane.nodes.len())
         } else {
             lane.nodes[0].to_owned()
@@ -548,7 +548,7 @@ fn lane_title(timeline: &Timeline, lane: &Lane<'_>) -> String {
         return format!(
             "{} nodes: {}",
             lane.nodes.len(),
-            ranges(lane.nodes.iter().copied(), crate::site::SHOWN_RANGES)
+            fold_node_names(&lane.nodes, crate::site::SHOWN_RANGES)
         );
     }
     let node = lane.nodes[0];

@@ -4,7 +4,8 @@
 //! - [`Metrics`]: thread-safe state the [`crate::health::Watcher`] updates on every
 //!   reading and finding (see [`crate::health::Watcher::with_metrics`]), rendered in
 //!   the Prometheus text exposition format (0.0.4) by [`Metrics::render`].
-//! - [`MetricsServer`]: a tiny std-only HTTP server answering `GET /metrics`.
+//! - [`MetricsServer`]: the endpoint answering `GET /metrics`, on std threads with
+//!   bounds on every connection, the request head parsed by httparse.
 //!
 //! Names follow dcgm-exporter (`etc/default-counters.csv`, DCGM field names) where a
 //! counterpart exists, with its labels `gpu`, `pci_bus_id`, `device` and `Hostname`;
@@ -22,6 +23,7 @@ use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
 use gpuvet_core::gpu_health::throttle;
+use gpuvet_core::prometheus::{help_text, label_value};
 
 use crate::finding::{GpuId, RuntimeFinding};
 use crate::health::{GpuSample, HealthReading, NvLinkState, RecoveryAction};
@@ -310,7 +312,7 @@ impl Writer<'_> {
         out.push_str("# HELP ");
         out.push_str(name);
         out.push(' ');
-        escape_help(help, out);
+        out.push_str(&help_text(help));
         let _ = writeln!(out, "\n# TYPE {name} {}", kind.as_str());
         for (labels, value) in series {
             out.push_str(name);
@@ -322,35 +324,13 @@ impl Writer<'_> {
                 first = false;
                 out.push_str(k);
                 out.push_str("=\"");
-                escape_label_value(v, out);
+                out.push_str(&label_value(v));
                 out.push('"');
             }
             if !first {
                 out.push('}');
             }
             let _ = writeln!(out, " {value}");
-        }
-    }
-}
-
-/// Label values escape `\`, `"` and newlines (the text format's rules).
-fn escape_label_value(v: &str, out: &mut String) {
-    escape(v, true, out);
-}
-
-/// HELP text escapes `\` and newlines.
-fn escape_help(v: &str, out: &mut String) {
-    escape(v, false, out);
-}
-
-/// The text format's escapes: `\` and newlines always, `"` in label values.
-fn escape(v: &str, quotes: bool, out: &mut String) {
-    for c in v.chars() {
-        match c {
-            '\\' => out.push_str("\\\\"),
-            '"' if quotes => out.push_str("\\\""),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
         }
     }
 }
@@ -702,16 +682,6 @@ fn render_counters(st: &State, w: &mut Writer<'_>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn escaping_follows_the_text_format() {
-        let mut s = String::new();
-        escape_label_value("a\\b\"c\nd", &mut s);
-        assert_eq!(s, r#"a\\b\"c\nd"#);
-        let mut h = String::new();
-        escape_help("x\\y\n\"z\"", &mut h);
-        assert_eq!(h, "x\\\\y\\n\"z\"");
-    }
 
     #[test]
     fn numbers_print_exactly() {

@@ -1,9 +1,15 @@
-//! A tiny HTTP/1.1 server for `GET /metrics`, on std only (one scrape every few
-//! seconds does not need an HTTP stack).
+//! The HTTP/1.1 endpoint for `GET /metrics`: std sockets and threads, with the
+//! request head parsed by `httparse` (hyper's parser, no dependencies of its own).
 //!
-//! One thread accepts; each connection gets a short-lived thread of its own, with a
-//! deadline for its request head, so a slow or silent client holds only its own
-//! thread, never the accept loop or another scrape. Every answer closes the connection.
+//! Why not a server crate (tiny_http, oxhttp, touche): none keeps the bounds below
+//! and also stops cleanly; the comparison is in this crate's Cargo.toml.
+//!
+//! One thread accepts; each connection gets a short-lived thread of its own, at most
+//! [`ServerOptions::max_connections`] at once, with one deadline for its whole request
+//! head and a cap on its size, so a slow or silent client holds only its own thread,
+//! never the accept loop, another scrape or the watcher (rendering holds the metrics'
+//! lock only while it formats the text, never while it writes to a client). Every
+//! answer closes the connection.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
@@ -17,9 +23,12 @@ use super::{Metrics, MetricsError};
 /// Prometheus' text format, as its client libraries announce it.
 const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
-/// A request head larger than this is refused (`400`): a scrape sends a few hundred
+/// A request head larger than this is refused (`431`): a scrape sends a few hundred
 /// bytes.
 const MAX_HEAD: usize = 8 * 1024;
+
+/// Header fields parsed at most; a head with more is refused (`431`).
+const MAX_HEADERS: usize = 32;
 
 /// The server's limits.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -172,6 +181,7 @@ fn accept_loop(
     }
 }
 
+/// Why no request was read.
 #[derive(Debug, PartialEq, Eq)]
 enum HeadError {
     /// The client closed; `partial`: after sending part of a request.
@@ -181,6 +191,9 @@ enum HeadError {
     TimedOut {
         partial: bool,
     },
+    /// Not HTTP/1.x.
+    Malformed,
+    /// Past [`MAX_HEAD`] bytes or [`MAX_HEADERS`] fields.
     TooLarge,
     Io,
 }
@@ -188,11 +201,16 @@ enum HeadError {
 fn serve(mut stream: TcpStream, metrics: &Metrics, options: &ServerOptions) {
     let _ = stream.set_write_timeout(Some(options.write_timeout));
     let _ = stream.set_nodelay(true);
-    let answer = match read_head(&mut stream, options.request_timeout) {
-        Ok(head) => respond(&head, metrics),
-        Err(HeadError::Closed { partial: true } | HeadError::TooLarge) => {
+    let answer = match read_request(&mut stream, options.request_timeout) {
+        Ok(request) => respond(&request, metrics),
+        Err(HeadError::Closed { partial: true } | HeadError::Malformed) => {
             simple(400, "Bad Request", "bad request\n")
         }
+        Err(HeadError::TooLarge) => simple(
+            431,
+            "Request Header Fields Too Large",
+            "request header fields too large\n",
+        ),
         Err(HeadError::TimedOut { partial: true }) => {
             simple(408, "Request Timeout", "request timeout\n")
         }
@@ -205,9 +223,16 @@ fn serve(mut stream: TcpStream, metrics: &Metrics, options: &ServerOptions) {
     let _ = stream.shutdown(Shutdown::Write);
 }
 
-/// Reads up to the blank line that ends the request head, within `timeout` in all
-/// (not per read: a client dripping one byte at a time is cut off too).
-fn read_head(stream: &mut TcpStream, timeout: Duration) -> Result<Vec<u8>, HeadError> {
+/// The request line's method and target.
+#[derive(Debug, PartialEq, Eq)]
+struct RequestLine {
+    method: String,
+    target: String,
+}
+
+/// Reads until the request head is whole, within `timeout` in all (not per read: a
+/// client dripping one byte at a time is cut off too), and parses it.
+fn read_request(stream: &mut TcpStream, timeout: Duration) -> Result<RequestLine, HeadError> {
     let deadline = Instant::now() + timeout;
     let mut buf = Vec::with_capacity(512);
     let mut chunk = [0u8; 1024];
@@ -224,9 +249,8 @@ fn read_head(stream: &mut TcpStream, timeout: Duration) -> Result<Vec<u8>, HeadE
             Ok(0) => return Err(HeadError::Closed { partial }),
             Ok(n) => {
                 buf.extend_from_slice(&chunk[..n]);
-                if let Some(end) = head_end(&buf) {
-                    buf.truncate(end);
-                    return Ok(buf);
+                if let Some(request) = parse(&buf)? {
+                    return Ok(request);
                 }
                 if buf.len() > MAX_HEAD {
                     return Err(HeadError::TooLarge);
@@ -246,27 +270,30 @@ fn read_head(stream: &mut TcpStream, timeout: Duration) -> Result<Vec<u8>, HeadE
     }
 }
 
-/// Where the head ends: after `\r\n\r\n`, or `\n\n` from lenient clients.
-fn head_end(buf: &[u8]) -> Option<usize> {
-    let crlf = buf.windows(4).position(|w| w == b"\r\n\r\n").map(|i| i + 4);
-    let lf = buf.windows(2).position(|w| w == b"\n\n").map(|i| i + 2);
-    match (crlf, lf) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
+/// The request in `buf`: `None` while its head is incomplete, an error as soon as it
+/// cannot be HTTP/1.x.
+fn parse(buf: &[u8]) -> Result<Option<RequestLine>, HeadError> {
+    let mut headers = [httparse::EMPTY_HEADER; MAX_HEADERS];
+    let mut request = httparse::Request::new(&mut headers);
+    match request.parse(buf) {
+        Ok(httparse::Status::Complete(_)) => Ok(Some(RequestLine {
+            method: request.method.unwrap_or_default().to_owned(),
+            target: request.path.unwrap_or_default().to_owned(),
+        })),
+        Ok(httparse::Status::Partial) => Ok(None),
+        Err(httparse::Error::TooManyHeaders) => Err(HeadError::TooLarge),
+        Err(_) => Err(HeadError::Malformed),
     }
 }
 
-/// The answer to one request head.
-fn respond(head: &[u8], metrics: &Metrics) -> Vec<u8> {
-    let Some((method, target)) = parse_request_line(head) else {
-        return simple(400, "Bad Request", "bad request\n");
-    };
-    let path = target.split(['?', '#']).next().unwrap_or_default();
+/// The answer to one request.
+fn respond(request: &RequestLine, metrics: &Metrics) -> Vec<u8> {
+    let path = request.target.split(['?', '#']).next().unwrap_or_default();
     if path != "/metrics" {
         return simple(404, "Not Found", "not found; metrics are at /metrics\n");
     }
-    match method {
-        "GET" | "HEAD" => {
+    match request.method.as_str() {
+        method @ ("GET" | "HEAD") => {
             let body = metrics.render();
             let mut out = header(200, "OK", CONTENT_TYPE, body.len(), "");
             if method == "GET" {
@@ -289,20 +316,6 @@ fn respond(head: &[u8], metrics: &Metrics) -> Vec<u8> {
     }
 }
 
-/// `METHOD /target HTTP/1.x` → (method, target); `None` for anything else.
-fn parse_request_line(head: &[u8]) -> Option<(&str, &str)> {
-    let text = std::str::from_utf8(head).ok()?;
-    let line = text.lines().next()?;
-    let mut parts = line.split(' ');
-    let (method, target, version) = (parts.next()?, parts.next()?, parts.next()?);
-    let well_formed = parts.next().is_none()
-        && !method.is_empty()
-        && method.bytes().all(|b| b.is_ascii_uppercase())
-        && target.starts_with('/')
-        && (version == "HTTP/1.1" || version == "HTTP/1.0");
-    well_formed.then_some((method, target))
-}
-
 fn header(code: u16, reason: &str, content_type: &str, len: usize, extra: &str) -> Vec<u8> {
     format!(
         "HTTP/1.1 {code} {reason}\r\nContent-Type: {content_type}\r\nContent-Length: {len}\r\n\
@@ -321,34 +334,54 @@ fn simple(code: u16, reason: &str, body: &str) -> Vec<u8> {
 mod tests {
     use super::*;
 
+    fn line(method: &str, target: &str) -> Option<RequestLine> {
+        Some(RequestLine {
+            method: method.to_owned(),
+            target: target.to_owned(),
+        })
+    }
+
     #[test]
-    fn request_lines_parse_strictly() {
+    fn a_whole_head_parses_to_its_method_and_target() {
         assert_eq!(
-            parse_request_line(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
-            Some(("GET", "/metrics"))
+            parse(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n"),
+            Ok(line("GET", "/metrics"))
         );
+        // Bare newlines from lenient clients, and whatever follows the head.
         assert_eq!(
-            parse_request_line(b"HEAD /metrics?x=1 HTTP/1.0\n\n"),
-            Some(("HEAD", "/metrics?x=1"))
+            parse(b"HEAD /metrics?x=1 HTTP/1.0\n\nrest"),
+            Ok(line("HEAD", "/metrics?x=1"))
         );
-        for bad in [
-            &b"garbage\r\n\r\n"[..],
-            b"GET /metrics\r\n\r\n",
-            b"GET metrics HTTP/1.1\r\n\r\n",
-            b"get /metrics HTTP/1.1\r\n\r\n",
-            b"GET /metrics HTTP/2.0\r\n\r\n",
-            b"GET  /metrics HTTP/1.1\r\n\r\n",
-            b"\xff\xfe /metrics HTTP/1.1\r\n\r\n",
-        ] {
-            assert_eq!(parse_request_line(bad), None, "{bad:?}");
+    }
+
+    #[test]
+    fn an_incomplete_head_asks_for_more() {
+        for part in [&b""[..], b"GET /metr", b"GET /metrics HTTP/1.1\r\nHost:"] {
+            assert_eq!(parse(part), Ok(None), "{part:?}");
         }
     }
 
     #[test]
-    fn head_ends_at_the_first_blank_line() {
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\n\r\nrest"), Some(18));
-        assert_eq!(head_end(b"GET / HTTP/1.1\n\n"), Some(16));
-        assert_eq!(head_end(b"GET / HTTP/1.1\r\n"), None);
+    fn what_is_not_http_1_is_refused_at_once() {
+        for bad in [
+            &b"garbage\r\n\r\n"[..],
+            b"GET /metrics\r\n\r\n",
+            b"GET /metrics HTTP/2.0\r\n\r\n",
+            b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
+            b"\xff\xfe /metrics HTTP/1.1\r\n\r\n",
+        ] {
+            assert_eq!(parse(bad), Err(HeadError::Malformed), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn too_many_header_fields_are_too_large() {
+        let mut head = b"GET /metrics HTTP/1.1\r\n".to_vec();
+        for i in 0..=MAX_HEADERS {
+            head.extend(format!("X-{i}: y\r\n").bytes());
+        }
+        head.extend(b"\r\n");
+        assert_eq!(parse(&head), Err(HeadError::TooLarge));
     }
 
     #[test]
