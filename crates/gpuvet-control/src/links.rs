@@ -64,10 +64,10 @@ impl Drop for StopOnDrop {
         let _ = self.inner.poller.wake();
         let thread = lock(&self.thread).take();
         // The last clone may be dropped on the thread itself (by a hook it ran).
-        if let Some(thread) = thread {
-            if thread.thread().id() != std::thread::current().id() {
-                let _ = thread.join();
-            }
+        if let Some(thread) = thread
+            && thread.thread().id() != std::thread::current().id()
+        {
+            let _ = thread.join();
         }
     }
 }

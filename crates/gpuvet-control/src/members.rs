@@ -132,10 +132,10 @@ fn read_members(shared: &Shared) {
             let Some(session) = sessions.get_mut(token) else {
                 continue;
             };
-            if !serve_ready(shared, session, &mut frames) {
-                if let Some(session) = sessions.remove(token) {
-                    let _ = session.stream.unwatch(&*reader.poller);
-                }
+            if !serve_ready(shared, session, &mut frames)
+                && let Some(session) = sessions.remove(token)
+            {
+                let _ = session.stream.unwatch(&*reader.poller);
             }
         }
     }

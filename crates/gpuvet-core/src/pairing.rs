@@ -163,7 +163,7 @@ pub fn round_one(nodes: &[NodeId]) -> Plan {
         // The ring's other edges; with n odd, (n−1, 0) shares node n−1 with (n−2, n−1).
         let shifted = (0..(n - 1) / 2).map(|k| pair(2 * k + 1, 2 * k + 2));
         let mut second: Vec<Pair> = shifted.collect();
-        if n % 2 == 0 {
+        if n.is_multiple_of(2) {
             second.push(pair(n - 1, 0));
             rounds.push(Round { pairs: second });
         } else {

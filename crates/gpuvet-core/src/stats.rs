@@ -8,7 +8,7 @@ pub fn median(values: &[f64]) -> Option<f64> {
     }
     sorted.sort_by(f64::total_cmp);
     let mid = sorted.len() / 2;
-    Some(if sorted.len() % 2 == 0 {
+    Some(if sorted.len().is_multiple_of(2) {
         (sorted[mid - 1] + sorted[mid]) / 2.0
     } else {
         sorted[mid]
@@ -38,7 +38,7 @@ pub fn medians_of_the_others(values: &[Option<f64>]) -> Vec<Option<f64>> {
             _ => sorted[k],
         };
         let mid = len / 2;
-        Some(if len % 2 == 0 {
+        Some(if len.is_multiple_of(2) {
             (at(mid - 1) + at(mid)) / 2.0
         } else {
             at(mid)

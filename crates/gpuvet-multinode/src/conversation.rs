@@ -288,14 +288,14 @@ impl<'a> Conversation<'a> {
             }
             CoordinatorEvent::Member(event) => {
                 if let Some(mut incident) = Incident::from_member_event(&event) {
-                    if let Some((node, refusal)) = self.refusals.get(&event.rank) {
-                        if incident.kind == IncidentKind::NeverJoined {
-                            incident.node = incident.node.or_else(|| node.clone());
-                            incident.detail = format!(
-                                "{}; its attempt to join was refused: {refusal}",
-                                incident.detail
-                            );
-                        }
+                    if let Some((node, refusal)) = self.refusals.get(&event.rank)
+                        && incident.kind == IncidentKind::NeverJoined
+                    {
+                        incident.node = incident.node.or_else(|| node.clone());
+                        incident.detail = format!(
+                            "{}; its attempt to join was refused: {refusal}",
+                            incident.detail
+                        );
                     }
                     self.lost
                         .entry(event.rank)

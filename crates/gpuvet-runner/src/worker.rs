@@ -114,10 +114,9 @@ impl Workers {
             .live
             .as_ref()
             .is_some_and(|live| lock(&live.sink).done)
+            && let Some(live) = state.live.take()
         {
-            if let Some(live) = state.live.take() {
-                end(live, true);
-            }
+            end(live, true);
         }
         if state.live.is_none() {
             state.live = Some(self.spawn()?);
@@ -223,10 +222,8 @@ impl Drop for Workers {
 /// earlier (at the deadline the spawning thread's exit may SIGKILL it first).
 fn end(mut live: Live, graceful: bool) -> String {
     drop(live.stdin.take());
-    if graceful {
-        if let Some(status) = wait_for(&mut live.child, EXIT_GRACE) {
-            return describe(status);
-        }
+    if graceful && let Some(status) = wait_for(&mut live.child, EXIT_GRACE) {
+        return describe(status);
     }
     // Harmless on a process that has exited but is not reaped yet.
     let _ = live.child.kill();

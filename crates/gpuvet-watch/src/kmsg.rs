@@ -127,19 +127,18 @@ fn split_prefix(line: &str) -> (Option<u64>, &str) {
             return (fields[2].parse().ok(), body);
         }
     }
-    if let Some(open) = line.find('[') {
-        if let Some(len) = line[open..].find(']') {
-            let inside = line[open + 1..open + len].trim();
-            if let Some((s, frac)) = inside.split_once('.') {
-                if let (Ok(s), true) = (s.parse::<u64>(), frac.bytes().all(|b| b.is_ascii_digit()))
-                {
-                    let frac6: String = frac.chars().chain("000000".chars()).take(6).collect();
-                    let us = frac6.parse::<u64>().unwrap_or(0);
-                    // Seconds past what µs fit in a u64 are no kernel's: no time.
-                    let time = s.checked_mul(1_000_000).and_then(|t| t.checked_add(us));
-                    return (time, &line[open + len + 1..]);
-                }
-            }
+    if let Some(open) = line.find('[')
+        && let Some(len) = line[open..].find(']')
+    {
+        let inside = line[open + 1..open + len].trim();
+        if let Some((s, frac)) = inside.split_once('.')
+            && let (Ok(s), true) = (s.parse::<u64>(), frac.bytes().all(|b| b.is_ascii_digit()))
+        {
+            let frac6: String = frac.chars().chain("000000".chars()).take(6).collect();
+            let us = frac6.parse::<u64>().unwrap_or(0);
+            // Seconds past what µs fit in a u64 are no kernel's: no time.
+            let time = s.checked_mul(1_000_000).and_then(|t| t.checked_add(us));
+            return (time, &line[open + len + 1..]);
         }
     }
     (None, line)

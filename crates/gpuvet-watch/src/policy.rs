@@ -228,15 +228,15 @@ impl XidPolicy {
 
     fn canonical(&self, gpu: &GpuId) -> GpuId {
         let mut g = gpu.clone();
-        if g.pci_bus_id.is_none() {
-            if let Some(p) = g.index.and_then(|i| self.index_to_pci.get(&i)) {
-                g.pci_bus_id = Some(p.clone());
-            }
+        if g.pci_bus_id.is_none()
+            && let Some(p) = g.index.and_then(|i| self.index_to_pci.get(&i))
+        {
+            g.pci_bus_id = Some(p.clone());
         }
-        if g.index.is_none() {
-            if let Some(i) = g.pci_bus_id.as_ref().and_then(|p| self.pci_to_index.get(p)) {
-                g.index = Some(*i);
-            }
+        if g.index.is_none()
+            && let Some(i) = g.pci_bus_id.as_ref().and_then(|p| self.pci_to_index.get(p))
+        {
+            g.index = Some(*i);
         }
         g
     }

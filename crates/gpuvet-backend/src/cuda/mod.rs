@@ -527,7 +527,7 @@ impl Backend for CudaBackend {
                 .gemm_size
                 .map(|s| s as usize)
                 .unwrap_or(gemm::DEFAULT_SIZE);
-            if ty == gemm::GemmType::Fp8 && size % 16 != 0 {
+            if ty == gemm::GemmType::Fp8 && !size.is_multiple_of(16) {
                 return Err(BackendError::Unsupported(format!(
                     "fp8 GEMM needs a size that is a multiple of 16; `{size}` is not"
                 )));

@@ -350,10 +350,10 @@ impl Pipe {
 
     /// Queues the watcher's token when there is something to read (bytes or the end).
     fn tell_watcher(&self, state: &PipeState) {
-        if let Some((readiness, token)) = &state.watcher {
-            if !state.bytes.is_empty() || state.writer_closed || state.reader_closed {
-                readiness.push(*token);
-            }
+        if let Some((readiness, token)) = &state.watcher
+            && (!state.bytes.is_empty() || state.writer_closed || state.reader_closed)
+        {
+            readiness.push(*token);
         }
     }
 }

@@ -278,10 +278,10 @@ impl Drop for ProbeResponder {
             }
             _ => self.addr,
         };
-        if TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok() {
-            if let Some(acceptor) = self.acceptor.take() {
-                let _ = acceptor.join();
-            }
+        if TcpStream::connect_timeout(&wake, Duration::from_secs(1)).is_ok()
+            && let Some(acceptor) = self.acceptor.take()
+        {
+            let _ = acceptor.join();
         }
     }
 }

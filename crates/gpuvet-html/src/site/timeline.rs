@@ -246,7 +246,7 @@ fn lane_tag(entry: &Entry) -> String {
 fn with_code(text: &str) -> String {
     let escaped = escape(text);
     let parts: Vec<&str> = escaped.split('`').collect();
-    if parts.len() % 2 == 0 {
+    if parts.len().is_multiple_of(2) {
         return escaped;
     }
     parts

@@ -166,7 +166,7 @@ pub(crate) fn probe_partners(n: usize) -> Vec<(usize, usize)> {
     let mut offsets: Vec<usize> = std::iter::successors(Some(1), |d| Some(d * 2))
         .take_while(|d| 2 * d < n)
         .collect();
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         offsets.push(n / 2);
     }
     let mut pairs: Vec<(usize, usize)> = offsets

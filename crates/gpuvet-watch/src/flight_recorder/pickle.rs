@@ -225,7 +225,7 @@ impl Unpickler<'_> {
     }
 
     fn extend_dict(&mut self, target: usize, items: Vec<usize>) -> Result<(), PickleError> {
-        if items.len() % 2 != 0 {
+        if !items.len().is_multiple_of(2) {
             return self.fail("odd number of dictionary items");
         }
         let pairs = items.chunks(2).map(|pair| (pair[0], pair[1]));

@@ -92,18 +92,17 @@ fn ecc_findings(
     if let (Some(p), Some(c)) = (
         prev.and_then(|p| p.ecc.aggregate_uncorrected),
         cur.ecc.aggregate_uncorrected,
-    ) {
-        if c > p {
-            out.push(
-                finding(
-                    "ecc.aggregate_uncorrected_increase",
-                    ActionClass::ResetGpu,
-                    Severity::Fail,
-                    format!("{gpu}: lifetime uncorrectable ECC errors rose from {p} to {c}"),
-                )
-                .with_value((c - p) as f64, Some(0.0)),
-            );
-        }
+    ) && c > p
+    {
+        out.push(
+            finding(
+                "ecc.aggregate_uncorrected_increase",
+                ActionClass::ResetGpu,
+                Severity::Fail,
+                format!("{gpu}: lifetime uncorrectable ECC errors rose from {p} to {c}"),
+            )
+            .with_value((c - p) as f64, Some(0.0)),
+        );
     }
 }
 
@@ -449,10 +448,10 @@ impl HealthEvaluator {
         let prev = self.last.get(&key);
         let out = evaluate_sample(prev, sample, &self.thresholds);
         let mut keep = sample.clone();
-        if keep.nvlink.links.is_empty() {
-            if let Some(p) = prev {
-                keep.nvlink.links = p.nvlink.links.clone();
-            }
+        if keep.nvlink.links.is_empty()
+            && let Some(p) = prev
+        {
+            keep.nvlink.links = p.nvlink.links.clone();
         }
         self.last.insert(key, keep);
         out

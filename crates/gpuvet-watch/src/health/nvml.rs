@@ -219,7 +219,7 @@ impl HealthSource for NvmlSource {
             }
         }
         let every = u64::from(self.options.link_state_every.max(1));
-        let read_links = self.polls % every == 0;
+        let read_links = self.polls.is_multiple_of(every);
         self.polls += 1;
         for i in 0..self.gpus.len() {
             if self.gpus[i].lost {

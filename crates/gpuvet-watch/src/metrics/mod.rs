@@ -188,10 +188,10 @@ impl Metrics {
         let mut st = self.lock();
         let g = st.gpu_mut(&sample.gpu);
         let mut keep = sample.clone();
-        if keep.nvlink.links.is_empty() {
-            if let Some(prev) = g.sample.as_mut() {
-                keep.nvlink.links = std::mem::take(&mut prev.nvlink.links);
-            }
+        if keep.nvlink.links.is_empty()
+            && let Some(prev) = g.sample.as_mut()
+        {
+            keep.nvlink.links = std::mem::take(&mut prev.nvlink.links);
         }
         keep.gpu = g.id.clone();
         g.sample = Some(keep);

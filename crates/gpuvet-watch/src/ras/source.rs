@@ -36,7 +36,7 @@ impl HealthSource for RasSource {
 
     fn poll(&mut self, now_ms: u64) -> Result<Vec<HealthReading>, HealthError> {
         self.polls += 1;
-        if (self.polls - 1) % self.every != 0 {
+        if !(self.polls - 1).is_multiple_of(self.every) {
             return Ok(Vec::new());
         }
         match self.client.status() {

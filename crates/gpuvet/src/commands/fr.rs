@@ -113,7 +113,7 @@ fn record_in_job(args: &FrArgs, report: &FrReport, dumps: &[FrDump]) -> Result<(
 /// they divide evenly.
 fn infer_ranks_per_node(ranks: &[u32], nodes: usize) -> Result<u32, Failure> {
     let world = ranks.iter().max().map_or(0, |r| r + 1);
-    if nodes == 0 || world == 0 || world as usize % nodes != 0 {
+    if nodes == 0 || world == 0 || !(world as usize).is_multiple_of(nodes) {
         return Err(Failure::usage(format!(
             "cannot tell which node each of the dumps' {world} ranks ran on: the job has {nodes} nodes"
         ))
