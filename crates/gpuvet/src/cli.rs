@@ -217,6 +217,17 @@ pub struct StoreArgs {
     /// SQLite store [default: the config's `gpuvet.store`, else $XDG_STATE_HOME/gpuvet/gpuvet.db].
     #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
     pub store: Option<PathBuf>,
+    /// Record nothing in a store, and so push nothing (the outbox is the store's).
+    #[arg(long)]
+    pub no_store: bool,
+}
+
+/// Where the commands that only read a store find it.
+#[derive(Debug, Args)]
+pub struct ReadStoreArgs {
+    /// SQLite store [default: the config's `gpuvet.store`, else $XDG_STATE_HOME/gpuvet/gpuvet.db].
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
+    pub store: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]
@@ -226,9 +237,6 @@ pub struct CheckArgs {
     /// Print the report as JSON on stdout instead of a table.
     #[arg(long)]
     pub json: bool,
-    /// Do not record the run in the store.
-    #[arg(long)]
-    pub no_store: bool,
 }
 
 #[derive(Debug, Args)]
@@ -261,7 +269,7 @@ pub struct EventsArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub store: ReadStoreArgs,
 }
 
 #[derive(Debug, Args)]
@@ -285,7 +293,7 @@ pub struct ResultsArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub store: ReadStoreArgs,
 }
 
 #[derive(Debug, Args)]
@@ -343,7 +351,7 @@ pub struct PushArgs {
     #[arg(long, value_name = "URL")]
     pub to: Option<String>,
     #[command(flatten)]
-    pub store: StoreArgs,
+    pub store: ReadStoreArgs,
 }
 
 /// Which attempt of which job, and where it is kept.

@@ -15,6 +15,7 @@ mod push;
 mod record;
 mod runtime;
 mod sanity;
+mod settings;
 mod supervise;
 
 use std::process::ExitCode;

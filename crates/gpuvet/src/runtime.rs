@@ -6,7 +6,8 @@
 //! lives in the store, one row per job and node: restored at the start, and saved with
 //! the events of every step that changed it, in one transaction. So a watcher
 //! restarted by its supervisor (or a `gpuvet run` restarted with its app) neither
-//! forgets an XID storm nor reports it again.
+//! forgets an XID storm nor reports it again. With `--no-store` findings are only shown
+//! (and published to the cluster), and a restart starts its memory afresh.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -113,12 +114,12 @@ pub struct RuntimeWatch {
 }
 
 impl RuntimeWatch {
-    /// Starts watching with every source the config names and this machine has.
-    /// `None` when there is nothing to watch (said on stderr).
+    /// Starts watching with every source the config names and this machine has,
+    /// recording in the store at `store` (with whether to queue pushes) when there is
+    /// one. `None` when there is nothing to watch (said on stderr).
     pub fn start(
         settings: &WatchSettings,
-        store: &Path,
-        queue_pushes: bool,
+        store: Option<(&Path, bool)>,
         attempt: &Attempt,
         echo: Echo,
         kill: Option<KillSwitch>,
@@ -198,11 +199,12 @@ impl RuntimeWatch {
             warn("c4d: no health source is available, so nothing is watched");
             return None;
         }
-        restore_state(&mut watcher, store, attempt);
+        if let Some((path, _)) = store {
+            restore_state(&mut watcher, path, attempt);
+        }
         let (tx, rx) = mpsc::channel::<StepOutput>();
         let recorder = spawn_recorder(
-            store.to_owned(),
-            queue_pushes,
+            store.map(|(path, queue)| (path.to_owned(), queue)),
             attempt.clone(),
             rx,
             echo,
@@ -291,10 +293,9 @@ fn kmsg_boot_time() -> Option<u64> {
 /// Records each step's findings as events, with the policy state when it changed, in
 /// one transaction. A store that refuses the write keeps both pending and retries with
 /// the next step; whatever is still pending at the end goes to stderr, so nothing is
-/// lost silently.
+/// lost silently. Without a store (`--no-store`) findings are only shown.
 fn spawn_recorder(
-    store_path: PathBuf,
-    queue_pushes: bool,
+    store: Option<(PathBuf, bool)>,
     attempt: Attempt,
     steps: mpsc::Receiver<StepOutput>,
     echo: Echo,
@@ -304,21 +305,24 @@ fn spawn_recorder(
     std::thread::Builder::new()
         .name("gpuvet-c4d-recorder".into())
         .spawn(move || {
-            let open = || crate::push::open_store(&store_path, queue_pushes);
-            let mut store = open();
+            let open = |(path, queue): &(PathBuf, bool)| crate::push::open_store(path, *queue);
+            let mut handle = store.as_ref().map(open);
             let mut pending: Vec<NewEvent> = Vec::new();
             let mut unsaved: Option<PolicyState> = None;
             let mut recorded = 0;
             for step in steps {
-                pending.extend(step.findings.iter().map(event_of));
-                if step.state.is_some() {
-                    unsaved = step.state;
+                // Kept for the store until it takes them; nothing to keep without one.
+                if store.is_some() {
+                    pending.extend(step.findings.iter().map(event_of));
+                    if step.state.is_some() {
+                        unsaved = step.state;
+                    }
                 }
-                if let Err(err) = &store {
+                if let Some((Err(err), location)) = handle.as_ref().zip(store.as_ref()) {
                     warn(format!("c4d: the store is not available ({err}); retrying"));
-                    store = open();
+                    handle = Some(open(location));
                 }
-                if let Ok(store) = store.as_mut() {
+                if let Some(Ok(store)) = handle.as_mut() {
                     match store.record_runtime(&attempt, &pending, unsaved.as_ref(), unix_now_ms())
                     {
                         Ok(events) => {

@@ -14,48 +14,43 @@ use serde_json::json;
 use crate::cli::RunArgs;
 use crate::cluster::Cluster;
 use crate::failure::{Failure, note, warn};
-use crate::identity::{Identity, load_config, store_path};
 use crate::output;
-use crate::push;
 use crate::runtime::{Echo, KillSwitch, RuntimeWatch};
 use crate::sanity::{self, group};
+use crate::settings::Recording;
 use crate::supervise::{HOOK_TIMEOUT, HookOutcome, Supervised, run_hook, shell_code};
 use gpuvet_core::time::unix_now_ms;
 
 pub fn run(args: RunArgs) -> Result<i32, Failure> {
-    let config = load_config(args.sanity.config.as_deref())?;
+    let mut recording = Recording::resolve(
+        args.sanity.config.as_deref(),
+        &args.sanity.identity,
+        &args.sanity.store,
+    )?;
+    let config = &recording.config;
     // An `aimaster` block without `sanity_check` turns pre-start checks off, as in PAI.
-    let sanity = sanity::sanity_settings(&args.sanity, &config, false)?;
+    let sanity = sanity::sanity_settings(&args.sanity, config, false)?;
     // Pick the backend before anything is recorded: an unavailable backend is a usage
     // error that must not leave a half-started attempt behind.
     let backend = sanity
         .as_ref()
-        .map(|_| sanity::backend(&args.sanity, &config))
+        .map(|_| sanity::backend(&args.sanity, config, &recording.identity.node))
         .transpose()?;
     // So are the group flags, needed only when there are checks to run.
     let mode = sanity
         .as_ref()
         .map(|_| group::mode(&args.sanity.group))
         .transpose()?;
-    let identity = Identity::resolve(&args.sanity.identity);
-    let store_file = store_path(args.sanity.store.store.as_deref(), &config);
-    let pusher = push::pusher(&config, None);
-    let queue_pushes = pusher.is_some();
-    let mut store = push::open_store(&store_file, queue_pushes)?;
-    let attempt = store.begin_attempt(
-        &identity.job_id,
-        &identity.node,
-        &identity.instance,
-        unix_now_ms(),
-    )?;
+    let (mut store, attempt) = recording.begin()?;
     // Sends on its own thread from now until this command returns, the attempt first:
     // a server shows this node while its checks run, and the app's start never waits
     // on the server.
-    let _sending = push::Background::start(&store_file, pusher);
+    let _sending = recording.start_sending();
+    let config = &recording.config;
     // In a Kubernetes pod (feature `k8s`), events also go to the cluster.
-    let cluster = Cluster::detect(&config, &attempt);
+    let cluster = Cluster::detect(config, &attempt);
     let mut recorder = Recorder {
-        store: &mut store,
+        store: store.as_mut(),
         attempt: &attempt,
         cluster: cluster.as_deref(),
     };
@@ -65,7 +60,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
             &args.sanity,
             mode,
             backend,
-            &config,
+            config,
             &sanity,
             &attempt,
             std::io::stderr().is_terminal(),
@@ -73,7 +68,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
         // The app owns stdout; gpuvet's report goes to stderr.
         output::stderr(&render::table(&report, None, output::detail(&args.sanity)));
         output::write_report_files(&args.sanity, &report)?;
-        recorder.store.record_report(&attempt, &report)?;
+        recorder.record_report(&report)?;
         let failed = report.outcome == Outcome::Failed;
         let kind = if failed {
             EventKind::SanityCheckFailed
@@ -108,7 +103,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
                         "sanity checks failed; starting the app anyway because fail_action is `retain`",
                     );
                 }
-                FailAction::Rebuild => return request_rebuild(&config, &report, &mut recorder),
+                FailAction::Rebuild => return request_rebuild(config, &report, &mut recorder),
             }
         }
     }
@@ -123,8 +118,10 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     let watch = config.runtime.as_ref().and_then(|_| {
         RuntimeWatch::start(
             &config.settings.watch,
-            &store_file,
-            queue_pushes,
+            recording
+                .store
+                .as_deref()
+                .map(|path| (path, recording.queue_pushes)),
             &attempt,
             Echo::Stderr,
             kill.clone(),
@@ -138,14 +135,22 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     code
 }
 
-/// Records events for one attempt: in the store, and in the cluster when there is one.
+/// Records events for one attempt: in the store (none with `--no-store`), and in the
+/// cluster when there is one.
 struct Recorder<'a> {
-    store: &'a mut Store,
+    store: Option<&'a mut Store>,
     attempt: &'a Attempt,
     cluster: Option<&'a Cluster>,
 }
 
 impl Recorder<'_> {
+    fn record_report(&mut self, report: &RunReport) -> Result<(), Failure> {
+        if let Some(store) = self.store.as_mut() {
+            store.record_report(self.attempt, report)?;
+        }
+        Ok(())
+    }
+
     fn record(
         &mut self,
         kind: EventKind,
@@ -161,7 +166,9 @@ impl Recorder<'_> {
             message,
             details,
         };
-        self.store.record_event(self.attempt, &event)?;
+        if let Some(store) = self.store.as_mut() {
+            store.record_event(self.attempt, &event)?;
+        }
         if let Some(cluster) = self.cluster {
             cluster.publish(event.kind, event.lane, &event.message, "");
         }

@@ -10,16 +10,14 @@ use signal_hook::iterator::Signals;
 use crate::cli::WatchArgs;
 use crate::cluster::Cluster;
 use crate::failure::Failure;
-use crate::identity::{Identity, load_config, store_path};
 use crate::output;
-use crate::push;
 use crate::runtime::{Echo, RuntimeWatch};
-use gpuvet_core::time::unix_now_ms;
+use crate::settings::Recording;
 
 pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
-    let mut config = load_config(args.config.as_deref())?;
+    let mut recording = Recording::resolve(args.config.as_deref(), &args.identity, &args.store)?;
     if args.metrics_addr.is_some() {
-        config.settings.watch.metrics_addr = args.metrics_addr;
+        recording.config.settings.watch.metrics_addr = args.metrics_addr;
     }
     let duration = match args.duration {
         Some(secs) if !(secs.is_finite() && secs > 0.0) => {
@@ -29,16 +27,9 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
         }
         other => other.map(Duration::from_secs_f64),
     };
-    let identity = Identity::resolve(&args.identity);
-    let store_file = store_path(args.store.store.as_deref(), &config);
-    let pusher = push::pusher(&config, None);
-    let queue_pushes = pusher.is_some();
-    let attempt = push::open_store(&store_file, queue_pushes)?.begin_attempt(
-        &identity.job_id,
-        &identity.node,
-        &identity.instance,
-        unix_now_ms(),
-    )?;
+    let (store, attempt) = recording.begin()?;
+    // The watch opens its own handles from the path.
+    drop(store);
     let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(|err| {
         Failure::new(
             exit_codes::INTERNAL,
@@ -50,13 +41,15 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
     } else {
         Echo::Stdout
     };
-    let sending = push::Background::start(&store_file, pusher);
+    let sending = recording.start_sending();
     // In a DaemonSet pod (feature `k8s`), findings are also Events on the pod and node.
-    let cluster = Cluster::detect(&config, &attempt);
+    let cluster = Cluster::detect(&recording.config, &attempt);
     let Some(watch) = RuntimeWatch::start(
-        &config.settings.watch,
-        &store_file,
-        queue_pushes,
+        &recording.config.settings.watch,
+        recording
+            .store
+            .as_deref()
+            .map(|path| (path, recording.queue_pushes)),
         &attempt,
         echo,
         None,

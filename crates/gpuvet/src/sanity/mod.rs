@@ -22,7 +22,7 @@ use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::cli::SanityArgs;
 use crate::failure::{Failure, note};
-use crate::identity::{Identity, known_secrets};
+use crate::identity::known_secrets;
 use crate::output::Progress;
 use gpuvet_core::time::unix_now_ms;
 
@@ -47,14 +47,17 @@ pub fn sanity_settings(
     Ok(Some(sanity))
 }
 
-/// The backend the flags and config ask for.
-pub fn backend(args: &SanityArgs, config: &Config) -> Result<Arc<dyn Backend>, Failure> {
+/// The backend the flags and config ask for, on the node named `node`.
+pub fn backend(
+    args: &SanityArgs,
+    config: &Config,
+    node: &str,
+) -> Result<Arc<dyn Backend>, Failure> {
     let choice = match &args.backend {
         Some(arg) => BackendChoice::from(*arg),
         None => config.settings.backend,
     };
-    let node = Identity::resolve(&args.identity).node;
-    build_backend(choice, config, args.cpu_devices, &node)
+    build_backend(choice, config, args.cpu_devices, node)
 }
 
 /// The backend `choice` names, built from the config with `--cpu-devices` over it; a
@@ -90,6 +93,7 @@ pub fn build_backend(
 pub fn worker_launcher(
     args: &SanityArgs,
     backend: &dyn Backend,
+    node: &str,
 ) -> Result<WorkerLauncher, Failure> {
     let program = std::env::current_exe()
         .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
@@ -102,7 +106,6 @@ pub fn worker_launcher(
     }
     if backend.name() == "sim" {
         // The node's share of the script (`gpuvet.sim.node_speed`) depends on its name.
-        let node = Identity::resolve(&args.identity).node;
         worker_args.extend(["--node".into(), node.into()]);
     }
     if backend.name() == "cpu" {
@@ -191,7 +194,7 @@ fn run_checks(
             .unwrap_or_else(|| backend.default_tolerance(check))
     });
     let baselines = limits(&*backend, config, sanity);
-    let worker = worker_launcher(args, &*backend)?;
+    let worker = worker_launcher(args, &*backend, &attempt.node)?;
     let setup = group::Setup {
         args,
         config,

@@ -450,3 +450,47 @@ fn watch_names_a_dead_nccl_rank_once_however_often_ras_repeats_it() {
         findings[0]
     );
 }
+
+#[test]
+fn run_and_watch_with_no_store_show_findings_and_record_nothing() {
+    let scratch = Scratch::temp();
+    let kmsg = scratch.path("kmsg.log");
+    std::fs::write(&kmsg, format!("{XID_79}\n")).unwrap();
+    let config = watch_config(&scratch, &kmsg);
+    let watch = scratch
+        .gpuvet()
+        .args([
+            "watch",
+            "--json",
+            "--no-store",
+            "--duration",
+            "2",
+            "--config",
+        ])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(watch.status.code(), Some(0), "{}", stderr(&watch));
+    let findings = json_lines(&stdout(&watch));
+    assert_eq!(findings.len(), 1, "{findings:?}");
+    assert_eq!(findings[0]["xid"], 79);
+
+    let run = scratch
+        .gpuvet()
+        .args(["run", "--no-store", "--config"])
+        .arg(&config)
+        .args(["--", "sh", "-c", "sleep 2; exit 5"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        run.status.code(),
+        Some(5),
+        "the app's code: {}",
+        stderr(&run)
+    );
+    assert!(stderr(&run).contains("c4d: "), "{}", stderr(&run));
+    assert!(
+        !scratch.store().exists(),
+        "nothing was recorded, so no store was made"
+    );
+}
