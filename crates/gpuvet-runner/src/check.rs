@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::{Backend, BackendError, CancelToken, Sample};
+use gpuvet_backend::{Backend, BackendError, CancelToken, Sample, with_causes};
 use gpuvet_core::analysis::{JudgePolicy, check_status, clear_contended_slow, judge, suspects};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, CheckStatus, Entity, EntityResult, Measurement, Verdict};
@@ -219,7 +219,7 @@ fn to_measurement(entity: Entity, sample: Result<Sample, BackendError>) -> Measu
             wrong_result: sample.wrong_result,
             extra: sample.extra,
         },
-        Err(error) => Measurement::failed(entity, error.to_string()),
+        Err(error) => Measurement::failed(entity, with_causes(&error)),
     }
 }
 

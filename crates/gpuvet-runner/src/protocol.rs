@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_backend::{BackendError, Sample, WorkSpec};
+use gpuvet_backend::{BackendError, Sample, WorkSpec, with_causes};
 use gpuvet_core::bounds::json_values_at_most;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::Dtype;
@@ -207,10 +207,11 @@ impl From<Result<Sample, BackendError>> for WireResult {
                 kind: match error {
                     BackendError::Cancelled => ErrorKind::Cancelled,
                     BackendError::Unsupported(_) => ErrorKind::Unsupported,
-                    // `Unavailable` names a static backend; its text is what matters.
-                    BackendError::Failed(_) | BackendError::Unavailable { .. } => ErrorKind::Failed,
+                    // Every failure reads the same to the runner; its text is what
+                    // matters (`Unavailable` names a static backend, which cannot cross).
+                    _ => ErrorKind::Failed,
                 },
-                message: error.to_string(),
+                message: with_causes(&error),
             }),
         }
     }
@@ -220,6 +221,7 @@ impl From<WireResult> for Result<Sample, BackendError> {
     fn from(wire: WireResult) -> Self {
         match wire {
             WireResult::Ok(sample) => Ok(sample.into()),
+            // The worker's error arrives as text, which `Failed` carries.
             WireResult::Err(WireError { kind, message }) => Err(match kind {
                 ErrorKind::Cancelled => BackendError::Cancelled,
                 ErrorKind::Unsupported => BackendError::Unsupported(message),
@@ -337,6 +339,19 @@ mod tests {
         assert_eq!(
             Result::<Sample, BackendError>::from(wire),
             Err(BackendError::Failed(unavailable.to_string()))
+        );
+        // An error with causes crosses as a failure with all of them in its text.
+        let io = std::io::Error::from(std::io::ErrorKind::OutOfMemory);
+        let spawn = BackendError::io("could not start the launch worker", io).on_rail(1);
+        let wire = WireResult::from(Err(spawn.clone()));
+        assert_eq!(
+            Result::<Sample, BackendError>::from(wire),
+            Err(BackendError::Failed(with_causes(&spawn)))
+        );
+        assert!(
+            with_causes(&spawn).starts_with("rail 1: could not start the launch worker: "),
+            "{}",
+            with_causes(&spawn)
         );
     }
 
