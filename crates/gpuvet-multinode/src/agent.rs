@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::{
     Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, WorkSpec, slowest_rail,
+    with_causes,
 };
 use gpuvet_control::auth::{SESSION_LEN, from_hex, to_hex};
 use gpuvet_control::{Agent, ClusterError, Received};
@@ -359,10 +360,11 @@ pub(crate) fn answer(
             let probed = cancel_on_link_end(agent, |cancel| {
                 torch_gloo::probe(&setup.python, deadline, cancel)
             });
+            // Replies carry errors as text, with their causes.
             Reply::Torch {
                 python: setup.python.display().to_string(),
                 version: probed.as_ref().ok().cloned(),
-                error: probed.err(),
+                error: probed.err().map(|error| with_causes(&error)),
             }
         }
         Directive::GroupToken { count } => {
@@ -376,7 +378,7 @@ pub(crate) fn answer(
                 },
                 Err(error) => Reply::GroupToken {
                     tokens: Vec::new(),
-                    error: Some(error.to_string()),
+                    error: Some(with_causes(&error)),
                 },
             }
         }
@@ -485,7 +487,7 @@ fn run_collective(
             ..CollectiveReply::default()
         },
         Err(error) => CollectiveReply {
-            error: Some(error.to_string()),
+            error: Some(with_causes(&error)),
             failed_at_ms: Some(unix_now_ms()),
             ..CollectiveReply::default()
         },
@@ -664,7 +666,10 @@ fn rails(
     for (rail, peers) in order.rails.iter().enumerate() {
         let group_spec = group_spec(order, key, peers, Topology::Ring);
         let group = TcpGroup::establish(&group_spec, &plane.rails[rail], deadline, cancel)
-            .map_err(|error| BackendError::Failed(format!("rail {rail}: {error}")))?;
+            .map_err(|error| BackendError::Rail {
+                rail,
+                source: Box::new(error),
+            })?;
         groups.push(group);
     }
     let sample = slowest_rail(multi_all_reduce(&mut groups, spec, deadline, cancel))?;
@@ -698,7 +703,7 @@ fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> V
                     .echo_rtt
                     .or(result.connect_rtt)
                     .map(|rtt| rtt.avg.as_secs_f64() * 1e6),
-                error: result.last_error,
+                error: result.last_error.map(|error| with_causes(&error)),
             })
             .collect(),
         Err(error) => targets
@@ -709,7 +714,7 @@ fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> V
                 attempts: 0,
                 successes: 0,
                 rtt_us: None,
-                error: Some(error.to_string()),
+                error: Some(with_causes(&error)),
             })
             .collect(),
     }
