@@ -14,7 +14,10 @@
 pub mod child;
 pub mod cpu;
 pub mod cuda;
+mod error;
 pub mod sim;
+
+pub use error::{BackendError, IoCause, with_causes};
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -23,27 +26,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::{BackendChoice, Dtype, Settings};
 use gpuvet_core::results::DeviceInfo;
-
-/// Errors of this crate.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum BackendError {
-    /// The requested backend cannot run on this machine.
-    #[error("the `{backend}` backend is not available: {reason}")]
-    Unavailable {
-        backend: &'static str,
-        reason: String,
-    },
-    /// The work was cancelled because the overall timeout expired.
-    #[error("cancelled")]
-    Cancelled,
-    /// The backend cannot do this kind of work (e.g. a dtype it lacks); the check is
-    /// reported `skipped` with this reason.
-    #[error("{0}")]
-    Unsupported(String),
-    /// The work itself failed: a device error, a failed allocation, a bad launch.
-    #[error("{0}")]
-    Failed(String),
-}
 
 /// Set by the runner when the overall timeout expires; long-running work polls it and
 /// stops early. Work that truly hangs never sees it, which the runner also handles.

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use gpuvet_backend::cuda::libs;
 use gpuvet_backend::cuda::nccl::{Comms, Limits, Nccl, UniqueId, code, datatype};
-use gpuvet_backend::{BackendError, CancelToken};
+use gpuvet_backend::{BackendError, CancelToken, with_causes};
 
 /// Long enough for any of these tests on a loaded machine; only a hang reaches it.
 const HANG: Duration = Duration::from_secs(120);
@@ -151,10 +151,14 @@ fn all_reduce(comms: &mut Comms, limits: Limits, cancel: &CancelToken) -> Result
     })
 }
 
-fn failure(result: Result<impl std::fmt::Debug, BackendError>) -> String {
+/// The failure, and its text as a report shows it: the error and its causes.
+fn failure(result: Result<impl std::fmt::Debug, BackendError>) -> (BackendError, String) {
     match result {
-        Err(BackendError::Failed(message)) => message,
-        other => panic!("expected a failure, got {other:?}"),
+        Err(BackendError::Cancelled) | Ok(_) => panic!("expected a failure, got {result:?}"),
+        Err(error) => {
+            let text = with_causes(&error);
+            (error, text)
+        }
     }
 }
 
@@ -205,7 +209,7 @@ fn a_healthy_init_and_collective_end_without_an_abort() {
 fn a_hung_init_is_aborted_at_its_deadline() {
     let fake = current();
     fake.set("init_polls", -1);
-    let (fake, message) = bounded(move || {
+    let (fake, (error, message)) = bounded(move || {
         let result = init(
             &fake,
             3,
@@ -214,6 +218,10 @@ fn a_hung_init_is_aborted_at_its_deadline() {
         );
         (fake, failure(result))
     });
+    assert!(
+        matches!(error, BackendError::NcclTimedOut { .. }),
+        "{error:?}"
+    );
     assert_eq!(
         message,
         "creating NCCL's communicators did not finish within `50ms`; NCCL's communicators \
@@ -276,7 +284,7 @@ fn a_hung_launch_is_aborted_on_cancel_and_at_its_deadline() {
 
     let fake = current();
     fake.set("launch_polls", -1);
-    let (fake, message) = bounded(move || {
+    let (fake, (_, message)) = bounded(move || {
         let cancel = CancelToken::new();
         let step = Duration::from_millis(50);
         let mut comms = init(&fake, 2, limits(HOUR, step), &cancel).unwrap();
@@ -298,7 +306,7 @@ fn an_asynchronous_error_mid_collective_is_reported_in_nccl_s_words_and_aborts()
     fake.set("launch_polls", 1);
     fake.set("run_error", code::REMOTE_ERROR);
     fake.set("run_error_after", 3);
-    let (fake, message) = bounded(move || {
+    let (fake, (error, message)) = bounded(move || {
         let cancel = CancelToken::new();
         let mut comms = init(&fake, 2, limits(HOUR, HOUR), &cancel).unwrap();
         all_reduce(&mut comms, limits(HOUR, HOUR), &cancel).unwrap();
@@ -314,6 +322,15 @@ fn an_asynchronous_error_mid_collective_is_reported_in_nccl_s_words_and_aborts()
          error (code `6`; NCCL's last error: `fake: peer 10.0.0.2<43211> closed the \
          connection`); NCCL's communicators were aborted"
     );
+    // NCCL's words are the reason the wait ended, kept whole inside the message.
+    let BackendError::NcclAborted { what, cause } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(what, "the all-reduce");
+    let BackendError::NcclReports(status) = cause.as_ref() else {
+        panic!("{cause:?}");
+    };
+    assert_eq!(status.code, code::REMOTE_ERROR);
     assert_eq!(fake.count("aborts"), 2);
     assert_eq!(
         fake.count("destroys"),
@@ -327,7 +344,7 @@ fn a_failed_init_is_reported_and_aborted() {
     let fake = current();
     fake.set("init_polls", 2);
     fake.set("init_error", 2);
-    let (fake, message) = bounded(move || {
+    let (fake, (_, message)) = bounded(move || {
         let result = init(&fake, 3, limits(HOUR, HOUR), &CancelToken::new());
         (fake, failure(result))
     });
@@ -369,7 +386,22 @@ fn an_nccl_without_the_config_call_is_driven_blocking() {
     // A blocking init that fails says so at once, and aborts what it made.
     let fake = Fake::load(&builds.old, &builds.dir);
     fake.set("init_error", 2);
-    let message = failure(init(&fake, 2, limits(HOUR, HOUR), &CancelToken::new()));
+    let (error, message) = failure(init(&fake, 2, limits(HOUR, HOUR), &CancelToken::new()));
+    // The failed call is the cause, with NCCL's words under it.
+    let BackendError::NcclStart { what, source } = &error else {
+        panic!("{error:?}");
+    };
+    assert_eq!(what, "creating NCCL's communicators");
+    assert!(
+        matches!(
+            **source,
+            BackendError::Nccl {
+                call: "ncclCommInitRank",
+                ..
+            }
+        ),
+        "{source:?}"
+    );
     assert!(
         message.starts_with(
             "creating NCCL's communicators failed: `ncclCommInitRank` failed: unhandled system \

@@ -11,8 +11,11 @@
 //! through the same [`Sample`] and [`BackendError`], since the agent hands their results
 //! to the same runner and analysis. Only `gpuvet-multinode`'s agent uses this crate.
 
+mod error;
 pub mod tcp;
 pub mod torch_gloo;
+
+pub use error::DataPlaneError;
 
 use gpuvet_backend::{
     BackendError, CancelToken, Sample, WorkSpec, all_gather_busbw, all_reduce_busbw, child,

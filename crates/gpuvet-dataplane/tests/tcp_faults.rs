@@ -9,7 +9,8 @@ use std::net::{TcpListener, TcpStream};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::{BackendError, CancelToken};
+use gpuvet_backend::{BackendError, CancelToken, with_causes};
+use gpuvet_dataplane::DataPlaneError;
 use gpuvet_dataplane::tcp::{
     CollectiveSpec, DataKey, GroupSpec, ProbeResponder, ProbeSpec, TcpGroup, Topology,
     probe_connectivity,
@@ -503,12 +504,15 @@ fn connectivity_probe_tells_open_from_closed() {
         (4, 0, 0.0)
     );
     assert_eq!(shut.connect_rtt, None);
-    assert!(shut.last_error.unwrap().starts_with("connect: "));
+    let refused = shut.last_error.unwrap();
+    assert!(matches!(refused, DataPlaneError::Connect(_)), "{refused:?}");
+    assert!(with_causes(&refused).starts_with("connect: "));
 
     // A port that accepts but does not answer pings: reachable, but the echo fails
     // within the per-attempt timeout.
     assert_eq!(no_responder.successes, 0);
-    assert!(no_responder.last_error.unwrap().starts_with("echo: "));
+    let silent = no_responder.last_error.unwrap();
+    assert!(with_causes(&silent).starts_with("echo: "), "{silent:?}");
 
     // tcping's own measure (connect only) counts that port as reachable.
     let connect_only = ProbeSpec {

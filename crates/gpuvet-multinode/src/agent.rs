@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::{
     Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, WorkSpec, slowest_rail,
+    with_causes,
 };
 use gpuvet_control::auth::{SESSION_LEN, from_hex, to_hex};
 use gpuvet_control::{Agent, ClusterError, Received};
@@ -78,7 +79,7 @@ struct TcpPorts {
     rails: Vec<TcpListener>,
     probe: ProbeResponder,
     /// Per configured interface: its responder, or why there is none.
-    interfaces: Vec<(String, Result<ProbeResponder, String>)>,
+    interfaces: Vec<(String, Result<ProbeResponder, GroupError>)>,
 }
 
 /// A node on a [`Fabric`]: its address there, and how many rails it has.
@@ -136,7 +137,11 @@ impl DataPlane {
                 let responder = ipv4_of(name).and_then(|ip| {
                     TcpListener::bind((ip, 0))
                         .and_then(ProbeResponder::spawn)
-                        .map_err(|err| format!("cannot listen on `{name}` ({ip}): {err}"))
+                        .map_err(|source| GroupError::InterfaceListen {
+                            name: name.clone(),
+                            ip,
+                            source,
+                        })
                 });
                 (name.clone(), responder)
             })
@@ -230,7 +235,8 @@ impl DataPlane {
                     .map(|(name, responder)| InterfaceProbe {
                         name: name.clone(),
                         addr: responder.as_ref().ok().map(ProbeResponder::local_addr),
-                        error: responder.as_ref().err().cloned(),
+                        // Text in the hello, with its causes.
+                        error: responder.as_ref().err().map(|error| with_causes(error)),
                     })
                     .collect(),
                 Ports::Simulated(_) => Vec::new(),
@@ -342,7 +348,7 @@ pub(crate) fn answer(
                     run_collective(setup, plane, &order, &key, cancel)
                 }),
                 Err(error) => CollectiveReply {
-                    error: Some(error),
+                    error: Some(with_causes(&error)),
                     failed_at_ms: Some(unix_now_ms()),
                     ..CollectiveReply::default()
                 },
@@ -359,10 +365,11 @@ pub(crate) fn answer(
             let probed = cancel_on_link_end(agent, |cancel| {
                 torch_gloo::probe(&setup.python, deadline, cancel)
             });
+            // Replies carry errors as text, with their causes.
             Reply::Torch {
                 python: setup.python.display().to_string(),
                 version: probed.as_ref().ok().cloned(),
-                error: probed.err(),
+                error: probed.err().map(|error| with_causes(&error)),
             }
         }
         Directive::GroupToken { count } => {
@@ -376,7 +383,7 @@ pub(crate) fn answer(
                 },
                 Err(error) => Reply::GroupToken {
                     tokens: Vec::new(),
-                    error: Some(error.to_string()),
+                    error: Some(with_causes(&error)),
                 },
             }
         }
@@ -436,17 +443,19 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
 }
 
 /// The run's data-plane key, from the session id in the order and the token.
-fn data_key(agent: &Agent, order: &CollectiveOrder) -> Result<DataKey, String> {
-    let session = from_hex(&order.session)
-        .filter(|session| session.len() == SESSION_LEN)
-        .ok_or_else(|| {
-            format!(
-                "the coordinator's data-plane session `{}` is not {} hex digits (a bug in gpuvet)",
-                order.session,
-                SESSION_LEN * 2
-            )
-        })?;
+fn data_key(agent: &Agent, order: &CollectiveOrder) -> Result<DataKey, GroupError> {
+    let session = data_session(&order.session)?;
     Ok(DataKey::from_bytes(agent.data_plane_key(&session)))
+}
+
+/// The session id of an order, from its hex.
+fn data_session(hex: &str) -> Result<Vec<u8>, GroupError> {
+    from_hex(hex)
+        .filter(|session| session.len() == SESSION_LEN)
+        .ok_or_else(|| GroupError::BadSession {
+            session: hex.to_owned(),
+            digits: SESSION_LEN * 2,
+        })
 }
 
 fn run_collective(
@@ -485,7 +494,7 @@ fn run_collective(
             ..CollectiveReply::default()
         },
         Err(error) => CollectiveReply {
-            error: Some(error.to_string()),
+            error: Some(with_causes(&error)),
             failed_at_ms: Some(unix_now_ms()),
             ..CollectiveReply::default()
         },
@@ -550,7 +559,7 @@ fn across(
             .collective_across(&work.across, &work.work, &work.cancel);
         let _ = sender.send(sample);
     })
-    .map_err(|err| BackendError::Failed(format!("cannot start the collective: {err}")))?;
+    .map_err(|err| BackendError::io("cannot start the collective", err))?;
     loop {
         match result.recv_timeout(Duration::from_millis(100)) {
             Ok(sample) => return sample.map(|sample| (sample, Vec::new())),
@@ -664,7 +673,10 @@ fn rails(
     for (rail, peers) in order.rails.iter().enumerate() {
         let group_spec = group_spec(order, key, peers, Topology::Ring);
         let group = TcpGroup::establish(&group_spec, &plane.rails[rail], deadline, cancel)
-            .map_err(|error| BackendError::Failed(format!("rail {rail}: {error}")))?;
+            .map_err(|error| BackendError::Rail {
+                rail,
+                source: Box::new(error),
+            })?;
         groups.push(group);
     }
     let sample = slowest_rail(multi_all_reduce(&mut groups, spec, deadline, cancel))?;
@@ -698,7 +710,7 @@ fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> V
                     .echo_rtt
                     .or(result.connect_rtt)
                     .map(|rtt| rtt.avg.as_secs_f64() * 1e6),
-                error: result.last_error,
+                error: result.last_error.map(|error| with_causes(&error)),
             })
             .collect(),
         Err(error) => targets
@@ -709,7 +721,7 @@ fn run_probe(targets: &[ProbeTarget], budget_ms: u64, cancel: &CancelToken) -> V
                 attempts: 0,
                 successes: 0,
                 rtt_us: None,
-                error: Some(error.to_string()),
+                error: Some(with_causes(&error)),
             })
             .collect(),
     }
@@ -720,6 +732,52 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
+
+    #[test]
+    fn a_session_that_is_not_the_coordinator_s_hex_is_refused() {
+        let good = "ab".repeat(SESSION_LEN);
+        assert_eq!(data_session(&good).unwrap().len(), SESSION_LEN);
+        for bad in ["zz", "abcd", ""] {
+            let err = data_session(bad).unwrap_err();
+            assert!(
+                matches!(&err, GroupError::BadSession { session, .. } if session == bad),
+                "{err:?}"
+            );
+        }
+        assert_eq!(
+            data_session("abcd").unwrap_err().to_string(),
+            format!(
+                "the coordinator's data-plane session `abcd` is not {} hex digits (a bug in \
+                 gpuvet)",
+                SESSION_LEN * 2
+            )
+        );
+    }
+
+    #[test]
+    fn an_interface_that_cannot_be_probed_is_reported_in_the_hello() {
+        let plane = DataPlane::bind(
+            IpAddr::V4(Ipv4Addr::LOCALHOST),
+            1,
+            &["lo".to_owned(), "nosuchif0".to_owned()],
+        )
+        .unwrap();
+        let Ports::Tcp(tcp) = &plane.ports else {
+            unreachable!()
+        };
+        assert!(tcp.interfaces[0].1.is_ok());
+        assert!(matches!(
+            tcp.interfaces[1].1,
+            Err(GroupError::NoSuchInterface { .. })
+        ));
+        let backend = gpuvet_backend::sim::SimBackend::new(Default::default());
+        let info = plane.node_info(&backend, String::new()).unwrap();
+        assert_eq!(
+            info.interfaces[1].error.as_deref(),
+            Some("this node has no interface `nosuchif0`")
+        );
+        assert!(info.interfaces[0].addr.is_some());
+    }
 
     #[test]
     fn the_data_plane_listens_where_the_control_connection_comes_from() {

@@ -12,6 +12,7 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::CheckResult;
 use gpuvet_core::timeline::CheckSpan;
 
+use crate::GroupError;
 use crate::wire::{Directive, NodeInfo, Reply, parse_stamped};
 use gpuvet_core::time::unix_now_ms;
 
@@ -51,14 +52,12 @@ pub(crate) struct Member {
 
 impl Member {
     /// Reads a joined member's hello; `Err` says what is missing.
-    pub(crate) fn from_info(info: &MemberInfo) -> Result<Member, String> {
+    pub(crate) fn from_info(info: &MemberInfo) -> Result<Member, GroupError> {
         let node_info: NodeInfo = info
             .info
             .parse()
-            .map_err(|err| format!("its hello carries no usable node info: {err}"))?;
-        let data = info
-            .data_addr
-            .ok_or_else(|| "its hello names no data-plane address".to_owned())?;
+            .map_err(|source| GroupError::BadNodeInfo { source })?;
+        let data = info.data_addr.ok_or(GroupError::NoDataAddress)?;
         let at = |port: u16| SocketAddr::new(data.ip(), port);
         Ok(Member {
             rank: info.rank,
@@ -406,6 +405,27 @@ mod tests {
             .collect();
         reachable_from_peers(&mut members, joined);
         members
+    }
+
+    #[test]
+    fn a_hello_without_what_the_plan_needs_says_what_is_missing() {
+        let mut no_data = info(1, "10.0.0.2:5000", "10.0.0.1:29517", "10.0.0.2:7000", false);
+        no_data.data_addr = None;
+        let err = Member::from_info(&no_data).unwrap_err();
+        assert!(matches!(err, GroupError::NoDataAddress), "{err:?}");
+        assert_eq!(err.to_string(), "its hello names no data-plane address");
+
+        let mut garbled = no_data;
+        garbled.info = gpuvet_control::Body::to(&"not node info").unwrap();
+        let err = Member::from_info(&garbled).unwrap_err();
+        let GroupError::BadNodeInfo { source } = &err else {
+            panic!("{err:?}");
+        };
+        // The incident names the parser's reason after the member's, as before.
+        assert_eq!(
+            gpuvet_backend::with_causes(&err),
+            format!("its hello carries no usable node info: {source}")
+        );
     }
 
     #[test]

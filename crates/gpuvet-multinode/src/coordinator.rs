@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
+use gpuvet_backend::with_causes;
 use gpuvet_control::{
     Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind, MemberState,
     diagnose,
@@ -82,6 +83,7 @@ pub fn run_group(
         match Member::from_info(info) {
             Ok(member) => conversation.members.push(member),
             Err(why) => {
+                let why = with_causes(&why);
                 let incident = Incident {
                     rank: info.rank,
                     node: Some(info.node.clone()),

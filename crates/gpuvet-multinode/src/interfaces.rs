@@ -4,8 +4,10 @@
 use std::ffi::CStr;
 use std::net::{IpAddr, Ipv4Addr};
 
+use crate::GroupError;
+
 /// The first IPv4 address of interface `name`, or why there is none.
-pub(crate) fn ipv4_of(name: &str) -> Result<Ipv4Addr, String> {
+pub(crate) fn ipv4_of(name: &str) -> Result<Ipv4Addr, GroupError> {
     let addresses = ipv4_addresses()?;
     if let Some(ip) = addresses
         .iter()
@@ -13,10 +15,11 @@ pub(crate) fn ipv4_of(name: &str) -> Result<Ipv4Addr, String> {
     {
         return Ok(ip);
     }
-    if addresses.iter().any(|(n, _)| n == name) {
-        Err(format!("interface `{name}` has no IPv4 address"))
+    let name = name.to_owned();
+    if addresses.iter().any(|(n, _)| *n == name) {
+        Err(GroupError::NoIpv4 { name })
     } else {
-        Err(format!("this node has no interface `{name}`"))
+        Err(GroupError::NoSuchInterface { name })
     }
 }
 
@@ -30,17 +33,16 @@ pub(crate) fn interface_with(ip: IpAddr) -> Option<String> {
 }
 
 /// Every interface entry, with its IPv4 address when the entry is one.
-fn ipv4_addresses() -> Result<Vec<(String, Option<Ipv4Addr>)>, String> {
+fn ipv4_addresses() -> Result<Vec<(String, Option<Ipv4Addr>)>, GroupError> {
     let mut found = Vec::new();
     // SAFETY: getifaddrs fills a linked list that we walk read-only and free once;
     // every pointer is checked for null before it is read.
     unsafe {
         let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
         if libc::getifaddrs(&mut list) != 0 {
-            return Err(format!(
-                "cannot list network interfaces: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(GroupError::ListInterfaces {
+                source: std::io::Error::last_os_error(),
+            });
         }
         let mut entry = list;
         while !entry.is_null() {
@@ -71,10 +73,51 @@ mod tests {
 
     #[test]
     fn loopback_has_its_address_and_a_made_up_name_has_none() {
-        assert_eq!(ipv4_of("lo"), Ok(Ipv4Addr::LOCALHOST));
+        assert_eq!(ipv4_of("lo").unwrap(), Ipv4Addr::LOCALHOST);
+        let missing = ipv4_of("nosuchif0").unwrap_err();
+        assert!(
+            matches!(&missing, GroupError::NoSuchInterface { name } if name == "nosuchif0"),
+            "{missing:?}"
+        );
         assert_eq!(
-            ipv4_of("nosuchif0"),
-            Err("this node has no interface `nosuchif0`".to_owned())
+            missing.to_string(),
+            "this node has no interface `nosuchif0`"
+        );
+    }
+
+    #[test]
+    fn an_interface_without_ipv4_says_so() {
+        // Every interface has a link-layer entry; one with no IPv4 entry, if this
+        // machine has one, is named as such.
+        let addresses = ipv4_addresses().unwrap();
+        if let Some((name, _)) = addresses
+            .iter()
+            .find(|(n, _)| addresses.iter().all(|(m, ip)| m != n || ip.is_none()))
+        {
+            let err = ipv4_of(name).unwrap_err();
+            assert!(matches!(err, GroupError::NoIpv4 { .. }), "{err:?}");
+        }
+        let err = GroupError::NoIpv4 {
+            name: "ib0".to_owned(),
+        };
+        assert_eq!(err.to_string(), "interface `ib0` has no IPv4 address");
+        // Failures of the system's calls keep their cause.
+        let listing = GroupError::ListInterfaces {
+            source: std::io::Error::from(std::io::ErrorKind::OutOfMemory),
+        };
+        assert_eq!(listing.to_string(), "cannot list network interfaces");
+        assert!(std::error::Error::source(&listing).is_some());
+        let listen = GroupError::InterfaceListen {
+            name: "ib0".to_owned(),
+            ip: Ipv4Addr::new(10, 0, 0, 1),
+            source: std::io::Error::from(std::io::ErrorKind::AddrInUse),
+        };
+        assert_eq!(
+            gpuvet_backend::with_causes(&listen),
+            format!(
+                "cannot listen on `ib0` (10.0.0.1): {}",
+                std::io::Error::from(std::io::ErrorKind::AddrInUse)
+            )
         );
     }
 

@@ -6,13 +6,13 @@ use std::sync::Arc;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::{Backend, BackendError, CancelToken, Sample};
+use gpuvet_backend::{Backend, BackendError, CancelToken, Sample, with_causes};
 use gpuvet_core::analysis::{JudgePolicy, check_status, clear_contended_slow, judge, suspects};
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::results::{CheckResult, CheckStatus, Entity, EntityResult, Measurement, Verdict};
 
-use crate::RunPlan;
 use crate::worker::{Event, Workers};
+use crate::{RunPlan, RunnerError};
 
 /// A device that has not answered this many times longer than its slowest peer is
 /// named hung, so one stuck GPU does not cost the whole timeout.
@@ -219,7 +219,7 @@ fn to_measurement(entity: Entity, sample: Result<Sample, BackendError>) -> Measu
             wrong_result: sample.wrong_result,
             extra: sample.extra,
         },
-        Err(error) => Measurement::failed(entity, error.to_string()),
+        Err(error) => Measurement::failed(entity, with_causes(&error)),
     }
 }
 
@@ -239,7 +239,7 @@ fn start(
     name: CheckName,
     units: &[Unit],
     cancel: &CancelToken,
-) -> Result<mpsc::Receiver<Event>, String> {
+) -> Result<mpsc::Receiver<Event>, RunnerError> {
     if let Executor::Worker(workers) = executor {
         let devices = units.iter().map(|unit| unit.devices.clone()).collect();
         return workers.round(name, &plan.work, devices);
@@ -255,7 +255,7 @@ fn start(
             let result = crate::work::run_unit(&*backend, name, &devices, &work, &cancel);
             let _ = tx.send(Event::Unit { slot, result });
         })
-        .map_err(|err| format!("cannot start a thread for the check's work: {err}"))?;
+        .map_err(|source| RunnerError::StartThread { source })?;
     }
     Ok(rx)
 }
@@ -274,7 +274,8 @@ fn measure(
     cancel: &CancelToken,
 ) -> Result<Vec<Result<Sample, BackendError>>, Stop> {
     let started = Instant::now();
-    let rx = start(backend, executor, plan, name, units, cancel).map_err(Stop::Broken)?;
+    let rx = start(backend, executor, plan, name, units, cancel)
+        .map_err(|error| Stop::Broken(with_causes(&error)))?;
     let kill = || match executor {
         Executor::InProcess => None,
         Executor::Worker(workers) => workers.kill(),

@@ -14,6 +14,7 @@
 //! its share of the node-scope checks, while the coordinator plans and judges.
 
 mod check;
+mod error;
 mod overlap;
 mod plan;
 mod protocol;
@@ -22,6 +23,7 @@ mod work;
 mod worker;
 
 pub use check::{HANG_FACTOR, HANG_GRACE};
+pub use error::RunnerError;
 pub use plan::{RunPlan, runs_among_local_devices, scope_skip_reason};
 pub use serve::{protocol_output, serve_worker};
 pub use work::unit_work;
@@ -36,18 +38,6 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::inventory::NodeInventory;
 use gpuvet_core::inventory_check::judge_inventories;
 use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Outcome, RunReport};
-
-/// Errors of this crate: only a worker process's own side of the pipe has any.
-#[derive(Debug, thiserror::Error)]
-pub enum RunnerError {
-    #[error("{what}: {source}")]
-    Io {
-        what: String,
-        source: std::io::Error,
-    },
-    #[error("{0}")]
-    Protocol(String),
-}
 
 /// What the runner tells its observers, in order.
 #[derive(Debug)]

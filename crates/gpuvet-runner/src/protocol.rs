@@ -4,15 +4,19 @@
 //!
 //! The wire types mirror [`Sample`], [`WorkSpec`] and [`BackendError`] instead of
 //! deriving serde on them: floats that JSON cannot carry (NaN, ±inf) survive as
-//! strings, and a field added to those types breaks the build here, not the wire.
+//! strings, and a field added to those types breaks the build here, not the wire. An
+//! error crosses as its kind and its text with every cause, which is all a check's
+//! result keeps of it.
 
 use std::collections::BTreeMap;
 
-use gpuvet_backend::{BackendError, Sample, WorkSpec};
+use gpuvet_backend::{BackendError, Sample, WorkSpec, with_causes};
 use gpuvet_core::bounds::json_values_at_most;
 use gpuvet_core::catalog::CheckName;
 use gpuvet_core::config::Dtype;
 use serde::{Deserialize, Serialize};
+
+use crate::RunnerError;
 
 /// Bumped when a line changes meaning; parent and worker are the same binary, so a
 /// mismatch means the binary was replaced during the run.
@@ -188,9 +192,11 @@ impl From<&WorkSpec> for WireWork {
 }
 
 impl WireWork {
-    pub(crate) fn to_spec(&self) -> Result<WorkSpec, String> {
-        let gemm_dtype = Dtype::parse(&self.gemm_dtype)
-            .ok_or_else(|| format!("unknown GEMM dtype `{}`", self.gemm_dtype))?;
+    pub(crate) fn to_spec(&self) -> Result<WorkSpec, RunnerError> {
+        let gemm_dtype =
+            Dtype::parse(&self.gemm_dtype).ok_or_else(|| RunnerError::UnknownDtype {
+                dtype: self.gemm_dtype.clone(),
+            })?;
         Ok(WorkSpec {
             gemm_dtype,
             gemm_size: self.gemm_size,
@@ -207,10 +213,11 @@ impl From<Result<Sample, BackendError>> for WireResult {
                 kind: match error {
                     BackendError::Cancelled => ErrorKind::Cancelled,
                     BackendError::Unsupported(_) => ErrorKind::Unsupported,
-                    // `Unavailable` names a static backend; its text is what matters.
-                    BackendError::Failed(_) | BackendError::Unavailable { .. } => ErrorKind::Failed,
+                    // Every failure reads the same to the runner; its text is what
+                    // matters (`Unavailable` names a static backend, which cannot cross).
+                    _ => ErrorKind::Failed,
                 },
-                message: error.to_string(),
+                message: with_causes(&error),
             }),
         }
     }
@@ -220,6 +227,7 @@ impl From<WireResult> for Result<Sample, BackendError> {
     fn from(wire: WireResult) -> Self {
         match wire {
             WireResult::Ok(sample) => Ok(sample.into()),
+            // The worker's error arrives as text, which `Failed` carries.
             WireResult::Err(WireError { kind, message }) => Err(match kind {
                 ErrorKind::Cancelled => BackendError::Cancelled,
                 ErrorKind::Unsupported => BackendError::Unsupported(message),
@@ -243,32 +251,32 @@ pub(crate) const MAX_LINE_BYTES: usize = 16 << 20;
 pub(crate) const MAX_LINE_VALUES: usize = 1 << 20;
 
 /// A line the worker wrote, or why it cannot be read (quoting the line).
-pub(crate) fn decode_from_worker(line: &str) -> Result<FromWorker, String> {
+pub(crate) fn decode_from_worker(line: &str) -> Result<FromWorker, RunnerError> {
     check_values(line)?;
-    serde_json::from_str(line).map_err(|err| unreadable(line, &err))
+    serde_json::from_str(line).map_err(|error| unreadable(line, error))
 }
 
 /// A line the runner wrote, or why it cannot be read (quoting the line).
-pub(crate) fn decode_request(line: &str) -> Result<Request, String> {
+pub(crate) fn decode_request(line: &str) -> Result<Request, RunnerError> {
     check_values(line)?;
-    serde_json::from_str(line).map_err(|err| unreadable(line, &err))
+    serde_json::from_str(line).map_err(|error| unreadable(line, error))
 }
 
-fn check_values(line: &str) -> Result<(), String> {
+fn check_values(line: &str) -> Result<(), RunnerError> {
     match json_values_at_most(line.as_bytes(), MAX_LINE_VALUES) {
         Ok(_) => Ok(()),
-        Err(_) => Err(format!(
-            "a line of more than `{MAX_LINE_VALUES}` json values"
-        )),
+        Err(_) => Err(RunnerError::TooManyValues {
+            max: MAX_LINE_VALUES,
+        }),
     }
 }
 
-fn unreadable(line: &str, err: &serde_json::Error) -> String {
+fn unreadable(line: &str, error: serde_json::Error) -> RunnerError {
     let mut quote: String = line.chars().take(QUOTE_CHARS).collect();
     if quote.len() < line.len() {
         quote.push('…');
     }
-    format!("an unreadable line `{quote}` ({err})")
+    RunnerError::Unreadable { quote, error }
 }
 
 #[cfg(test)]
@@ -338,6 +346,19 @@ mod tests {
             Result::<Sample, BackendError>::from(wire),
             Err(BackendError::Failed(unavailable.to_string()))
         );
+        // An error with causes crosses as a failure with all of them in its text.
+        let io = std::io::Error::from(std::io::ErrorKind::OutOfMemory);
+        let spawn = BackendError::io("could not start the launch worker", io).on_rail(1);
+        let wire = WireResult::from(Err(spawn.clone()));
+        assert_eq!(
+            Result::<Sample, BackendError>::from(wire),
+            Err(BackendError::Failed(with_causes(&spawn)))
+        );
+        assert!(
+            with_causes(&spawn).starts_with("rail 1: could not start the launch worker: "),
+            "{}",
+            with_causes(&spawn)
+        );
     }
 
     #[test]
@@ -370,22 +391,35 @@ mod tests {
             )
         };
         let under = decode_from_worker(&line(MAX_LINE_VALUES - 19)).unwrap_err();
-        assert!(under.starts_with("an unreadable line"), "{under}");
+        assert!(matches!(under, RunnerError::Unreadable { .. }), "{under}");
         let over = decode_from_worker(&line(MAX_LINE_VALUES - 18)).unwrap_err();
-        assert_eq!(over, "a line of more than `1048576` json values");
+        assert!(matches!(over, RunnerError::TooManyValues { max: 1048576 }));
+        assert_eq!(
+            over.to_string(),
+            "a line of more than `1048576` json values"
+        );
         let over = decode_request(&line(MAX_LINE_VALUES - 18)).unwrap_err();
-        assert_eq!(over, "a line of more than `1048576` json values");
+        assert_eq!(
+            over.to_string(),
+            "a line of more than `1048576` json values"
+        );
     }
 
     #[test]
     fn unreadable_lines_are_quoted_and_explained() {
         let err = decode_from_worker("NCCL INFO Bootstrap : Using eth0").unwrap_err();
-        assert!(
-            err.starts_with("an unreadable line `NCCL INFO Bootstrap : Using eth0` ("),
-            "{err}"
+        // The parser's words stay in the parentheses, where results have shown them.
+        let RunnerError::Unreadable { quote, error } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(quote, "NCCL INFO Bootstrap : Using eth0");
+        assert_eq!(
+            err.to_string(),
+            format!("an unreadable line `NCCL INFO Bootstrap : Using eth0` ({error})")
         );
+        assert!(std::error::Error::source(&err).is_none());
         let long = "x".repeat(1000);
-        let err = decode_from_worker(&long).unwrap_err();
+        let err = decode_from_worker(&long).unwrap_err().to_string();
         assert!(
             err.contains(&format!("`{}…`", "x".repeat(QUOTE_CHARS))),
             "{err}"
@@ -394,17 +428,20 @@ mod tests {
         assert!(decode_from_worker(r#"{"unit": {"round": 1}}"#).is_err());
         assert!(decode_from_worker(r#"{"hello": {"protocol": 1}}"#).is_err());
         let err = decode_request(r#"{"round": 1, "check": "gemm_flop", "work": {}, "units": []}"#)
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("unknown check `gemm_flop`"), "{err}");
         let bad_dtype = WireWork {
             gemm_dtype: "fp4".to_owned(),
             gemm_size: None,
             collective_bytes: None,
         };
-        assert_eq!(
-            bad_dtype.to_spec(),
-            Err("unknown GEMM dtype `fp4`".to_owned())
+        let err = bad_dtype.to_spec().unwrap_err();
+        assert!(
+            matches!(&err, RunnerError::UnknownDtype { dtype } if dtype == "fp4"),
+            "{err:?}"
         );
+        assert_eq!(err.to_string(), "unknown GEMM dtype `fp4`");
         assert!(
             serde_json::from_str::<WireF64>(r#""fast""#)
                 .unwrap_err()

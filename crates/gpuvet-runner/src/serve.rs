@@ -1,12 +1,13 @@
 //! The worker process's side of the pipe protocol: build nothing, trust nothing, run
 //! the units the runner asks for and answer each as it finishes.
 
+use std::error::Error;
 use std::fs::File;
 use std::io::{BufRead, Read, Write};
 use std::os::fd::FromRawFd;
 use std::sync::{Arc, mpsc};
 
-use gpuvet_backend::{Backend, CancelToken};
+use gpuvet_backend::{Backend, CancelToken, with_causes};
 
 use crate::RunnerError;
 use crate::protocol::{self, FromWorker, PROTOCOL};
@@ -18,13 +19,16 @@ use crate::protocol::{self, FromWorker, PROTOCOL};
 /// The worker's work is never cancelled from here: the runner kills the process
 /// instead, which is the point of having one.
 pub fn serve_worker(
-    backend: Result<Arc<dyn Backend>, String>,
+    backend: Result<Arc<dyn Backend>, Box<dyn Error + Send + Sync>>,
     input: impl BufRead,
     mut output: impl Write,
 ) -> Result<(), RunnerError> {
     let backend = match backend {
         Ok(backend) => backend,
-        Err(message) => {
+        Err(error) => {
+            // Only text crosses the pipe: the error's own message, as before (the
+            // binary's errors do not all leave their causes out of it).
+            let message = error.to_string();
             write_line(&mut output, &FromWorker::Fatal { message })?;
             return Ok(());
         }
@@ -57,10 +61,9 @@ pub fn serve_worker(
         if line.len() > protocol::MAX_LINE_BYTES && !line.ends_with('\n') {
             return fatal(
                 &mut output,
-                format!(
-                    "the worker cannot read the runner's request: a line longer than `{}` bytes",
-                    protocol::MAX_LINE_BYTES
-                ),
+                RunnerError::LineTooLong {
+                    max: protocol::MAX_LINE_BYTES,
+                },
             );
         }
         let line = line.trim_end_matches(['\n', '\r']);
@@ -73,12 +76,7 @@ pub fn serve_worker(
         });
         let (request, work) = match request {
             Ok(request) => request,
-            Err(why) => {
-                return fatal(
-                    &mut output,
-                    format!("the worker cannot read the runner's request: {why}"),
-                );
-            }
+            Err(why) => return fatal(&mut output, why),
         };
         let (tx, rx) = mpsc::channel();
         for (slot, devices) in request.units.into_iter().enumerate() {
@@ -111,15 +109,18 @@ pub fn serve_worker(
     Ok(())
 }
 
-/// Tells the runner why this worker gives up, and gives up.
-fn fatal(output: &mut impl Write, message: String) -> Result<(), RunnerError> {
+/// Tells the runner why this worker cannot read its request, and gives up.
+fn fatal(output: &mut impl Write, why: RunnerError) -> Result<(), RunnerError> {
+    let error = RunnerError::BadRequest {
+        source: Box::new(why),
+    };
     write_line(
         output,
         &FromWorker::Fatal {
-            message: message.clone(),
+            message: with_causes(&error),
         },
     )?;
-    Err(RunnerError::Protocol(message))
+    Err(error)
 }
 
 fn write_line(output: &mut impl Write, message: &FromWorker) -> Result<(), RunnerError> {
@@ -201,7 +202,15 @@ mod tests {
         let err = serve_worker(Ok(sim(Vec::new())), endless, &mut output).unwrap_err();
         let expected =
             "the worker cannot read the runner's request: a line longer than `16777216` bytes";
-        assert_eq!(err.to_string(), expected);
+        assert_eq!(
+            err.to_string(),
+            "the worker cannot read the runner's request"
+        );
+        assert!(
+            matches!(&err, RunnerError::BadRequest { source } if matches!(**source, RunnerError::LineTooLong { max: 16777216 })),
+            "{err:?}"
+        );
+        assert_eq!(with_causes(&err), expected);
         assert!(matches!(
             &lines(&output)[1],
             FromWorker::Fatal { message } if message == expected
@@ -256,10 +265,34 @@ mod tests {
     }
 
     #[test]
+    fn a_runner_that_stopped_reading_is_an_io_error_with_its_cause() {
+        struct Closed;
+        impl Write for Closed {
+            fn write(&mut self, _: &[u8]) -> std::io::Result<usize> {
+                Err(std::io::ErrorKind::BrokenPipe.into())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let err = serve_worker(Ok(sim(Vec::new())), "".as_bytes(), Closed).unwrap_err();
+        let RunnerError::Io { what, source } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(what, "cannot answer the runner");
+        assert_eq!(source.kind(), std::io::ErrorKind::BrokenPipe);
+        assert_eq!(err.to_string(), "cannot answer the runner");
+    }
+
+    #[test]
     fn a_backend_that_cannot_be_built_is_reported_not_served() {
         let mut output = Vec::new();
+        let unavailable = gpuvet_backend::BackendError::Unavailable {
+            backend: "cuda",
+            reason: "no libcuda".to_owned(),
+        };
         serve_worker(
-            Err("no libcuda".to_owned()),
+            Err(Box::new(unavailable)),
             request(1, CheckName::GemmFlops, vec![vec![0]]).as_bytes(),
             &mut output,
         )
@@ -267,7 +300,7 @@ mod tests {
         assert_eq!(
             lines(&output),
             [FromWorker::Fatal {
-                message: "no libcuda".to_owned()
+                message: "the `cuda` backend is not available: no libcuda".to_owned()
             }]
         );
     }
@@ -277,7 +310,7 @@ mod tests {
         let mut output = Vec::new();
         let err =
             serve_worker(Ok(sim(Vec::new())), "hello?\n".as_bytes(), &mut output).unwrap_err();
-        assert!(matches!(err, RunnerError::Protocol(_)), "{err}");
+        assert!(matches!(err, RunnerError::BadRequest { .. }), "{err}");
         let lines = lines(&output);
         assert_eq!(lines.len(), 2);
         let FromWorker::Fatal { message } = &lines[1] else {

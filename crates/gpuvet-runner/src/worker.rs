@@ -11,9 +11,10 @@ use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::{Backend, BackendError, Sample, WorkSpec};
+use gpuvet_backend::{Backend, BackendError, Sample, WorkSpec, with_causes};
 use gpuvet_core::catalog::CheckName;
 
+use crate::RunnerError;
 use crate::protocol::{self, FromWorker, PROTOCOL, Request, WireWork};
 
 /// How long a worker whose input was closed may take to exit before it is killed.
@@ -105,10 +106,10 @@ impl Workers {
         check: CheckName,
         work: &WorkSpec,
         units: Vec<Vec<u32>>,
-    ) -> Result<mpsc::Receiver<Event>, String> {
+    ) -> Result<mpsc::Receiver<Event>, RunnerError> {
         let mut state = lock(&self.state);
         if state.stopped {
-            return Err("the check was over before its worker process started".to_owned());
+            return Err(RunnerError::CheckOver);
         }
         if state
             .live
@@ -172,7 +173,7 @@ impl Workers {
         Some(end(live, graceful))
     }
 
-    fn spawn(&self) -> Result<Live, String> {
+    fn spawn(&self) -> Result<Live, RunnerError> {
         let mut command = Command::new(&self.launcher.program);
         command
             .args(&self.launcher.args)
@@ -182,11 +183,9 @@ impl Workers {
         // A dying gpuvet takes its worker along. The signal follows the thread that
         // spawned the worker, which outlives every round it runs.
         gpuvet_backend::child::die_with_parent(&mut command);
-        let mut child = command.spawn().map_err(|err| {
-            format!(
-                "cannot start the check's worker process `{}`: {err}",
-                self.launcher.program.display()
-            )
+        let mut child = command.spawn().map_err(|source| RunnerError::StartWorker {
+            program: self.launcher.program.clone(),
+            source,
         })?;
         let stdout = child.stdout.take().expect("stdout is piped");
         let stdin = child.stdin.take();
@@ -199,12 +198,10 @@ impl Workers {
         let spawned = std::thread::Builder::new()
             .name(format!("worker-{}", child.id()))
             .spawn(move || reader.read(stdout));
-        if let Err(err) = spawned {
+        if let Err(source) = spawned {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
-                "cannot start a thread to read the check's worker process: {err}"
-            ));
+            return Err(RunnerError::StartReader { source });
         }
         Ok(Live { child, stdin, sink })
     }
@@ -327,7 +324,10 @@ impl Reader {
             })
         };
         match protocol::decode_from_worker(line) {
-            Err(why) => broken(format!("the check's worker process wrote {why}")),
+            Err(why) => broken(format!(
+                "the check's worker process wrote {}",
+                with_causes(&why)
+            )),
             Ok(FromWorker::Fatal { message }) => Some(Event::Broken {
                 message: format!("the check's worker process could not run it: {message}"),
                 blame_units: false,
@@ -432,5 +432,42 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert!(workers.stop(false).is_some());
+    }
+
+    #[test]
+    fn a_worker_that_cannot_start_says_which_program_and_why() {
+        let backend = SimBackend::new(SimScript::default());
+        let launcher = WorkerLauncher {
+            program: "/nonexistent/gpuvet-worker".into(),
+            args: Vec::new(),
+        };
+        let workers = Workers::new(launcher, &backend);
+        let err = workers
+            .round(CheckName::GemmFlops, &WorkSpec::default(), vec![vec![0]])
+            .unwrap_err();
+        let RunnerError::StartWorker { program, source } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(program, &PathBuf::from("/nonexistent/gpuvet-worker"));
+        assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        assert_eq!(
+            err.to_string(),
+            "cannot start the check's worker process `/nonexistent/gpuvet-worker`"
+        );
+        assert_eq!(
+            with_causes(&err),
+            format!("{err}: {source}"),
+            "the cause follows, as results have shown it"
+        );
+        // Once stopped, no worker starts.
+        workers.stop(false);
+        let err = workers
+            .round(CheckName::GemmFlops, &WorkSpec::default(), vec![vec![0]])
+            .unwrap_err();
+        assert!(matches!(err, RunnerError::CheckOver), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "the check was over before its worker process started"
+        );
     }
 }

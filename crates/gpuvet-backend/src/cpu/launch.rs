@@ -60,9 +60,7 @@ pub(super) fn run(device: u32, cancel: &CancelToken) -> Result<Sample, BackendEr
                 run_worker(&task_receiver, &done_sender);
                 Some(on_core_ns()?.saturating_sub(ran_before?))
             })
-            .map_err(|error| {
-                BackendError::Failed(format!("could not start the launch worker: {error}"))
-            })?;
+            .map_err(|error| BackendError::io("could not start the launch worker", error))?;
 
         // The launcher is a thread of its own for this one measurement, so pinning it
         // affects nothing else.

@@ -188,10 +188,13 @@ fn coordinate(
                     }
                 })
                 .map_err(|error| {
-                    BackendError::Failed(format!(
-                        "could not start the {} thread of device {device}: {error}",
-                        shared.collective.label()
-                    ))
+                    BackendError::io(
+                        format!(
+                            "could not start the {} thread of device {device}",
+                            shared.collective.label()
+                        ),
+                        error,
+                    )
                 })?;
             gates.push(gate);
         }

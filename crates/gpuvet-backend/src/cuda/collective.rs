@@ -104,7 +104,7 @@ impl RankLayout {
 
     /// Refuses places NCCL would reject with a bare "invalid argument", for `local`
     /// GPUs on this node.
-    pub fn check(&self, local: usize) -> Result<(), String> {
+    pub fn check(&self, local: usize) -> Result<(), BackendError> {
         let fits = match self {
             RankLayout::ThisNode => local >= 1,
             RankLayout::Across {
@@ -117,10 +117,10 @@ impl RankLayout {
         if fits {
             Ok(())
         } else {
-            Err(format!(
+            Err(BackendError::Failed(format!(
                 "this node's {local} GPUs cannot take the ranks {self:?} gives them (a bug in \
                  gpuvet)"
-            ))
+            )))
         }
     }
 }
@@ -218,9 +218,9 @@ pub fn run(
             kind.label()
         )));
     }
-    layout.check(contexts.len()).map_err(BackendError::Failed)?;
+    layout.check(contexts.len())?;
     let size = Sizing::of(contexts, layout, kind, configured_bytes)?;
-    grant_pool_access(contexts).map_err(BackendError::Failed)?;
+    grant_pool_access(contexts)?;
     let buffers = Buffers::filled(contexts, layout, &size)?;
     let limits = Limits::default();
     let init_started = Instant::now();
@@ -264,16 +264,13 @@ pub fn run(
     // echo and is cleared; after a clean run it is reported here.
     let leftover = contexts.iter().find_map(|ctx| ctx.check_err().err());
     match (outcome, leftover) {
-        (Ok(_), Some(e)) => Err(BackendError::Failed(driver_error(
-            "freeing the collective's buffers",
-            e,
-        ))),
+        (Ok(_), Some(e)) => Err(driver_error("freeing the collective's buffers", e)),
         (outcome, _) => outcome,
     }
 }
 
 fn failed(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> BackendError {
-    move |e| BackendError::Failed(driver_error(what, e))
+    move |e| driver_error(what, e)
 }
 
 /// How large the collective is, in fp32 elements.
@@ -425,7 +422,7 @@ fn join(
 ) -> Result<Comms, BackendError> {
     let local = contexts.len();
     let ids = match layout {
-        RankLayout::ThisNode => vec![nccl.unique_id().map_err(BackendError::Failed)?; local],
+        RankLayout::ThisNode => vec![nccl.unique_id()?; local],
         RankLayout::Across { id, .. } => vec![*id; local],
         RankLayout::Rails { ids, .. } => ids.clone(),
     };
@@ -656,7 +653,7 @@ impl Measured<'_> {
 /// GPUs. NCCL's kernels read and write a peer's buffers directly when both ranks live
 /// in one process, as every GPU of this node does here, so without this they would
 /// fault. PyTorch's `cudaMallocAsync` allocator does the same for the same reason.
-fn grant_pool_access(contexts: &[Arc<CudaContext>]) -> Result<(), String> {
+fn grant_pool_access(contexts: &[Arc<CudaContext>]) -> Result<(), BackendError> {
     use cudarc::driver::sys;
     if contexts.len() < 2 {
         return Ok(());
@@ -742,10 +739,11 @@ unsafe fn all_to_all(
     chunk: usize,
     ranks: usize,
     stream: RawStream,
-) -> Result<(), String> {
+) -> Result<(), BackendError> {
     for peer in 0..ranks {
         let offset = (peer * chunk * size_of::<f32>()) as u64;
-        let peer_rank = i32::try_from(peer).map_err(|_| "rank out of range".to_owned())?;
+        let peer_rank = i32::try_from(peer)
+            .map_err(|_| BackendError::Failed("rank out of range".to_owned()))?;
         // SAFETY: the chunk lies inside both buffers; the rest is the caller's promise.
         unsafe {
             comms.send(
@@ -783,7 +781,7 @@ fn wait_all(
         .iter()
         .map(|s| s.record_event(None))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| BackendError::Failed(driver_error("recording an event", e)))?;
+        .map_err(|e| driver_error("recording an event", e))?;
     // Events complete in any order; the first not yet seen complete is looked at next.
     let mut next = 0;
     comms.wait(
@@ -918,7 +916,7 @@ mod tests {
         assert!(RankLayout::ThisNode.check(0).is_err());
         let message = rails(8, 2, 2).check(8).unwrap_err();
         assert!(
-            message.starts_with("this node's 8 GPUs cannot take"),
+            matches!(&message, BackendError::Failed(m) if m.starts_with("this node's 8 GPUs cannot take")),
             "{message}"
         );
     }

@@ -20,7 +20,7 @@ use cudarc::driver::{CudaContext, CudaFunction};
 use cudarc::nvrtc::Ptx;
 
 use super::{driver_error, poll_event};
-use crate::{BackendError, CancelToken, Sample};
+use crate::{BackendError, CancelToken, Sample, with_causes};
 
 pub const KERNEL_NAME: &str = "gpuvet_empty";
 const SOURCE: &str = "extern \"C\" __global__ void gpuvet_empty() {}";
@@ -45,12 +45,12 @@ pub fn builtin_ptx(cc: (i32, i32)) -> String {
 }
 
 /// NVRTC's PTX for the empty kernel, compiled once per process.
-fn nvrtc_ptx() -> Result<String, String> {
-    static PTX: OnceLock<Result<String, String>> = OnceLock::new();
+fn nvrtc_ptx() -> Result<String, BackendError> {
+    static PTX: OnceLock<Result<String, BackendError>> = OnceLock::new();
     PTX.get_or_init(|| {
         cudarc::nvrtc::compile_ptx(SOURCE)
             .map(|ptx| ptx.to_src())
-            .map_err(|e| format!("NVRTC failed: {e}"))
+            .map_err(|e| BackendError::Nvrtc(Box::new(e)))
     })
     .clone()
 }
@@ -62,15 +62,15 @@ pub struct EmptyKernel {
     /// `nvrtc` or `builtin_ptx`.
     pub compiler: &'static str,
     /// Why NVRTC's kernel was not used, when it was not.
-    pub nvrtc_problem: Option<String>,
+    pub nvrtc_problem: Option<BackendError>,
 }
 
 pub fn load(
     ctx: &Arc<CudaContext>,
-    nvrtc_available: Result<(), String>,
+    nvrtc_available: Result<(), BackendError>,
     cc: (i32, i32),
 ) -> Result<EmptyKernel, BackendError> {
-    let load_src = |src: String| -> Result<CudaFunction, String> {
+    let load_src = |src: String| -> Result<CudaFunction, BackendError> {
         let module = ctx
             .load_module(Ptx::from_src(src))
             .map_err(|e| driver_error("loading the kernel", e))?;
@@ -91,8 +91,9 @@ pub fn load(
         }
         Err(problem) => problem,
     };
-    let function = load_src(builtin_ptx(cc)).map_err(|e| {
-        BackendError::Failed(format!("the empty kernel could not be loaded ({e}); NVRTC's was not usable either: {nvrtc_problem}"))
+    let function = load_src(builtin_ptx(cc)).map_err(|e| BackendError::KernelUnloadable {
+        builtin: Box::new(e),
+        nvrtc: Box::new(nvrtc_problem.clone()),
     })?;
     Ok(EmptyKernel {
         function,
@@ -126,7 +127,7 @@ pub fn run(
     kernel: &EmptyKernel,
     cancel: &CancelToken,
 ) -> Result<Sample, BackendError> {
-    let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
+    let err = |what: &'static str| move |e| driver_error(what, e);
     let stream = ctx.new_stream().map_err(err("creating a stream"))?;
     let cu_function = kernel.function.cu_function();
     let launch = || {
@@ -207,7 +208,7 @@ pub fn run(
     params.insert("grid".to_owned(), "1x1".to_owned());
     params.insert("warmup_launches".to_owned(), WARMUP_LAUNCHES.to_string());
     if let Some(problem) = &kernel.nvrtc_problem {
-        params.insert("nvrtc_problem".to_owned(), problem.clone());
+        params.insert("nvrtc_problem".to_owned(), with_causes(problem));
     }
     let samples = batch_means(&wall_us, BATCH);
     Ok(Sample {
@@ -232,6 +233,29 @@ mod tests {
         );
         assert!(hopper.contains(".visible .entry gpuvet_empty()"));
         assert!(builtin_ptx((7, 0)).contains(".target sm_70"));
+    }
+
+    #[test]
+    fn when_no_kernel_loads_both_reasons_are_given() {
+        // Loading PTX needs a GPU; the error it makes does not.
+        let missing = BackendError::LibraryNotFound {
+            what: "NVRTC",
+            names: crate::cuda::libs::NVRTC_NAMES,
+            dirs: Vec::new(),
+            alternative: None,
+        };
+        let error = BackendError::KernelUnloadable {
+            builtin: Box::new(BackendError::Failed("no GPU".to_owned())),
+            nvrtc: Box::new(missing.clone()),
+        };
+        assert_eq!(
+            error.to_string(),
+            format!(
+                "the empty kernel could not be loaded (no GPU); NVRTC's was not usable \
+                 either: {missing}"
+            )
+        );
+        assert!(std::error::Error::source(&error).is_none());
     }
 
     #[test]

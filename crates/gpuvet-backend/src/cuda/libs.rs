@@ -21,6 +21,8 @@
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
 
+use crate::BackendError;
+
 /// Directories to search, `:`-separated; searched before anything else.
 pub const LIBRARY_PATH_ENV: &str = "GPUVET_CUDA_LIBRARY_PATH";
 
@@ -172,11 +174,11 @@ impl Located {
 /// already succeeds nothing is done; otherwise the first file named `names` in `dirs` is
 /// loaded by path, and `present` must then succeed.
 pub fn ensure_loadable(
-    what: &str,
-    names: &[&str],
+    what: &'static str,
+    names: &'static [&'static str],
     dirs: &[PathBuf],
     present: impl Fn() -> bool,
-) -> Result<Located, String> {
+) -> Result<Located, BackendError> {
     if present() {
         return Ok(Located::ByName);
     }
@@ -187,15 +189,35 @@ pub fn ensure_loadable(
     if present() {
         Ok(Located::Preloaded(path))
     } else {
-        Err(format!(
+        Err(BackendError::Failed(format!(
             "{what} was loaded from `{}` but cudarc still cannot open it by name",
             path.display()
-        ))
+        )))
     }
 }
 
-/// The message for a library that is nowhere to be found.
-pub fn not_found(what: &str, names: &[&str], dirs: &[PathBuf]) -> String {
+/// The error for a library that is nowhere to be found.
+pub fn not_found(
+    what: &'static str,
+    names: &'static [&'static str],
+    dirs: &[PathBuf],
+) -> BackendError {
+    BackendError::LibraryNotFound {
+        what,
+        names,
+        dirs: dirs.to_vec(),
+        alternative: None,
+    }
+}
+
+/// The message of [`BackendError::LibraryNotFound`]: what was tried where, and how to
+/// point gpuvet at it (`alternative` adds a second way).
+pub(crate) fn not_found_message(
+    what: &str,
+    names: &[&str],
+    dirs: &[PathBuf],
+    alternative: Option<&str>,
+) -> String {
     let names = names
         .iter()
         .map(|n| format!("`{n}`"))
@@ -211,12 +233,27 @@ pub fn not_found(what: &str, names: &[&str], dirs: &[PathBuf]) -> String {
     } else {
         String::new()
     };
+    let alternative = alternative
+        .map(|other| format!("; {other}"))
+        .unwrap_or_default();
     format!(
         "{what} was not found (tried {names} in the loader's path and in `{}`{more}); \
-         add its directory to `{LIBRARY_PATH_ENV}`",
+         add its directory to `{LIBRARY_PATH_ENV}`{alternative}",
         shown.join(":")
     )
 }
+
+/// What the dynamic loader said (`dlerror`) when a load or a lookup failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DlError(pub String);
+
+impl std::fmt::Display for DlError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DlError {}
 
 // The loader's own entry points: std already links them on Linux (glibc has them in
 // libc since 2.34, libdl before), and libloading, which cudarc uses, calls the same ones.
@@ -241,15 +278,19 @@ unsafe impl Sync for Handle {}
 
 impl Handle {
     /// The address of `symbol`, or an error naming it.
-    pub fn symbol(&self, symbol: &str) -> Result<*mut c_void, String> {
-        let name = CString::new(symbol).map_err(|_| format!("bad symbol name `{symbol}`"))?;
+    pub fn symbol(&self, symbol: &str) -> Result<*mut c_void, BackendError> {
+        let name = CString::new(symbol)
+            .map_err(|_| BackendError::Failed(format!("bad symbol name `{symbol}`")))?;
         // SAFETY: the handle came from a successful dlopen and is never closed.
         let address = unsafe {
             dlerror();
             dlsym(self.0, name.as_ptr())
         };
         if address.is_null() {
-            Err(format!("symbol `{symbol}` is missing: {}", last_error()))
+            Err(BackendError::SymbolMissing {
+                symbol: symbol.to_owned(),
+                source: last_error(),
+            })
         } else {
             Ok(address)
         }
@@ -257,11 +298,12 @@ impl Handle {
 }
 
 /// Loads `path` with `RTLD_NOW | RTLD_GLOBAL`.
-pub fn dlopen_global(path: &Path) -> Result<Handle, String> {
-    let text = path
-        .to_str()
-        .ok_or_else(|| format!("`{}` is not a valid UTF-8 path", path.display()))?;
-    let c_path = CString::new(text).map_err(|_| format!("`{text}` contains a NUL byte"))?;
+pub fn dlopen_global(path: &Path) -> Result<Handle, BackendError> {
+    let text = path.to_str().ok_or_else(|| {
+        BackendError::Failed(format!("`{}` is not a valid UTF-8 path", path.display()))
+    })?;
+    let c_path = CString::new(text)
+        .map_err(|_| BackendError::Failed(format!("`{text}` contains a NUL byte")))?;
     // SAFETY: a plain dlopen of a path; the library's initialisers run as they would for
     // any other load.
     let handle = unsafe {
@@ -269,23 +311,26 @@ pub fn dlopen_global(path: &Path) -> Result<Handle, String> {
         dlopen(c_path.as_ptr(), RTLD_NOW | RTLD_GLOBAL)
     };
     if handle.is_null() {
-        Err(format!("cannot load `{text}`: {}", last_error()))
+        Err(BackendError::LoadFailed {
+            path: text.to_owned(),
+            source: last_error(),
+        })
     } else {
         Ok(Handle(handle))
     }
 }
 
-fn last_error() -> String {
+fn last_error() -> DlError {
     // SAFETY: dlerror returns a thread-local, NUL-terminated string or null.
     let message = unsafe { dlerror() };
-    if message.is_null() {
+    DlError(if message.is_null() {
         "unknown error".to_owned()
     } else {
         // SAFETY: non-null, NUL-terminated, valid until the next dl* call on this thread.
         unsafe { CStr::from_ptr(message) }
             .to_string_lossy()
             .into_owned()
-    }
+    })
 }
 
 #[cfg(test)]
@@ -366,15 +411,25 @@ mod tests {
         let dirs = vec![empty.0.clone()];
         let err = ensure_loadable("NCCL", NCCL_NAMES, &dirs, || false).unwrap_err();
         assert!(
+            matches!(&err, BackendError::LibraryNotFound { what: "NCCL", .. }),
+            "{err:?}"
+        );
+        let err = err.to_string();
+        assert!(
             err.starts_with("NCCL was not found (tried `libnccl.so.2`, `libnccl.so`"),
             "{err}"
         );
         assert!(err.contains(&empty.0.display().to_string()), "{err}");
-        assert!(err.contains(LIBRARY_PATH_ENV), "{err}");
+        assert!(err.ends_with(&format!("add its directory to `{LIBRARY_PATH_ENV}`")));
         assert_eq!(
             ensure_loadable("NCCL", NCCL_NAMES, &dirs, || true),
             Ok(Located::ByName)
         );
+        // Another way to find it comes after the usual one; long searches are cut short.
+        let many: Vec<PathBuf> = (0..10).map(|i| PathBuf::from(format!("/d{i}"))).collect();
+        let message = not_found_message("NCCL", NCCL_NAMES, &many, Some("or set `X`"));
+        assert!(message.contains("`/d0:/d1:/d2:/d3:/d4:/d5:/d6:/d7` and 2 more"));
+        assert!(message.ends_with("`; or set `X`"), "{message}");
     }
 
     #[test]
@@ -382,12 +437,28 @@ mod tests {
         let dir = TempDir::new("bogus");
         let bogus = dir.touch("libcublas.so.13");
         let err = dlopen_global(&bogus).unwrap_err();
-        assert!(err.starts_with("cannot load"), "{err}");
+        // The loader's words are the cause, not part of the message.
+        let BackendError::LoadFailed { path, source } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(path, &bogus.display().to_string());
+        assert_eq!(err.to_string(), format!("cannot load `{path}`"));
+        assert!(!source.0.is_empty());
+        assert_eq!(
+            crate::with_causes(&err),
+            format!("cannot load `{path}`: {source}")
+        );
         let err = ensure_loadable("cuBLAS", CUBLAS_NAMES, std::slice::from_ref(&dir.0), || {
             false
         })
         .unwrap_err();
-        assert!(err.contains("cannot load"), "{err}");
+        assert!(matches!(err, BackendError::LoadFailed { .. }), "{err:?}");
+        // A path the loader cannot take at all.
+        let err = dlopen_global(Path::new("bad\0name")).unwrap_err();
+        assert_eq!(
+            err,
+            BackendError::Failed("`bad\0name` contains a NUL byte".to_owned())
+        );
     }
 
     #[test]
@@ -405,6 +476,12 @@ mod tests {
         let handle = dlopen_global(libc).unwrap();
         assert!(handle.symbol("strlen").is_ok());
         let err = handle.symbol("gpuvet_no_such_symbol").unwrap_err();
-        assert!(err.contains("gpuvet_no_such_symbol"), "{err}");
+        assert!(
+            matches!(&err, BackendError::SymbolMissing { symbol, .. } if symbol == "gpuvet_no_such_symbol"),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "symbol `gpuvet_no_such_symbol` is missing");
+        let cause = std::error::Error::source(&err).unwrap().to_string();
+        assert!(cause.contains("gpuvet_no_such_symbol"), "{cause}");
     }
 }

@@ -36,7 +36,9 @@ use gpuvet_core::catalog::CheckName;
 use gpuvet_core::inventory::keys;
 use gpuvet_core::results::DeviceInfo;
 
-use crate::{Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
+use crate::{
+    Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec, with_causes,
+};
 
 /// The oldest driver this build can drive, as `cuDriverGetVersion` reports it: the
 /// workspace builds cudarc with `cuda-13000`, whose bindings call CUDA 13 entry points
@@ -57,17 +59,17 @@ struct Gpu {
 /// Whether each run-time library could be loaded.
 #[derive(Debug)]
 struct Libraries {
-    cublas: Result<libs::Located, String>,
-    cublaslt: Result<libs::Located, String>,
-    nvrtc: Result<libs::Located, String>,
-    nccl: Result<&'static nccl::Nccl, String>,
+    cublas: Result<libs::Located, BackendError>,
+    cublaslt: Result<libs::Located, BackendError>,
+    nvrtc: Result<libs::Located, BackendError>,
+    nccl: Result<&'static nccl::Nccl, BackendError>,
 }
 
 /// GPUs driven through CUDA. Create it with [`probe`].
 pub struct CudaBackend {
     devices: Vec<DeviceInfo>,
     gpus: Vec<Gpu>,
-    contexts: Vec<OnceLock<Result<Arc<CudaContext>, String>>>,
+    contexts: Vec<OnceLock<Result<Arc<CudaContext>, BackendError>>>,
     nvml: Option<nvml_wrapper::Nvml>,
     libraries: Libraries,
     /// GEMM inputs, reused across devices (generating 2×8192² values takes a while).
@@ -92,14 +94,42 @@ fn unavailable(reason: impl Into<String>) -> BackendError {
     }
 }
 
-/// A driver error as `` `CUDA_ERROR_NAME` (what it means) `` while doing `what`.
-pub fn driver_error(what: &str, error: DriverError) -> String {
-    let code = format!("{:?}", error.0);
-    match error.error_string() {
-        Ok(text) => format!("{what} failed: `{code}` ({})", text.to_string_lossy()),
-        Err(_) => format!("{what} failed: `{code}`"),
+/// Unavailable because of `error`, whose text (with its causes) is the reason.
+fn unavailable_because(error: BackendError) -> BackendError {
+    unavailable(with_causes(&error))
+}
+
+/// A driver error while doing `what`; it reads `` what failed: `CUDA_ERROR_NAME` (what
+/// it means) ``.
+pub fn driver_error(what: impl Into<String>, error: DriverError) -> BackendError {
+    BackendError::Driver {
+        what: what.into(),
+        source: DriverFailure(error),
     }
 }
+
+/// A CUDA driver error as `` `CUDA_ERROR_NAME` (what it means) ``: cudarc's own text
+/// is its `Debug`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DriverFailure(pub DriverError);
+
+impl fmt::Display for DriverFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let code = format!("{:?}", self.0.0);
+        // Without libcuda (a driver error made up, in a test) there is no text to ask
+        // for, and asking would panic.
+        // SAFETY: only tries to open the library by its usual names.
+        let text = unsafe { cudarc::driver::sys::is_culib_present() }
+            .then(|| self.0.error_string().ok())
+            .flatten();
+        match text {
+            Some(text) => write!(f, "`{code}` ({})", text.to_string_lossy()),
+            None => write!(f, "`{code}`"),
+        }
+    }
+}
+
+impl std::error::Error for DriverFailure {}
 
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -133,12 +163,12 @@ pub(crate) fn poll_event(
     event
         .context()
         .bind_to_thread()
-        .map_err(|e| BackendError::Failed(driver_error("binding the context", e)))?;
+        .map_err(|e| driver_error("binding the context", e))?;
     loop {
         match event.try_is_complete() {
             Ok(true) => return Ok(()),
             Ok(false) => {}
-            Err(e) => return Err(BackendError::Failed(driver_error("waiting for the GPU", e))),
+            Err(e) => return Err(driver_error("waiting for the GPU", e)),
         }
         cancel.check()?;
         tick();
@@ -168,13 +198,14 @@ pub fn probe() -> Result<CudaBackend, BackendError> {
 fn probe_devices() -> Result<CudaBackend, BackendError> {
     use cudarc::driver::result::device;
 
-    cudarc::driver::result::init()
-        .map_err(|e| unavailable(driver_error("initialising the CUDA driver (`cuInit`)", e)))?;
+    cudarc::driver::result::init().map_err(|e| {
+        unavailable_because(driver_error("initialising the CUDA driver (`cuInit`)", e))
+    })?;
     let mut driver_cuda: i32 = 0;
     // SAFETY: writes one int.
     unsafe { cudarc::driver::sys::cuDriverGetVersion(&mut driver_cuda) }
         .result()
-        .map_err(|e| unavailable(driver_error("reading the driver version", e)))?;
+        .map_err(|e| unavailable_because(driver_error("reading the driver version", e)))?;
     if driver_cuda < MIN_DRIVER_CUDA_VERSION {
         return Err(unavailable(format!(
             "the NVIDIA driver supports CUDA `{}` but this build of gpuvet uses the CUDA `{}` API; \
@@ -183,8 +214,8 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
             nvml::cuda_version_string(MIN_DRIVER_CUDA_VERSION)
         )));
     }
-    let count =
-        device::get_count().map_err(|e| unavailable(driver_error("counting devices", e)))?;
+    let count = device::get_count()
+        .map_err(|e| unavailable_because(driver_error("counting devices", e)))?;
     if count <= 0 {
         return Err(unavailable(
             "the driver loaded but no CUDA device answered; check `CUDA_VISIBLE_DEVICES`",
@@ -203,8 +234,9 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
     let mut devices = Vec::new();
     let mut gpus = Vec::new();
     for ordinal in 0..count {
-        let dev = device::get(ordinal)
-            .map_err(|e| unavailable(driver_error(&format!("opening device `{ordinal}`"), e)))?;
+        let dev = device::get(ordinal).map_err(|e| {
+            unavailable_because(driver_error(format!("opening device `{ordinal}`"), e))
+        })?;
         let attribute = |a: CUdevice_attribute| {
             // SAFETY: a valid device and attribute.
             unsafe { device::get_attribute(dev, a) }.unwrap_or(-1)
@@ -246,7 +278,7 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
                 );
             }
             (Err(err), _) => {
-                details.insert("nvml".to_owned(), err.clone());
+                details.insert("nvml".to_owned(), nvml::unavailable_detail(err));
             }
         }
         if let Some(uuid) = uuid {
@@ -274,7 +306,7 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
         ] {
             details.insert(
                 key.to_owned(),
-                located.unwrap_or_else(|e| format!("unavailable: {e}")),
+                located.unwrap_or_else(|e| format!("unavailable: {}", with_causes(e))),
             );
         }
         devices.push(DeviceInfo {
@@ -422,7 +454,7 @@ impl CudaBackend {
             .nccl
             .as_ref()
             .copied()
-            .map_err(|e| BackendError::Unsupported(format!("NCCL: {e}")))
+            .map_err(|e| BackendError::Unsupported(format!("NCCL: {}", with_causes(e))))
     }
 
     fn gpu(&self, device: u32) -> Result<&Gpu, BackendError> {
@@ -441,11 +473,10 @@ impl CudaBackend {
         self.contexts[device as usize]
             .get_or_init(|| {
                 CudaContext::new(gpu.ordinal).map_err(|e| {
-                    driver_error(&format!("creating a context on device `{device}`"), e)
+                    driver_error(format!("creating a context on device `{device}`"), e)
                 })
             })
             .clone()
-            .map_err(BackendError::Failed)
     }
 
     fn gemm_inputs(&self, ty: gemm::GemmType, size: usize) -> Arc<gemm::HostInputs> {
@@ -485,17 +516,24 @@ impl Backend for CudaBackend {
         match check {
             CheckName::GemmFlops => match &self.libraries.cublas {
                 Ok(_) => Support::Supported,
-                Err(e) => Support::NotImplemented(format!("`gemm_flops` needs cuBLAS: {e}")),
+                Err(e) => Support::NotImplemented(format!(
+                    "`gemm_flops` needs cuBLAS: {}",
+                    with_causes(e)
+                )),
             },
             CheckName::KernelLaunch | CheckName::InventoryConsistency => Support::Supported,
             CheckName::AllReduce1 => match &self.libraries.nccl {
                 Ok(_) => Support::Supported,
-                Err(e) => Support::NotImplemented(format!("`all_reduce_1` needs NCCL: {e}")),
+                Err(e) => Support::NotImplemented(format!(
+                    "`all_reduce_1` needs NCCL: {}",
+                    with_causes(e)
+                )),
             },
             CheckName::CompCommOverlap => match (&self.libraries.cublas, &self.libraries.nccl) {
                 (Ok(_), Ok(_)) => Support::Supported,
                 (Err(e), _) | (_, Err(e)) => Support::NotImplemented(format!(
-                    "`comp_comm_overlap` needs cuBLAS and NCCL: {e}"
+                    "`comp_comm_overlap` needs cuBLAS and NCCL: {}",
+                    with_causes(e)
                 )),
             },
             other => not_yet(other),
@@ -510,8 +548,7 @@ impl Backend for CudaBackend {
     ) -> Result<Sample, BackendError> {
         guarded("gemm", || {
             let gpu = self.gpu(device)?;
-            let ty = gemm::resolve(work.gemm_dtype, gpu.compute_capability)
-                .map_err(BackendError::Unsupported)?;
+            let ty = gemm::resolve(work.gemm_dtype, gpu.compute_capability)?;
             let needs = if ty == gemm::GemmType::Fp8 {
                 &self.libraries.cublaslt
             } else {
@@ -519,8 +556,9 @@ impl Backend for CudaBackend {
             };
             if let Err(e) = needs {
                 return Err(BackendError::Unsupported(format!(
-                    "{} GEMM cannot run: {e}",
-                    ty.as_str()
+                    "{} GEMM cannot run: {}",
+                    ty.as_str(),
+                    with_causes(e)
                 )));
             }
             let size = work
@@ -586,7 +624,7 @@ impl Backend for CudaBackend {
     }
 
     fn group_token(&self) -> Result<Vec<u8>, BackendError> {
-        let id = self.nccl()?.unique_id().map_err(BackendError::Failed)?;
+        let id = self.nccl()?.unique_id()?;
         Ok(id.internal.iter().map(|&byte| byte as u8).collect())
     }
 
@@ -701,6 +739,31 @@ mod tests {
         let first = probe().map(|b| b.devices().len());
         let second = probe().map(|b| b.devices().len());
         assert_eq!(first, second);
+    }
+
+    #[test]
+    fn a_driver_failure_names_what_failed_and_keeps_the_code_as_its_cause() {
+        use cudarc::driver::sys::CUresult;
+        // Made up: the driver only fails this way on a GPU.
+        let error = driver_error(
+            "allocating the send buffer",
+            DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY),
+        );
+        assert_eq!(error.to_string(), "allocating the send buffer failed");
+        let text = with_causes(&error);
+        // With libcuda present the driver's own words follow in parentheses.
+        assert!(
+            text == "allocating the send buffer failed: `CUDA_ERROR_OUT_OF_MEMORY`"
+                || text
+                    .starts_with("allocating the send buffer failed: `CUDA_ERROR_OUT_OF_MEMORY` ("),
+            "{text}"
+        );
+        assert_eq!(error.clone(), error);
+        // The reason `auto` falls back gives the cause too.
+        let BackendError::Unavailable { reason, .. } = unavailable_because(error) else {
+            unreachable!()
+        };
+        assert_eq!(reason, text);
     }
 
     #[test]

@@ -128,7 +128,7 @@ macro_rules! nccl_symbols {
         impl Symbols {
             /// # Safety
             /// `handle` must be an NCCL, whose functions have the signatures above.
-            unsafe fn resolve(handle: &Handle) -> Result<Symbols, String> {
+            unsafe fn resolve(handle: &Handle) -> Result<Symbols, BackendError> {
                 // SAFETY: each type is the one `nccl.h` declares for the name.
                 unsafe {
                     Ok(Symbols {
@@ -209,39 +209,53 @@ pub fn candidates(override_path: Option<&str>, dirs: &[PathBuf]) -> Vec<PathBuf>
     out
 }
 
-static LOADED: OnceLock<Result<Nccl, String>> = OnceLock::new();
+static LOADED: OnceLock<Result<Nccl, BackendError>> = OnceLock::new();
 
 /// Loads NCCL once per process; later calls return the first outcome.
-pub fn load(dirs: &[PathBuf]) -> Result<&'static Nccl, String> {
+pub fn load(dirs: &[PathBuf]) -> Result<&'static Nccl, BackendError> {
     LOADED
         .get_or_init(|| {
             let override_path = std::env::var(NCCL_LIBRARY_ENV).ok();
-            let tried = candidates(override_path.as_deref(), dirs);
-            let mut errors = Vec::new();
-            for candidate in &tried {
-                match Nccl::open(candidate) {
-                    Ok(nccl) => return Ok(nccl),
-                    Err(err) => errors.push(err),
-                }
-            }
-            if override_path.is_some() {
-                return Err(format!(
-                    "NCCL could not be loaded from `{NCCL_LIBRARY_ENV}`: {}",
-                    errors.join("; ")
-                ));
-            }
-            Err(format!(
-                "{}; or point `{NCCL_LIBRARY_ENV}` at `libnccl.so.2`",
-                libs::not_found("NCCL", libs::NCCL_NAMES, dirs)
-            ))
+            load_from(override_path.as_deref(), dirs)
         })
         .as_ref()
         .map_err(Clone::clone)
 }
 
+/// Loads NCCL from the override, else from the first candidate that loads.
+pub fn load_from(override_path: Option<&str>, dirs: &[PathBuf]) -> Result<Nccl, BackendError> {
+    let tried = candidates(override_path, dirs);
+    let mut first_error = None;
+    for candidate in &tried {
+        match Nccl::open(candidate) {
+            Ok(nccl) => return Ok(nccl),
+            Err(err) => {
+                first_error.get_or_insert(err);
+            }
+        }
+    }
+    // With an override it is the only candidate, so its error is the whole story.
+    match first_error {
+        Some(error) if override_path.is_some_and(|p| !p.trim().is_empty()) => {
+            Err(BackendError::NcclOverride {
+                source: Box::new(error),
+            })
+        }
+        _ => Err(BackendError::LibraryNotFound {
+            what: "NCCL",
+            names: libs::NCCL_NAMES,
+            dirs: dirs.to_vec(),
+            alternative: Some(NCCL_ALTERNATIVE),
+        }),
+    }
+}
+
+/// How else to point gpuvet at NCCL, said after the search path.
+const NCCL_ALTERNATIVE: &str = "or point `GPUVET_NCCL_LIBRARY` at `libnccl.so.2`";
+
 impl Nccl {
     /// Loads NCCL from `path`, without [`load`]'s once-per-process cache.
-    pub fn open(path: &Path) -> Result<Nccl, String> {
+    pub fn open(path: &Path) -> Result<Nccl, BackendError> {
         let handle = libs::dlopen_global(path)?;
         // SAFETY: a library found as NCCL; `resolve` casts each symbol to its `nccl.h` type.
         let api = unsafe { Symbols::resolve(&handle) }?;
@@ -249,7 +263,9 @@ impl Nccl {
         // SAFETY: writes one int.
         let result = unsafe { (api.get_version)(&mut code) };
         if result != code::SUCCESS {
-            return Err(format!("`ncclGetVersion` failed with code `{result}`"));
+            return Err(BackendError::Failed(format!(
+                "`ncclGetVersion` failed with code `{result}`"
+            )));
         }
         Ok(Nccl {
             path: path.to_owned(),
@@ -283,40 +299,39 @@ impl Nccl {
     }
 
     /// NCCL's text for `result`, with its last error's detail where it keeps one.
-    fn describe(&self, result: NcclResult, comm: RawComm) -> String {
+    fn describe(&self, result: NcclResult, comm: RawComm) -> NcclStatus {
         // SAFETY: ncclGetErrorString returns a static string (or null for unknown codes).
         let text = unsafe { c_text((self.api.get_error_string)(result)) };
         let text = text.unwrap_or_else(|| "unknown error".to_owned());
         // SAFETY: NCCL accepts any handle here (2.13+ ignores it) and returns a string it
         // owns, valid until its next error.
-        let last = self
+        let last_error = self
             .api
             .get_last_error
             .and_then(|last| unsafe { c_text(last(comm)) })
-            .filter(|last| !last.trim().is_empty());
-        match last {
-            Some(last) => format!(
-                "{text} (code `{result}`; NCCL's last error: `{}`)",
-                last.trim()
-            ),
-            None => format!("{text} (code `{result}`)"),
+            .map(|last| last.trim().to_owned())
+            .filter(|last| !last.is_empty());
+        NcclStatus {
+            code: result,
+            text,
+            last_error,
         }
     }
 
     /// `Ok` for success, else an error naming the call and NCCL's own message.
-    fn check(&self, call: &str, result: NcclResult) -> Result<(), String> {
+    fn check(&self, call: &'static str, result: NcclResult) -> Result<(), BackendError> {
         if result == code::SUCCESS {
             return Ok(());
         }
-        Err(format!(
-            "`{call}` failed: {}",
-            self.describe(result, std::ptr::null_mut())
-        ))
+        Err(BackendError::Nccl {
+            call,
+            source: self.describe(result, std::ptr::null_mut()),
+        })
     }
 
     /// As [`Nccl::check`], but `ncclInProgress` is success too: a non-blocking call that
     /// returned before its work was done, which polling then follows.
-    fn check_started(&self, call: &str, result: NcclResult) -> Result<(), String> {
+    fn check_started(&self, call: &'static str, result: NcclResult) -> Result<(), BackendError> {
         if result == code::IN_PROGRESS {
             return Ok(());
         }
@@ -324,7 +339,7 @@ impl Nccl {
     }
 
     /// A new unique id, for communicators that span processes (the coordinator sends it).
-    pub fn unique_id(&self) -> Result<UniqueId, String> {
+    pub fn unique_id(&self) -> Result<UniqueId, BackendError> {
         let mut id = UniqueId { internal: [0; 128] };
         // SAFETY: writes 128 bytes into `id`.
         self.check("ncclGetUniqueId", unsafe {
@@ -333,17 +348,42 @@ impl Nccl {
         Ok(id)
     }
 
-    pub fn group_start(&self) -> Result<(), String> {
+    pub fn group_start(&self) -> Result<(), BackendError> {
         // SAFETY: no arguments.
         self.check("ncclGroupStart", unsafe { (self.api.group_start)() })
     }
 
     /// Closes a group; with non-blocking communicators its work may still be starting.
-    pub fn group_end(&self) -> Result<(), String> {
+    pub fn group_end(&self) -> Result<(), BackendError> {
         // SAFETY: no arguments.
         self.check_started("ncclGroupEnd", unsafe { (self.api.group_end)() })
     }
 }
+
+/// What NCCL said about a result code: its text, the code, and its last error's detail
+/// (which peer, which link) where it keeps one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NcclStatus {
+    pub code: c_int,
+    pub text: String,
+    pub last_error: Option<String>,
+}
+
+impl std::fmt::Display for NcclStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let NcclStatus {
+            code,
+            text,
+            last_error,
+        } = self;
+        match last_error {
+            Some(last) => write!(f, "{text} (code `{code}`; NCCL's last error: `{last}`)"),
+            None => write!(f, "{text} (code `{code}`)"),
+        }
+    }
+}
+
+impl std::error::Error for NcclStatus {}
 
 /// # Safety
 /// `text` is null or a NUL-terminated string that stays valid while it is copied.
@@ -385,13 +425,13 @@ impl Default for Limits {
 pub enum Progress {
     Pending,
     Done,
-    Failed(String),
+    Failed(BackendError),
 }
 
 /// Why a wait ended without success.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Stop {
-    Failed(String),
+    Failed(BackendError),
     TimedOut,
     Cancelled,
 }
@@ -460,7 +500,7 @@ impl Comms {
         nccl: &'static Nccl,
         world: usize,
         places: &[(UniqueId, usize)],
-        mut bind: impl FnMut(usize) -> Result<(), String>,
+        mut bind: impl FnMut(usize) -> Result<(), BackendError>,
         limits: &Limits,
         cancel: &CancelToken,
     ) -> Result<Comms, BackendError> {
@@ -477,7 +517,7 @@ impl Comms {
             let mut result = Ok(());
             for (device, &(id, rank)) in places.iter().enumerate() {
                 result = c_int::try_from(rank)
-                    .map_err(|_| format!("rank `{rank}` is out of range"))
+                    .map_err(|_| BackendError::Failed(format!("rank `{rank}` is out of range")))
                     .and_then(|rank| {
                         bind(device)?;
                         let slot = &mut owned.comms[device];
@@ -502,9 +542,10 @@ impl Comms {
         });
         if let Err(err) = started {
             owned.abort();
-            return Err(BackendError::Failed(format!(
-                "creating NCCL's communicators failed: {err}"
-            )));
+            return Err(BackendError::NcclStart {
+                what: "creating NCCL's communicators".to_owned(),
+                source: Box::new(err),
+            });
         }
         owned.wait("creating NCCL's communicators", limits.init, cancel, || {
             Ok(true)
@@ -520,7 +561,7 @@ impl Comms {
         what: &str,
         limits: &Limits,
         cancel: &CancelToken,
-        enqueue: impl FnOnce(&Comms) -> Result<(), String>,
+        enqueue: impl FnOnce(&Comms) -> Result<(), BackendError>,
     ) -> Result<(), BackendError> {
         let started = self.nccl.group_start().and_then(|()| {
             let result = enqueue(self);
@@ -530,9 +571,10 @@ impl Comms {
         });
         if let Err(err) = started {
             self.abort();
-            return Err(BackendError::Failed(format!(
-                "launching {what} failed: {err}"
-            )));
+            return Err(BackendError::NcclStart {
+                what: format!("launching {what}"),
+                source: Box::new(err),
+            });
         }
         self.wait(&format!("launching {what}"), limits.step, cancel, || {
             Ok(true)
@@ -547,7 +589,7 @@ impl Comms {
         what: &str,
         limit: Duration,
         cancel: &CancelToken,
-        mut done: impl FnMut() -> Result<bool, String>,
+        mut done: impl FnMut() -> Result<bool, BackendError>,
     ) -> Result<(), BackendError> {
         let outcome = wait_until(limit, cancel, || match self.progress() {
             Progress::Done => match done() {
@@ -565,12 +607,14 @@ impl Comms {
         self.abort();
         Err(match stop {
             Stop::Cancelled => BackendError::Cancelled,
-            Stop::TimedOut => BackendError::Failed(format!(
-                "{what} did not finish within `{limit:?}`; NCCL's communicators were aborted"
-            )),
-            Stop::Failed(why) => BackendError::Failed(format!(
-                "{what} failed: {why}; NCCL's communicators were aborted"
-            )),
+            Stop::TimedOut => BackendError::NcclTimedOut {
+                what: what.to_owned(),
+                limit,
+            },
+            Stop::Failed(why) => BackendError::NcclAborted {
+                what: what.to_owned(),
+                cause: Box::new(why),
+            },
         })
     }
 
@@ -590,9 +634,8 @@ impl Comms {
                 code::SUCCESS => {}
                 code::IN_PROGRESS => pending = true,
                 error => {
-                    return Progress::Failed(format!(
-                        "NCCL reports {}",
-                        self.nccl.describe(error, comm)
+                    return Progress::Failed(BackendError::NcclReports(
+                        self.nccl.describe(error, comm),
                     ));
                 }
             }
@@ -631,7 +674,7 @@ impl Comms {
         count: usize,
         datatype: c_int,
         stream: RawStream,
-    ) -> Result<(), String> {
+    ) -> Result<(), BackendError> {
         // SAFETY: forwarded from the caller.
         let result = unsafe {
             (self.nccl.api.all_reduce)(
@@ -659,7 +702,7 @@ impl Comms {
         send_count: usize,
         datatype: c_int,
         stream: RawStream,
-    ) -> Result<(), String> {
+    ) -> Result<(), BackendError> {
         // SAFETY: forwarded from the caller.
         let result = unsafe {
             (self.nccl.api.all_gather)(
@@ -687,7 +730,7 @@ impl Comms {
         datatype: c_int,
         peer: i32,
         stream: RawStream,
-    ) -> Result<(), String> {
+    ) -> Result<(), BackendError> {
         // SAFETY: forwarded from the caller.
         let result = unsafe {
             (self.nccl.api.send)(
@@ -714,7 +757,7 @@ impl Comms {
         datatype: c_int,
         peer: i32,
         stream: RawStream,
-    ) -> Result<(), String> {
+    ) -> Result<(), BackendError> {
         // SAFETY: forwarded from the caller.
         let result = unsafe {
             (self.nccl.api.recv)(
@@ -793,6 +836,7 @@ mod tests {
         match load(&[]) {
             Ok(nccl) => assert!(nccl.version.0 >= 2, "{:?}", nccl.version),
             Err(err) => {
+                let err = crate::with_causes(&err);
                 assert!(err.contains("NCCL"), "{err}");
                 assert!(
                     err.contains(NCCL_LIBRARY_ENV) || err.contains("libnccl"),
@@ -800,6 +844,72 @@ mod tests {
                 );
             }
         }
+        // Not found anywhere: both ways to point gpuvet at it, in the old words.
+        let dir = PathBuf::from("/nonexistent-gpuvet-nccl");
+        if let Err(err) = load_from(None, std::slice::from_ref(&dir)) {
+            assert!(
+                matches!(err, BackendError::LibraryNotFound { what: "NCCL", .. }),
+                "{err:?}"
+            );
+            assert!(
+                err.to_string().ends_with(
+                    "add its directory to `GPUVET_CUDA_LIBRARY_PATH`; or point \
+                     `GPUVET_NCCL_LIBRARY` at `libnccl.so.2`"
+                ),
+                "{err}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_override_that_does_not_load_says_so_with_the_loader_s_reason() {
+        let err = load_from(Some("/nonexistent/libnccl.so.2"), &[]).unwrap_err();
+        let BackendError::NcclOverride { source } = &err else {
+            panic!("{err:?}");
+        };
+        assert!(
+            matches!(**source, BackendError::LoadFailed { ref path, .. } if path == "/nonexistent/libnccl.so.2"),
+            "{source:?}"
+        );
+        assert_eq!(
+            err.to_string(),
+            "NCCL could not be loaded from `GPUVET_NCCL_LIBRARY`"
+        );
+        let text = crate::with_causes(&err);
+        assert!(
+            text.starts_with(
+                "NCCL could not be loaded from `GPUVET_NCCL_LIBRARY`: cannot load \
+                 `/nonexistent/libnccl.so.2`: "
+            ),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn nccl_s_words_read_as_before() {
+        let status = NcclStatus {
+            code: 6,
+            text: "remote process exited or there was a network error".to_owned(),
+            last_error: Some("peer 10.0.0.2 closed".to_owned()),
+        };
+        let failed = BackendError::Nccl {
+            call: "ncclGroupEnd",
+            source: status.clone(),
+        };
+        assert_eq!(failed.to_string(), "`ncclGroupEnd` failed");
+        assert_eq!(
+            crate::with_causes(&failed),
+            "`ncclGroupEnd` failed: remote process exited or there was a network error \
+             (code `6`; NCCL's last error: `peer 10.0.0.2 closed`)"
+        );
+        let plain = NcclStatus {
+            last_error: None,
+            ..status
+        };
+        assert_eq!(
+            BackendError::NcclReports(plain).to_string(),
+            "NCCL reports remote process exited or there was a network error (code `6`)"
+        );
     }
 
     #[test]
@@ -819,11 +929,12 @@ mod tests {
 
     #[test]
     fn a_look_s_result_wins_then_cancel_then_the_deadline() {
-        let failed = || Progress::Failed("boom".to_owned());
+        let boom = || BackendError::Failed("boom".to_owned());
+        let failed = || Progress::Failed(boom());
         assert_eq!(decide(Progress::Done, true, true), Some(Ok(())));
         assert_eq!(
             decide(failed(), true, true),
-            Some(Err(Stop::Failed("boom".to_owned())))
+            Some(Err(Stop::Failed(boom())))
         );
         assert_eq!(
             decide(Progress::Pending, true, true),
@@ -878,9 +989,12 @@ mod tests {
             if looks < 3 {
                 Progress::Pending
             } else {
-                Progress::Failed("late".to_owned())
+                Progress::Failed(BackendError::Failed("late".to_owned()))
             }
         });
-        assert_eq!(unbounded, Err(Stop::Failed("late".to_owned())));
+        assert_eq!(
+            unbounded,
+            Err(Stop::Failed(BackendError::Failed("late".to_owned())))
+        );
     }
 }

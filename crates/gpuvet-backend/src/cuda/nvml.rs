@@ -6,12 +6,18 @@
 //! themselves (inventory facts, health readings, samples during a GEMM) are
 //! `gpuvet-nvml`'s, re-exported here.
 
+use gpuvet_nvml::NvmlError;
 pub use gpuvet_nvml::{health, index_of, sample, system_details};
 use nvml_wrapper::Nvml;
 
 /// Opens NVML ([`gpuvet_nvml::open`]); the error says why it is missing.
-pub fn init() -> Result<Nvml, String> {
-    gpuvet_nvml::open().map_err(|first| format!("NVML is not available: {first}"))
+pub fn init() -> Result<Nvml, NvmlError> {
+    gpuvet_nvml::open()
+}
+
+/// The inventory's `nvml` detail when NVML is missing.
+pub fn unavailable_detail(error: &NvmlError) -> String {
+    format!("NVML is not available: {error}")
 }
 
 /// The UUID NVML uses (`GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx`) from CUDA's 16 bytes.
@@ -71,7 +77,12 @@ mod tests {
     fn nvml_is_missing_here_and_says_so() {
         // No driver on this machine kind; with one, init must simply succeed.
         if let Err(err) = init() {
-            assert!(err.starts_with("NVML is not available"), "{err}");
+            let detail = unavailable_detail(&err);
+            assert_eq!(detail, format!("NVML is not available: {err}"));
         }
+        assert_eq!(
+            unavailable_detail(&NvmlError::NotFound),
+            format!("NVML is not available: {}", NvmlError::NotFound)
+        );
     }
 }

@@ -208,9 +208,7 @@ pub(super) fn with_session<T>(
                 }
                 result
             })
-            .map_err(|error| {
-                BackendError::Failed(format!("could not start the sending thread: {error}"))
-            })?;
+            .map_err(|error| BackendError::io("could not start the sending thread", error))?;
         let mut session = Session {
             links,
             input,

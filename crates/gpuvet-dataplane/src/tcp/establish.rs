@@ -25,7 +25,8 @@ use super::handshake::{
     Refusal, Reply,
 };
 use super::link::{Link, peer_name};
-use crate::{BackendError, CancelToken};
+use crate::{BackendError, CancelToken, DataPlaneError};
+use gpuvet_backend::with_causes;
 
 /// How long an accepted connection may take to say who it is: a stray connection that
 /// says nothing must not hold up the ranks behind it.
@@ -113,10 +114,10 @@ pub(super) fn establish(
                             plan.name(peer)
                         ))))
                     }),
-                    Err(error) => Err(Failure::Real(BackendError::Failed(format!(
-                        "could not start a thread to connect to {}: {error}",
-                        plan.name(peer)
-                    )))),
+                    Err(error) => Err(Failure::Real(BackendError::io(
+                        format!("could not start a thread to connect to {}", plan.name(peer)),
+                        error,
+                    ))),
                 };
                 (peer, result)
             })
@@ -142,13 +143,13 @@ pub(super) fn establish(
                 established.incoming[peer] = Some(tune(plan, peer, stream)?);
             }
         }
-        Err(Failure::Real(error)) => causes.push(error.to_string()),
+        Err(Failure::Real(error)) => causes.push(with_causes(&error)),
         Err(Failure::Echo) => {}
     }
     for (peer, result) in outgoing {
         match result {
             Ok(stream) => established.outgoing[peer] = Some(tune(plan, peer, stream)?),
-            Err(Failure::Real(error)) => causes.push(error.to_string()),
+            Err(Failure::Real(error)) => causes.push(with_causes(&error)),
             Err(Failure::Echo) => {}
         }
     }
@@ -161,10 +162,10 @@ pub(super) fn establish(
 
 fn tune(plan: &Plan<'_>, peer: usize, stream: TcpStream) -> Result<Link, BackendError> {
     Link::new(peer, plan.peers[peer], stream).map_err(|error| {
-        BackendError::Failed(format!(
-            "could not configure the connection to {}: {error}",
-            plan.name(peer)
-        ))
+        BackendError::io(
+            format!("could not configure the connection to {}", plan.name(peer)),
+            error,
+        )
     })
 }
 
@@ -388,9 +389,10 @@ fn accept(
     // Polling keeps the loop responsive to the deadline and the token; the caller's
     // listener is put back to blocking mode afterwards.
     listener.set_nonblocking(true).map_err(|error| {
-        Failure::Real(BackendError::Failed(format!(
-            "could not poll the data-plane listener: {error}"
-        )))
+        Failure::Real(BackendError::io(
+            "could not poll the data-plane listener",
+            error,
+        ))
     })?;
     let result = accept_loop(plan, listener, deadline, cancel, failed, &mut accepted);
     let _ = listener.set_nonblocking(false);
@@ -432,17 +434,19 @@ fn accept_loop(
         if failed.load(Ordering::SeqCst) {
             return Err(Failure::Echo);
         }
+        // Turned-away connections are kept as text, for the log and the deadline's error.
         match listener.accept() {
             Ok((stream, from)) => {
                 if let Err(reason) = greet(plan, stream, from, deadline, accepted) {
-                    accepted.refused.push(reason);
+                    accepted.refused.push(with_causes(&reason));
                 }
             }
             Err(error) if error.kind() == ErrorKind::WouldBlock => thread::sleep(ACCEPT_POLL),
             // A connection reset before it was accepted, or a full file table: neither
             // stops the group, and the deadline bounds the retries.
             Err(error) => {
-                accepted.refused.push(format!("accept failed: {error}"));
+                let reason = DataPlaneError::Accept(error.into());
+                accepted.refused.push(with_causes(&reason));
                 thread::sleep(ACCEPT_POLL);
             }
         }
@@ -458,18 +462,22 @@ fn greet(
     from: SocketAddr,
     deadline: Instant,
     accepted: &mut Accepted,
-) -> Result<(), String> {
-    let io_problem = |error: std::io::Error| format!("`{from}`: handshake failed: {error}");
+) -> Result<(), DataPlaneError> {
+    let io_problem = |error: std::io::Error| DataPlaneError::Handshake {
+        from,
+        source: error.into(),
+    };
     stream.set_nonblocking(false).map_err(io_problem)?;
     let wait = HELLO_TIMEOUT.min(deadline.saturating_duration_since(Instant::now()));
     if wait.is_zero() {
-        return Err(format!("`{from}` arrived at the deadline"));
+        return Err(DataPlaneError::AtDeadline { from });
     }
     let hello_deadline = Instant::now() + wait;
     stream.set_read_timeout(Some(wait)).map_err(io_problem)?;
     stream.set_write_timeout(Some(wait)).map_err(io_problem)?;
     let mut nonce = [0u8; NONCE_BYTES];
-    handshake::fill_random(&mut nonce).map_err(|error| format!("`{from}`: {error}"))?;
+    handshake::fill_random(&mut nonce)
+        .map_err(|source| DataPlaneError::NoNonce { from, source })?;
     // 40 bytes always fit an empty socket buffer: a caller that never reads cannot
     // block this write.
     (&stream)
@@ -479,33 +487,21 @@ fn greet(
     let mut filled = 0;
     while filled < HELLO_BYTES {
         match (&stream).read(&mut bytes[filled..]) {
-            Ok(0) => {
-                return Err(format!(
-                    "`{from}` closed the connection before saying who it is"
-                ));
-            }
+            Ok(0) => return Err(DataPlaneError::ClosedBeforeHello { from }),
             Ok(count) => filled += count,
             Err(error) if error.kind() == ErrorKind::Interrupted => {}
             Err(error) if matches!(error.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
-                return Err(format!(
-                    "`{from}` did not say who it is within {:.1} s",
-                    wait.as_secs_f64()
-                ));
+                return Err(DataPlaneError::Silent { from, wait });
             }
             Err(error) => return Err(io_problem(error)),
         }
         // A peer that dribbles bytes must not stretch the wait either.
         if Instant::now() >= hello_deadline && filled < HELLO_BYTES {
-            return Err(format!(
-                "`{from}` did not say who it is within {:.1} s",
-                wait.as_secs_f64()
-            ));
+            return Err(DataPlaneError::Silent { from, wait });
         }
     }
     let Some((hello, hello_mac)) = Hello::decode(&bytes) else {
-        return Err(format!(
-            "`{from}` sent something that is not a gpuvet data-plane hello"
-        ));
+        return Err(DataPlaneError::NotAHello { from });
     };
     if !handshake::verify_hello(plan.key, &nonce, &bytes) {
         // Whatever it claims is unproven: it is named by its address only, and it
@@ -514,9 +510,7 @@ fn greet(
         (&stream)
             .write_all(&reply.encode(plan.key, None))
             .map_err(io_problem)?;
-        return Err(format!(
-            "`{from}` was refused: its hello does not prove this run's data-plane key (a different `GPUVET_TOKEN`, or not gpuvet)"
-        ));
+        return Err(DataPlaneError::Unproven { from });
     }
     let refusal = handshake::judge(
         &hello,
@@ -535,9 +529,120 @@ fn greet(
             accepted.streams.insert(hello.from_rank as usize, stream);
             Ok(())
         }
-        Some(refusal) => Err(format!(
-            "`{from}` calling itself rank {} of round `{}` was refused: it brought {refusal}",
-            hello.from_rank, hello.round
-        )),
+        Some(refusal) => Err(DataPlaneError::Refused {
+            from,
+            rank: hello.from_rank,
+            round: hello.round,
+            refusal,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Greets one connection made by `call` on a fresh listener, as rank 1 of two.
+    fn greet_one(
+        deadline: Instant,
+        call: impl FnOnce(TcpStream) + Send + 'static,
+    ) -> (SocketAddr, Result<(), DataPlaneError>) {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let caller = thread::spawn(move || call(TcpStream::connect(addr).unwrap()));
+        let (stream, from) = listener.accept().unwrap();
+        let key = DataKey::from_bytes([7; 32]);
+        let peers = [addr, addr];
+        let plan = Plan {
+            rank: 1,
+            round: 1,
+            peers: &peers,
+            sends_to: &[0],
+            receives_from: &[0],
+            key: &key,
+        };
+        let mut accepted = Accepted {
+            streams: BTreeMap::new(),
+            refused: Vec::new(),
+        };
+        let result = greet(&plan, stream, from, deadline, &mut accepted);
+        caller.join().unwrap();
+        (from, result)
+    }
+
+    /// Reads the challenge, so the acceptor's write does not fail first.
+    fn read_challenge(stream: &mut TcpStream) {
+        let mut challenge = [0u8; CHALLENGE_BYTES];
+        stream.read_exact(&mut challenge).unwrap();
+    }
+
+    #[test]
+    fn a_caller_that_hangs_up_or_says_nothing_is_turned_away_with_why() {
+        let soon = || Instant::now() + Duration::from_secs(30);
+        let (from, closed) = greet_one(soon(), |mut stream| read_challenge(&mut stream));
+        assert_eq!(closed, Err(DataPlaneError::ClosedBeforeHello { from }));
+        assert_eq!(
+            with_causes(&closed.unwrap_err()),
+            format!("`{from}` closed the connection before saying who it is")
+        );
+
+        let (from, silent) = greet_one(Instant::now() + Duration::from_millis(200), {
+            |mut stream| {
+                read_challenge(&mut stream);
+                // Holds the connection open, silent, past the acceptor's wait.
+                let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+                let _ = stream.read(&mut [0u8; 1]);
+            }
+        });
+        let Err(DataPlaneError::Silent { from: who, wait }) = silent else {
+            panic!("{silent:?}");
+        };
+        assert_eq!(who, from);
+        assert!(wait <= Duration::from_millis(200), "{wait:?}");
+        assert!(
+            DataPlaneError::Silent { from, wait }
+                .to_string()
+                .starts_with(&format!("`{from}` did not say who it is within 0.")),
+        );
+
+        let (from, late) = greet_one(Instant::now(), |_| {});
+        assert_eq!(late, Err(DataPlaneError::AtDeadline { from }));
+        assert_eq!(
+            late.unwrap_err().to_string(),
+            format!("`{from}` arrived at the deadline")
+        );
+
+        let (from, garbage) = greet_one(soon(), |mut stream| {
+            read_challenge(&mut stream);
+            stream.write_all(&[0xff; HELLO_BYTES]).unwrap();
+        });
+        assert_eq!(garbage, Err(DataPlaneError::NotAHello { from }));
+    }
+
+    #[test]
+    fn an_io_failure_in_the_handshake_keeps_its_cause() {
+        let from: SocketAddr = "192.0.2.1:7".parse().unwrap();
+        let error = DataPlaneError::Handshake {
+            from,
+            source: std::io::Error::from(ErrorKind::ConnectionReset).into(),
+        };
+        assert_eq!(error.to_string(), "`192.0.2.1:7`: handshake failed");
+        assert_eq!(
+            with_causes(&error),
+            format!(
+                "`192.0.2.1:7`: handshake failed: {}",
+                std::io::Error::from(ErrorKind::ConnectionReset)
+            )
+        );
+        let accept = DataPlaneError::Accept(std::io::Error::from(ErrorKind::OutOfMemory).into());
+        assert!(with_causes(&accept).starts_with("accept failed: "));
+        let no_nonce = DataPlaneError::NoNonce {
+            from,
+            source: BackendError::Failed("cannot read the system's random source".to_owned()),
+        };
+        assert_eq!(
+            with_causes(&no_nonce),
+            "`192.0.2.1:7`: cannot read the system's random source"
+        );
     }
 }

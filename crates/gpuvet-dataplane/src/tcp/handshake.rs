@@ -223,7 +223,7 @@ pub(super) fn verify_hello(
 
 /// Why an accepting rank turned a connection down.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Refusal {
+pub enum Refusal {
     Version,
     Round,
     World,

@@ -245,7 +245,7 @@ pub(super) fn send_all(
                 watch.keep_waiting(link, idle_since, Doing::Sending)?
             }
             Err(error) if error.kind() == ErrorKind::Interrupted => {}
-            Err(error) => return Err(io_failure(link, watch, "sending to", &error)),
+            Err(error) => return Err(io_failure(link, watch, "sending to", error)),
         }
     }
     Ok(())
@@ -276,7 +276,7 @@ pub(super) fn receive_exact(
                 watch.keep_waiting(link, idle_since, Doing::Receiving)?
             }
             Err(error) if error.kind() == ErrorKind::Interrupted => {}
-            Err(error) => return Err(io_failure(link, watch, "receiving from", &error)),
+            Err(error) => return Err(io_failure(link, watch, "receiving from", error)),
         }
     }
     Ok(())
@@ -298,15 +298,18 @@ fn closed(link: &Link, watch: &Watch<'_>) -> Stop {
     )))
 }
 
-fn io_failure(link: &Link, watch: &Watch<'_>, doing: &str, error: &io::Error) -> Stop {
+fn io_failure(link: &Link, watch: &Watch<'_>, doing: &str, error: io::Error) -> Stop {
     if let Some(stop) = explained_elsewhere(watch) {
         return stop;
     }
-    Stop::Failed(BackendError::Failed(format!(
-        "{doing} {} failed during the {}: {error}",
-        link.name(),
-        watch.context
-    )))
+    Stop::Failed(BackendError::io(
+        format!(
+            "{doing} {} failed during the {}",
+            link.name(),
+            watch.context
+        ),
+        error,
+    ))
 }
 
 /// A peer that closes because this side was cancelled, or because this side's other

@@ -39,7 +39,7 @@ use std::sync::atomic::AtomicBool;
 use std::thread;
 use std::time::{Duration, Instant};
 
-pub use handshake::DataKey;
+pub use handshake::{DataKey, Refusal};
 pub use probe::{ProbeResponder, ProbeResult, ProbeSpec, RttStats, probe_connectivity};
 
 use self::collectives::Kind;
@@ -494,21 +494,17 @@ pub fn multi_all_reduce(
                             "the all-reduce thread panicked".to_owned(),
                         ))
                     }),
-                    Err(error) => Err(BackendError::Failed(format!(
-                        "could not start the all-reduce thread: {error}"
-                    ))),
+                    Err(error) => Err(BackendError::io(
+                        "could not start the all-reduce thread",
+                        error,
+                    )),
                 };
                 result
                     .map(|mut sample| {
                         sample.params.insert("rail".to_owned(), rail.to_string());
                         sample
                     })
-                    .map_err(|error| match error {
-                        BackendError::Failed(message) => {
-                            BackendError::Failed(format!("rail {rail}: {message}"))
-                        }
-                        other => other,
-                    })
+                    .map_err(|error| error.on_rail(rail))
             })
             .collect()
     })

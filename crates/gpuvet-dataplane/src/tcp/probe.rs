@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use crate::{BackendError, CancelToken};
+use crate::{BackendError, CancelToken, DataPlaneError};
 
 const PING: [u8; 8] = *b"GVPING01";
 const PONG: [u8; 8] = *b"GVPONG01";
@@ -87,7 +87,7 @@ pub struct ProbeResult {
     /// 16-byte round trip of the successful attempts, when echo was asked.
     pub echo_rtt: Option<RttStats>,
     /// Why the last failed attempt failed.
-    pub last_error: Option<String>,
+    pub last_error: Option<DataPlaneError>,
 }
 
 impl ProbeResult {
@@ -124,7 +124,7 @@ pub fn probe_connectivity(
             running
                 .into_iter()
                 .map(|(target, spawned)| {
-                    let failed = |why: String| ProbeResult {
+                    let failed = |why: DataPlaneError| ProbeResult {
                         target,
                         attempts: 0,
                         successes: 0,
@@ -135,8 +135,8 @@ pub fn probe_connectivity(
                     match spawned {
                         Ok(handle) => handle
                             .join()
-                            .unwrap_or_else(|_| failed("the probing thread panicked".to_owned())),
-                        Err(error) => failed(format!("could not start a probing thread: {error}")),
+                            .unwrap_or_else(|_| failed(DataPlaneError::ProbePanicked)),
+                        Err(error) => failed(DataPlaneError::ProbeThread(error.into())),
                     }
                 })
                 .collect()
@@ -185,15 +185,15 @@ fn attempt_once(
     target: SocketAddr,
     spec: &ProbeSpec,
     attempt: u32,
-) -> Result<(Duration, Option<Duration>), String> {
+) -> Result<(Duration, Option<Duration>), DataPlaneError> {
     let started = Instant::now();
     let stream = TcpStream::connect_timeout(&target, spec.timeout)
-        .map_err(|error| format!("connect: {error}"))?;
+        .map_err(|error| DataPlaneError::Connect(error.into()))?;
     let connect = started.elapsed();
     if !spec.echo {
         return Ok((connect, None));
     }
-    let echo_problem = |error: std::io::Error| format!("echo: {error}");
+    let echo_problem = |error: std::io::Error| DataPlaneError::Echo(error.into());
     let remaining = spec
         .timeout
         .saturating_sub(connect)
@@ -214,18 +214,13 @@ fn attempt_once(
     (&stream)
         .read_exact(&mut answer)
         .map_err(|error| match error.kind() {
-            ErrorKind::WouldBlock | ErrorKind::TimedOut => {
-                "echo: no answer within the timeout".to_owned()
-            }
-            ErrorKind::UnexpectedEof => {
-                "echo: the target closed the connection (no gpuvet probe responder there?)"
-                    .to_owned()
-            }
+            ErrorKind::WouldBlock | ErrorKind::TimedOut => DataPlaneError::EchoTimedOut,
+            ErrorKind::UnexpectedEof => DataPlaneError::EchoClosed,
             _ => echo_problem(error),
         })?;
     let echo = sent.elapsed();
     if answer[..8] != PONG || answer[8..] != ping[8..] {
-        return Err("echo: the answer is not a gpuvet probe reply".to_owned());
+        return Err(DataPlaneError::NotAProbeReply);
     }
     Ok((connect, Some(echo)))
 }
@@ -352,6 +347,74 @@ mod tests {
                 avg: ms(2),
                 max: ms(3)
             })
+        );
+    }
+
+    /// One echo attempt against a listener whose connection `serve` handles.
+    fn echo_against(
+        serve: impl FnOnce(TcpStream) + Send + 'static,
+    ) -> Result<(Duration, Option<Duration>), DataPlaneError> {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let target = listener.local_addr().unwrap();
+        let server = thread::spawn(move || serve(listener.accept().unwrap().0));
+        let spec = ProbeSpec {
+            timeout: Duration::from_millis(300),
+            echo: true,
+            ..ProbeSpec::default()
+        };
+        let result = attempt_once(target, &spec, 3);
+        server.join().unwrap();
+        result
+    }
+
+    #[test]
+    fn an_echo_that_fails_says_how() {
+        // Reads the ping, then hangs up without answering.
+        let closed = echo_against(|mut stream| {
+            let _ = stream.read_exact(&mut [0u8; MESSAGE_BYTES]);
+        });
+        assert_eq!(closed, Err(DataPlaneError::EchoClosed));
+        assert_eq!(
+            closed.unwrap_err().to_string(),
+            "echo: the target closed the connection (no gpuvet probe responder there?)"
+        );
+        // Answers with something else.
+        let stranger = echo_against(|mut stream| {
+            let _ = stream.read_exact(&mut [0u8; MESSAGE_BYTES]);
+            let _ = stream.write_all(&[b'x'; MESSAGE_BYTES]);
+        });
+        assert_eq!(stranger, Err(DataPlaneError::NotAProbeReply));
+        // Keeps the connection open and says nothing past the attempt's timeout.
+        let silent = echo_against(|mut stream| {
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(5)));
+            let _ = stream.read_exact(&mut [0u8; MESSAGE_BYTES]);
+            let _ = stream.read(&mut [0u8; 1]);
+        });
+        assert_eq!(silent, Err(DataPlaneError::EchoTimedOut));
+        assert_eq!(
+            DataPlaneError::EchoTimedOut.to_string(),
+            "echo: no answer within the timeout"
+        );
+    }
+
+    #[test]
+    fn a_probe_s_io_failures_keep_their_cause() {
+        let reset = || std::io::Error::from(ErrorKind::ConnectionReset);
+        let echo = DataPlaneError::Echo(reset().into());
+        assert_eq!(echo.to_string(), "echo");
+        assert_eq!(
+            gpuvet_backend::with_causes(&echo),
+            format!("echo: {}", reset())
+        );
+        // Only an exhausted machine refuses a thread; it reads as it always has.
+        let thread = DataPlaneError::ProbeThread(reset().into());
+        assert_eq!(
+            gpuvet_backend::with_causes(&thread),
+            format!("could not start a probing thread: {}", reset())
+        );
+        assert_eq!(
+            DataPlaneError::ProbePanicked.to_string(),
+            "the probing thread panicked"
         );
     }
 

@@ -48,18 +48,24 @@ pub struct GlooRank<'a> {
     pub interface: Option<String>,
 }
 
-/// The torch version `python` imports, or why it cannot run the engine (one line).
-pub fn probe(python: &Path, deadline: Instant, cancel: &CancelToken) -> Result<String, String> {
-    let mut run =
-        PythonRun::spawn(python, &json!({"op": "probe"}), &[]).map_err(|e| e.to_string())?;
-    let message = run
-        .next_message(deadline, cancel, "torch version", &mut || None)
-        .map_err(|e| e.to_string())?;
+/// The torch version `python` imports, or why it cannot run the engine.
+pub fn probe(
+    python: &Path,
+    deadline: Instant,
+    cancel: &CancelToken,
+) -> Result<String, BackendError> {
+    let mut run = PythonRun::spawn(python, &json!({"op": "probe"}), &[])?;
+    let message = run.next_message(deadline, cancel, "torch version", &mut || None)?;
     message
         .get("torch")
         .and_then(|v| v.as_str())
         .map(str::to_owned)
-        .ok_or_else(|| format!("`{}` answered the probe with `{message}`", python.display()))
+        .ok_or_else(|| {
+            BackendError::Failed(format!(
+                "`{}` answered the probe with `{message}`",
+                python.display()
+            ))
+        })
 }
 
 /// A Gloo all-reduce across `group`, sized and timed like the built-in engine's.

@@ -54,7 +54,7 @@ impl PythonRun {
         crate::child::die_with_parent(&mut command);
         let mut child = command
             .spawn()
-            .map_err(|err| BackendError::Failed(format!("cannot run {shown}: {err}")))?;
+            .map_err(|err| BackendError::io(format!("cannot run {shown}"), err))?;
         let (stdout, stderr_pipe) = (child.stdout.take(), child.stderr.take());
         let (sender, lines) = mpsc::channel();
         if let Some(stdout) = stdout {

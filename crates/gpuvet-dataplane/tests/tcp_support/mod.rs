@@ -94,6 +94,7 @@ pub fn assert_good(sample: &Sample, ranks: usize) {
 pub fn message(result: Result<impl std::fmt::Debug, BackendError>) -> String {
     match result {
         Ok(value) => panic!("expected an error, got {value:?}"),
-        Err(error) => error.to_string(),
+        // With its causes, as a report shows it.
+        Err(error) => gpuvet_backend::with_causes(&error),
     }
 }

@@ -21,6 +21,9 @@ use gpuvet_core::results::{
     CheckResult, Entity, EntityResult, Evidence, Lane, Measurement, Verdict,
 };
 
+use gpuvet_backend::with_causes;
+
+use crate::GroupError;
 use crate::conversation::Member;
 use crate::coordinator::CheckContext;
 use crate::wire::{Directive, ProbeReply, ProbeTarget, Reply};
@@ -102,7 +105,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>) -> CheckResult {
             let unprobeable = ends.into_iter().find_map(|end| {
                 let member = member_named.get(end.as_str())?;
                 let why = address_on(member, network).err()?;
-                Some(format!("{}: {why}", member.node))
+                Some(format!("{}: {}", member.node, with_causes(&why)))
             });
             entity.reason = match (entity.verdict, unprobeable) {
                 (Verdict::Faulty, Some(why)) => format!("on `{network}`: {why}"),
@@ -134,7 +137,7 @@ pub(crate) fn run(context: &mut CheckContext<'_, '_>) -> CheckResult {
 }
 
 /// Where `member` answers probes on `network`, or why it cannot.
-fn address_on(member: &Member, network: &str) -> Result<SocketAddr, String> {
+fn address_on(member: &Member, network: &str) -> Result<SocketAddr, GroupError> {
     if network == DATA_NETWORK {
         return Ok(member.probe);
     }
@@ -143,12 +146,17 @@ fn address_on(member: &Member, network: &str) -> Result<SocketAddr, String> {
         .interfaces
         .iter()
         .find(|i| i.name == network)
-        .ok_or_else(|| format!("`{network}` is not in its `gpuvet.interfaces`"))?;
-    interface.addr.ok_or_else(|| {
-        interface
-            .error
-            .clone()
-            .unwrap_or_else(|| format!("no address on `{network}`"))
+        .ok_or_else(|| GroupError::NotProbed {
+            network: network.to_owned(),
+        })?;
+    interface.addr.ok_or_else(|| match &interface.error {
+        // The member's own reason, which came as text in its hello.
+        Some(message) => GroupError::Remote {
+            message: message.clone(),
+        },
+        None => GroupError::NoAddressOn {
+            network: network.to_owned(),
+        },
     })
 }
 
@@ -315,6 +323,56 @@ mod tests {
             rtt_us: (successes > 0).then_some(50.0),
             error: (successes < 5).then(|| "connection timed out".to_owned()),
         }
+    }
+
+    #[test]
+    fn a_member_that_cannot_be_probed_on_a_network_says_why() {
+        use crate::wire::{InterfaceProbe, NodeInfo};
+        let data: SocketAddr = "10.0.0.2:7000".parse().unwrap();
+        let interface = |name: &str, addr: Option<&str>, error: Option<&str>| InterfaceProbe {
+            name: name.to_owned(),
+            addr: addr.map(|a| a.parse().unwrap()),
+            error: error.map(str::to_owned),
+        };
+        let member = Member {
+            rank: 1,
+            node: "n1".to_owned(),
+            data,
+            rails: Vec::new(),
+            probe: "10.0.0.2:7002".parse().unwrap(),
+            info: NodeInfo {
+                backend: "cpu".to_owned(),
+                devices: Vec::new(),
+                host_id: String::new(),
+                rail_ports: Vec::new(),
+                probe_port: 7002,
+                every_interface: false,
+                interfaces: vec![
+                    interface("ib0", Some("10.1.0.2:7100"), None),
+                    interface("ib1", None, Some("interface `ib1` has no IPv4 address")),
+                    interface("ib2", None, None),
+                ],
+                spans_nodes: false,
+            },
+        };
+        assert_eq!(address_on(&member, DATA_NETWORK).unwrap(), member.probe);
+        assert_eq!(
+            address_on(&member, "ib0").unwrap(),
+            "10.1.0.2:7100".parse().unwrap()
+        );
+        let err = address_on(&member, "eth9").unwrap_err();
+        assert!(matches!(err, GroupError::NotProbed { .. }), "{err:?}");
+        assert_eq!(err.to_string(), "`eth9` is not in its `gpuvet.interfaces`");
+        // The member's own reason arrived as text and is given as it came.
+        let err = address_on(&member, "ib1").unwrap_err();
+        assert!(
+            matches!(&err, GroupError::Remote { message } if message == "interface `ib1` has no IPv4 address"),
+            "{err:?}"
+        );
+        assert_eq!(err.to_string(), "interface `ib1` has no IPv4 address");
+        let err = address_on(&member, "ib2").unwrap_err();
+        assert!(matches!(err, GroupError::NoAddressOn { .. }), "{err:?}");
+        assert_eq!(err.to_string(), "no address on `ib2`");
     }
 
     fn nodes(n: u32) -> Vec<(u32, String)> {

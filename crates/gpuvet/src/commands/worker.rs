@@ -13,14 +13,19 @@ use crate::sanity;
 
 pub fn worker(args: WorkerArgs) -> Result<i32, Failure> {
     // Taken first, so nothing printed while the backend loads can reach the protocol.
-    let output = gpuvet_runner::protocol_output().map_err(Failure::bug)?;
+    let output = gpuvet_runner::protocol_output().map_err(bug)?;
     let choice = BackendChoice::parse(&args.backend).expect("clap only accepts known backends");
     let built = load_config(args.config.as_deref())
         .and_then(|config| sanity::build_backend(choice, &config, args.cpu_devices, &args.node));
     let (backend, code) = match built {
         Ok(selected) => (Ok(selected), exit_codes::SUCCESS),
-        Err(failure) => (Err(failure.error.to_string()), failure.code),
+        Err(failure) => (Err(failure.error.into()), failure.code),
     };
-    gpuvet_runner::serve_worker(backend, std::io::stdin().lock(), output).map_err(Failure::bug)?;
+    gpuvet_runner::serve_worker(backend, std::io::stdin().lock(), output).map_err(bug)?;
     Ok(code)
+}
+
+/// Like `Failure::bug`, keeping the error's causes for the `caused by:` lines.
+fn bug(error: gpuvet_runner::RunnerError) -> Failure {
+    Failure::new(exit_codes::INTERNAL, error)
 }

@@ -121,7 +121,8 @@ impl GemmType {
 }
 
 /// The precision to run for a requested dtype on a GPU of compute capability `cc`.
-pub fn resolve(dtype: Dtype, cc: (i32, i32)) -> Result<GemmType, String> {
+/// `Unsupported` when this GPU lacks the dtype.
+pub fn resolve(dtype: Dtype, cc: (i32, i32)) -> Result<GemmType, BackendError> {
     let ampere = cc.0 >= 8;
     let cc_text = format!("{}.{}", cc.0, cc.1);
     match dtype {
@@ -132,16 +133,16 @@ pub fn resolve(dtype: Dtype, cc: (i32, i32)) -> Result<GemmType, String> {
         }),
         Dtype::Bf16 if ampere => Ok(GemmType::Bf16),
         Dtype::Tf32 if ampere => Ok(GemmType::Tf32),
-        Dtype::Bf16 | Dtype::Tf32 => Err(format!(
+        Dtype::Bf16 | Dtype::Tf32 => Err(BackendError::Unsupported(format!(
             "{} GEMM needs compute capability 8.0 or newer; this GPU has `{cc_text}`",
             dtype.as_str()
-        )),
+        ))),
         Dtype::Fp16 => Ok(GemmType::Fp16),
         Dtype::Fp32 => Ok(GemmType::Fp32),
         Dtype::Fp8 if cc >= (8, 9) => Ok(GemmType::Fp8),
-        Dtype::Fp8 => Err(format!(
+        Dtype::Fp8 => Err(BackendError::Unsupported(format!(
             "fp8 GEMM needs compute capability 8.9 or newer; this GPU has `{cc_text}`"
-        )),
+        ))),
     }
 }
 
@@ -245,6 +246,54 @@ pub fn summarize_readings(
 
 // ---- the GPU side --------------------------------------------------------------------
 
+/// A cuBLAS or cuBLASLt status other than success, as `` `CublasError(CUBLAS_STATUS_…)` ``.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlasStatus {
+    Cublas(cudarc::cublas::result::CublasError),
+    Lt(cudarc::cublaslt::result::CublasError),
+}
+
+impl BlasStatus {
+    /// `CUBLAS_STATUS_NOT_SUPPORTED`: the library has no kernel for this GPU.
+    pub fn is_not_supported(self) -> bool {
+        match self {
+            BlasStatus::Cublas(e) => {
+                e.0 == cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
+            }
+            BlasStatus::Lt(e) => {
+                e.0 == cudarc::cublaslt::sys::cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for BlasStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BlasStatus::Cublas(e) => write!(f, "`{e:?}`"),
+            BlasStatus::Lt(e) => write!(f, "`{e:?}`"),
+        }
+    }
+}
+
+impl std::error::Error for BlasStatus {}
+
+/// A failed cuBLAS call.
+fn cublas(call: &'static str) -> impl Fn(cudarc::cublas::result::CublasError) -> BackendError {
+    move |e| BackendError::Blas {
+        call,
+        source: BlasStatus::Cublas(e),
+    }
+}
+
+/// A failed cuBLASLt call.
+fn lt(call: &'static str) -> impl Fn(cudarc::cublaslt::result::CublasError) -> BackendError {
+    move |e| BackendError::Blas {
+        call,
+        source: BlasStatus::Lt(e),
+    }
+}
+
 /// A cuBLAS handle set up for one GEMM; destroyed without panicking.
 struct BlasGemm {
     handle: cudarc::cublas::sys::cublasHandle_t,
@@ -264,10 +313,11 @@ impl BlasGemm {
         a: u64,
         b: u64,
         c: u64,
-    ) -> Result<Self, String> {
+    ) -> Result<Self, BackendError> {
         use cudarc::cublas::{result, sys};
-        let size = i32::try_from(size)
-            .map_err(|_| format!("matrix size `{size}` is too large for cuBLAS"))?;
+        let size = i32::try_from(size).map_err(|_| {
+            BackendError::Failed(format!("matrix size `{size}` is too large for cuBLAS"))
+        })?;
         stream
             .context()
             .bind_to_thread()
@@ -276,8 +326,7 @@ impl BlasGemm {
         let workspace = unsafe { stream.alloc::<u8>(WORKSPACE_BYTES) }
             .map_err(|e| driver_error("allocating the workspace", e))?;
         let ws = workspace.device_ptr(stream).0;
-        let handle =
-            result::create_handle().map_err(|e| format!("`cublasCreate` failed: `{e:?}`"))?;
+        let handle = result::create_handle().map_err(cublas("cublasCreate"))?;
         let gemm = BlasGemm {
             handle,
             _workspace: workspace,
@@ -291,15 +340,15 @@ impl BlasGemm {
         // handle (fields drop after `Drop::drop` destroys it).
         unsafe {
             result::set_stream(handle, stream.cu_stream() as sys::cudaStream_t)
-                .map_err(|e| format!("`cublasSetStream` failed: `{e:?}`"))?;
+                .map_err(cublas("cublasSetStream"))?;
             sys::cublasSetWorkspace_v2(handle, ws as *mut c_void, WORKSPACE_BYTES)
                 .result()
-                .map_err(|e| format!("`cublasSetWorkspace` failed: `{e:?}`"))?;
+                .map_err(cublas("cublasSetWorkspace"))?;
         }
         Ok(gemm)
     }
 
-    fn enqueue(&self) -> Result<(), String> {
+    fn enqueue(&self) -> Result<(), BackendError> {
         use cudarc::cublas::sys::{
             cublasComputeType_t as Compute, cublasGemmAlgo_t, cublasOperation_t as Op,
             cudaDataType_t as Ty,
@@ -309,7 +358,9 @@ impl BlasGemm {
             GemmType::Fp16 => (Ty::CUDA_R_16F, Compute::CUBLAS_COMPUTE_32F),
             GemmType::Tf32 => (Ty::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F_FAST_TF32),
             GemmType::Fp32 => (Ty::CUDA_R_32F, Compute::CUBLAS_COMPUTE_32F),
-            GemmType::Fp8 => return Err("fp8 runs through cuBLASLt".to_owned()),
+            GemmType::Fp8 => {
+                return Err(BackendError::Failed("fp8 runs through cuBLASLt".to_owned()));
+            }
         };
         let (alpha, beta) = (1.0f32, 0.0f32);
         let n = self.size;
@@ -338,7 +389,7 @@ impl BlasGemm {
                 cublasGemmAlgo_t::CUBLAS_GEMM_DFALT,
             )
         }
-        .map_err(|e| format!("`cublasGemmEx` failed: `{e:?}`"))
+        .map_err(cublas("cublasGemmEx"))
     }
 }
 
@@ -364,12 +415,14 @@ struct LtGemm {
 }
 
 impl LtGemm {
-    fn new(stream: &Arc<CudaStream>, size: usize, a: u64, b: u64, c: u64) -> Result<Self, String> {
+    fn new(
+        stream: &Arc<CudaStream>,
+        size: usize,
+        a: u64,
+        b: u64,
+        c: u64,
+    ) -> Result<Self, BackendError> {
         use cudarc::cublaslt::{result, sys};
-        let lt = |what: &str| {
-            let what = what.to_owned();
-            move |e: result::CublasError| format!("`{what}` failed: `{e:?}`")
-        };
         stream
             .context()
             .bind_to_thread()
@@ -456,9 +509,12 @@ impl LtGemm {
         Ok(plan)
     }
 
-    fn enqueue(&self) -> Result<(), String> {
+    fn enqueue(&self) -> Result<(), BackendError> {
         use cudarc::cublaslt::{result, sys};
-        let algo = self.algo.as_ref().ok_or("no cuBLASLt algorithm")?;
+        let algo = self
+            .algo
+            .as_ref()
+            .ok_or_else(|| BackendError::Failed("no cuBLASLt algorithm".to_owned()))?;
         let (alpha, beta) = (1.0f32, 0.0f32);
         // SAFETY: the workspace, A, B and C are live buffers of this stream's context
         // (the workspace lives as long as `self`), and the layouts describe A, B and C.
@@ -482,7 +538,7 @@ impl LtGemm {
                 self.stream as sys::cudaStream_t,
             )
         }
-        .map_err(|e| format!("`cublasLtMatmul` failed: `{e:?}`"))
+        .map_err(lt("cublasLtMatmul"))
     }
 }
 
@@ -513,7 +569,6 @@ impl Engine {
             Engine::Blas(gemm) => gemm.enqueue(),
             Engine::Lt(gemm) => gemm.enqueue(),
         }
-        .map_err(BackendError::Failed)
     }
 
     fn library(&self) -> &'static str {
@@ -553,7 +608,7 @@ pub fn run(
 ) -> Result<Sample, BackendError> {
     let ty = inputs.ty;
     let n = inputs.size;
-    let err = |what: &'static str| move |e| BackendError::Failed(driver_error(what, e));
+    let err = |what: &'static str| move |e| driver_error(what, e);
 
     let out_bytes = n * n * ty.output_bytes();
     let needed = inputs.a.len() + inputs.b.len() + out_bytes + WORKSPACE_BYTES;
@@ -585,16 +640,10 @@ pub fn run(
         .map_err(err("filling C"))?;
 
     let engine = match ty {
-        GemmType::Fp8 => Engine::Lt(LtGemm::new(&stream, n, a_ptr, b_ptr, c_ptr).map_err(|e| {
-            if e.contains("NOT_SUPPORTED") {
-                BackendError::Unsupported(format!("cuBLASLt has no fp8 GEMM for this GPU: {e}"))
-            } else {
-                BackendError::Failed(e)
-            }
-        })?),
-        _ => Engine::Blas(
-            BlasGemm::new(&stream, ty, n, a_ptr, b_ptr, c_ptr).map_err(BackendError::Failed)?,
-        ),
+        GemmType::Fp8 => {
+            Engine::Lt(LtGemm::new(&stream, n, a_ptr, b_ptr, c_ptr).map_err(fp8_not_supported)?)
+        }
+        _ => Engine::Blas(BlasGemm::new(&stream, ty, n, a_ptr, b_ptr, c_ptr)?),
     };
 
     let before = readings.as_ref().map(Readings::sample).unwrap_or_default();
@@ -686,6 +735,26 @@ pub fn run(
     })
 }
 
+/// A cuBLASLt (or driver) "not supported" while planning fp8 means this GPU has no fp8
+/// GEMM: the check is skipped with why, not failed.
+fn fp8_not_supported(error: BackendError) -> BackendError {
+    let not_supported = match &error {
+        BackendError::Blas { source, .. } => source.is_not_supported(),
+        BackendError::Driver { source, .. } => {
+            source.0.0 == cudarc::driver::sys::CUresult::CUDA_ERROR_NOT_SUPPORTED
+        }
+        _ => false,
+    };
+    if not_supported {
+        BackendError::Unsupported(format!(
+            "cuBLASLt has no fp8 GEMM for this GPU: {}",
+            crate::with_causes(&error)
+        ))
+    } else {
+        error
+    }
+}
+
 /// Warms the GPU up, in chunks so cancellation and the time limit are seen: the
 /// iterations run and the seconds per GEMM of the last chunk.
 fn warm_up(
@@ -702,7 +771,7 @@ fn warm_up(
         }
         let done = stream
             .record_event(None)
-            .map_err(|e| BackendError::Failed(driver_error("recording an event", e)))?;
+            .map_err(|e| driver_error("recording an event", e))?;
         poll_event(&done, cancel, || {})?;
         warmup_iterations += WARMUP_CHUNK;
         let seconds_per_gemm = chunk_start.elapsed().as_secs_f64() / WARMUP_CHUNK as f64;
@@ -724,7 +793,7 @@ fn read_checked_entries(
         let at = (i + j * n) * ty.output_bytes();
         let bytes = stream
             .clone_dtoh(&c.slice(at..at + ty.output_bytes()))
-            .map_err(|e| BackendError::Failed(driver_error("reading C back", e)))?;
+            .map_err(|e| driver_error("reading C back", e))?;
         let (reference, scale) = inputs.reference(i, j);
         checked.push(Checked {
             i,
@@ -754,13 +823,47 @@ mod tests {
         let err = resolve(Dtype::Fp8, (8, 0)).unwrap_err();
         assert_eq!(
             err,
-            "fp8 GEMM needs compute capability 8.9 or newer; this GPU has `8.0`"
+            BackendError::Unsupported(
+                "fp8 GEMM needs compute capability 8.9 or newer; this GPU has `8.0`".to_owned()
+            )
         );
         assert!(
             resolve(Dtype::Bf16, volta)
                 .unwrap_err()
+                .to_string()
                 .starts_with("bf16 GEMM needs")
         );
+    }
+
+    #[test]
+    fn a_blas_failure_names_the_call_and_keeps_the_status_as_its_cause() {
+        use cudarc::cublaslt::sys::cublasStatus_t;
+        // Made up: cuBLAS only fails this way on a GPU.
+        let unsupported = lt("cublasLtMatmulAlgoGetHeuristic")(
+            cudarc::cublaslt::result::CublasError(cublasStatus_t::CUBLAS_STATUS_NOT_SUPPORTED),
+        );
+        assert_eq!(
+            unsupported.to_string(),
+            "`cublasLtMatmulAlgoGetHeuristic` failed"
+        );
+        assert_eq!(
+            crate::with_causes(&unsupported),
+            "`cublasLtMatmulAlgoGetHeuristic` failed: \
+             `CublasError(CUBLAS_STATUS_NOT_SUPPORTED)`"
+        );
+        // An fp8 plan cuBLASLt cannot make is a skip, with the same words.
+        assert_eq!(
+            fp8_not_supported(unsupported),
+            BackendError::Unsupported(
+                "cuBLASLt has no fp8 GEMM for this GPU: `cublasLtMatmulAlgoGetHeuristic` \
+                 failed: `CublasError(CUBLAS_STATUS_NOT_SUPPORTED)`"
+                    .to_owned()
+            )
+        );
+        let other = cublas("cublasCreate")(cudarc::cublas::result::CublasError(
+            cudarc::cublas::sys::cublasStatus_t::CUBLAS_STATUS_NOT_INITIALIZED,
+        ));
+        assert_eq!(fp8_not_supported(other.clone()), other);
     }
 
     #[test]
