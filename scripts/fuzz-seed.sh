@@ -22,7 +22,7 @@ seed() { # target, files...
 for target in config wire_frame flight_recorder kmsg_line ras_status; do
   seed "$target" fuzz/seeds/"$target"/* fuzz/regressions/"$target"/*
 done
-seed config crates/gpuvet-core/tests/fixtures/pai_sample.json
+seed config crates/gpuvet-model/tests/fixtures/pai_sample.json
 seed flight_recorder $(find crates/gpuvet-watch/tests/fixtures/fr -type f ! -name '*.py' | sort)
 
 for target in config wire_frame flight_recorder kmsg_line ras_status; do

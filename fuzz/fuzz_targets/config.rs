@@ -3,7 +3,7 @@
 
 #![no_main]
 
-use gpuvet_core::config::{Config, MAX_CONFIG_BYTES};
+use gpuvet_model::config::{Config, MAX_CONFIG_BYTES};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

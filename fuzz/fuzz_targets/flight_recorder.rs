@@ -5,7 +5,7 @@
 
 use std::path::Path;
 
-use gpuvet_core::bounds::json_values_at_most;
+use gpuvet_model::bounds::json_values_at_most;
 use gpuvet_watch::flight_recorder::{PickleError, PickleLimits, parse_dump, pickle_to_json};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;

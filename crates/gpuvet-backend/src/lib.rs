@@ -3,7 +3,7 @@
 //! A [`Backend`] runs one unit of work of a check (a GEMM on one device, a burst of
 //! launches, an all-reduce across the node's devices) and returns what it measured. It
 //! knows nothing of verdicts, deadlines or reports: the runner schedules the work,
-//! enforces the timeout and hands the samples to the analysis in `gpuvet-core`.
+//! enforces the timeout and hands the samples to the analysis in `gpuvet-model`.
 //!
 //! Implementations: [`cpu::CpuBackend`] measures real work on host cores,
 //! [`cuda::CudaBackend`] runs cuBLAS GEMMs and NCCL collectives on NVIDIA GPUs (loaded at
@@ -23,9 +23,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::config::{BackendChoice, Dtype, Settings};
-use gpuvet_core::results::DeviceInfo;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::config::{BackendChoice, Dtype, Settings};
+use gpuvet_model::results::DeviceInfo;
 
 /// Set by the runner when the overall timeout expires; long-running work polls it and
 /// stops early. Work that truly hangs never sees it, which the runner also handles.
@@ -122,7 +122,7 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
     /// How far below its peers a device may fall in `check` before it is slow, as a
     /// fraction, unless the config says otherwise. GPUs hold SuperBench's 5 %.
     fn default_tolerance(&self, _check: CheckName) -> f64 {
-        gpuvet_core::config::DEFAULT_TOLERANCE_PCT / 100.0
+        gpuvet_model::config::DEFAULT_TOLERANCE_PCT / 100.0
     }
 
     /// Dense GEMM on one device: TFLOPS, with a correctness sample.

@@ -10,10 +10,10 @@ use std::collections::BTreeMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::config::{Dtype, SimFault, SimScript};
-use gpuvet_core::results::DeviceInfo;
-use gpuvet_core::stats::median;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::config::{Dtype, SimFault, SimScript};
+use gpuvet_model::results::DeviceInfo;
+use gpuvet_model::stats::median;
 
 use crate::{Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
 

@@ -10,12 +10,13 @@ use std::io::{Read, Write};
 
 use serde::{Deserialize, Serialize};
 
-use gpuvet_core::events::{Event, EventKind};
-use gpuvet_core::explain::{self, Explanation};
-use gpuvet_core::redact::{REDACTED, redact_environment, redact_json};
-use gpuvet_core::results::{RunReport, Verdict};
-use gpuvet_core::time::format_utc_ms;
-use gpuvet_core::timeline::{self, FLIGHT_RECORDER_SOURCE, JobRecord, Timeline};
+use gpuvet_analysis::explain::{self, Explanation};
+use gpuvet_analysis::timeline::{self, Timeline};
+use gpuvet_model::events::{Event, EventKind};
+use gpuvet_model::record::{FLIGHT_RECORDER_SOURCE, JobRecord};
+use gpuvet_model::redact::{REDACTED, redact_environment, redact_json};
+use gpuvet_model::results::{RunReport, Verdict};
+use gpuvet_model::time::format_utc_ms;
 
 use crate::{Bundle, BundleError, BundleFile, Limits, safe_file_name};
 
@@ -178,7 +179,7 @@ fn inventories(record: &JobRecord) -> Vec<(String, serde_json::Value)> {
     let consistency = group.and_then(|r| {
         r.checks
             .iter()
-            .find(|c| c.name == gpuvet_core::catalog::CheckName::InventoryConsistency)
+            .find(|c| c.name == gpuvet_model::catalog::CheckName::InventoryConsistency)
     });
     let finding = |node: &str| {
         consistency.and_then(|c| {
@@ -315,7 +316,7 @@ impl Files {
             .into_iter()
             .map(|file| match std::str::from_utf8(&file.bytes) {
                 Ok(text) => BundleFile {
-                    bytes: gpuvet_core::redact::scrub(text, secrets)
+                    bytes: gpuvet_model::redact::scrub(text, secrets)
                         .into_owned()
                         .into_bytes(),
                     path: file.path,

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_core::hex::to_hex;
+use gpuvet_model::hex::to_hex;
 use sha2::{Digest, Sha256};
 
 use crate::error::BundleError;

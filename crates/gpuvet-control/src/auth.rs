@@ -20,8 +20,8 @@ use sha2::Sha256;
 
 use crate::error::ClusterError;
 
-/// Hex as the frames carry it; the one implementation is `gpuvet_core`'s.
-pub use gpuvet_core::hex::{from_hex, to_hex};
+/// Hex as the frames carry it; the one implementation is `gpuvet_model`'s.
+pub use gpuvet_model::hex::{from_hex, to_hex};
 
 /// Bytes in a nonce; as long as the MAC, so guessing one is no easier than forging it.
 pub const NONCE_LEN: usize = 32;

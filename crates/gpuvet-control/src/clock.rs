@@ -17,7 +17,7 @@ use std::collections::VecDeque;
 
 use serde::{Deserialize, Serialize};
 
-pub use gpuvet_core::time::{ns_to_ms, unix_now_ms, unix_now_ns};
+pub use gpuvet_model::time::{ns_to_ms, unix_now_ms, unix_now_ns};
 
 /// One ping exchange: `t0` and `t3` on the coordinator's clock, `t1` and `t2` on the
 /// agent's, all Unix nanoseconds.

@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 
 use crate::events::{MemberEvent, MemberEventKind};
 

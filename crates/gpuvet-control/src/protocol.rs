@@ -26,7 +26,7 @@ use std::io::{self, Read, Write};
 use std::net::SocketAddr;
 use std::time::Instant;
 
-use gpuvet_core::bounds::{OBJECT_WEIGHT, json_values_at_most};
+use gpuvet_model::bounds::{OBJECT_WEIGHT, json_values_at_most};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -49,7 +49,7 @@ pub const MAX_FRAME_BYTES: usize = 16 << 20;
 pub const MAX_HANDSHAKE_FRAME_BYTES: usize = 64 << 10;
 
 /// The most JSON values one frame may hold (objects weighted, see
-/// [`gpuvet_core::bounds`]), counted before they are built: a report of every GPU's
+/// [`gpuvet_model::bounds`]), counted before they are built: a report of every GPU's
 /// per-iteration samples has about 100,000; a full 16 MiB frame of `[0,0,...]` would
 /// take half a gigabyte to decode, of `[{},...]` several.
 pub const MAX_FRAME_VALUES: usize = 1 << 20;

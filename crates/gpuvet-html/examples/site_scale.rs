@@ -12,8 +12,8 @@ mod support;
 
 use std::time::Instant;
 
-use gpuvet_core::results::Outcome;
 use gpuvet_html::site::{instance_page, instances_page};
+use gpuvet_model::results::Outcome;
 
 /// Renders per page and size; the median time is reported.
 const RUNS: usize = 21;

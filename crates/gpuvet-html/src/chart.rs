@@ -7,9 +7,9 @@
 //! profile of the values (worst on the left, at most [`PROFILE_BUCKETS`] buckets) with
 //! the findings marked on it: its size stays bounded at 1,024 nodes and more.
 
-use gpuvet_core::analysis::fmt_value;
-use gpuvet_core::catalog::Direction;
-use gpuvet_core::results::{CheckResult, Entity, EntityResult, Verdict};
+use gpuvet_model::analysis::fmt_value;
+use gpuvet_model::catalog::Direction;
+use gpuvet_model::results::{CheckResult, Entity, EntityResult, Verdict};
 
 use crate::{escape, verdict_name};
 

@@ -14,13 +14,13 @@
 pub mod chart;
 pub mod site;
 
-use gpuvet_core::analysis::fmt_value;
-use gpuvet_core::catalog::Direction;
-use gpuvet_core::node_list::{MAX_PARTS, fold_node_names};
-use gpuvet_core::render::{rank_name, value_summary};
-use gpuvet_core::repeats::group_repeats;
-use gpuvet_core::results::{CheckResult, Entity, GroupSummary, RunReport, Verdict};
-use gpuvet_core::time::format_utc_ms;
+use gpuvet_analysis::render::{rank_name, value_summary};
+use gpuvet_model::analysis::fmt_value;
+use gpuvet_model::catalog::Direction;
+use gpuvet_model::node_list::{MAX_PARTS, fold_node_names};
+use gpuvet_model::repeats::group_repeats;
+use gpuvet_model::results::{CheckResult, Entity, GroupSummary, RunReport, Verdict};
+use gpuvet_model::time::format_utc_ms;
 
 /// The page's styles, inlined into its `<head>`.
 pub const STYLESHEET: &str = include_str!("style.css");

@@ -4,9 +4,9 @@
 
 mod support;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, CheckStatus};
 use gpuvet_html::{chart, check_panel, escape, page};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::{CheckResult, CheckStatus};
 use support::{SLOW_DEVICE, SLOW_REASON, group_report, one_node_report};
 
 /// The most a 1,024-node page may weigh. Per check, the chart is bounded (200 profile

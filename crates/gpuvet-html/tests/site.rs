@@ -5,9 +5,9 @@
 
 mod support;
 
-use gpuvet_core::results::Outcome;
 use gpuvet_html::check_panel;
 use gpuvet_html::site::{instance_page, instances_page};
+use gpuvet_model::results::Outcome;
 use support::{
     SLOW_REASON, group_report, job_instances, node_events, one_node_report, run_summary,
 };

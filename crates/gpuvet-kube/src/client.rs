@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use gpuvet_core::config::QuarantinePolicy;
+use gpuvet_model::config::QuarantinePolicy;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};

@@ -8,8 +8,8 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_core::events::EventKind;
-use gpuvet_core::results::Lane;
+use gpuvet_model::events::EventKind;
+use gpuvet_model::results::Lane;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;

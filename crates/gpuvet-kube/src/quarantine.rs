@@ -17,8 +17,8 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_core::config::QuarantinePolicy;
-use gpuvet_core::results::{Entity, Lane, RunReport};
+use gpuvet_model::config::QuarantinePolicy;
+use gpuvet_model::results::{Entity, Lane, RunReport};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde::Serialize;
 use serde_json::json;
@@ -259,8 +259,8 @@ pub fn untaint_patch(node: &Node) -> Option<serde_json::Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuvet_core::catalog::CheckName;
-    use gpuvet_core::results::{CheckResult, CheckStatus, GroupIncident, GroupSummary};
+    use gpuvet_model::catalog::CheckName;
+    use gpuvet_model::results::{CheckResult, CheckStatus, GroupIncident, GroupSummary};
     use std::time::Duration;
 
     pub(crate) fn node(name: &str, quarantined_at: Option<&str>) -> Node {
@@ -408,7 +408,7 @@ mod tests {
         let entities = findings
             .iter()
             .map(|(entity, lane)| {
-                let mut result: gpuvet_core::results::EntityResult =
+                let mut result: gpuvet_model::results::EntityResult =
                     serde_json::from_value(json!({
                         "entity": entity,
                         "verdict": "slow",

@@ -2,8 +2,8 @@
 //! `readinessGates` and the pod is Ready only once gpuvet says so) and annotations
 //! holding the latest verdict, both as pure patch bodies.
 
-use gpuvet_core::events::EventKind;
-use gpuvet_core::results::Lane;
+use gpuvet_model::events::EventKind;
+use gpuvet_model::results::Lane;
 use serde_json::json;
 
 use crate::event::REPORT_ANNOTATION;

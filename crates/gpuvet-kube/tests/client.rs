@@ -4,15 +4,15 @@
 
 use std::pin::pin;
 
-use gpuvet_core::config::QuarantinePolicy;
-use gpuvet_core::events::EventKind;
-use gpuvet_core::results::Lane;
 use gpuvet_kube::api::{self, User};
 use gpuvet_kube::client::{Published, Quarantine, Untainted, untaint};
 use gpuvet_kube::event::{EventSpec, Regarding};
 use gpuvet_kube::quarantine::Culprit;
 use gpuvet_kube::status::Verdict;
 use gpuvet_kube::{Kube, KubeError, PodRef};
+use gpuvet_model::config::QuarantinePolicy;
+use gpuvet_model::events::EventKind;
+use gpuvet_model::results::Lane;
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use serde_json::{Value, json};

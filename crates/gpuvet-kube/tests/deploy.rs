@@ -101,7 +101,7 @@ fn parse_all() -> Parsed {
                 // A config the pods read must be one gpuvet accepts.
                 for (key, text) in map.data.unwrap_or_default() {
                     if key.ends_with(".json") {
-                        gpuvet_core::config::Config::from_json(&text)
+                        gpuvet_model::config::Config::from_json(&text)
                             .unwrap_or_else(|err| panic!("{file}: {key}: {err}"));
                     }
                 }

@@ -28,11 +28,11 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::WorkSpec;
 use gpuvet_backend::sim::SimBackend;
-use gpuvet_core::analysis::Tolerances;
-use gpuvet_core::catalog::{CheckName, DEFAULT_CHECKS};
-use gpuvet_core::config::SimScript;
-use gpuvet_core::events::Attempt;
-use gpuvet_core::pairing::PairingMode;
+use gpuvet_model::analysis::Tolerances;
+use gpuvet_model::catalog::{CheckName, DEFAULT_CHECKS};
+use gpuvet_model::config::SimScript;
+use gpuvet_model::events::Attempt;
+use gpuvet_model::pairing::PairingMode;
 use gpuvet_multinode::fabric::Fabric;
 use gpuvet_multinode::in_process::{SimulatedGroup, node_ips, run_simulated};
 use gpuvet_multinode::{GroupEvent, GroupPlan, NodeSetup};
@@ -215,14 +215,14 @@ const REFERENCE_JSON_ROUND_TRIPS: u32 = 500_000;
 /// scheduler puts the two threads more than on the machine.
 fn reference_cpu_s() -> f64 {
     let before = process_cpu_s();
-    let sample = gpuvet_core::results::CheckResult::without_work(
+    let sample = gpuvet_model::results::CheckResult::without_work(
         CheckName::GemmFlops,
-        gpuvet_core::results::CheckStatus::Passed,
+        gpuvet_model::results::CheckStatus::Passed,
         "a reason of a typical length for a check's result",
     );
     for _ in 0..REFERENCE_JSON_ROUND_TRIPS {
         let json = serde_json::to_vec(&sample).expect("a check result is JSON");
-        let back: gpuvet_core::results::CheckResult =
+        let back: gpuvet_model::results::CheckResult =
             serde_json::from_slice(&json).expect("it reads back");
         std::hint::black_box(back);
     }

@@ -19,15 +19,15 @@ use gpuvet_backend::{
 };
 use gpuvet_control::auth::{SESSION_LEN, from_hex, to_hex};
 use gpuvet_control::{Agent, ClusterError, Received};
-use gpuvet_core::analysis::{Limit, Tolerances};
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::Attempt;
-use gpuvet_core::results::{CheckResult, RunReport};
 use gpuvet_dataplane::tcp::{
     CollectiveSpec, DataKey, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
     multi_all_reduce, probe_connectivity,
 };
 use gpuvet_dataplane::torch_gloo::{self, GlooRank};
+use gpuvet_model::analysis::{Limit, Tolerances};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::Attempt;
+use gpuvet_model::results::{CheckResult, RunReport};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::error::GroupError;
@@ -37,7 +37,7 @@ use crate::wire::{
     CollectiveOrder, CollectiveReply, Directive, HostEngine, InterfaceProbe, LinkReply,
     NativeGroup, NodeInfo, ProbeReply, ProbeTarget, Reply, Stamped, parse_directive,
 };
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::time::unix_now_ms;
 
 /// Where this node's data plane listens when `--data-addr` does not say: the address its
 /// control connection to the coordinator comes from (`toward_coordinator`, the source

@@ -8,13 +8,13 @@ use std::time::{Duration, Instant};
 use gpuvet_control::{
     Coordinator, CoordinatorEvent, Incident, IncidentKind, MemberInfo, RefusedPeer,
 };
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::CheckResult;
-use gpuvet_core::timeline::CheckSpan;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::record::CheckSpan;
+use gpuvet_model::results::CheckResult;
 
 use crate::GroupError;
 use crate::wire::{Directive, NodeInfo, Reply, parse_stamped};
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::time::unix_now_ms;
 
 /// What the coordinator reports while the group runs.
 #[derive(Debug)]

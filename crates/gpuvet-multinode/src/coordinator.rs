@@ -9,18 +9,18 @@ use gpuvet_control::{
     Coordinator, CoordinatorEvent, Diagnosis, Incident, IncidentKind, MemberEventKind, MemberState,
     diagnose,
 };
-use gpuvet_core::analysis::{JudgePolicy, Limit, Tolerances};
-use gpuvet_core::catalog::{CheckName, Scope};
-use gpuvet_core::events::Attempt;
-use gpuvet_core::inventory::{ExpectedInventory, NodeInventory};
-use gpuvet_core::inventory_check::judge_inventories;
-use gpuvet_core::pairing::PairingMode;
-use gpuvet_core::results::{
+use gpuvet_model::analysis::{JudgePolicy, Limit, Tolerances};
+use gpuvet_model::catalog::{CheckName, Scope};
+use gpuvet_model::events::Attempt;
+use gpuvet_model::inventory::{ExpectedInventory, NodeInventory};
+use gpuvet_model::inventory_check::judge_inventories;
+use gpuvet_model::pairing::PairingMode;
+use gpuvet_model::record::{CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
+use gpuvet_model::results::{
     CheckResult, CheckStatus, Entity, EntityResult, GroupIncident, GroupSummary, Outcome,
     RunReport, Verdict,
 };
-use gpuvet_core::time::unix_now_ms;
-use gpuvet_core::timeline::{CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
+use gpuvet_model::time::unix_now_ms;
 use gpuvet_runner::{human_duration, scope_skip_reason};
 
 use gpuvet_control::auth::to_hex;
@@ -89,7 +89,7 @@ pub fn run_group(
                     node: Some(info.node.clone()),
                     time_ms: info.joined_ms,
                     kind: IncidentKind::Failed {
-                        lane: gpuvet_core::results::Lane::Platform,
+                        lane: gpuvet_model::results::Lane::Platform,
                     },
                     detail: why.clone(),
                 };
@@ -658,7 +658,7 @@ fn abort_reason(report: &RunReport) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuvet_core::results::{DeviceInfo, Entity, EntityResult, Evidence, Lane, Measurement};
+    use gpuvet_model::results::{DeviceInfo, Entity, EntityResult, Evidence, Lane, Measurement};
 
     fn report(nodes: usize) -> RunReport {
         let entity = |i: usize, verdict| {

@@ -15,8 +15,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use gpuvet_backend::Sample;
 use gpuvet_backend::sim::SplitMix64;
-use gpuvet_core::config::SimScript;
-use gpuvet_core::stats::median;
+use gpuvet_model::config::SimScript;
+use gpuvet_model::stats::median;
 
 use crate::wire::{CollectiveOrder, ProbeReply, ProbeTarget, ring_neighbours};
 
@@ -215,7 +215,7 @@ fn ordered(a: IpAddr, b: IpAddr) -> (IpAddr, IpAddr) {
 mod tests {
     use std::net::Ipv4Addr;
 
-    use gpuvet_core::catalog::CheckName;
+    use gpuvet_model::catalog::CheckName;
 
     use super::*;
     use crate::wire::HostEngine;

@@ -23,8 +23,8 @@ use gpuvet_control::{
     Agent, AgentIdentity, AgentLinks, AgentOptions, Body, Coordinator, CoordinatorOptions,
     Endpoint, OnInbound, Token,
 };
-use gpuvet_core::config::{NodeFault, NodeFaultKind};
-use gpuvet_core::results::RunReport;
+use gpuvet_model::config::{NodeFault, NodeFaultKind};
+use gpuvet_model::results::RunReport;
 
 use crate::agent::{DataPlane, NodeSetup, answer};
 use crate::conversation::GroupEvent;

@@ -14,8 +14,8 @@
 //!   benchmarks.
 //!
 //! Node-scope checks run on each node and are judged against the whole group; the
-//! `_2` checks are planned in pairs and localized (`gpuvet_core::pairing`,
-//! `gpuvet_core::localize`); whole-group collectives run as one ring whose bottleneck
+//! `_2` checks are planned in pairs and localized (`gpuvet_model::pairing`,
+//! `gpuvet_model::localize`); whole-group collectives run as one ring whose bottleneck
 //! is named; `network_connectivity` probes every pair up to 64 nodes, about 2·log2 N
 //! partners per node above; `pytorch_gloo_2` runs
 //! PyTorch's Gloo when every node's Python imports torch, else the built-in TCP

@@ -13,8 +13,8 @@ use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, DeviceInfo, RunReport};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::{CheckResult, DeviceInfo, RunReport};
 
 /// What an agent tells the coordinator about itself when it joins (the hello's `info`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,8 +7,8 @@
 //! (NOT_SUPPORTED, a symbol the driver lacks) reads as `None` quietly, GPU_IS_LOST ends
 //! the GPU's reads, and other errors are kept as [`FailedCall`]s, which the watch
 //! reports and the backend ignores. [`XidEvents`] drains a GPU's XID events. The
-//! readings are the types of [`gpuvet_core::gpu_health`] and
-//! [`gpuvet_core::inventory::GpuHealth`].
+//! readings are the types of [`gpuvet_model::gpu_health`] and
+//! [`gpuvet_model::inventory::GpuHealth`].
 //!
 //! nvml-wrapper 0.13 has no wrapper for remapped rows or clock event reasons; both go
 //! through the raw symbols of `nvml.lib()`. The recovery action and the NVLink error
@@ -18,10 +18,10 @@
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 
-use gpuvet_core::gpu_health::{
+use gpuvet_model::gpu_health::{
     EccCounts, NvLinkCounters, NvLinkState, RecoveryAction, RemappedRows, RetiredPages,
 };
-use gpuvet_core::inventory::{GpuHealth, keys};
+use gpuvet_model::inventory::{GpuHealth, keys};
 use nvml_wrapper::EventSet;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
@@ -227,7 +227,7 @@ impl<'d, 'n> GpuReader<'d, 'n> {
 
     /// Clock event reasons (the newer name of throttle reasons) as raw bits, so bits
     /// the wrapper's bitflags do not know are kept; see
-    /// [`gpuvet_core::gpu_health::throttle`]. Where the driver lacks
+    /// [`gpuvet_model::gpu_health::throttle`]. Where the driver lacks
     /// `nvmlDeviceGetCurrentClocksEventReasons`, the deprecated throttle-reasons call.
     pub fn clock_event_reasons(&mut self) -> Option<u64> {
         let answer = clock_event_reasons(self.device);

@@ -6,8 +6,8 @@
 use std::io::{Read, Write};
 use std::time::Duration;
 
-use gpuvet_core::explain::Explanation;
-use gpuvet_core::timeline::Timeline;
+use gpuvet_analysis::explain::Explanation;
+use gpuvet_analysis::timeline::Timeline;
 use serde::de::DeserializeOwned;
 
 /// How long one read may take: a bundle of a large group is megabytes.

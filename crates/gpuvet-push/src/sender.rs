@@ -4,7 +4,7 @@ use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::time::unix_now_ms;
 use gpuvet_store::{Store, StoreError};
 
 use crate::{Pusher, drain};

@@ -7,9 +7,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::{Backend, BackendError, CancelToken, Sample, with_causes};
-use gpuvet_core::analysis::{JudgePolicy, check_status, clear_contended_slow, judge, suspects};
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, CheckStatus, Entity, EntityResult, Measurement, Verdict};
+use gpuvet_model::analysis::{JudgePolicy, check_status, clear_contended_slow, judge, suspects};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::{CheckResult, CheckStatus, Entity, EntityResult, Measurement, Verdict};
 
 use crate::worker::{Event, Workers};
 use crate::{RunPlan, RunnerError};

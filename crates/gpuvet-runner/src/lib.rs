@@ -34,10 +34,10 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::{Backend, CancelToken, Support};
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::inventory::NodeInventory;
-use gpuvet_core::inventory_check::judge_inventories;
-use gpuvet_core::results::{CheckResult, CheckStatus, Entity, Outcome, RunReport};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::inventory::NodeInventory;
+use gpuvet_model::inventory_check::judge_inventories;
+use gpuvet_model::results::{CheckResult, CheckStatus, Entity, Outcome, RunReport};
 
 /// What the runner tells its observers, in order.
 #[derive(Debug)]

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use gpuvet_backend::WorkSpec;
-use gpuvet_core::analysis::{Limit, Tolerances};
-use gpuvet_core::catalog::{CheckName, Scope};
-use gpuvet_core::events::Attempt;
-use gpuvet_core::inventory::ExpectedInventory;
+use gpuvet_model::analysis::{Limit, Tolerances};
+use gpuvet_model::catalog::{CheckName, Scope};
+use gpuvet_model::events::Attempt;
+use gpuvet_model::inventory::ExpectedInventory;
 
 use crate::WorkerLauncher;
 

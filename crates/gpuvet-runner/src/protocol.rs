@@ -11,9 +11,9 @@
 use std::collections::BTreeMap;
 
 use gpuvet_backend::{BackendError, Sample, WorkSpec, with_causes};
-use gpuvet_core::bounds::json_values_at_most;
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::config::Dtype;
+use gpuvet_model::bounds::json_values_at_most;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::config::Dtype;
 use serde::{Deserialize, Serialize};
 
 use crate::RunnerError;

@@ -164,8 +164,8 @@ mod tests {
     use super::*;
     use gpuvet_backend::WorkSpec;
     use gpuvet_backend::sim::SimBackend;
-    use gpuvet_core::catalog::CheckName;
-    use gpuvet_core::config::{SimFault, SimScript};
+    use gpuvet_model::catalog::CheckName;
+    use gpuvet_model::config::{SimFault, SimScript};
 
     use crate::protocol::{Request, WireResult, WireWork, decode_from_worker};
 

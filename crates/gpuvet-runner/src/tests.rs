@@ -6,10 +6,10 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use gpuvet_backend::{BackendError, Sample, WorkSpec};
-use gpuvet_core::analysis::Tolerances;
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::Attempt;
-use gpuvet_core::results::{DeviceInfo, Verdict};
+use gpuvet_model::analysis::Tolerances;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::Attempt;
+use gpuvet_model::results::{DeviceInfo, Verdict};
 
 use super::*;
 
@@ -456,7 +456,7 @@ fn a_baseline_floor_fails_the_check() {
     let mut plan = plan(&[CheckName::GemmFlops], Duration::from_secs(60));
     plan.baselines.insert(
         CheckName::GemmFlops,
-        gpuvet_core::analysis::Limit::Floor(1e9),
+        gpuvet_model::analysis::Limit::Floor(1e9),
     );
     let report = run_quietly(ScriptedBackend::new(2), &plan);
     assert_eq!(report.checks[0].status, CheckStatus::Failed);

@@ -2,7 +2,7 @@
 //! to device work, shared by the in-process path and the worker process.
 
 use gpuvet_backend::{Backend, BackendError, CancelToken, Sample, WorkSpec};
-use gpuvet_core::catalog::CheckName;
+use gpuvet_model::catalog::CheckName;
 
 /// Runs one unit of `check` on `devices`: one device for per-device checks, the node's
 /// devices for node-local collectives.

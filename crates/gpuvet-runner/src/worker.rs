@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::{Backend, BackendError, Sample, WorkSpec, with_causes};
-use gpuvet_core::catalog::CheckName;
+use gpuvet_model::catalog::CheckName;
 
 use crate::RunnerError;
 use crate::protocol::{self, FromWorker, PROTOCOL, Request, WireWork};
@@ -400,7 +400,7 @@ impl Reader {
 mod tests {
     use super::*;
     use gpuvet_backend::sim::SimBackend;
-    use gpuvet_core::config::SimScript;
+    use gpuvet_model::config::SimScript;
 
     #[test]
     fn what_a_worker_says_before_its_first_round_reaches_that_round() {

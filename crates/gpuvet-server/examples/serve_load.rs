@@ -15,8 +15,8 @@ mod support;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use gpuvet_core::events::Attempt;
-use gpuvet_core::results::RunReport;
+use gpuvet_model::events::Attempt;
+use gpuvet_model::results::RunReport;
 use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
 use gpuvet_store::{Store, StoreLocation};

@@ -1,7 +1,7 @@
 //! Writes need the server's bearer token (`Authorization: Bearer TOKEN`).
 
 use axum::http::{HeaderMap, StatusCode, header};
-use gpuvet_core::env_vars::REPORT_TOKEN as TOKEN_ENV;
+use gpuvet_model::env_vars::REPORT_TOKEN as TOKEN_ENV;
 
 use crate::error::ApiError;
 

@@ -10,7 +10,7 @@ use axum::extract::{MatchedPath, Request, State};
 use axum::http::header;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use gpuvet_core::prometheus::label_value;
+use gpuvet_model::prometheus::label_value;
 
 use crate::AppState;
 

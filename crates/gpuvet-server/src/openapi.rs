@@ -2,8 +2,8 @@
 //! take and return, served at `/api/v1/openapi.json`.
 
 use axum::Json;
-use gpuvet_core::events::EventKind;
-use gpuvet_core::results::Outcome;
+use gpuvet_model::events::EventKind;
+use gpuvet_model::results::Outcome;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::{Modify, OpenApi};
 

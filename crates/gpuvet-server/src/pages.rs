@@ -7,10 +7,10 @@ use axum::http::{StatusCode, Uri, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::get;
 
-use gpuvet_core::events::EventKind;
-use gpuvet_core::overview::JobSummary;
-use gpuvet_core::time::unix_now_ms;
 use gpuvet_html::site;
+use gpuvet_model::events::EventKind;
+use gpuvet_model::overview::JobSummary;
+use gpuvet_model::time::unix_now_ms;
 use gpuvet_store::{EventFilter, RunFilter};
 use serde::Deserialize;
 

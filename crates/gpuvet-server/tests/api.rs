@@ -6,13 +6,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, EventKind, EventRecord, NewEvent};
-use gpuvet_core::results::{
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Attempt, EventKind, EventRecord, NewEvent};
+use gpuvet_model::record::{CheckSpan, CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
+use gpuvet_model::results::{
     CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary, Lane,
     Measurement, Outcome, RunReport, Verdict,
 };
-use gpuvet_core::timeline::{CheckSpan, CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
 use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
 use gpuvet_store::{Store, StoreLocation};

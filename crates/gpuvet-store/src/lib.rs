@@ -46,11 +46,11 @@ mod value;
 
 use std::path::PathBuf;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, AttemptStart, Event, EventKind, EventRecord, NewEvent};
-use gpuvet_core::results::{CheckResult, Lane, RunReport};
-use gpuvet_core::time::unix_now_ms;
-use gpuvet_core::timeline::JobRecord;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Attempt, AttemptStart, Event, EventKind, EventRecord, NewEvent};
+use gpuvet_model::record::JobRecord;
+use gpuvet_model::results::{CheckResult, Lane, RunReport};
+use gpuvet_model::time::unix_now_ms;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 

@@ -18,11 +18,11 @@ use crate::{Store, StoreError};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum OutboxKind {
-    /// A [`gpuvet_core::events::AttemptStart`].
+    /// A [`gpuvet_model::events::AttemptStart`].
     Attempt,
-    /// A [`gpuvet_core::results::RunReport`].
+    /// A [`gpuvet_model::results::RunReport`].
     Report,
-    /// A [`gpuvet_core::events::EventRecord`].
+    /// A [`gpuvet_model::events::EventRecord`].
     Event,
 }
 

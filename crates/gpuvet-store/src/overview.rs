@@ -4,9 +4,9 @@
 //! Built from the columns, never by decoding every report: a list of 1,024 instances
 //! reads 1,024 small rows.
 
-use gpuvet_core::events::Attempt;
-use gpuvet_core::overview::{InstanceSummary, JobSummary, RunSummary};
-use gpuvet_core::results::{CheckStatus, Outcome, RunReport};
+use gpuvet_model::events::Attempt;
+use gpuvet_model::overview::{InstanceSummary, JobSummary, RunSummary};
+use gpuvet_model::results::{CheckStatus, Outcome, RunReport};
 use serde::{Deserialize, Serialize};
 
 use crate::db::{DbError, Row};

@@ -143,12 +143,12 @@ fn the_documented_crate_graph_is_the_declared_one_and_points_down() {
 
 #[test]
 fn manifests_and_the_graph_block_parse() {
-    let manifest = "[package]\nname = \"gpuvet-x\"\n\n[dependencies]\ngpuvet-core.workspace = true\nserde = \"1\"\n\n[dev-dependencies]\ngpuvet-testkit = { path = \"../t\" }\n[features]\ngpuvet-fake = []\n";
+    let manifest = "[package]\nname = \"gpuvet-x\"\n\n[dependencies]\ngpuvet-model.workspace = true\nserde = \"1\"\n\n[dev-dependencies]\ngpuvet-testkit = { path = \"../t\" }\n[features]\ngpuvet-fake = []\n";
     assert_eq!(package_name(manifest).as_deref(), Some("gpuvet-x"));
     assert_eq!(
         workspace_dependencies(manifest),
         [
-            ("gpuvet-core".to_owned(), false),
+            ("gpuvet-model".to_owned(), false),
             ("gpuvet-testkit".to_owned(), true)
         ]
     );

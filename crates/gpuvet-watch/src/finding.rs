@@ -1,5 +1,5 @@
 //! The words the watch's findings are written in: which GPU ([`GpuId`]), one XID
-//! sighting ([`XidObservation`]), how bad a finding is ([`Severity`], gpuvet-core's,
+//! sighting ([`XidObservation`]), how bad a finding is ([`Severity`], gpuvet-model's,
 //! with what an XID action class implies) and the finding itself ([`RuntimeFinding`]).
 //!
 //! Every source (NVML, the kernel log, NCCL RAS), the health rules, the XID policy
@@ -8,8 +8,8 @@
 
 use std::fmt;
 
-pub use gpuvet_core::gpu_health::Severity;
-use gpuvet_core::results::Lane;
+pub use gpuvet_model::gpu_health::Severity;
+use gpuvet_model::results::Lane;
 use serde::{Deserialize, Serialize};
 
 use crate::xid::ActionClass;

@@ -426,7 +426,7 @@ fn is_char_device(file: &File) -> bool {
 fn boot_time_from_uptime() -> Option<u64> {
     let s = std::fs::read_to_string("/proc/uptime").ok()?;
     let up_s: f64 = s.split_whitespace().next()?.parse().ok()?;
-    Some(gpuvet_core::time::unix_now_ms().saturating_sub((up_s * 1000.0) as u64))
+    Some(gpuvet_model::time::unix_now_ms().saturating_sub((up_s * 1000.0) as u64))
 }
 
 /// `/dev/kmsg` returns one record per `read` and blocks for the next one, so a thread

@@ -4,7 +4,7 @@
 //! escalates; the NCCL RAS client and the flight-recorder analyzer find the rank that
 //! stopped a collective. Everything here returns typed findings ([`finding`]); the
 //! binary records them as events. NVML is read through `gpuvet-nvml`, and the health
-//! readings, thresholds and severities are gpuvet-core's ([`gpuvet_core::gpu_health`]).
+//! readings, thresholds and severities are gpuvet-model's ([`gpuvet_model::gpu_health`]).
 
 pub mod finding;
 pub mod flight_recorder;

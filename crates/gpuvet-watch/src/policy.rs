@@ -34,7 +34,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use serde::{Deserialize, Serialize};
 
 // The finding vocabulary is re-exported here because the policy's callers take its

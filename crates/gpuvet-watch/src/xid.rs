@@ -9,7 +9,7 @@
 
 use std::fmt;
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use serde::{Deserialize, Serialize};
 
 /// What should happen after an XID (or any runtime finding). Ordered from the mildest

@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 
 use gpuvet_backend::sim::SimBackend;
 use gpuvet_backend::{Backend, WorkSpec, cpu::CpuBackend};
-use gpuvet_core::analysis::Tolerances;
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::config::SimScript;
-use gpuvet_core::events::Attempt;
+use gpuvet_model::analysis::Tolerances;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::config::SimScript;
+use gpuvet_model::events::Attempt;
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 fn plan(check: CheckName, worker: Option<WorkerLauncher>) -> RunPlan {

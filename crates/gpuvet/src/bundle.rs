@@ -5,10 +5,11 @@ use std::fs::File;
 use std::io::BufReader;
 use std::path::Path;
 
+use gpuvet_analysis::explain::{Explanation, explain};
+use gpuvet_analysis::timeline::assemble;
 use gpuvet_bundle::BundleError;
 use gpuvet_bundle::layout::{self, BundleInfo, Packed};
-use gpuvet_core::explain::{Explanation, explain};
-use gpuvet_core::timeline::{JobRecord, assemble};
+use gpuvet_model::record::JobRecord;
 use gpuvet_push::fetch::ServerReader;
 
 use crate::failure::Failure;
@@ -88,7 +89,7 @@ pub fn download(
 
 fn cannot_write(path: &Path, err: &dyn std::fmt::Display) -> Failure {
     Failure::new(
-        gpuvet_core::exit_codes::IO_ERROR,
+        gpuvet_model::exit_codes::IO_ERROR,
         anyhow::anyhow!("cannot write the bundle `{}`: {err}", path.display()),
     )
     .with_hint("pass `-o` a path in a directory that exists and is writable")

@@ -4,12 +4,12 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand, ValueEnum};
-use gpuvet_core::config::BackendChoice;
+use gpuvet_model::config::BackendChoice;
 
-/// The exit codes for `--help`, from the one table of them in `gpuvet_core::exit_codes`.
+/// The exit codes for `--help`, from the one table of them in `gpuvet_model::exit_codes`.
 fn exit_codes_help() -> String {
     let mut help = String::from("Exit codes:\n");
-    for (code, _, meaning) in gpuvet_core::exit_codes::ALL {
+    for (code, _, meaning) in gpuvet_model::exit_codes::ALL {
         help.push_str(&format!("  {code:<4} {meaning}\n"));
     }
     help.push_str(
@@ -500,10 +500,10 @@ pub struct WorkerArgs {
 #[cfg(test)]
 mod tests {
     use clap::{CommandFactory, ValueEnum};
-    use gpuvet_core::config::BackendChoice;
+    use gpuvet_model::config::BackendChoice;
 
     use super::{BackendArg, Cli};
-    use gpuvet_core::exit_codes::ALL;
+    use gpuvet_model::exit_codes::ALL;
 
     #[test]
     fn backend_values_are_the_configs_names_for_the_same_backends() {

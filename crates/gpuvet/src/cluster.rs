@@ -8,12 +8,12 @@
 //! feature, [`Cluster`] has no value, so nothing here runs, and `gpuvet untaint` says
 //! how to build a gpuvet that has it.
 
-use gpuvet_core::config::Config;
-use gpuvet_core::events::Attempt;
+use gpuvet_model::config::Config;
+use gpuvet_model::events::Attempt;
 #[cfg(not(feature = "k8s"))]
-use gpuvet_core::events::EventKind;
+use gpuvet_model::events::EventKind;
 #[cfg(not(feature = "k8s"))]
-use gpuvet_core::results::{Lane, RunReport};
+use gpuvet_model::results::{Lane, RunReport};
 
 #[cfg(not(feature = "k8s"))]
 use crate::cli::UntaintArgs;
@@ -58,16 +58,16 @@ pub use imp::{Cluster, untaint};
 mod imp {
     use std::sync::Arc;
 
-    use gpuvet_core::config::{Config, QuarantinePolicy};
-    use gpuvet_core::events::{Attempt, EventKind};
-    use gpuvet_core::exit_codes;
-    use gpuvet_core::results::{Lane, Outcome, RunReport};
-    use gpuvet_core::time::unix_now_ms;
     use gpuvet_kube::client::{Untainted, in_cluster_client, inferred_client};
     use gpuvet_kube::event::{EventSpec, PUBLISHED, Regarding};
     use gpuvet_kube::quarantine::{TAINT_KEY, culprits};
     use gpuvet_kube::status::Verdict;
     use gpuvet_kube::{Kube, KubeError};
+    use gpuvet_model::config::{Config, QuarantinePolicy};
+    use gpuvet_model::events::{Attempt, EventKind};
+    use gpuvet_model::exit_codes;
+    use gpuvet_model::results::{Lane, Outcome, RunReport};
+    use gpuvet_model::time::unix_now_ms;
     use serde_json::json;
 
     use super::{Rebuilt, report_url};
@@ -371,7 +371,7 @@ mod tests {
             node: "gpu-7".into(),
         })
         .unwrap_err();
-        assert_eq!(failure.code, gpuvet_core::exit_codes::USAGE);
+        assert_eq!(failure.code, gpuvet_model::exit_codes::USAGE);
         assert!(
             failure
                 .error

@@ -11,15 +11,15 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use gpuvet_backend::child::find_child;
-use gpuvet_core::drill::{
+use gpuvet_analysis::drill::{
     Disruption, Drill, GroupKind, Observed, Proof, judge, not_applicable, unobserved,
 };
-use gpuvet_core::events::EventKind;
-use gpuvet_core::explain::explain;
-use gpuvet_core::results::Verdict;
-use gpuvet_core::time::unix_now_ms;
-use gpuvet_core::timeline::assemble;
+use gpuvet_analysis::explain::explain;
+use gpuvet_analysis::timeline::assemble;
+use gpuvet_backend::child::find_child;
+use gpuvet_model::events::EventKind;
+use gpuvet_model::results::Verdict;
+use gpuvet_model::time::unix_now_ms;
 use gpuvet_store::Store;
 
 use crate::failure::Failure;

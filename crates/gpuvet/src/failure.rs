@@ -3,7 +3,7 @@
 
 use std::fmt::Display;
 
-use gpuvet_core::exit_codes;
+use gpuvet_model::exit_codes;
 
 /// An error that ends the command.
 #[derive(Debug)]
@@ -40,7 +40,7 @@ impl Failure {
     /// Prints the error (and its causes, and the hint) to stderr; returns the exit code.
     pub fn report(self) -> i32 {
         let error: &(dyn std::error::Error + 'static) = self.error.as_ref();
-        write_stderr(&gpuvet_core::diagnostics::render_error(
+        write_stderr(&gpuvet_model::diagnostics::render_error(
             error,
             self.hint.as_deref(),
         ));
@@ -48,8 +48,8 @@ impl Failure {
     }
 }
 
-impl From<gpuvet_core::config::ConfigError> for Failure {
-    fn from(error: gpuvet_core::config::ConfigError) -> Self {
+impl From<gpuvet_model::config::ConfigError> for Failure {
+    fn from(error: gpuvet_model::config::ConfigError) -> Self {
         let hint = error.hint().map(str::to_owned);
         Failure {
             code: exit_codes::USAGE,

@@ -3,7 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuvet_core::config::Config;
+use gpuvet_model::config::Config;
 
 use crate::cli::IdentityArgs;
 use crate::failure::Failure;
@@ -46,7 +46,7 @@ impl Identity {
 
 /// The secret values this process holds, which no report or bundle may contain.
 pub fn known_secrets() -> Vec<String> {
-    gpuvet_core::env_vars::SECRET_VARS
+    gpuvet_model::env_vars::SECRET_VARS
         .iter()
         .filter_map(|var| std::env::var(var).ok())
         .filter(|value| !value.is_empty())

@@ -5,8 +5,8 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 
-use gpuvet_core::render;
-use gpuvet_core::results::RunReport;
+use gpuvet_analysis::render;
+use gpuvet_model::results::RunReport;
 use gpuvet_runner::RunnerEvent;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
@@ -82,7 +82,7 @@ pub fn stdout(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::new(
-            gpuvet_core::exit_codes::INTERNAL,
+            gpuvet_model::exit_codes::INTERNAL,
             anyhow::anyhow!("cannot write to stdout: {err}"),
         )),
         _ => Ok(()),

@@ -4,8 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuvet_core::config::Config;
-use gpuvet_core::env_vars::REPORT_TOKEN as TOKEN_ENV;
+use gpuvet_model::config::Config;
+use gpuvet_model::env_vars::REPORT_TOKEN as TOKEN_ENV;
 use gpuvet_push::{Pusher, Sender};
 use gpuvet_store::Store;
 

@@ -2,8 +2,8 @@
 //! which job and attempt the flags mean, and every report and event of it; or, with
 //! `--server`, the reader of a fleet server that holds it.
 
-use gpuvet_core::env_vars::REPORT_TOKEN;
-use gpuvet_core::timeline::JobRecord;
+use gpuvet_model::env_vars::REPORT_TOKEN;
+use gpuvet_model::record::JobRecord;
 use gpuvet_push::fetch::{FetchError, ServerReader};
 use gpuvet_store::{Store, StoreError, StoreLocation};
 
@@ -68,10 +68,10 @@ pub fn fetch_failed(error: FetchError) -> Failure {
     let hint = error.hint().map(str::to_owned);
     let code = match &error {
         FetchError::Refused { status, .. } if *status >= 500 => {
-            gpuvet_core::exit_codes::STORE_ERROR
+            gpuvet_model::exit_codes::STORE_ERROR
         }
-        FetchError::Write { .. } => gpuvet_core::exit_codes::IO_ERROR,
-        _ => gpuvet_core::exit_codes::USAGE,
+        FetchError::Write { .. } => gpuvet_model::exit_codes::IO_ERROR,
+        _ => gpuvet_model::exit_codes::USAGE,
     };
     let failure = Failure::new(code, error);
     match hint {

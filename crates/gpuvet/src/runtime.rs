@@ -15,8 +15,8 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use gpuvet_core::config::{NcclRas, WatchSettings};
-use gpuvet_core::events::{Attempt, EventKind, NewEvent};
+use gpuvet_model::config::{NcclRas, WatchSettings};
+use gpuvet_model::events::{Attempt, EventKind, NewEvent};
 use gpuvet_store::Store;
 use gpuvet_watch::finding::{RuntimeFinding, Severity};
 use gpuvet_watch::health::{
@@ -30,7 +30,7 @@ use gpuvet_watch::ras::{RasClient, RasSource};
 use crate::cluster::Cluster;
 use crate::failure::{note, warn};
 use crate::output;
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::time::unix_now_ms;
 
 /// How long one NVML poll may take before the probe counts as hung.
 const NVML_PROBE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -384,7 +384,7 @@ fn spawn_recorder(
 
 fn event_of(finding: &RuntimeFinding) -> NewEvent {
     NewEvent {
-        event_id: gpuvet_core::ids::new_id(),
+        event_id: gpuvet_model::ids::new_id(),
         time_ms: unix_now_ms(),
         kind: EventKind::RuntimeCheckFailed,
         lane: Some(finding.lane),

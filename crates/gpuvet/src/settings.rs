@@ -5,9 +5,9 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuvet_core::config::Config;
-use gpuvet_core::events::Attempt;
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::config::Config;
+use gpuvet_model::events::Attempt;
+use gpuvet_model::time::unix_now_ms;
 use gpuvet_push::Pusher;
 use gpuvet_store::Store;
 

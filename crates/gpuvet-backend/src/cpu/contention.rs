@@ -10,7 +10,7 @@
 //! A cpu device is a core. When a neighbour's busy loop holds that core, the device
 //! measures slow without anything being wrong with it; the share reported here lets
 //! the runner tell a neighbour's load from a slow device (see
-//! `gpuvet_core::analysis::CONTENTION_EXTRA`).
+//! `gpuvet_model::analysis::CONTENTION_EXTRA`).
 
 use std::time::Instant;
 

@@ -8,9 +8,9 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use gemm::{Parallelism, f16};
-use gpuvet_core::analysis::CONTENTION_EXTRA;
-use gpuvet_core::config::Dtype;
-use gpuvet_core::stats::median;
+use gpuvet_model::analysis::CONTENTION_EXTRA;
+use gpuvet_model::config::Dtype;
+use gpuvet_model::stats::median;
 
 use super::contention::{WaitClock, share_pct};
 use super::{IterationBudget, try_filled};

@@ -16,9 +16,9 @@ use std::sync::mpsc::{self, Receiver, Sender};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use gpuvet_core::stats::median;
+use gpuvet_model::stats::median;
 
-use gpuvet_core::analysis::CONTENTION_EXTRA;
+use gpuvet_model::analysis::CONTENTION_EXTRA;
 
 use super::contention::{core_idle_ns, on_core_ns, others_share_pct};
 use crate::{BackendError, CancelToken, Sample};

@@ -20,7 +20,7 @@ use std::sync::{Barrier, PoisonError, RwLock, RwLockReadGuard, RwLockWriteGuard}
 use std::thread;
 use std::time::Instant;
 
-use gpuvet_core::stats::median;
+use gpuvet_model::stats::median;
 
 use super::{IterationBudget, try_filled};
 use crate::chunk_ranges;
@@ -342,7 +342,7 @@ mod tests {
     use super::*;
 
     const SMALL: WorkSpec = WorkSpec {
-        gemm_dtype: gpuvet_core::config::Dtype::Auto,
+        gemm_dtype: gpuvet_model::config::Dtype::Auto,
         gemm_size: None,
         collective_bytes: Some(64 << 10),
     };

@@ -15,8 +15,8 @@ use local_collective::Collective;
 use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::DeviceInfo;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::DeviceInfo;
 
 use crate::{Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
 

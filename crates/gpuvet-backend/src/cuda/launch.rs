@@ -108,7 +108,7 @@ pub fn mean_and_median(values: &[f64]) -> (f64, f64) {
         return (0.0, 0.0);
     }
     let mean = values.iter().sum::<f64>() / values.len() as f64;
-    let median = gpuvet_core::stats::median(values).unwrap_or(mean);
+    let median = gpuvet_model::stats::median(values).unwrap_or(mean);
     (mean, median)
 }
 

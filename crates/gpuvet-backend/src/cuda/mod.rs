@@ -32,9 +32,9 @@ use std::time::Duration;
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaEvent, DriverError};
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::inventory::keys;
-use gpuvet_core::results::DeviceInfo;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::inventory::keys;
+use gpuvet_model::results::DeviceInfo;
 
 use crate::{
     Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec, with_causes,

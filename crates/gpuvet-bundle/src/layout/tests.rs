@@ -1,11 +1,11 @@
 use super::*;
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, NewEvent};
-use gpuvet_core::results::{
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Attempt, NewEvent};
+use gpuvet_model::record::{CheckSpan, MemberClock, MemberRecord, RecordedTimeline};
+use gpuvet_model::results::{
     CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, GroupSummary, Lane,
     Measurement, Outcome, RunContext,
 };
-use gpuvet_core::timeline::{CheckSpan, MemberClock, MemberRecord, RecordedTimeline};
 
 const T0: u64 = 1_800_000_000_000;
 const SECRET: &str = "a-token-nobody-may-see-0123";

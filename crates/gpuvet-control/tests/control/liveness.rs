@@ -7,7 +7,7 @@ use gpuvet_control::{
     ClusterError, CoordinatorEvent, CoordinatorOptions, Diagnosis, Incident, IncidentKind,
     MemberEventKind, MemberState, Received, clock::unix_now_ms, diagnose,
 };
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 
 use crate::{
     ANTI_HANG, coordinator, in_, is_member_event, join_all, quick_options, wait_for_event,

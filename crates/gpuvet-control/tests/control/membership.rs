@@ -7,7 +7,7 @@ use gpuvet_control::{
     Agent, AgentOptions, ClusterError, Coordinator, CoordinatorEvent, CoordinatorOptions,
     Diagnosis, Endpoint, Incident, MemberEventKind, MemberState, Received, diagnose,
 };
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use serde_json::json;
 
 use crate::{

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use gpuvet_core::stats::median;
+use gpuvet_model::stats::median;
 
 use super::CollectiveSpec;
 use super::engine::{

@@ -370,7 +370,7 @@ impl TcpGroup {
         };
         let latency = self.run(Kind::AllReduce, &latency_spec, deadline, cancel)?;
         let mut sample = self.measure(Kind::AllReduce, spec, deadline, cancel)?;
-        let latency_us = gpuvet_core::stats::median(&latency.seconds).unwrap_or(0.0) * 1e6;
+        let latency_us = gpuvet_model::stats::median(&latency.seconds).unwrap_or(0.0) * 1e6;
         sample.extra.insert("latency_us".to_owned(), latency_us);
         sample
             .params

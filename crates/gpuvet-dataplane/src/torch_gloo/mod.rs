@@ -16,7 +16,7 @@ use std::net::IpAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use gpuvet_core::stats::median;
+use gpuvet_model::stats::median;
 use serde::Deserialize;
 use serde_json::json;
 

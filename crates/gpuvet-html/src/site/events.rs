@@ -2,7 +2,7 @@
 //! `/events` with GET, and the events the server chose (newest first, as many as it
 //! limits them to), one row each. The instance page reuses the table.
 
-use gpuvet_core::events::{Event, EventKind};
+use gpuvet_model::events::{Event, EventKind};
 
 use crate::escape;
 use crate::site::layout::{Section, document};

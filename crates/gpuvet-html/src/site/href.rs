@@ -21,7 +21,7 @@
 
 use std::fmt::Write;
 
-use gpuvet_core::events::EventKind;
+use gpuvet_model::events::EventKind;
 
 /// `text` with every byte outside the unreserved set written as `%XX`. Safe as one path
 /// segment and as one query value (where a `+` must not read as a space, so it is

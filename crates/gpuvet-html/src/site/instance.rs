@@ -5,9 +5,9 @@
 //! its attempt's timeline and bundle, the instance's runs and its events. While the node has no report yet or its run goes on,
 //! the page is live: [`live`](crate::site::live) reloads it when a new run arrives.
 
-use gpuvet_core::events::Event;
-use gpuvet_core::overview::{InstanceSummary, RunSummary};
-use gpuvet_core::results::RunReport;
+use gpuvet_model::events::Event;
+use gpuvet_model::overview::{InstanceSummary, RunSummary};
+use gpuvet_model::results::RunReport;
 
 use crate::site::events::events_table;
 use crate::site::layout::{Section, document};
@@ -208,8 +208,8 @@ mod tests {
     use crate::site::test_data::{
         HOSTILE_JOB, HOSTILE_NODE, assert_no_markup_from, event, instance, run,
     };
-    use gpuvet_core::events::EventKind;
-    use gpuvet_core::results::Outcome;
+    use gpuvet_model::events::EventKind;
+    use gpuvet_model::results::Outcome;
 
     #[test]
     fn a_running_instance_without_a_report_says_so_and_is_live() {

@@ -9,7 +9,7 @@
 //! - a larger job shows its failed, incomplete and running instances as rows, up to
 //!   [`SHOWN_INSTANCES`] in all, and folds the rest into one row per status: the count,
 //!   the node names as a hostlist (`node-[0-511,513-1023]`, cut short after
-//!   [`SHOWN_RANGES`] parts; see `gpuvet_core::node_list`), and a `<details>` holding a
+//!   [`SHOWN_RANGES`] parts; see `gpuvet_model::node_list`), and a `<details>` holding a
 //!   link to each of those instances, comma-separated. Passed instances of a large
 //!   job are always folded: healthy nodes need finding, not reading.
 //!
@@ -19,8 +19,8 @@
 
 use std::collections::HashMap;
 
-use gpuvet_core::node_list::{fold_node_names, natural_key};
-use gpuvet_core::overview::{InstanceSummary, JobSummary};
+use gpuvet_model::node_list::{fold_node_names, natural_key};
+use gpuvet_model::overview::{InstanceSummary, JobSummary};
 
 use crate::escape;
 use crate::site::layout::{Section, document};

@@ -11,7 +11,7 @@
 //! the JSON after its reload stops polling rather than reloading every 2 s. A failed
 //! fetch or a response that is not OK is ignored and the next poll tries again.
 
-use gpuvet_core::overview::InstanceSummary;
+use gpuvet_model::overview::InstanceSummary;
 
 use crate::escape;
 use crate::site::href;
@@ -65,7 +65,7 @@ pub(crate) fn refresh_script(instance: &InstanceSummary) -> String {
 mod tests {
     use super::*;
     use crate::site::test_data::{HOSTILE_NODE, instance};
-    use gpuvet_core::results::Outcome;
+    use gpuvet_model::results::Outcome;
 
     #[test]
     fn the_script_carries_the_api_the_page_and_what_was_drawn() {

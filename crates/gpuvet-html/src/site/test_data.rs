@@ -1,15 +1,15 @@
 //! Instances, runs, events and a group's record for the site's unit tests, and the
 //! hostile names every page is tested with.
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, Event, EventKind, NewEvent};
-use gpuvet_core::overview::{InstanceSummary, JobSummary, RunSummary};
-use gpuvet_core::results::{
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Attempt, Event, EventKind, NewEvent};
+use gpuvet_model::overview::{InstanceSummary, JobSummary, RunSummary};
+use gpuvet_model::record::{
+    CheckSpan, CheckWindow, JobRecord, MemberClock, MemberRecord, RecordedTimeline,
+};
+use gpuvet_model::results::{
     CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary, Lane,
     Measurement, Outcome, RunReport, Verdict,
-};
-use gpuvet_core::timeline::{
-    CheckSpan, CheckWindow, JobRecord, MemberClock, MemberRecord, RecordedTimeline,
 };
 
 /// A node name that would run script if a page wrote it unescaped.

@@ -25,9 +25,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use gpuvet_core::explain::{Conclusion, Explanation};
-use gpuvet_core::node_list::{fold_node_names, natural_key};
-use gpuvet_core::timeline::{Entry, Role, Timeline, What};
+use gpuvet_analysis::explain::{Conclusion, Explanation};
+use gpuvet_analysis::timeline::{Entry, Role, Timeline, What};
+use gpuvet_model::node_list::{fold_node_names, natural_key};
 
 use crate::chart::round_up;
 use crate::site::layout::{Section, document};

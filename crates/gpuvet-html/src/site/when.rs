@@ -1,7 +1,7 @@
 //! Times on the pages: a UTC timestamp in a `<time>` element, and how long ago it was
 //! relative to the `now` the server passes in (the pages never read the clock).
 
-use gpuvet_core::time::format_utc_ms;
+use gpuvet_model::time::format_utc_ms;
 
 /// `<time datetime="…">2026-01-01T00:00:00.000Z</time>`.
 pub fn utc(ms: u64) -> String {

@@ -6,10 +6,10 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, Event, EventKind, NewEvent};
-use gpuvet_core::overview::{InstanceSummary, JobSummary, RunSummary};
-use gpuvet_core::results::{
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Attempt, Event, EventKind, NewEvent};
+use gpuvet_model::overview::{InstanceSummary, JobSummary, RunSummary};
+use gpuvet_model::results::{
     CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, GroupIncident,
     GroupSummary, Lane, Measurement, Outcome, RunReport, Verdict,
 };

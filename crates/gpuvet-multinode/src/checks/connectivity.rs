@@ -15,9 +15,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-use gpuvet_core::analysis::check_status;
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{
+use gpuvet_model::analysis::check_status;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::{
     CheckResult, Entity, EntityResult, Evidence, Lane, Measurement, Verdict,
 };
 
@@ -417,7 +417,7 @@ mod tests {
     #[test]
     fn a_healthy_mesh_passes_with_every_pair() {
         let result = judged(4, &[]);
-        assert_eq!(result.status, gpuvet_core::results::CheckStatus::Passed);
+        assert_eq!(result.status, gpuvet_model::results::CheckStatus::Passed);
         assert_eq!(result.entities.len(), 6);
         assert_eq!(result.entities[0].measurement.extra["rtt_us"], 50.0);
     }

@@ -7,9 +7,9 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::repeats::group_repeats;
-use gpuvet_core::results::CheckResult;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::repeats::group_repeats;
+use gpuvet_model::results::CheckResult;
 
 use crate::coordinator::CheckContext;
 use crate::time::millis;

@@ -11,9 +11,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::inventory::keys;
-use gpuvet_core::results::{CheckResult, CheckStatus};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::inventory::keys;
+use gpuvet_model::results::{CheckResult, CheckStatus};
 
 use crate::conversation::{Conversation, Member};
 use crate::coordinator::CheckContext;
@@ -225,7 +225,7 @@ pub(crate) fn rail_places(tokens: &[String], nodes: usize) -> Vec<NativeGroup> {
 mod tests {
     use super::*;
     use crate::wire::NodeInfo;
-    use gpuvet_core::results::DeviceInfo;
+    use gpuvet_model::results::DeviceInfo;
 
     fn member(rank: u32, gpus: &[&str]) -> Member {
         let at = "127.0.0.1:1".parse().unwrap();

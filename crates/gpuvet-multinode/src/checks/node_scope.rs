@@ -3,9 +3,9 @@
 //! coordinator judges each device or node against the whole group, so a node whose
 //! GPUs are all equally slow is found too.
 
-use gpuvet_core::analysis::{JudgePolicy, check_status, clear_contended_slow, judge};
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, CheckStatus, EntityResult, Measurement, Verdict};
+use gpuvet_model::analysis::{JudgePolicy, check_status, clear_contended_slow, judge};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::{CheckResult, CheckStatus, EntityResult, Measurement, Verdict};
 
 use crate::coordinator::CheckContext;
 use crate::wire::{Directive, Reply};
@@ -181,7 +181,7 @@ fn judge_across_group(name: CheckName, entities: &mut [EntityResult], policy: &J
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuvet_core::results::{Entity, Evidence, Lane};
+    use gpuvet_model::results::{Entity, Evidence, Lane};
 
     fn device(node: &str, value: f64) -> EntityResult {
         let entity = Entity::Device {

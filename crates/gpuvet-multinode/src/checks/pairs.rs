@@ -1,5 +1,5 @@
 //! The `_2` checks: node pairs measured over the data plane, planned and judged by
-//! `gpuvet_core::pairing` and `gpuvet_core::localize`.
+//! `gpuvet_model::pairing` and `gpuvet_model::localize`.
 //!
 //! Round one measures disjoint pairs at once; each further plan re-measures suspects
 //! and tests members of failed pairs with known-good nodes, until nothing is left to
@@ -8,12 +8,12 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::localize::{PairTest, judge_pairs, localize, outcomes};
-use gpuvet_core::pairing::{
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::localize::{PairTest, judge_pairs, localize, outcomes};
+use gpuvet_model::pairing::{
     MAX_RETEST_PLANS, NodeId, Pair, PairingMode, Plan, full_round_robin, retest, round_one,
 };
-use gpuvet_core::results::{CheckResult, Lane, Measurement};
+use gpuvet_model::results::{CheckResult, Lane, Measurement};
 
 use super::{host_engine, native};
 use crate::coordinator::CheckContext;

@@ -7,10 +7,10 @@
 //! while every other rank waits in reads for data the slow link holds back. A rank
 //! whose waiting is mostly writes while the others' is mostly reads is the bottleneck.
 
-use gpuvet_core::analysis::{JudgePolicy, check_status, judge};
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, Entity, Lane, Measurement, Verdict};
-use gpuvet_core::stats::median;
+use gpuvet_model::analysis::{JudgePolicy, check_status, judge};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::{CheckResult, Entity, Lane, Measurement, Verdict};
+use gpuvet_model::stats::median;
 use std::net::SocketAddr;
 
 use super::native;

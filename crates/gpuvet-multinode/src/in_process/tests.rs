@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use gpuvet_backend::WorkSpec;
 use gpuvet_backend::sim::SimBackend;
-use gpuvet_core::analysis::Tolerances;
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::config::{NodeFault, NodeFaultKind, SimScript};
-use gpuvet_core::events::Attempt;
-use gpuvet_core::pairing::PairingMode;
-use gpuvet_core::results::{Outcome, RunReport};
+use gpuvet_model::analysis::Tolerances;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::config::{NodeFault, NodeFaultKind, SimScript};
+use gpuvet_model::events::Attempt;
+use gpuvet_model::pairing::PairingMode;
+use gpuvet_model::results::{Outcome, RunReport};
 
 use super::*;
 

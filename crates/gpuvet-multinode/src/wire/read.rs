@@ -18,8 +18,8 @@ use std::borrow::Cow;
 use serde::Deserialize;
 use serde::de::Error as _;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::results::{CheckResult, RunReport};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::{CheckResult, RunReport};
 
 use super::{Directive, ProbeReply, ProbeTarget, Reply, Stamped};
 
@@ -212,7 +212,7 @@ struct RefusedReply {
 mod tests {
     use std::collections::BTreeMap;
 
-    use gpuvet_core::results::{
+    use gpuvet_model::results::{
         CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, Lane, Measurement, Outcome,
         Verdict,
     };

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use axum::Json;
 use axum::extract::State;
 use axum::http::HeaderMap;
-use gpuvet_core::events::{Attempt, AttemptStart, EventRecord};
-use gpuvet_core::results::RunReport;
+use gpuvet_model::events::{Attempt, AttemptStart, EventRecord};
+use gpuvet_model::results::RunReport;
 use serde::Serialize;
 use utoipa::ToSchema;
 

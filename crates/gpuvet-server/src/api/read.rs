@@ -7,12 +7,13 @@
 
 use axum::Json;
 use axum::extract::State;
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, Event, EventKind};
-use gpuvet_core::explain::{Explanation, explain};
-use gpuvet_core::overview::{InstanceSummary, JobSummary};
-use gpuvet_core::results::{Outcome, RunReport};
-use gpuvet_core::timeline::{JobRecord, Timeline, assemble};
+use gpuvet_analysis::explain::{Explanation, explain};
+use gpuvet_analysis::timeline::{Timeline, assemble};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Attempt, Event, EventKind};
+use gpuvet_model::overview::{InstanceSummary, JobSummary};
+use gpuvet_model::record::JobRecord;
+use gpuvet_model::results::{Outcome, RunReport};
 use gpuvet_store::{EventFilter, ResultFilter, RunFilter, StoredResult, StoredRun};
 use serde::{Deserialize, Serialize};
 use utoipa::{IntoParams, ToSchema};
@@ -313,7 +314,7 @@ pub(crate) async fn get_bundle(
         let mut bytes = Vec::new();
         gpuvet_bundle::layout::pack(
             &record,
-            gpuvet_core::time::unix_now_ms(),
+            gpuvet_model::time::unix_now_ms(),
             env!("CARGO_PKG_VERSION"),
             &secrets,
             &mut bytes,

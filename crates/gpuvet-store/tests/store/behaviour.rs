@@ -6,9 +6,9 @@
 
 use std::thread;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, EventKind};
-use gpuvet_core::results::{Lane, Outcome, RunReport};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Attempt, EventKind};
+use gpuvet_model::results::{Lane, Outcome, RunReport};
 use gpuvet_store::{
     EventFilter, OutboxKind, ResultFilter, RunFilter, SCHEMA_VERSION, Store, StoreError,
     StoreLocation,
@@ -840,7 +840,7 @@ pub fn a_report_stored_twice_under_its_id_is_stored_once(fixture: &Fixture) {
     let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let mut sent = report(&attempt, 10);
-    sent.report_id = gpuvet_core::ids::new_id();
+    sent.report_id = gpuvet_model::ids::new_id();
     let first = store.record_report(&attempt, &sent).unwrap();
     // Again, and from another handle on the same store (a retried push).
     assert_eq!(store.record_report(&attempt, &sent).unwrap(), first);
@@ -854,7 +854,7 @@ pub fn a_report_stored_twice_under_its_id_is_stored_once(fixture: &Fixture) {
 
     // Another report, with its own id, is another run.
     let mut next = report(&attempt, 20);
-    next.report_id = gpuvet_core::ids::new_id();
+    next.report_id = gpuvet_model::ids::new_id();
     assert_ne!(store.record_report(&attempt, &next).unwrap(), first);
     assert_eq!(fixture.count("runs"), 2);
 }
@@ -867,7 +867,7 @@ pub fn one_report_pushed_by_several_handles_at_once_is_stored_once(fixture: &Fix
         node: "n0".into(),
         instance: "pod-0".into(),
     };
-    let sent = with_id(report(&attempt, 10), &gpuvet_core::ids::new_id());
+    let sent = with_id(report(&attempt, 10), &gpuvet_model::ids::new_id());
     // Each handle is a server receiving the same push (a retry after a lost reply).
     let run_ids: Vec<i64> = thread::scope(|scope| {
         let threads: Vec<_> = (0..4)
@@ -890,7 +890,7 @@ pub fn one_report_id_on_two_different_reports_is_refused_and_changes_nothing(fix
     let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let mut sent = report(&attempt, 10);
-    sent.report_id = gpuvet_core::ids::new_id();
+    sent.report_id = gpuvet_model::ids::new_id();
     store.record_report(&attempt, &sent).unwrap();
     let mut changed = sent.clone();
     changed.duration_secs += 1.0;
@@ -922,7 +922,7 @@ pub fn an_event_stored_twice_under_its_id_is_stored_once_and_keeps_its_id(fixtur
     let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let mut sent = event(5, EventKind::RuntimeCheckFailed, "xid 79");
-    sent.event_id = gpuvet_core::ids::new_id();
+    sent.event_id = gpuvet_model::ids::new_id();
     let first = store.record_event(&attempt, &sent).unwrap();
     assert_eq!(store.record_event(&attempt, &sent).unwrap().id, first.id);
     // The runtime check's batch path deduplicates too, inside its transaction.
@@ -945,7 +945,7 @@ pub fn events_pushed_by_several_handles_at_once_are_each_stored_once(fixture: &F
         node: "n0".into(),
         instance: "pod-0".into(),
     };
-    let ids: Vec<String> = (0..6).map(|_| gpuvet_core::ids::new_id()).collect();
+    let ids: Vec<String> = (0..6).map(|_| gpuvet_model::ids::new_id()).collect();
     let events: Vec<_> = ids
         .iter()
         .enumerate()
@@ -1000,7 +1000,7 @@ pub fn one_event_id_on_two_different_events_is_refused(fixture: &Fixture) {
     let mut store = fixture.open();
     let attempt = store.begin_attempt("job", "n0", "pod-0", 1).unwrap();
     let mut sent = event(5, EventKind::RuntimeCheckFailed, "xid 79");
-    sent.event_id = gpuvet_core::ids::new_id();
+    sent.event_id = gpuvet_model::ids::new_id();
     store.record_event(&attempt, &sent).unwrap();
     let mut changed = sent.clone();
     changed.message = "xid 48".to_owned();
@@ -1280,7 +1280,7 @@ pub fn with_queueing_on_every_new_report_and_event_is_queued_once_in_the_same_tr
     assert_eq!(store.outbox_len().unwrap(), 4);
     let body: RunReport = serde_json::from_str(&due[0].body).unwrap();
     assert_eq!(body, queued);
-    let record: gpuvet_core::events::EventRecord = serde_json::from_str(&due[1].body).unwrap();
+    let record: gpuvet_model::events::EventRecord = serde_json::from_str(&due[1].body).unwrap();
     assert_eq!(record.attempt, attempt);
     assert_eq!(record.event, event_with_id(10, "e-1"));
     assert!(due.iter().all(|e| e.tries == 0 && e.last_error.is_none()));
@@ -1386,14 +1386,14 @@ pub fn an_attempt_begun_with_queueing_on_is_queued_and_a_pushed_one_is_recorded_
     let due = node.outbox_due(u64::MAX, 10).unwrap();
     assert_eq!(due.len(), 1);
     assert_eq!(due[0].kind, OutboxKind::Attempt);
-    let start: gpuvet_core::events::AttemptStart = serde_json::from_str(&due[0].body).unwrap();
+    let start: gpuvet_model::events::AttemptStart = serde_json::from_str(&due[0].body).unwrap();
     assert_eq!(start.attempt, second);
     assert_eq!(start.started_at_ms, 7);
 
     // As a server records it (under another job here, in the same store): shown as
     // running until its report arrives, and recorded once however often it comes.
     let mut server = fixture.open();
-    let pushed = gpuvet_core::events::AttemptStart {
+    let pushed = gpuvet_model::events::AttemptStart {
         attempt: Attempt {
             job_id: "job-pushed".to_owned(),
             ..second.clone()

@@ -4,9 +4,9 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::events::{Attempt, EventKind, NewEvent};
-use gpuvet_core::results::{
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Attempt, EventKind, NewEvent};
+use gpuvet_model::results::{
     CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Evidence, Lane, Measurement,
     Outcome, RunReport, Verdict,
 };
@@ -315,7 +315,7 @@ pub fn event_with_id(time_ms: u64, id: &str) -> NewEvent {
     }
 }
 
-pub fn messages(events: &[gpuvet_core::events::Event]) -> Vec<&str> {
+pub fn messages(events: &[gpuvet_model::events::Event]) -> Vec<&str> {
     events.iter().map(|e| e.event.message.as_str()).collect()
 }
 

@@ -949,7 +949,7 @@ mod tests {
         assert_eq!(first.kind, FrFindingKind::Stalled);
         assert!(first.ranks.is_empty());
         assert_eq!(first.waiting_ranks, vec![0, 1, 2]);
-        assert_eq!(first.lane, gpuvet_core::results::Lane::Network);
+        assert_eq!(first.lane, gpuvet_model::results::Lane::Network);
     }
 
     #[test]
@@ -960,7 +960,7 @@ mod tests {
         let first = analyze(&dumps).first_error.unwrap();
         assert_eq!(first.kind, FrFindingKind::NotCompleted);
         assert_eq!(first.ranks, vec![1]);
-        assert_eq!(first.lane, gpuvet_core::results::Lane::Host);
+        assert_eq!(first.lane, gpuvet_model::results::Lane::Host);
     }
 
     #[test]

@@ -13,7 +13,7 @@ use std::fs::{self, File};
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
-use gpuvet_core::bounds::json_values_at_most;
+use gpuvet_model::bounds::json_values_at_most;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -25,7 +25,7 @@ use super::{DumpLimit, FrError};
 /// stacks is about 7.5 MiB as JSON, less as a pickle.
 pub const MAX_DUMP_FILE_BYTES: u64 = 32 << 20;
 
-/// The most values (and keys; an object counts as 8, see [`gpuvet_core::bounds`]) one
+/// The most values (and keys; an object counts as 8, see [`gpuvet_model::bounds`]) one
 /// dump may decode to: a 2,000-entry dump with 32-frame stacks counts 1,020,000; the
 /// bound keeps a decoded dump, pickle or JSON, well under 256 MB.
 pub const MAX_DUMP_VALUES: usize = 2_000_000;

@@ -35,7 +35,7 @@ mod summary;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use serde::{Deserialize, Serialize};
 
 pub use analysis::analyze;

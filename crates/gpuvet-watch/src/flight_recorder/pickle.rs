@@ -19,7 +19,7 @@
 
 use std::collections::HashMap;
 
-use gpuvet_core::bounds::OBJECT_WEIGHT;
+use gpuvet_model::bounds::OBJECT_WEIGHT;
 use serde_json::{Map, Number, Value};
 
 /// Why a pickle could not be read.

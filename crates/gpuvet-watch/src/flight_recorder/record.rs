@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use gpuvet_core::events::{EventKind, NewEvent};
-use gpuvet_core::timeline::{FLIGHT_RECORDER_SOURCE, FrCollective};
+use gpuvet_model::events::{EventKind, NewEvent};
+use gpuvet_model::record::{FLIGHT_RECORDER_SOURCE, FrCollective};
 
 use super::{EntryState, FrDump, FrReport};
 
@@ -66,7 +66,7 @@ pub fn event_of(
         "collectives": collectives,
     });
     let event = NewEvent {
-        event_id: gpuvet_core::ids::new_id(),
+        event_id: gpuvet_model::ids::new_id(),
         time_ms: began_ms.unwrap_or(now_ms),
         kind: EventKind::RuntimeCheckFailed,
         lane: Some(first.lane),

@@ -6,8 +6,8 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_core::gpu_health::throttle::{self, ClockEventReason};
-use gpuvet_core::results::Lane;
+use gpuvet_model::gpu_health::throttle::{self, ClockEventReason};
+use gpuvet_model::results::Lane;
 
 use super::{GpuSample, HealthReading, HealthThresholds, RecoveryAction};
 use crate::finding::{RuntimeFinding, Severity};

@@ -8,7 +8,7 @@
 //!   probe becomes a [`HealthReading::ProbeHung`] reading, not a hung watcher.
 //! - [`evaluate_sample`] / [`evaluate_reading`]: pure functions from readings to
 //!   findings, with thresholds from DCGM, SuperBench and gpu-fryer
-//!   ([`HealthThresholds`], gpuvet-core's, as are the reading types).
+//!   ([`HealthThresholds`], gpuvet-model's, as are the reading types).
 //! - [`Watcher`]: polls the sources, feeds the XID policy and yields new findings.
 //!
 //! [`HealthError`] is this part of the crate's error type.
@@ -27,9 +27,9 @@ use serde::{Deserialize, Serialize};
 use crate::finding::{GpuId, XidObservation};
 
 pub use eval::{HealthEvaluator, evaluate_reading, evaluate_sample};
-// The readings and thresholds are gpuvet-core's, shared with the start-time inventory.
+// The readings and thresholds are gpuvet-model's, shared with the start-time inventory.
 pub use fake::{FakeSource, FakeStep};
-pub use gpuvet_core::gpu_health::{
+pub use gpuvet_model::gpu_health::{
     EccCounts, HealthThresholds, NvLinkCounters, NvLinkState, RecoveryAction, RemappedRows,
     RetiredPages,
 };
@@ -138,7 +138,7 @@ pub struct GpuSample {
     pub remapped_rows: Option<RemappedRows>,
     pub retired_pages: Option<RetiredPages>,
     /// NVML clock-event (throttle) reasons, raw bits; see
-    /// [`gpuvet_core::gpu_health::throttle`].
+    /// [`gpuvet_model::gpu_health::throttle`].
     pub clock_event_reasons: Option<u64>,
     pub pcie_replays: Option<u64>,
     pub pcie_link_width: Option<u32>,

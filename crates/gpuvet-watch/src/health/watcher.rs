@@ -10,7 +10,7 @@ use std::sync::mpsc::{self, RecvTimeoutError, Sender};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 
 use super::{
     HealthError, HealthEvaluator, HealthReading, HealthSource, HealthThresholds, evaluate_reading,
@@ -259,7 +259,7 @@ impl Watcher {
                     m.set_up(true);
                 }
                 loop {
-                    let findings = watcher.step(gpuvet_core::time::unix_now_ms());
+                    let findings = watcher.step(gpuvet_model::time::unix_now_ms());
                     let state = if with_state {
                         watcher.changed_state()
                     } else {

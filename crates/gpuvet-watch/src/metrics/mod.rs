@@ -22,8 +22,8 @@ use std::io;
 use std::net::SocketAddr;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 
-use gpuvet_core::gpu_health::throttle;
-use gpuvet_core::prometheus::{help_text, label_value};
+use gpuvet_model::gpu_health::throttle;
+use gpuvet_model::prometheus::{help_text, label_value};
 
 use crate::finding::{GpuId, RuntimeFinding};
 use crate::health::{GpuSample, HealthReading, NvLinkState, RecoveryAction};

@@ -17,7 +17,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use serde::{Deserialize, Serialize};
 
 use super::status::{RasCommunicator, RasRank, RasStatus};

@@ -98,7 +98,7 @@ pub fn comm_to_runtime(finding: &CommFinding, now_ms: u64) -> RuntimeFinding {
 
 #[cfg(test)]
 mod tests {
-    use gpuvet_core::results::Lane;
+    use gpuvet_model::results::Lane;
 
     use super::*;
 

@@ -8,7 +8,7 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_core::bounds::json_values_at_most;
+use gpuvet_model::bounds::json_values_at_most;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::Value;
 
@@ -146,7 +146,7 @@ pub struct RasCollection {
 }
 
 /// The most JSON values a status may hold (objects weighted, see
-/// [`gpuvet_core::bounds`]), counted before any is built: a rank's entry counts about
+/// [`gpuvet_model::bounds`]), counted before any is built: a rank's entry counts about
 /// 55, so this is 18,000 entries (a 4,096-GPU job in 4 communicators), and the decoded
 /// status stays near 100 MB whatever the values are.
 pub const MAX_STATUS_VALUES: usize = 1_000_000;

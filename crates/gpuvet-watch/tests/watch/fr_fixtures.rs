@@ -6,7 +6,7 @@ use std::collections::BTreeSet;
 use std::fs;
 use std::path::PathBuf;
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use gpuvet_watch::flight_recorder::{
     DumpFormat, EntryState, FrError, FrFindingKind, FrReport, analyze, analyze_dir, load_dir,
     load_dump, summary,

@@ -1,7 +1,7 @@
 //! Health readings → findings, with fake samples: throttle bits, ECC, remaps, retired
 //! pages, recovery actions, temperature, NVLink and PCIe rates, lost GPUs.
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use gpuvet_watch::health::{
     EccCounts, FakeSource, FakeStep, GpuSample, HealthReading, HealthThresholds, NvLinkCounters,
     NvLinkState, RecoveryAction, RemappedRows, RetiredPages, Watcher, WatcherConfig,

@@ -7,7 +7,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc;
 use std::time::Duration;
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use gpuvet_watch::health::{
     FakeSource, FakeStep, GpuSample, HealthReading, HealthSource, Watchdog, Watcher, WatcherConfig,
 };

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use gpuvet_watch::health::{
     EccCounts, FakeSource, FakeStep, GpuSample, HealthReading, NvLinkCounters, NvLinkState,
     RecoveryAction, RemappedRows, RetiredPages, Watcher, WatcherConfig,

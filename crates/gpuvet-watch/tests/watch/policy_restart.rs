@@ -2,7 +2,7 @@
 //! keeps it), read back and restored into a new policy, which then neither forgets the
 //! incidents that count toward an escalation nor reports anything a second time.
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use gpuvet_watch::health::{FakeSource, FakeStep, HealthReading, Watcher, WatcherConfig};
 use gpuvet_watch::policy::{
     Decision, GpuId, POLICY_STATE_FORMAT, PolicyConfig, PolicyState, RuntimeFinding, Severity,

@@ -7,7 +7,7 @@ use std::net::{TcpListener, TcpStream};
 use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use gpuvet_watch::ras::{
     CommFindingKind, RasAnalyzer, RasClient, RasError, analyze_status, parse_status,
 };

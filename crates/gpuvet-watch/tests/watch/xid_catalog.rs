@@ -1,7 +1,7 @@
 //! The XID catalog: every catalogued XID maps to the class and lane docs/reference.md gives,
 //! and an unknown XID means contact support.
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use gpuvet_watch::policy::{GpuId, Severity, XidObservation, XidPolicy};
 use gpuvet_watch::xid::{self, ActionClass, XID_CATALOG};
 

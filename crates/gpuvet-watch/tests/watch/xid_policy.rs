@@ -3,7 +3,7 @@
 
 use std::io::Write;
 
-use gpuvet_core::results::Lane;
+use gpuvet_model::results::Lane;
 use gpuvet_watch::health::{HealthReading, HealthSource};
 use gpuvet_watch::kmsg::{KmsgOptions, KmsgSource};
 use gpuvet_watch::policy::{

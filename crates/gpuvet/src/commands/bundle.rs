@@ -1,9 +1,9 @@
 //! `gpuvet bundle --job ID -o FILE.tar.gz`: one attempt packed for the team that owns
 //! its fault, from the store, or downloaded from a fleet server with `--server`.
 
-use gpuvet_core::exit_codes;
-use gpuvet_core::explain::Explanation;
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_analysis::explain::Explanation;
+use gpuvet_model::exit_codes;
+use gpuvet_model::time::unix_now_ms;
 
 use crate::cli::BundleArgs;
 use crate::failure::Failure;

@@ -2,8 +2,8 @@
 
 use comfy_table::Table;
 use comfy_table::presets::UTF8_FULL_CONDENSED;
-use gpuvet_core::catalog::{CATALOG, DEFAULT_CHECKS};
-use gpuvet_core::exit_codes;
+use gpuvet_model::catalog::{CATALOG, DEFAULT_CHECKS};
+use gpuvet_model::exit_codes;
 use serde_json::json;
 
 use crate::cli::CatalogArgs;

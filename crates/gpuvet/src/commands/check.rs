@@ -2,9 +2,9 @@
 
 use std::io::IsTerminal;
 
-use gpuvet_core::exit_codes;
-use gpuvet_core::render;
-use gpuvet_core::results::Outcome;
+use gpuvet_analysis::render;
+use gpuvet_model::exit_codes;
+use gpuvet_model::results::Outcome;
 
 use crate::cli::CheckArgs;
 use crate::failure::Failure;

@@ -2,9 +2,9 @@
 //! rehearse faults and print the proof table, one row per expectation with its
 //! conclusion.
 
-use gpuvet_core::drill::{GroupKind, Proof, SCENARIOS, drill as scenario_drill, render};
-use gpuvet_core::exit_codes;
-use gpuvet_core::explain::Conclusion;
+use gpuvet_analysis::drill::{GroupKind, Proof, SCENARIOS, drill as scenario_drill, render};
+use gpuvet_analysis::explain::Conclusion;
+use gpuvet_model::exit_codes;
 
 use crate::cli::DrillArgs;
 use crate::failure::{Failure, note};

@@ -2,9 +2,9 @@
 
 use comfy_table::Table;
 use comfy_table::presets::UTF8_FULL_CONDENSED;
-use gpuvet_core::events::EventKind;
-use gpuvet_core::exit_codes;
-use gpuvet_core::time::format_utc_ms;
+use gpuvet_model::events::EventKind;
+use gpuvet_model::exit_codes;
+use gpuvet_model::time::format_utc_ms;
 use gpuvet_store::{EventFilter, Store};
 
 use crate::cli::EventsArgs;

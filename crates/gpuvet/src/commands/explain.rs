@@ -3,9 +3,10 @@
 //! was made from and the fleet server that holds it (`--server`) give the same answer:
 //! all go through the same pure functions.
 
-use gpuvet_core::exit_codes;
-use gpuvet_core::explain::{explain as explain_record, render};
-use gpuvet_core::timeline::{JobRecord, assemble};
+use gpuvet_analysis::explain::{explain as explain_record, render};
+use gpuvet_analysis::timeline::assemble;
+use gpuvet_model::exit_codes;
+use gpuvet_model::record::JobRecord;
 
 use crate::cli::ExplainArgs;
 use crate::failure::Failure;

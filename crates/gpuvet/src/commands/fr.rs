@@ -2,9 +2,9 @@
 //! JSON) and name the rank that stopped a collective, and the ranks that only waited.
 //! With `--job`, a problem found is recorded as that job's event.
 
-use gpuvet_core::events::Attempt;
-use gpuvet_core::exit_codes;
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::events::Attempt;
+use gpuvet_model::exit_codes;
+use gpuvet_model::time::unix_now_ms;
 use gpuvet_watch::flight_recorder::record::{event_of, rank_nodes};
 use gpuvet_watch::flight_recorder::{FrDump, FrError, FrReport, analyze, load_dir, summary};
 

@@ -1,8 +1,8 @@
 //! `gpuvet push`: send what waits in the store's outbox to the server now, whatever
 //! each entry's next try, and say what is left.
 
-use gpuvet_core::exit_codes;
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::exit_codes;
+use gpuvet_model::time::unix_now_ms;
 use gpuvet_store::Store;
 
 use crate::cli::PushArgs;

@@ -3,10 +3,10 @@
 
 use comfy_table::Table;
 use comfy_table::presets::UTF8_FULL_CONDENSED;
-use gpuvet_core::analysis::fmt_value;
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::exit_codes;
-use gpuvet_core::time::format_utc_ms;
+use gpuvet_model::analysis::fmt_value;
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::exit_codes;
+use gpuvet_model::time::format_utc_ms;
 use gpuvet_store::ResultFilter;
 
 use super::events::open_existing;

@@ -3,11 +3,11 @@
 
 use std::io::IsTerminal;
 
-use gpuvet_core::config::{Config, FailAction, RuntimeFailAction};
-use gpuvet_core::events::{Attempt, EventKind, NewEvent};
-use gpuvet_core::exit_codes;
-use gpuvet_core::render;
-use gpuvet_core::results::{Lane, Outcome, RunReport};
+use gpuvet_analysis::render;
+use gpuvet_model::config::{Config, FailAction, RuntimeFailAction};
+use gpuvet_model::events::{Attempt, EventKind, NewEvent};
+use gpuvet_model::exit_codes;
+use gpuvet_model::results::{Lane, Outcome, RunReport};
 use gpuvet_store::Store;
 use serde_json::json;
 
@@ -19,7 +19,7 @@ use crate::runtime::{Echo, KillSwitch, RuntimeWatch};
 use crate::sanity::{self, group};
 use crate::settings::Recording;
 use crate::supervise::{HOOK_TIMEOUT, HookOutcome, Supervised, run_hook, shell_code};
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::time::unix_now_ms;
 
 pub fn run(args: RunArgs) -> Result<i32, Failure> {
     let mut recording = Recording::resolve(
@@ -159,7 +159,7 @@ impl Recorder<'_> {
         details: serde_json::Value,
     ) -> Result<(), Failure> {
         let event = NewEvent {
-            event_id: gpuvet_core::ids::new_id(),
+            event_id: gpuvet_model::ids::new_id(),
             time_ms: unix_now_ms(),
             kind,
             lane,

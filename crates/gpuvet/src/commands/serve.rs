@@ -7,7 +7,7 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpuvet_core::exit_codes;
+use gpuvet_model::exit_codes;
 
 use crate::cli::ServeArgs;
 use crate::failure::Failure;

@@ -1,8 +1,8 @@
 //! `gpuvet timeline`: one attempt's timeline from the store (or a fleet server, with
 //! `--server`), on the coordinator's clock, with the first error marked.
 
-use gpuvet_core::exit_codes;
-use gpuvet_core::timeline::{assemble, render};
+use gpuvet_analysis::timeline::{assemble, render};
+use gpuvet_model::exit_codes;
 
 use crate::cli::TimelineArgs;
 use crate::failure::Failure;

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use gpuvet_core::exit_codes;
+use gpuvet_model::exit_codes;
 use signal_hook::consts::{SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 

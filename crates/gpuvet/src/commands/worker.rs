@@ -3,8 +3,8 @@
 //! (`gpuvet_runner::serve_worker`); stderr is the parent's. A hung check's worker is
 //! killed with SIGKILL, which frees what it held on its devices.
 
-use gpuvet_core::config::BackendChoice;
-use gpuvet_core::exit_codes;
+use gpuvet_model::config::BackendChoice;
+use gpuvet_model::exit_codes;
 
 use crate::cli::WorkerArgs;
 use crate::failure::Failure;

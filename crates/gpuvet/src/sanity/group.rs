@@ -15,11 +15,11 @@ use gpuvet_control::{
     Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, MemberState,
     Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
 };
-use gpuvet_core::analysis::{Limit, Tolerances};
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::config::Config;
-use gpuvet_core::events::Attempt;
-use gpuvet_core::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
+use gpuvet_model::analysis::{Limit, Tolerances};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::config::Config;
+use gpuvet_model::events::Attempt;
+use gpuvet_model::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
 use gpuvet_multinode::fabric::Fabric;
 use gpuvet_multinode::in_process::{SimulatedGroup, node_ips, run_simulated};
 use gpuvet_multinode::{
@@ -31,7 +31,7 @@ use super::local_gpus;
 use crate::cli::{GroupArgs, SanityArgs};
 use crate::failure::{Failure, note, warn};
 use crate::output::Progress;
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::time::unix_now_ms;
 
 /// How this invocation takes part.
 #[derive(Debug)]
@@ -348,7 +348,7 @@ pub fn in_process(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
         .map(|rank| {
             let node = format!("local-{rank}");
             let backend = super::build_backend(
-                gpuvet_core::config::BackendChoice::Sim,
+                gpuvet_model::config::BackendChoice::Sim,
                 setup.config,
                 None,
                 &node,
@@ -384,8 +384,8 @@ pub fn in_process(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
         note(format!(
             "{node}: scripted {} at the start of `{}`",
             match fault.fault {
-                gpuvet_core::config::NodeFaultKind::Hang => "hang",
-                gpuvet_core::config::NodeFaultKind::Crash => "crash",
+                gpuvet_model::config::NodeFaultKind::Hang => "hang",
+                gpuvet_model::config::NodeFaultKind::Crash => "crash",
             },
             fault.check
         ));
@@ -465,7 +465,7 @@ pub fn exit_with_local_parent() {
     }
     let watching = when_closed(std::io::stdin(), || {
         warn("the `--local-nodes` gpuvet that started this agent is gone; the agent exits");
-        std::process::exit(gpuvet_core::exit_codes::CHECK_FAILED);
+        std::process::exit(gpuvet_model::exit_codes::CHECK_FAILED);
     });
     if let Err(err) = watching {
         warn(format!("cannot watch the parent gpuvet's pipe: {err}"));

@@ -3,8 +3,8 @@
 //! `CUDA_VISIBLE_DEVICES`, so the agents are nodes with GPUs of their own (and NCCL can
 //! run between them) instead of each driving every GPU of the machine.
 
-use gpuvet_core::inventory::keys;
-use gpuvet_core::results::DeviceInfo;
+use gpuvet_model::inventory::keys;
+use gpuvet_model::results::DeviceInfo;
 
 /// The GPUs of each of `agents` agents, as `CUDA_VISIBLE_DEVICES` values (UUIDs, which
 /// stay right whatever the parent's own `CUDA_VISIBLE_DEVICES` was), or why they share

@@ -10,21 +10,21 @@ use std::ffi::OsString;
 use std::sync::Arc;
 
 use gpuvet_backend::{Backend, WorkSpec};
-use gpuvet_core::analysis::{Limit, Tolerances};
-use gpuvet_core::baselines::{self, DEFAULT_FRACTION, Workload};
-use gpuvet_core::catalog::CheckName;
-use gpuvet_core::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
-use gpuvet_core::events::Attempt;
-use gpuvet_core::ids::new_id;
-use gpuvet_core::redact;
-use gpuvet_core::results::{RunContext, RunReport, Verdict};
+use gpuvet_model::analysis::{Limit, Tolerances};
+use gpuvet_model::baselines::{self, DEFAULT_FRACTION, Workload};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
+use gpuvet_model::events::Attempt;
+use gpuvet_model::ids::new_id;
+use gpuvet_model::redact;
+use gpuvet_model::results::{RunContext, RunReport, Verdict};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::cli::SanityArgs;
 use crate::failure::{Failure, note};
 use crate::identity::known_secrets;
 use crate::output::Progress;
-use gpuvet_core::time::unix_now_ms;
+use gpuvet_model::time::unix_now_ms;
 
 /// The sanity settings after `--checks` and `--timeout`; `None` when the config turns
 /// pre-start checks off and no flag turns them on.
@@ -173,7 +173,7 @@ fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
     use std::io::Read;
     let mut text = String::new();
     std::fs::File::open(path)?
-        .take(gpuvet_core::config::MAX_CONFIG_BYTES as u64)
+        .take(gpuvet_model::config::MAX_CONFIG_BYTES as u64)
         .read_to_string(&mut text)?;
     Ok(text)
 }

@@ -19,7 +19,7 @@ fn every_scenario_in_one_process_confirms_every_expectation() {
         .iter()
         .map(|p| p["scenario"].as_str().unwrap())
         .collect();
-    assert_eq!(scenarios.len(), gpuvet_core::drill::SCENARIOS.len());
+    assert_eq!(scenarios.len(), gpuvet_analysis::drill::SCENARIOS.len());
     for proof in proofs {
         assert_eq!(proof["conclusion"], "confirmed", "{proof:#}");
     }
@@ -183,7 +183,7 @@ fn bad_drill_flags_are_usage_errors_with_a_hint() {
     }
     let listed = scratch.run(&["drill", "--list"]);
     assert_eq!(listed.status.code(), Some(0));
-    for scenario in gpuvet_core::drill::SCENARIOS {
+    for scenario in gpuvet_analysis::drill::SCENARIOS {
         assert!(stdout(&listed).contains(scenario), "{scenario}");
     }
 }

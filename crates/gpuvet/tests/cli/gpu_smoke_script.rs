@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::common::Scratch;
-use gpuvet_core::exit_codes::BACKEND_UNAVAILABLE;
+use gpuvet_model::exit_codes::BACKEND_UNAVAILABLE;
 
 /// Answers the three questions the script asks of `nvidia-smi`, as one H200 would.
 const FAKE_NVIDIA_SMI: &str = r#"#!/bin/sh

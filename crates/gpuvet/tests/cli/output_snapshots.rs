@@ -51,7 +51,7 @@ fn the_json_report_of_a_scripted_run() {
     report["gpuvet_version"] = Value::from("[version]");
     // Every report carries its own id, so that a store or server keeps it once.
     let id = report["report_id"].as_str().unwrap_or_default();
-    assert!(gpuvet_core::ids::is_id(id), "report_id `{id}`");
+    assert!(gpuvet_model::ids::is_id(id), "report_id `{id}`");
     report["report_id"] = Value::from("[id]");
     redact_number(&mut report, "started_at_ms");
     redact_number(&mut report, "duration_secs");

@@ -24,8 +24,8 @@ use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUevent_flags;
 use cudarc::driver::{CudaContext, CudaEvent, CudaSlice, CudaStream, DevicePtr};
-use gpuvet_core::config::Dtype;
-use gpuvet_core::inventory::{GpuHealth, throttle};
+use gpuvet_model::config::Dtype;
+use gpuvet_model::inventory::{GpuHealth, throttle};
 use nvml_wrapper::Nvml;
 
 use super::{driver_error, poll_event};

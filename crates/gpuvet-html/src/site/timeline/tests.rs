@@ -1,6 +1,7 @@
-use gpuvet_core::events::EventKind;
-use gpuvet_core::explain::explain;
-use gpuvet_core::timeline::{JobRecord, MemberView, assemble};
+use gpuvet_analysis::explain::explain;
+use gpuvet_analysis::timeline::{MemberView, assemble};
+use gpuvet_model::events::EventKind;
+use gpuvet_model::record::JobRecord;
 
 use super::*;
 use crate::site::test_data::{HOSTILE_JOB, HOSTILE_NODE, T0, assert_no_markup_from, group_record};
@@ -260,8 +261,8 @@ fn a_hand_built_timeline_places_its_entries_on_one_axis() {
                 "a",
                 T0,
                 What::Check {
-                    check: gpuvet_core::catalog::CheckName::GemmFlops,
-                    status: gpuvet_core::results::CheckStatus::Passed,
+                    check: gpuvet_model::catalog::CheckName::GemmFlops,
+                    status: gpuvet_model::results::CheckStatus::Passed,
                     until_ms: T0 + 4_000,
                 },
                 Role::Context,

@@ -3,7 +3,7 @@
 //! `gpuvet serve ARGS` runs it when it is installed beside `gpuvet`.
 //!
 //! A thin entry point: parse the command line, resolve the settings once, serve until
-//! SIGTERM or SIGINT, and exit with a code from `gpuvet_core::exit_codes`.
+//! SIGTERM or SIGINT, and exit with a code from `gpuvet_model::exit_codes`.
 
 mod settings;
 
@@ -11,8 +11,8 @@ use std::io::Write;
 use std::process::ExitCode;
 
 use clap::Parser;
-use gpuvet_core::diagnostics::render_error;
-use gpuvet_core::exit_codes;
+use gpuvet_model::diagnostics::render_error;
+use gpuvet_model::exit_codes;
 use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
 

@@ -7,9 +7,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use clap::Parser;
-use gpuvet_core::config::Config;
-use gpuvet_core::env_vars::REPORT_TOKEN;
-use gpuvet_core::exit_codes;
+use gpuvet_model::config::Config;
+use gpuvet_model::env_vars::REPORT_TOKEN;
+use gpuvet_model::exit_codes;
 use gpuvet_store::{StoreError, StoreLocation};
 
 /// Serves a gpuvet store over HTTP: a JSON API under /api/v1, web pages and /metrics.

@@ -117,7 +117,8 @@ impl Scratch {
 }
 
 /// PAI's own sample config, verbatim: all 13 checks (the file core's config tests read).
-pub const PAI_SAMPLE: &str = include_str!("../../../../gpuvet-core/tests/fixtures/pai_sample.json");
+pub const PAI_SAMPLE: &str =
+    include_str!("../../../../gpuvet-model/tests/fixtures/pai_sample.json");
 
 /// Asserts that the command exited with `code` and said `needle` on stderr.
 #[track_caller]

@@ -6,10 +6,10 @@ use std::time::Duration;
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use crate::analysis::fmt_value;
-use crate::node_list::{MAX_PARTS, fold_node_names};
-use crate::repeats::group_repeats;
-use crate::results::{CheckResult, CheckStatus, GroupIncident, RunReport, Verdict};
+use gpuvet_model::analysis::fmt_value;
+use gpuvet_model::node_list::{MAX_PARTS, fold_node_names};
+use gpuvet_model::repeats::group_repeats;
+use gpuvet_model::results::{CheckResult, CheckStatus, GroupIncident, RunReport, Verdict};
 
 /// How much of each check the table's details column shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

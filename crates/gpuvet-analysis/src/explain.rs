@@ -10,10 +10,11 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::{CheckName, Scope};
-use crate::events::EventKind;
-use crate::results::{CheckStatus, Lane, RunReport};
-use crate::timeline::{Entry, JobRecord, Role, Timeline, What};
+use crate::timeline::{Entry, Role, Timeline, What};
+use gpuvet_model::catalog::{CheckName, Scope};
+use gpuvet_model::events::EventKind;
+use gpuvet_model::record::JobRecord;
+use gpuvet_model::results::{CheckStatus, Lane, RunReport};
 
 /// The answer for one attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -300,7 +301,7 @@ fn runtime_step(node: &str, check: &str, xid: Option<u32>, source: &str) -> Stri
              again"
         );
     }
-    if source == crate::timeline::FLIGHT_RECORDER_SOURCE {
+    if source == gpuvet_model::record::FLIGHT_RECORDER_SOURCE {
         return match check {
             "fr.not_completed" => format!(
                 "the rank on `{node}` entered a collective its peers completed and never \
@@ -599,7 +600,7 @@ impl<'a> Facts<'a> {
                 CheckStatus::Failed => {
                     c.findings().next().is_some()
                         && c.findings()
-                            .all(|f| f.verdict == crate::results::Verdict::Slow)
+                            .all(|f| f.verdict == gpuvet_model::results::Verdict::Slow)
                 }
                 _ => false,
             })

@@ -1,7 +1,7 @@
 //! Accuracy and scale of pairing and localization on simulated groups.
 //!
 //! ```text
-//! cargo run --release -p gpuvet-core --example localize_accuracy [-- OPTIONS]
+//! cargo run --release -p gpuvet-model --example localize_accuracy [-- OPTIONS]
 //!   --trials-scale X   multiply every trial count by X (0.1 for a quick look)
 //!   --sweep            also find, per N and pairing, the smallest slowdown found in
 //!                      at least 95 % of runs (2 % to 20 %)
@@ -29,13 +29,13 @@
 
 use std::time::{Duration, Instant};
 
-use gpuvet_core::analysis::JudgePolicy;
-use gpuvet_core::catalog::{CheckName, CheckSpec};
-use gpuvet_core::localize::{Localization, PairTest, judge_pairs, localize, outcomes};
-use gpuvet_core::pairing::{
+use gpuvet_model::analysis::JudgePolicy;
+use gpuvet_model::catalog::{CheckName, CheckSpec};
+use gpuvet_model::localize::{Localization, PairTest, judge_pairs, localize, outcomes};
+use gpuvet_model::pairing::{
     MAX_RETEST_PLANS, NodeId, Pair, Plan, full_round_robin, retest, round_one,
 };
-use gpuvet_core::results::{Entity, EntityResult, Lane, Measurement, Verdict};
+use gpuvet_model::results::{Entity, EntityResult, Lane, Measurement, Verdict};
 
 const NOISE: f64 = 0.02;
 const SLOWDOWN: f64 = 0.10;

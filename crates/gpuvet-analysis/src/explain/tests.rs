@@ -1,7 +1,7 @@
 use super::*;
-use crate::results::{CheckResult, Entity, GroupSummary, Verdict};
 use crate::timeline::assemble;
 use crate::timeline::tests::{T0, entity_result, event, group_report, incident, passed, record};
+use gpuvet_model::results::{CheckResult, Entity, GroupSummary, Verdict};
 
 fn explained(record: &JobRecord) -> Explanation {
     explain(record, &assemble(record))

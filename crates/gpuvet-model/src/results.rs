@@ -455,7 +455,7 @@ pub struct GroupSummary {
     pub other_failures: Vec<GroupIncident>,
     /// What the coordinator recorded for the group's timeline; only on its own report.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub timeline: Option<crate::timeline::RecordedTimeline>,
+    pub timeline: Option<crate::record::RecordedTimeline>,
 }
 
 impl GroupSummary {

@@ -13,10 +13,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::events::EventKind;
 use crate::explain::{Conclusion, Explanation};
-use crate::results::Lane;
 use crate::timeline::What;
+use gpuvet_model::events::EventKind;
+use gpuvet_model::results::Lane;
 
 /// The scenarios, in the order `--all` runs them.
 pub const SCENARIOS: [&str; 13] = [

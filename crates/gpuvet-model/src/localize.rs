@@ -26,11 +26,11 @@
 //! The loop a coordinator runs (measuring each round for real):
 //!
 //! ```
-//! use gpuvet_core::analysis::JudgePolicy;
-//! use gpuvet_core::catalog::CheckName;
-//! use gpuvet_core::localize::{PairTest, judge_pairs, localize, outcomes};
-//! use gpuvet_core::pairing::{Pair, Plan, retest, round_one};
-//! use gpuvet_core::results::{Lane, Measurement};
+//! use gpuvet_model::analysis::JudgePolicy;
+//! use gpuvet_model::catalog::CheckName;
+//! use gpuvet_model::localize::{PairTest, judge_pairs, localize, outcomes};
+//! use gpuvet_model::pairing::{Pair, Plan, retest, round_one};
+//! use gpuvet_model::results::{Lane, Measurement};
 //!
 //! let spec = CheckName::AllReduce2.spec();
 //! let policy = JudgePolicy { tolerance: 0.05, limit: None };

@@ -1,9 +1,9 @@
 use std::collections::BTreeMap;
 
 use super::*;
-use crate::analysis::{JudgePolicy, judge};
-use crate::catalog::CheckName;
-use crate::results::{
+use gpuvet_model::analysis::{JudgePolicy, judge};
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::results::{
     CheckResult, DeviceInfo, Entity, GroupSummary, Measurement, MetricInfo, Outcome,
 };
 

@@ -1,6 +1,7 @@
 use super::*;
-use crate::events::{Attempt, NewEvent};
-use crate::results::{
+use gpuvet_model::events::{Attempt, NewEvent};
+use gpuvet_model::record::{CheckSpan, CheckWindow, MemberClock, MemberRecord};
+use gpuvet_model::results::{
     CheckResult, Entity, EntityResult, Evidence, GroupSummary, Measurement, Outcome,
 };
 

@@ -1,7 +1,7 @@
 use super::*;
-use crate::config::Config;
 use crate::explain::{Hypothesis, Judged};
 use crate::timeline::{Entry, Role};
+use gpuvet_model::config::Config;
 
 #[test]
 fn every_scenario_has_a_valid_config_at_every_size() {
