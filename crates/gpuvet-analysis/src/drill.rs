@@ -500,7 +500,7 @@ fn judge_one(expectation: &Expectation, observed: &Observed) -> (Conclusion, Str
             match &observed.explanation.first_error {
                 Some(first) => {
                     let what = match &first.what {
-                        What::Incident { incident } => incident.replace('_', " "),
+                        What::Incident { incident } => incident.words().to_owned(),
                         What::Finding {
                             entity, verdict, ..
                         } => {
@@ -508,7 +508,7 @@ fn judge_one(expectation: &Expectation, observed: &Observed) -> (Conclusion, Str
                         }
                         What::RuntimeFinding { check, xid, .. } => match xid {
                             Some(xid) => format!("XID {xid}"),
-                            None => check.clone(),
+                            None => check.to_string(),
                         },
                         _ => first.detail.clone(),
                     };

@@ -14,7 +14,8 @@ use crate::timeline::{Entry, Role, Timeline, What};
 use gpuvet_model::catalog::{CheckName, Scope};
 use gpuvet_model::events::EventKind;
 use gpuvet_model::record::JobRecord;
-use gpuvet_model::results::{CheckStatus, Lane, RunReport};
+use gpuvet_model::results::{CheckStatus, Entity, IncidentKind, Lane, RunReport};
+use gpuvet_model::runtime::{CheckFamily, FrFindingKind, RuntimeCheck};
 
 /// The answer for one attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -229,32 +230,32 @@ fn evidence(timeline: &Timeline, first: &Entry) -> Vec<String> {
 fn next_step(first: &Entry) -> String {
     let node = &first.node;
     match &first.what {
-        What::Incident { incident } => match incident.as_str() {
-            "unresponsive" => format!(
+        What::Incident { incident } => match incident {
+            IncidentKind::Unresponsive => format!(
                 "log in to `{node}` and see whether its gpuvet or the host is stopped or hung \
                  (`ps -o stat,pid,cmd`, `dmesg`); if it does not answer, drain `{node}` and \
                  rebuild the instance elsewhere"
             ),
-            "crashed" => format!(
+            IncidentKind::Crashed => format!(
                 "read `{node}`'s kernel log and the process's exit status (OOM killer, \
                  segfault, XID); drain `{node}` if its host is at fault, then rebuild the \
                  instance elsewhere"
             ),
-            "never_joined" => format!(
+            IncidentKind::NeverJoined => format!(
                 "check that `{node}` was scheduled, runs the same gpuvet, and reaches the \
                  coordinator's address and port with the group's token"
             ),
             _ => format!("read `{node}`'s stderr and report for what it was doing"),
         },
         What::Finding { check, entity, .. } => finding_step(*check, entity, first.lane),
-        What::RuntimeFinding { check, xid, source } => runtime_step(node, check, *xid, source),
+        What::RuntimeFinding { check, xid, .. } => runtime_step(node, check, *xid),
         What::Event { event } => format!("read the `{event}` event's details on `{node}`"),
         What::Check { check, .. } => format!("rerun `{check}` on `{node}` alone"),
         What::Collective { .. } => format!("read `{node}`'s flight-recorder dump"),
     }
 }
 
-fn finding_step(check: CheckName, entity: &str, lane: Option<Lane>) -> String {
+fn finding_step(check: CheckName, entity: &Entity, lane: Option<Lane>) -> String {
     let scope = check.spec().scope;
     match (scope, lane) {
         (_, Some(Lane::Platform)) => format!(
@@ -265,9 +266,9 @@ fn finding_step(check: CheckName, entity: &str, lane: Option<Lane>) -> String {
             "run `gpuvet check --checks {check}` on `{}` alone and read the GPU's clocks and \
              throttle reasons (`nvidia-smi -q -d PERFORMANCE`); reset or replace it if it \
              stays slow",
-            entity.split('/').next().unwrap_or(entity)
+            entity.node()
         ),
-        (_, Some(Lane::Network)) if entity.contains("<->") => format!(
+        (_, Some(Lane::Network)) if matches!(entity, Entity::NodePair { .. }) => format!(
             "test the link `{entity}` on its own (`ib_write_bw` or `iperf3`) and read both \
              NICs' error counters and the switch ports between them"
         ),
@@ -282,7 +283,7 @@ fn finding_step(check: CheckName, entity: &str, lane: Option<Lane>) -> String {
     }
 }
 
-fn runtime_step(node: &str, check: &str, xid: Option<u32>, source: &str) -> String {
+fn runtime_step(node: &str, check: &RuntimeCheck, xid: Option<u32>) -> String {
     if let Some(xid) = xid {
         let meaning = match xid {
             79 => "the GPU fell off the bus",
@@ -301,26 +302,31 @@ fn runtime_step(node: &str, check: &str, xid: Option<u32>, source: &str) -> Stri
              again"
         );
     }
-    if source == gpuvet_model::record::FLIGHT_RECORDER_SOURCE {
-        return match check {
-            "fr.not_completed" => format!(
+    if let Some(kind) = check.flight_recorder_kind() {
+        return match kind {
+            FrFindingKind::NotCompleted => format!(
                 "the rank on `{node}` entered a collective its peers completed and never \
                  finished it: look for an XID or a hung kernel on `{node}` (kernel log, \
                  `nvidia-smi`), then take the rank's stack with `py-spy dump`"
             ),
-            "fr.stalled" => "every rank entered the collective and none finished: test the \
+            FrFindingKind::Stalled => {
+                "every rank entered the collective and none finished: test the \
                              links between the ranks' nodes"
-                .to_owned(),
-            "fr.missing_dump" => {
+                    .to_owned()
+            }
+            FrFindingKind::MissingDump => {
                 format!("`{node}` wrote no dump: find out whether its process or node is gone")
             }
-            "fr.never_entered" => format!(
+            FrFindingKind::NeverEntered => format!(
                 "the rank on `{node}` never issued the collective its peers wait in: its code \
                  is elsewhere (stuck before it, an exception, another branch); take its \
                  stack with `py-spy dump`"
             ),
-            _ => "the ranks issued different collectives: the application's ranks diverged; \
-                  read the waiting ranks' stacks in the dumps"
+            FrFindingKind::OpMismatch
+            | FrFindingKind::SizeMismatch
+            | FrFindingKind::DtypeMismatch => "the ranks issued different collectives: the \
+                                               application's ranks diverged; read the waiting \
+                                               ranks' stacks in the dumps"
                 .to_owned(),
         };
     }
@@ -339,9 +345,10 @@ struct Facts<'a> {
 impl<'a> Facts<'a> {
     fn new(record: &'a JobRecord, timeline: &'a Timeline, first: Option<&'a Entry>) -> Self {
         let culprits = first.map_or_else(Vec::new, |first| match &first.what {
-            What::Finding { entity, .. } if entity.contains("<->") => {
-                entity.split("<->").map(str::to_owned).collect()
-            }
+            What::Finding {
+                entity: Entity::NodePair { a, b },
+                ..
+            } => vec![a.clone(), b.clone()],
             _ => vec![first.node.clone()],
         });
         Facts {
@@ -388,9 +395,16 @@ impl<'a> Facts<'a> {
             .collect()
     }
 
+    /// Whether `entry` is a finding on a culprit node or on a pair with one.
     fn names_culprit(&self, entry: &Entry) -> bool {
-        matches!(&entry.what, What::Finding { entity, .. }
-            if self.culprits.iter().any(|c| entity.split("<->").any(|n| n == c)))
+        let What::Finding { entity, .. } = &entry.what else {
+            return false;
+        };
+        self.culprits.iter().any(|c| match entity {
+            Entity::NodePair { a, b } => c == a || c == b,
+            Entity::Node { node } => c == node,
+            Entity::Device { .. } => false,
+        })
     }
 
     /// The checks of `scope` that ran, with how they ended.
@@ -415,15 +429,25 @@ impl<'a> Facts<'a> {
             .join(", ")
     }
 
-    fn first_is_incident(&self, kinds: &[&str]) -> bool {
-        matches!(self.first.map(|f| &f.what), Some(What::Incident { incident }) if kinds.contains(&incident.as_str()))
+    /// The first error's kind, when it is an incident.
+    fn first_incident(&self) -> Option<IncidentKind> {
+        match self.first.map(|f| &f.what) {
+            Some(What::Incident { incident }) => Some(*incident),
+            _ => None,
+        }
+    }
+
+    /// Whether the first error is the loss of a node: it never came, died or hung.
+    fn first_lost_a_node(&self) -> bool {
+        self.first_incident()
+            .is_some_and(IncidentKind::lost_the_node)
     }
 
     fn gpu(&self) -> (Conclusion, String) {
         let gpu_findings = self.failures_on_culprits(|e| match &e.what {
-            What::Finding { entity, .. } => entity.contains("/dev"),
+            What::Finding { entity, .. } => matches!(entity, Entity::Device { .. }),
             What::RuntimeFinding { xid, check, .. } => {
-                xid.is_some() || check.starts_with("ecc") || check.starts_with("xid")
+                xid.is_some() || matches!(check.family(), CheckFamily::Xid | CheckFamily::Ecc)
             }
             _ => false,
         });
@@ -431,7 +455,7 @@ impl<'a> Facts<'a> {
             return (Conclusion::Confirmed, entry.detail.clone());
         }
         let device_checks = self.checks_of(&[Scope::EachDevice]);
-        if self.first_is_incident(&["unresponsive", "crashed", "never_joined"]) {
+        if self.first_lost_a_node() {
             return (
                 Conclusion::EvidenceMissing,
                 format!(
@@ -459,23 +483,26 @@ impl<'a> Facts<'a> {
 
     fn host(&self) -> (Conclusion, String) {
         if let Some(first) = self.first
-            && self.first_is_incident(&["unresponsive", "crashed"])
+            && matches!(
+                self.first_incident(),
+                Some(IncidentKind::Unresponsive | IncidentKind::Crashed)
+            )
         {
             return (Conclusion::Confirmed, first.detail.clone());
         }
         let host_findings = self.failures_on_culprits(|e| match &e.what {
             What::Finding { entity, .. } => {
-                e.lane == Some(Lane::Host) && !entity.contains("/dev") && !entity.contains("<->")
+                e.lane == Some(Lane::Host) && matches!(entity, Entity::Node { .. })
             }
             What::RuntimeFinding { xid, check, .. } => {
-                xid.is_none() && e.lane == Some(Lane::Host) && !check.starts_with("ecc")
+                xid.is_none() && e.lane == Some(Lane::Host) && check.family() != CheckFamily::Ecc
             }
             _ => false,
         });
         if let Some(entry) = host_findings.first() {
             return (Conclusion::Confirmed, entry.detail.clone());
         }
-        if self.first_is_incident(&["never_joined"]) {
+        if self.first_incident() == Some(IncidentKind::NeverJoined) {
             return (
                 Conclusion::EvidenceMissing,
                 format!("{} never joined, so nothing ran on it", self.culprit_list()),
@@ -510,8 +537,10 @@ impl<'a> Facts<'a> {
         if let Some(entry) = network.first() {
             // A node slow with every partner whose own GPUs are slow too: its GPUs
             // explain its pairs as well as its links do.
-            let whole_node =
-                matches!(&entry.what, What::Finding { entity, .. } if !entity.contains("<->"));
+            let whole_node = matches!(
+                &entry.what,
+                What::Finding { entity, .. } if !matches!(entity, Entity::NodePair { .. })
+            );
             if whole_node && self.gpu().0 == Conclusion::Confirmed {
                 return (
                     Conclusion::EvidenceMissing,
@@ -531,7 +560,7 @@ impl<'a> Facts<'a> {
                 "no check measured the links between pairs of nodes".to_owned(),
             );
         }
-        if self.first_is_incident(&["unresponsive", "crashed", "never_joined"]) {
+        if self.first_lost_a_node() {
             return (
                 Conclusion::NotApplicable,
                 format!(

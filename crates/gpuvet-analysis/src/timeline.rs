@@ -12,8 +12,11 @@ use std::collections::BTreeMap;
 
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::{Event, EventKind};
-use gpuvet_model::record::{FLIGHT_RECORDER_SOURCE, FrCollective, JobRecord, RecordedTimeline};
-use gpuvet_model::results::{CheckStatus, GroupIncident, Lane, RunReport, Verdict};
+use gpuvet_model::record::{FrCollective, JobRecord, RecordedTimeline};
+use gpuvet_model::results::{
+    CheckStatus, Entity, GroupIncident, IncidentKind, Lane, RunReport, Verdict,
+};
+use gpuvet_model::runtime::{RuntimeCheck, RuntimeEventDetails};
 use serde::{Deserialize, Serialize};
 
 /// The assembled timeline of one attempt.
@@ -85,16 +88,19 @@ pub enum What {
     },
     /// A node that never joined, crashed, stopped answering, failed, timed out, or
     /// lost a peer (the control plane's incidents).
-    Incident { incident: String },
+    Incident { incident: IncidentKind },
     /// A slow or faulty entity found by a check.
     Finding {
         check: CheckName,
-        entity: String,
+        /// As people read it: `node-2/dev3`, `node-1<->node-2`, `node-4`.
+        #[serde(with = "gpuvet_model::results::entity_as_text")]
+        #[cfg_attr(feature = "openapi", schema(value_type = String))]
+        entity: Entity,
         verdict: Verdict,
     },
     /// A finding of the runtime check `c4d` or of a flight-recorder analysis.
     RuntimeFinding {
-        check: String,
+        check: RuntimeCheck,
         source: String,
         #[serde(default, skip_serializing_if = "Option::is_none")]
         xid: Option<u32>,
@@ -389,7 +395,7 @@ fn incident(incident: &GroupIncident, role: Role) -> Entry {
         node: incident.node.clone(),
         rank: Some(incident.rank),
         what: What::Incident {
-            incident: incident.kind.clone(),
+            incident: incident.kind,
         },
         lane: Some(incident.lane),
         role,
@@ -431,7 +437,7 @@ fn findings(
                 rank: None,
                 what: What::Finding {
                     check: check.name,
-                    entity: finding.entity.to_string(),
+                    entity: finding.entity.clone(),
                     verdict: finding.verdict,
                 },
                 lane: Some(finding.lane),
@@ -476,36 +482,26 @@ fn from_event(event: &Event, clocks: &Clocks, notes: &mut Vec<String>) -> Vec<En
     if event.event.kind != EventKind::RuntimeCheckFailed {
         return vec![base];
     }
-    let details = &event.event.details;
-    let text = |key: &str| details.get(key).and_then(|v| v.as_str()).map(str::to_owned);
-    let source = text("source").unwrap_or_else(|| "c4d".to_owned());
+    let Some(details) = RuntimeEventDetails::read(&event.event.details) else {
+        return vec![base];
+    };
     let mut entries = vec![Entry {
         what: What::RuntimeFinding {
-            check: text("check").unwrap_or_else(|| "c4d".to_owned()),
-            source: source.clone(),
-            xid: details
-                .get("xid")
-                .and_then(|v| v.as_u64())
-                .and_then(|x| u32::try_from(x).ok()),
+            check: details.check.clone(),
+            source: details.source.clone(),
+            xid: details.xid,
         },
         role: Role::OtherFailure,
         ..base
     }];
-    if source == FLIGHT_RECORDER_SOURCE {
-        entries.extend(collectives(details, clocks, notes));
+    if details.is_flight_recorder() {
+        entries.extend(collectives(&details.collectives, clocks, notes));
     }
     entries
 }
 
 /// The collectives a flight-recorder event carries, each on its node's clock.
-fn collectives(
-    details: &serde_json::Value,
-    clocks: &Clocks,
-    notes: &mut Vec<String>,
-) -> Vec<Entry> {
-    let Some(list) = details.get("collectives").and_then(|v| v.as_array()) else {
-        return Vec::new();
-    };
+fn collectives(list: &[serde_json::Value], clocks: &Clocks, notes: &mut Vec<String>) -> Vec<Entry> {
     let mut entries = Vec::new();
     let mut unplaced = 0usize;
     for item in list {
@@ -602,7 +598,7 @@ pub fn render(timeline: &Timeline) -> String {
                 status,
                 until_ms,
             } => format!("{check} {status} until {}", at(*until_ms)),
-            What::Incident { incident } => incident.replace('_', " "),
+            What::Incident { incident } => incident.words().to_owned(),
             What::Finding { check, .. } => format!("{check} finding"),
             What::RuntimeFinding { check, .. } => format!("runtime {check}"),
             What::Event { event } => event.to_string(),

@@ -36,6 +36,21 @@ pub enum IncidentKind {
     },
 }
 
+/// The kind a report keeps: the incident without what the diagnosis needed besides.
+impl From<&IncidentKind> for gpuvet_model::results::IncidentKind {
+    fn from(kind: &IncidentKind) -> Self {
+        use gpuvet_model::results::IncidentKind as Kept;
+        match kind {
+            IncidentKind::NeverJoined => Kept::NeverJoined,
+            IncidentKind::Crashed => Kept::Crashed,
+            IncidentKind::Unresponsive => Kept::Unresponsive,
+            IncidentKind::Failed { .. } => Kept::Failed,
+            IncidentKind::TimedOut { .. } => Kept::TimedOut,
+            IncidentKind::PeerError { .. } => Kept::PeerError,
+        }
+    }
+}
+
 impl IncidentKind {
     /// Whether this can be the root cause; timeouts and peer errors only follow one.
     pub fn is_root_cause(&self) -> bool {

@@ -147,7 +147,7 @@ pub(crate) fn group_section(group: &GroupSummary) -> String {
         out.push_str(&format!(
             "<p class=\"first-error\"><strong>first error</strong>: {} {} <span class=\"lane\">{}</span>: {}</p>\n",
             escape(&rank_name(first)),
-            escape(&first.kind),
+            escape(first.kind.as_str()),
             first.lane,
             escape(&first.detail)
         ));
@@ -166,7 +166,7 @@ pub(crate) fn group_section(group: &GroupSummary) -> String {
         format!(
             "also: {} {} <span class=\"lane\">{}</span>: {}",
             escape(&rank_name(i)),
-            escape(&i.kind),
+            escape(i.kind.as_str()),
             i.lane,
             escape(&i.detail)
         )

@@ -486,7 +486,7 @@ mod tests {
         summary.first_error = Some(GroupIncident {
             rank: 1,
             node: "n2".into(),
-            kind: "crashed".into(),
+            kind: gpuvet_model::results::IncidentKind::Crashed,
             lane: Lane::Host,
             time_ms: 0,
             detail: "agent exited".into(),

@@ -33,5 +33,6 @@ pub mod record;
 pub mod redact;
 pub mod repeats;
 pub mod results;
+pub mod runtime;
 pub mod stats;
 pub mod time;

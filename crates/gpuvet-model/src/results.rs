@@ -95,6 +95,56 @@ impl fmt::Display for Entity {
     }
 }
 
+impl std::str::FromStr for Entity {
+    type Err = std::convert::Infallible;
+
+    /// Reads [`Entity`]'s `Display` back: `a<->b` is a pair, `node/devN` a device, any
+    /// other text a node. (Node names are host names, which hold neither `<->` nor `/`.)
+    fn from_str(text: &str) -> Result<Entity, Self::Err> {
+        if let Some((a, b)) = text.split_once("<->") {
+            return Ok(Entity::NodePair {
+                a: a.to_owned(),
+                b: b.to_owned(),
+            });
+        }
+        // Only the digits `Display` writes, so that the text reads back unchanged.
+        if let Some((node, digits)) = text.rsplit_once("/dev")
+            && let Ok(index) = digits.parse::<u32>()
+            && index.to_string() == digits
+        {
+            return Ok(Entity::Device {
+                node: node.to_owned(),
+                index,
+            });
+        }
+        Ok(Entity::Node {
+            node: text.to_owned(),
+        })
+    }
+}
+
+/// An [`Entity`] kept as the text people read (`node-2/dev3`), where an API shows it
+/// that way: `#[serde(with = "entity_as_text")]`.
+pub mod entity_as_text {
+    use super::Entity;
+
+    pub fn serialize<S: serde::Serializer>(
+        entity: &Entity,
+        serializer: S,
+    ) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(entity)
+    }
+
+    pub fn deserialize<'de, D: serde::Deserializer<'de>>(
+        deserializer: D,
+    ) -> Result<Entity, D::Error> {
+        let text = <String as serde::Deserialize>::deserialize(deserializer)?;
+        Ok(text
+            .parse()
+            .unwrap_or_else(|never: std::convert::Infallible| match never {}))
+    }
+}
+
 /// One entity's measurement for one check, as a backend reports it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -465,14 +515,81 @@ impl GroupSummary {
     }
 }
 
+/// What went wrong on one rank of a group, as its report keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum IncidentKind {
+    /// Never joined the rendezvous.
+    NeverJoined,
+    /// Its connection closed or broke without a goodbye.
+    Crashed,
+    /// Stopped answering (hung, stopped, cut off).
+    Unresponsive,
+    /// Failed on its own: an error, a wrong result, an XID.
+    Failed,
+    /// Gave up waiting, e.g. a collective that never completed.
+    TimedOut,
+    /// An error caused by a peer, e.g. a connection reset on the data plane.
+    PeerError,
+}
+
+impl IncidentKind {
+    pub const ALL: [IncidentKind; 6] = [
+        IncidentKind::NeverJoined,
+        IncidentKind::Crashed,
+        IncidentKind::Unresponsive,
+        IncidentKind::Failed,
+        IncidentKind::TimedOut,
+        IncidentKind::PeerError,
+    ];
+
+    /// Its name in reports and the API (`never_joined`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IncidentKind::NeverJoined => "never_joined",
+            IncidentKind::Crashed => "crashed",
+            IncidentKind::Unresponsive => "unresponsive",
+            IncidentKind::Failed => "failed",
+            IncidentKind::TimedOut => "timed_out",
+            IncidentKind::PeerError => "peer_error",
+        }
+    }
+
+    /// What a person reads (`never joined`).
+    pub fn words(self) -> &'static str {
+        match self {
+            IncidentKind::NeverJoined => "never joined",
+            IncidentKind::Crashed => "crashed",
+            IncidentKind::Unresponsive => "unresponsive",
+            IncidentKind::Failed => "failed",
+            IncidentKind::TimedOut => "timed out",
+            IncidentKind::PeerError => "peer error",
+        }
+    }
+
+    /// Whether the node itself was lost: it never came, died, or stopped answering.
+    pub fn lost_the_node(self) -> bool {
+        matches!(
+            self,
+            IncidentKind::NeverJoined | IncidentKind::Crashed | IncidentKind::Unresponsive
+        )
+    }
+}
+
+impl fmt::Display for IncidentKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One node's failure on the group's timeline.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GroupIncident {
     pub rank: u32,
     pub node: String,
-    /// `never_joined`, `crashed`, `unresponsive`, `failed`, `timed_out`, `peer_error`.
-    pub kind: String,
+    pub kind: IncidentKind,
     pub lane: Lane,
     /// Unix milliseconds on the coordinator's clock.
     pub time_ms: u64,
@@ -548,6 +665,40 @@ mod tests {
                 .map(|s| check(CheckName::GemmFlops, *s))
                 .collect();
             assert_eq!(Outcome::of(&checks), expected, "{statuses:?}");
+        }
+    }
+
+    #[test]
+    fn an_entitys_text_reads_back_as_the_entity() {
+        for entity in [
+            Entity::Device {
+                node: "gpu-07.rack2".into(),
+                index: 12,
+            },
+            Entity::Node { node: "n0".into() },
+            Entity::NodePair {
+                a: "n1".into(),
+                b: "n2".into(),
+            },
+        ] {
+            assert_eq!(entity.to_string().parse::<Entity>(), Ok(entity.clone()));
+        }
+        // A name that only looks like a device is a node.
+        for text in ["host/devx", "host/dev07", "host/dev-1"] {
+            assert_eq!(
+                text.parse::<Entity>(),
+                Ok(Entity::Node { node: text.into() })
+            );
+        }
+    }
+
+    #[test]
+    fn incident_kinds_keep_their_stored_names() {
+        for kind in IncidentKind::ALL {
+            let json = serde_json::to_string(&kind).unwrap();
+            assert_eq!(json, format!("\"{}\"", kind.as_str()));
+            assert_eq!(serde_json::from_str::<IncidentKind>(&json).unwrap(), kind);
+            assert_eq!(kind.words(), kind.as_str().replace('_', " "));
         }
     }
 

@@ -555,7 +555,7 @@ fn summarize(conversation: &Conversation<'_>, expected: usize) -> GroupSummary {
             .node
             .clone()
             .unwrap_or_else(|| conversation.node_name(incident.rank)),
-        kind: kind_name(&incident.kind).to_owned(),
+        kind: (&incident.kind).into(),
         lane: incident.lane(),
         time_ms: incident.time_ms,
         detail: incident.detail.clone(),
@@ -622,17 +622,6 @@ fn record_timeline(
         coordinator: plan.attempt.node.clone(),
         members,
         checks,
-    }
-}
-
-fn kind_name(kind: &IncidentKind) -> &'static str {
-    match kind {
-        IncidentKind::NeverJoined => "never_joined",
-        IncidentKind::Crashed => "crashed",
-        IncidentKind::Unresponsive => "unresponsive",
-        IncidentKind::Failed { .. } => "failed",
-        IncidentKind::TimedOut { .. } => "timed_out",
-        IncidentKind::PeerError { .. } => "peer_error",
     }
 }
 
@@ -769,7 +758,7 @@ mod tests {
         GroupIncident {
             rank,
             node: format!("node-{rank}"),
-            kind: "crashed".to_owned(),
+            kind: gpuvet_model::results::IncidentKind::Crashed,
             lane: Lane::Host,
             time_ms: 0,
             detail: "gone".to_owned(),

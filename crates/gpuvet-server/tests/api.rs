@@ -10,8 +10,8 @@ use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::{Attempt, EventKind, EventRecord, NewEvent};
 use gpuvet_model::record::{CheckSpan, CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
 use gpuvet_model::results::{
-    CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary, Lane,
-    Measurement, Outcome, RunReport, Verdict,
+    CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary,
+    IncidentKind, Lane, Measurement, Outcome, RunReport, Verdict,
 };
 use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
@@ -635,10 +635,10 @@ fn group_report() -> RunReport {
         spans: spans(offset_ms, last_end),
         devices: Vec::new(),
     };
-    let incident = |rank: u32, kind: &str, lane: Lane, time_ms: u64| GroupIncident {
+    let incident = |rank: u32, kind: IncidentKind, lane: Lane, time_ms: u64| GroupIncident {
         rank,
         node: format!("n{rank}"),
-        kind: kind.to_owned(),
+        kind,
         lane,
         time_ms,
         detail: format!("rank {rank} (n{rank}) {kind}"),
@@ -668,8 +668,18 @@ fn group_report() -> RunReport {
         group: Some(GroupSummary {
             size: None,
             nodes: vec!["n0".into(), "n1".into(), "n2".into()],
-            first_error: Some(incident(2, "unresponsive", Lane::Host, T0 + 1_500)),
-            secondary: vec![incident(1, "timed_out", Lane::Network, T0 + 1_900)],
+            first_error: Some(incident(
+                2,
+                IncidentKind::Unresponsive,
+                Lane::Host,
+                T0 + 1_500,
+            )),
+            secondary: vec![incident(
+                1,
+                IncidentKind::TimedOut,
+                Lane::Network,
+                T0 + 1_900,
+            )],
             other_failures: Vec::new(),
             timeline: Some(RecordedTimeline {
                 coordinator: "n0".into(),

@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 // The finding vocabulary is re-exported here because the policy's callers take its
 // findings and hand it observations.
+use crate::finding::{CheckFamily, RuntimeCheck};
 pub use crate::finding::{GpuId, RuntimeFinding, Severity, XidObservation};
 use crate::xid::{self, XidInfo};
 
@@ -480,7 +481,7 @@ impl XidPolicy {
         let gpu_list: Vec<GpuId> = gpus.values().cloned().collect();
         let finding = RuntimeFinding {
             source: join_sources(&sources),
-            check: "xid.node_wide".to_owned(),
+            check: RuntimeCheck::new(CheckFamily::Xid, "node_wide"),
             gpu: None,
             gpus: gpu_list.clone(),
             xid: Some(xid),
@@ -566,7 +567,7 @@ impl XidPolicy {
             finding.gpu = Some(self.canonical(g));
         }
         let key = (
-            finding.check.clone(),
+            finding.check.to_string(),
             finding.gpu.as_ref().map(GpuId::key).unwrap_or_default(),
             finding.boot_id.clone(),
         );
@@ -800,7 +801,7 @@ impl XidPolicy {
                 continue;
             }
             let key = (
-                c.finding.check.clone(),
+                c.finding.check.to_string(),
                 c.finding.gpu.as_ref().map(GpuId::key).unwrap_or_default(),
                 c.finding.boot_id.clone(),
             );
@@ -1005,7 +1006,7 @@ fn per_gpu_finding(
     };
     RuntimeFinding {
         source: join_sources(&r.sources),
-        check: "xid".to_owned(),
+        check: RuntimeCheck::xid(),
         gpu: Some(r.gpu.clone()),
         gpus: Vec::new(),
         xid: Some(xid),

@@ -7,85 +7,10 @@
 //! entry names the sources it rests on. An XID that is not in the table means "contact
 //! support" (docs/reference.md, "XID → action").
 
-use std::fmt;
-
 use gpuvet_model::results::Lane;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-/// What should happen after an XID (or any runtime finding). Ordered from the mildest
-/// to the most drastic, so `max` picks the stronger of two actions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ActionClass {
-    /// Informational: keep the record, do nothing (NVSentinel `IGNORE`).
-    RecordOnly,
-    /// The workload's own error; fix or restart the app, the GPU is fine.
-    AppError,
-    /// Restart the app; the driver contained the error (NVSentinel `RESTART_APP`).
-    RestartApp,
-    /// The GPU should be taken out for deeper diagnostics (e.g. repeated MMU faults on
-    /// one GPU only).
-    RunDiagnostics,
-    /// Reset the GPU before it is used again (NVSentinel `RESET_GPU`).
-    ResetGpu,
-    /// Reboot the node (NVSentinel `RESTART_BM`): a GPU reset is not enough.
-    RebootNode,
-    /// Hand the GPU or node to the vendor / hardware team (NVSentinel
-    /// `UNEXPECTED_ERR_REPORT_ISSUE`; also where repeated fatal XIDs escalate to).
-    ContactSupport,
-}
-
-impl ActionClass {
-    pub const ALL: [ActionClass; 7] = [
-        ActionClass::RecordOnly,
-        ActionClass::AppError,
-        ActionClass::RestartApp,
-        ActionClass::RunDiagnostics,
-        ActionClass::ResetGpu,
-        ActionClass::RebootNode,
-        ActionClass::ContactSupport,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ActionClass::RecordOnly => "record_only",
-            ActionClass::AppError => "app_error",
-            ActionClass::RestartApp => "restart_app",
-            ActionClass::RunDiagnostics => "run_diagnostics",
-            ActionClass::ResetGpu => "reset_gpu",
-            ActionClass::RebootNode => "reboot_node",
-            ActionClass::ContactSupport => "contact_support",
-        }
-    }
-
-    /// A human phrase for messages ("reset the GPU").
-    pub fn describe(self) -> &'static str {
-        match self {
-            ActionClass::RecordOnly => "record only",
-            ActionClass::AppError => "app error: fix or restart the app",
-            ActionClass::RestartApp => "restart the app",
-            ActionClass::RunDiagnostics => "run deeper diagnostics on the GPU",
-            ActionClass::ResetGpu => "reset the GPU",
-            ActionClass::RebootNode => "reboot the node",
-            ActionClass::ContactSupport => "contact support",
-        }
-    }
-
-    /// Whether the GPU or node needs a reset, reboot or repair before it is trusted
-    /// again.
-    pub fn needs_hardware_action(self) -> bool {
-        matches!(
-            self,
-            ActionClass::ResetGpu | ActionClass::RebootNode | ActionClass::ContactSupport
-        )
-    }
-}
-
-impl fmt::Display for ActionClass {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
+pub use gpuvet_model::runtime::ActionClass;
 
 /// One step of escalation: when one GPU sees `min_incidents` incidents of the XID within
 /// `window_ms`, the finding is raised to `action` in `lane`.

@@ -354,7 +354,7 @@ fn spawn_recorder(
                     for finding in &step.findings {
                         let key = match &finding.gpu {
                             Some(gpu) => format!("{}:{gpu:?}", finding.check),
-                            None => finding.check.clone(),
+                            None => finding.check.to_string(),
                         };
                         cluster.publish(
                             EventKind::RuntimeCheckFailed,

@@ -2,6 +2,7 @@ use super::*;
 use crate::explain::{Hypothesis, Judged};
 use crate::timeline::{Entry, Role};
 use gpuvet_model::config::Config;
+use gpuvet_model::results::IncidentKind;
 
 #[test]
 fn every_scenario_has_a_valid_config_at_every_size() {
@@ -89,7 +90,7 @@ fn explanation(first: Option<(&str, Lane)>) -> Explanation {
             node: node.into(),
             rank: None,
             what: What::Incident {
-                incident: "unresponsive".into(),
+                incident: IncidentKind::Unresponsive,
             },
             lane: Some(lane),
             role: Role::FirstError,

@@ -28,8 +28,18 @@ fn all_checks_passed() -> Vec<CheckResult> {
 fn a_stopped_node_is_the_hosts_and_a_link_does_not_explain_it() {
     let group = GroupSummary {
         size: None,
-        first_error: Some(incident(2, "unresponsive", Lane::Host, T0 + 1_300)),
-        secondary: vec![incident(1, "timed_out", Lane::Network, T0 + 1_900)],
+        first_error: Some(incident(
+            2,
+            IncidentKind::Unresponsive,
+            Lane::Host,
+            T0 + 1_300,
+        )),
+        secondary: vec![incident(
+            1,
+            IncidentKind::TimedOut,
+            Lane::Network,
+            T0 + 1_900,
+        )],
         ..GroupSummary::default()
     };
     let explanation = explained(&record(

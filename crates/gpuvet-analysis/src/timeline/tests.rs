@@ -128,11 +128,11 @@ pub(crate) fn record(report: RunReport, events: Vec<Event>) -> JobRecord {
     }
 }
 
-pub(crate) fn incident(rank: u32, kind: &str, lane: Lane, time_ms: u64) -> GroupIncident {
+pub(crate) fn incident(rank: u32, kind: IncidentKind, lane: Lane, time_ms: u64) -> GroupIncident {
     GroupIncident {
         rank,
         node: format!("n{rank}"),
-        kind: kind.into(),
+        kind,
         lane,
         time_ms,
         detail: format!("rank {rank} (n{rank}) {kind}"),
@@ -181,8 +181,18 @@ fn each_members_spans_move_onto_the_coordinators_clock() {
 fn the_groups_first_error_leads_and_what_followed_is_a_consequence() {
     let group = GroupSummary {
         size: None,
-        first_error: Some(incident(2, "unresponsive", Lane::Host, T0 + 1_300)),
-        secondary: vec![incident(1, "timed_out", Lane::Network, T0 + 1_900)],
+        first_error: Some(incident(
+            2,
+            IncidentKind::Unresponsive,
+            Lane::Host,
+            T0 + 1_300,
+        )),
+        secondary: vec![incident(
+            1,
+            IncidentKind::TimedOut,
+            Lane::Network,
+            T0 + 1_900,
+        )],
         ..GroupSummary::default()
     };
     let failed = CheckResult::judged(
@@ -211,14 +221,16 @@ fn the_groups_first_error_leads_and_what_followed_is_a_consequence() {
     assert_eq!(
         first.what,
         What::Incident {
-            incident: "unresponsive".into()
+            incident: IncidentKind::Unresponsive
         }
     );
     assert_eq!(first.role, Role::FirstError);
     let role_of =
         |pred: &dyn Fn(&Entry) -> bool| timeline.entries.iter().find(|e| pred(e)).unwrap().role;
     assert_eq!(
-        role_of(&|e| matches!(&e.what, What::Incident { incident } if incident == "timed_out")),
+        role_of(
+            &|e| matches!(&e.what, What::Incident { incident } if *incident == IncidentKind::TimedOut)
+        ),
         Role::Consequence
     );
     assert_eq!(
@@ -283,7 +295,9 @@ fn without_an_incident_the_earliest_finding_is_the_first_error() {
     let link = timeline
         .entries
         .iter()
-        .find(|e| matches!(&e.what, What::Finding { entity, .. } if entity == "n0<->n1"))
+        .find(
+            |e| matches!(&e.what, What::Finding { entity, .. } if entity.to_string() == "n0<->n1"),
+        )
         .unwrap();
     assert_eq!(link.role, Role::OtherFailure);
 }
@@ -333,7 +347,7 @@ fn flight_recorder_collectives_land_on_their_nodes_clock() {
         .unwrap()
     };
     let details = serde_json::json!({
-        "source": FLIGHT_RECORDER_SOURCE,
+        "source": gpuvet_model::record::FLIGHT_RECORDER_SOURCE,
         "check": "fr.not_completed",
         "lane": "host",
         "collectives": [
@@ -408,7 +422,7 @@ fn nothing_kept_makes_an_empty_timeline() {
 fn the_text_marks_the_first_error_and_shows_only_its_nodes_spans() {
     let group = GroupSummary {
         size: None,
-        first_error: Some(incident(2, "crashed", Lane::Host, T0 + 1_300)),
+        first_error: Some(incident(2, IncidentKind::Crashed, Lane::Host, T0 + 1_300)),
         ..GroupSummary::default()
     };
     let report = group_report(

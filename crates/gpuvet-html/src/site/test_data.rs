@@ -8,8 +8,8 @@ use gpuvet_model::record::{
     CheckSpan, CheckWindow, JobRecord, MemberClock, MemberRecord, RecordedTimeline,
 };
 use gpuvet_model::results::{
-    CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary, Lane,
-    Measurement, Outcome, RunReport, Verdict,
+    CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary,
+    IncidentKind, Lane, Measurement, Outcome, RunReport, Verdict,
 };
 
 /// A node name that would run script if a page wrote it unescaped.
@@ -154,10 +154,10 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
             devices: Vec::new(),
         })
         .collect();
-    let incident = |rank: usize, kind: &str, lane: Lane, time_ms: u64| GroupIncident {
+    let incident = |rank: usize, kind: IncidentKind, lane: Lane, time_ms: u64| GroupIncident {
         rank: rank as u32,
         node: names[rank].clone(),
-        kind: kind.to_owned(),
+        kind,
         lane,
         time_ms,
         detail: format!("rank {rank} ({}) {kind}", names[rank]),
@@ -185,8 +185,18 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
     let group = GroupSummary {
         size: None,
         nodes: names.to_vec(),
-        first_error: Some(incident(failing, "unresponsive", Lane::Host, T0 + 1_500)),
-        secondary: vec![incident(next, "timed_out", Lane::Network, T0 + 1_900)],
+        first_error: Some(incident(
+            failing,
+            IncidentKind::Unresponsive,
+            Lane::Host,
+            T0 + 1_500,
+        )),
+        secondary: vec![incident(
+            next,
+            IncidentKind::TimedOut,
+            Lane::Network,
+            T0 + 1_900,
+        )],
         other_failures: Vec::new(),
         timeline: Some(RecordedTimeline {
             coordinator: names[0].clone(),

@@ -701,7 +701,7 @@ fn role_word(role: Role) -> &'static str {
 fn what_text(what: &What) -> String {
     match what {
         What::Check { check, status, .. } => format!("{check} {status}"),
-        What::Incident { incident } => incident.replace('_', " "),
+        What::Incident { incident } => incident.words().to_owned(),
         What::Finding { check, verdict, .. } => format!("{check} {}", verdict_name(*verdict)),
         What::RuntimeFinding { check, xid, .. } => match xid {
             Some(xid) => format!("runtime {check} (XID {xid})"),

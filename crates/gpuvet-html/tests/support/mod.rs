@@ -189,7 +189,7 @@ pub fn group_report(nodes: usize) -> RunReport {
         first_error: Some(GroupIncident {
             rank: (nodes - 1) as u32,
             node: node_name(nodes - 1),
-            kind: "failed".to_owned(),
+            kind: gpuvet_model::results::IncidentKind::Failed,
             lane: Lane::Host,
             time_ms: 1_767_225_605_000,
             detail: "gemm_flops: cuda error: an illegal memory access".to_owned(),

@@ -115,54 +115,7 @@ pub fn analyze_dir(dir: &Path) -> Result<FrReport, FrError> {
     Ok(analyze(&load_dir(dir, None)?))
 }
 
-/// What kind of problem a finding describes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum FrFindingKind {
-    /// Ranks never entered a collective that their peers entered (`app`: the rank's
-    /// host code was elsewhere).
-    NeverEntered,
-    /// Ranks issued a different collective than their peers at the same sequence id.
-    OpMismatch,
-    /// Ranks passed tensors of other sizes than their peers.
-    SizeMismatch,
-    /// Ranks passed tensors of other dtypes than their peers.
-    DtypeMismatch,
-    /// Ranks entered a collective that their peers completed, and did not complete it
-    /// (`host`: the GPU did not finish the kernel).
-    NotCompleted,
-    /// Every rank entered the collective and none completed it; no rank is to blame
-    /// from the dumps alone (`network`).
-    Stalled,
-    /// A member rank wrote no dump (`platform`: the process or node is gone).
-    MissingDump,
-}
-
-impl FrFindingKind {
-    /// The team that owns this kind of problem.
-    pub fn lane(self) -> Lane {
-        match self {
-            Self::NeverEntered | Self::OpMismatch | Self::SizeMismatch | Self::DtypeMismatch => {
-                Lane::App
-            }
-            Self::NotCompleted => Lane::Host,
-            Self::Stalled => Lane::Network,
-            Self::MissingDump => Lane::Platform,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::NeverEntered => "never_entered",
-            Self::OpMismatch => "op_mismatch",
-            Self::SizeMismatch => "size_mismatch",
-            Self::DtypeMismatch => "dtype_mismatch",
-            Self::NotCompleted => "not_completed",
-            Self::Stalled => "stalled",
-            Self::MissingDump => "missing_dump",
-        }
-    }
-}
+pub use gpuvet_model::runtime::FrFindingKind;
 
 /// One problem found in the dumps.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use gpuvet_model::events::{EventKind, NewEvent};
 use gpuvet_model::record::{FLIGHT_RECORDER_SOURCE, FrCollective};
+use gpuvet_model::runtime::RuntimeCheck;
 
 use super::{EntryState, FrDump, FrReport};
 
@@ -56,7 +57,7 @@ pub fn event_of(
     let collectives = collectives(dumps, nodes);
     let details = json!({
         "source": FLIGHT_RECORDER_SOURCE,
-        "check": format!("fr.{}", first.kind.as_str()),
+        "check": RuntimeCheck::flight_recorder(first.kind),
         "ranks": first.ranks,
         "waiting_ranks": first.waiting_ranks,
         "rank_nodes": nodes,

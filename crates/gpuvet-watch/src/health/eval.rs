@@ -10,7 +10,7 @@ use gpuvet_model::gpu_health::throttle::{self, ClockEventReason};
 use gpuvet_model::results::Lane;
 
 use super::{GpuSample, HealthReading, HealthThresholds, RecoveryAction};
-use crate::finding::{RuntimeFinding, Severity};
+use crate::finding::{CheckFamily, RuntimeCheck, RuntimeFinding, Severity};
 use crate::xid::ActionClass;
 
 /// Findings from one GPU sample, given the previous sample of the same GPU (for rates
@@ -23,23 +23,24 @@ pub fn evaluate_sample(
     let mut out = Vec::new();
     let gpu = &cur.gpu;
     let t = cur.time_ms;
-    let finding = |check: &str, action: ActionClass, severity: Severity, message: String| {
-        RuntimeFinding::condition(
-            "nvml",
-            check,
-            Some(gpu.clone()),
-            Lane::Host,
-            action,
-            t,
-            message,
-        )
-        .with_severity(severity)
-    };
+    let finding =
+        |check: RuntimeCheck, action: ActionClass, severity: Severity, message: String| {
+            RuntimeFinding::condition(
+                "nvml",
+                check,
+                Some(gpu.clone()),
+                Lane::Host,
+                action,
+                t,
+                message,
+            )
+            .with_severity(severity)
+        };
 
     if let Some(c) = cur.temperature_c.filter(|&c| c > th.max_temperature_c) {
         out.push(
             finding(
-                "temperature",
+                RuntimeCheck::new(CheckFamily::Temperature, ""),
                 ActionClass::ContactSupport,
                 Severity::Warn,
                 format!(
@@ -66,7 +67,7 @@ pub fn evaluate_sample(
 
 /// What a finding of one kind on this GPU looks like, given its check, action,
 /// severity and message.
-type Finding<'a> = &'a dyn Fn(&str, ActionClass, Severity, String) -> RuntimeFinding;
+type Finding<'a> = &'a dyn Fn(RuntimeCheck, ActionClass, Severity, String) -> RuntimeFinding;
 
 /// Uncorrectable ECC errors: any since the driver loaded, or a rise in the lifetime count.
 fn ecc_findings(
@@ -81,7 +82,7 @@ fn ecc_findings(
     if let Some(n) = cur.ecc.volatile_uncorrected.filter(|&n| n > 0) {
         out.push(
             finding(
-                "ecc.volatile_uncorrected",
+                RuntimeCheck::new(CheckFamily::Ecc, "volatile_uncorrected"),
                 ActionClass::ResetGpu,
                 Severity::Fail,
                 format!("{gpu}: {n} uncorrectable ECC errors since the driver loaded"),
@@ -96,7 +97,7 @@ fn ecc_findings(
     {
         out.push(
             finding(
-                "ecc.aggregate_uncorrected_increase",
+                RuntimeCheck::new(CheckFamily::Ecc, "aggregate_uncorrected_increase"),
                 ActionClass::ResetGpu,
                 Severity::Fail,
                 format!("{gpu}: lifetime uncorrectable ECC errors rose from {p} to {c}"),
@@ -117,7 +118,7 @@ fn memory_findings(
     if let Some(r) = &cur.remapped_rows {
         if r.failure {
             out.push(finding(
-                "remap.failure",
+                RuntimeCheck::new(CheckFamily::Remap, "failure"),
                 ActionClass::ContactSupport,
                 Severity::Fail,
                 format!("{gpu}: row remapping failed (no spare rows left): replace the GPU"),
@@ -125,7 +126,7 @@ fn memory_findings(
         }
         if r.pending {
             out.push(finding(
-                "remap.pending",
+                RuntimeCheck::new(CheckFamily::Remap, "pending"),
                 ActionClass::ResetGpu,
                 Severity::Warn,
                 format!("{gpu}: a row remap is pending: reset the GPU to apply it"),
@@ -134,7 +135,7 @@ fn memory_findings(
         if r.uncorrectable >= th.uncorrectable_remaps_warn {
             out.push(
                 finding(
-                    "remap.uncorrectable",
+                    RuntimeCheck::new(CheckFamily::Remap, "uncorrectable"),
                     ActionClass::ContactSupport,
                     Severity::Warn,
                     format!(
@@ -155,7 +156,7 @@ fn memory_findings(
         if total >= th.retired_pages_fail {
             out.push(
                 finding(
-                    "retired_pages",
+                    RuntimeCheck::new(CheckFamily::RetiredPages, ""),
                     ActionClass::ContactSupport,
                     Severity::Fail,
                     format!(
@@ -168,7 +169,7 @@ fn memory_findings(
         }
         if p.pending {
             out.push(finding(
-                "retired_pages.pending",
+                RuntimeCheck::new(CheckFamily::RetiredPages, "pending"),
                 ActionClass::ResetGpu,
                 Severity::Warn,
                 format!("{gpu}: a page retirement is pending: reset the GPU to apply it"),
@@ -193,7 +194,7 @@ fn throttle_findings(cur: &GpuSample, finding: Finding<'_>, out: &mut Vec<Runtim
             };
             out.push(
                 finding(
-                    &format!("throttle.{}", r.as_str().to_ascii_lowercase()),
+                    RuntimeCheck::new(CheckFamily::Throttle, &r.as_str().to_ascii_lowercase()),
                     ActionClass::ContactSupport,
                     severity,
                     format!(
@@ -229,7 +230,7 @@ fn recovery_finding(cur: &GpuSample, finding: Finding<'_>) -> Option<RuntimeFind
                 ),
             };
             Some(finding(
-                "recovery_action",
+                RuntimeCheck::new(CheckFamily::RecoveryAction, ""),
                 action,
                 severity,
                 format!("{gpu}: the driver asks for {what} ({})", action.describe()),
@@ -258,7 +259,7 @@ fn nvlink_findings(
                 .collect();
             if !down.is_empty() {
                 out.push(finding(
-                    "nvlink.down",
+                    RuntimeCheck::new(CheckFamily::Nvlink, "down"),
                     ActionClass::ResetGpu,
                     Severity::Fail,
                     format!("{gpu}: NVLink link(s) {} went down", down.join(", ")),
@@ -275,7 +276,7 @@ fn nvlink_findings(
                 .collect();
             if up > 0 && !down.is_empty() {
                 out.push(finding(
-                    "nvlink.inactive",
+                    RuntimeCheck::new(CheckFamily::Nvlink, "inactive"),
                     ActionClass::ContactSupport,
                     Severity::Warn,
                     format!(
@@ -303,7 +304,7 @@ fn nvlink_findings(
         if per_s > th.nvlink_crc_per_s {
             out.push(
                 finding(
-                    "nvlink.crc_rate",
+                    RuntimeCheck::new(CheckFamily::Nvlink, "crc_rate"),
                     ActionClass::ContactSupport,
                     Severity::Warn,
                     format!(
@@ -341,7 +342,7 @@ fn pcie_replay_finding(
     Some(
         RuntimeFinding::condition(
             "nvml",
-            "pcie.replay_rate",
+            RuntimeCheck::new(CheckFamily::Pcie, "replay_rate"),
             Some(gpu.clone()),
             Lane::Host,
             ActionClass::ContactSupport,
@@ -369,7 +370,7 @@ pub fn evaluate_reading(reading: &HealthReading, th: &HealthThresholds) -> Optio
         } => Some(if *lost {
             RuntimeFinding::condition(
                 "nvml",
-                "nvml.gpu_lost",
+                RuntimeCheck::new(CheckFamily::Nvml, "gpu_lost"),
                 Some(gpu.clone()),
                 Lane::Host,
                 ActionClass::RebootNode,
@@ -379,7 +380,7 @@ pub fn evaluate_reading(reading: &HealthReading, th: &HealthThresholds) -> Optio
         } else {
             RuntimeFinding::condition(
                 "nvml",
-                &format!("nvml.error.{call}"),
+                RuntimeCheck::new(CheckFamily::Nvml, &format!("error.{call}")),
                 Some(gpu.clone()),
                 Lane::Host,
                 ActionClass::RecordOnly,
@@ -404,7 +405,7 @@ pub fn evaluate_reading(reading: &HealthReading, th: &HealthThresholds) -> Optio
             Some(
                 RuntimeFinding::condition(
                     "watchdog",
-                    "probe.hung",
+                    RuntimeCheck::new(CheckFamily::Probe, "hung"),
                     None,
                     Lane::Host,
                     action,

@@ -15,7 +15,7 @@ use gpuvet_model::results::Lane;
 use super::{
     HealthError, HealthEvaluator, HealthReading, HealthSource, HealthThresholds, evaluate_reading,
 };
-use crate::finding::{RuntimeFinding, Severity};
+use crate::finding::{CheckFamily, RuntimeCheck, RuntimeFinding, Severity};
 use crate::metrics::Metrics;
 use crate::policy::{PolicyConfig, PolicyState, Restored, XidPolicy};
 use crate::xid::ActionClass;
@@ -158,7 +158,7 @@ impl Watcher {
                     }
                     let f = RuntimeFinding::condition(
                         &name,
-                        &format!("source.error.{name}"),
+                        RuntimeCheck::new(CheckFamily::Source, &format!("error.{name}")),
                         None,
                         Lane::Host,
                         ActionClass::RecordOnly,

@@ -207,7 +207,7 @@ impl Metrics {
         let mut st = self.lock();
         for f in findings {
             let key = (
-                f.check.clone(),
+                f.check.to_string(),
                 f.lane.as_str(),
                 f.severity.as_str(),
                 f.action.as_str(),

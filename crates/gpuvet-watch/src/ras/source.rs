@@ -3,7 +3,7 @@
 //! which keeps one event per (condition, boot) however often RAS repeats it.
 
 use super::{CommFinding, CommFindingKind, RasAnalyzer, RasClient, RasError};
-use crate::finding::{RuntimeFinding, Severity};
+use crate::finding::{CheckFamily, RuntimeCheck, RuntimeFinding, Severity};
 use crate::health::{HealthError, HealthReading, HealthSource};
 use crate::xid::ActionClass;
 
@@ -68,10 +68,13 @@ pub fn comm_to_runtime(finding: &CommFinding, now_ms: u64) -> RuntimeFinding {
         .and_then(|v| v.as_str().map(str::to_owned))
         .unwrap_or_else(|| format!("{:?}", finding.kind));
     let ranks: Vec<String> = finding.ranks.iter().map(u32::to_string).collect();
-    let check = format!(
-        "nccl.{kind}.{}.ranks{}",
-        finding.communicator.as_deref().unwrap_or("job"),
-        ranks.join("_")
+    let check = RuntimeCheck::new(
+        CheckFamily::Nccl,
+        &format!(
+            "{kind}.{}.ranks{}",
+            finding.communicator.as_deref().unwrap_or("job"),
+            ranks.join("_")
+        ),
     );
     // A rank that is gone or stopped the job needs the job restarted; a mismatch seen
     // mid-collective is normal and only recorded.
@@ -86,7 +89,7 @@ pub fn comm_to_runtime(finding: &CommFinding, now_ms: u64) -> RuntimeFinding {
     };
     RuntimeFinding::condition(
         "nccl_ras",
-        &check,
+        check,
         None,
         finding.lane,
         action,

@@ -409,7 +409,7 @@ fn xid_finding(g: u32, xid: u32, count: u64) -> RuntimeFinding {
         boot_id: "boot-a".into(),
         ..RuntimeFinding::condition(
             "kmsg",
-            "xid",
+            "xid".into(),
             Some(gpu(g)),
             Lane::Host,
             ActionClass::ResetGpu,
@@ -612,7 +612,7 @@ fn a_watcher_with_a_fake_source_and_an_xid_flood_ends_with_the_right_values() {
     for f in &findings {
         *by_labels
             .entry((
-                f.check.clone(),
+                f.check.to_string(),
                 f.lane.as_str(),
                 f.severity.as_str(),
                 f.action.as_str(),

@@ -217,7 +217,7 @@ fn conditions_are_not_reported_again_unless_worse() {
     let c = |sev: Severity, t: u64| {
         RuntimeFinding::condition(
             "watchdog",
-            "probe.hung",
+            "probe.hung".into(),
             Some(GpuId::index(0)),
             Lane::Host,
             ActionClass::ContactSupport,

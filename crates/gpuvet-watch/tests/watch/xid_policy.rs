@@ -338,7 +338,7 @@ fn conditions_are_reported_once_and_again_when_worse() {
     let c = |sev: Severity, t: u64| {
         RuntimeFinding::condition(
             "watchdog",
-            "probe.hung",
+            "probe.hung".into(),
             Some(gpu.clone()),
             Lane::Host,
             ActionClass::ContactSupport,

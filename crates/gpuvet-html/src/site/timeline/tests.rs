@@ -271,7 +271,7 @@ fn a_hand_built_timeline_places_its_entries_on_one_axis() {
                 "b",
                 T0 + 2_000,
                 What::RuntimeFinding {
-                    check: "xid".to_owned(),
+                    check: "xid".into(),
                     source: "c4d".to_owned(),
                     xid: Some(79),
                 },
