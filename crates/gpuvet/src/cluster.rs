@@ -246,13 +246,11 @@ mod imp {
                 summary,
             };
             record(&rebuilt)?;
-            if delete {
-                if let Err(err) = self.runtime.block_on(self.kube.delete_pod()) {
-                    warn_kube(
-                        "the pod was not deleted; the exit code asks for the rebuild",
-                        &err,
-                    );
-                }
+            if delete && let Err(err) = self.runtime.block_on(self.kube.delete_pod()) {
+                warn_kube(
+                    "the pod was not deleted; the exit code asks for the rebuild",
+                    &err,
+                );
             }
             Ok(())
         }
