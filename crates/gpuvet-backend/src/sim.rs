@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::config::{Dtype, SimFault, SimScript};
+use gpuvet_model::inventory::DeviceFacts;
 use gpuvet_model::results::DeviceInfo;
 use gpuvet_model::stats::median;
 
@@ -65,6 +66,7 @@ impl SimBackend {
                     index,
                     name: "sim-gpu".to_owned(),
                     memory_bytes: None,
+                    facts: DeviceFacts::default(),
                     details: BTreeMap::from([("speed".to_owned(), speed.to_string())]),
                 }
             })

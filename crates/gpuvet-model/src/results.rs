@@ -10,6 +10,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::{CheckName, Direction};
+use crate::inventory::DeviceFacts;
 
 /// The team that owns a problem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -407,17 +408,72 @@ impl Outcome {
     }
 }
 
-/// One device as the backend sees it.
+/// One device as the backend sees it. Stored with its [`DeviceFacts`] among its
+/// `details`, under [`keys`](crate::inventory::keys), as reports always have been.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(from = "StoredDevice", into = "StoredDevice")]
 pub struct DeviceInfo {
     pub index: u32,
     pub name: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory_bytes: Option<u64>,
-    /// Free-form facts (threads, driver version, ...).
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// What the backend knows of it, typed: identity, software, health readings.
+    pub facts: DeviceFacts,
+    /// Other facts, free-form (a cpu device's threads, a sim device's speed, why NVML
+    /// could not read it).
     pub details: BTreeMap<String, String>,
+}
+
+/// A device as a report stores it: every fact a detail.
+#[derive(Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "openapi", schema(as = DeviceInfo))]
+struct StoredDevice {
+    index: u32,
+    name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    memory_bytes: Option<u64>,
+    /// Facts about the device (driver version, UUID, health readings, ...).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    details: BTreeMap<String, String>,
+}
+
+impl From<StoredDevice> for DeviceInfo {
+    fn from(mut stored: StoredDevice) -> DeviceInfo {
+        DeviceInfo {
+            facts: DeviceFacts::take_from(&mut stored.details),
+            index: stored.index,
+            name: stored.name,
+            memory_bytes: stored.memory_bytes,
+            details: stored.details,
+        }
+    }
+}
+
+impl From<DeviceInfo> for StoredDevice {
+    fn from(device: DeviceInfo) -> StoredDevice {
+        let mut details = device.details;
+        details.extend(device.facts.to_details());
+        StoredDevice {
+            index: device.index,
+            name: device.name,
+            memory_bytes: device.memory_bytes,
+            details,
+        }
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::PartialSchema for DeviceInfo {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        <StoredDevice as utoipa::PartialSchema>::schema()
+    }
+}
+
+#[cfg(feature = "openapi")]
+impl utoipa::ToSchema for DeviceInfo {
+    fn name() -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed("DeviceInfo")
+    }
 }
 
 /// The report of one sanity-check run on one node.

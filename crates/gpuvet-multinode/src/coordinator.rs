@@ -680,6 +680,7 @@ mod tests {
                     index: 0,
                     name: "cpu".to_owned(),
                     memory_bytes: None,
+                    facts: Default::default(),
                     details: Default::default(),
                 };
                 nodes

@@ -15,13 +15,12 @@
 //! totals come from one batched `nvmlDeviceGetFieldValues` call. NVML calls can hang:
 //! the watch runs its reads under a watchdog.
 
-use std::collections::BTreeMap;
 use std::sync::Mutex;
 
 use gpuvet_model::gpu_health::{
     EccCounts, NvLinkCounters, NvLinkState, RecoveryAction, RemappedRows, RetiredPages,
 };
-use gpuvet_model::inventory::{GpuHealth, keys};
+use gpuvet_model::inventory::GpuHealth;
 use nvml_wrapper::EventSet;
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{
@@ -74,13 +73,9 @@ pub fn index_of(nvml: &Nvml, uuid: &str) -> Option<u32> {
     nvml.device_by_uuid(uuid).ok()?.index().ok()
 }
 
-/// Node-wide facts, under [`keys`]: the driver version.
-pub fn system_details(nvml: &Nvml) -> BTreeMap<String, String> {
-    let mut out = BTreeMap::new();
-    if let Ok(version) = nvml.sys_driver_version() {
-        out.insert(keys::DRIVER_VERSION.to_owned(), version);
-    }
-    out
+/// The driver's version, a node-wide fact.
+pub fn driver_version(nvml: &Nvml) -> Option<String> {
+    nvml.sys_driver_version().ok()
 }
 
 /// Every reading the inventory records for one GPU; unreadable ones stay `None`.

@@ -41,6 +41,7 @@ impl ScriptedBackend {
                     index,
                     name: "scripted".into(),
                     memory_bytes: None,
+                    facts: Default::default(),
                     details: BTreeMap::new(),
                 })
                 .collect(),

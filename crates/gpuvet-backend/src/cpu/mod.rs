@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use std::num::NonZeroUsize;
 
 use gpuvet_model::catalog::CheckName;
+use gpuvet_model::inventory::DeviceFacts;
 use gpuvet_model::results::DeviceInfo;
 
 use crate::{Backend, BackendError, CancelToken, Sample, Support, WorkSpec};
@@ -57,6 +58,7 @@ impl CpuBackend {
                 index,
                 name: name.clone(),
                 memory_bytes: None,
+                facts: DeviceFacts::default(),
                 details: BTreeMap::from([("threads".to_owned(), "1".to_owned())]),
             })
             .collect();

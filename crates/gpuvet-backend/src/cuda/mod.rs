@@ -33,7 +33,7 @@ use std::time::Duration;
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaEvent, DriverError};
 use gpuvet_model::catalog::CheckName;
-use gpuvet_model::inventory::keys;
+use gpuvet_model::inventory::{DeviceFacts, GpuHealth};
 use gpuvet_model::results::DeviceInfo;
 
 use crate::{
@@ -226,10 +226,7 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
     let dirs = libs::search_dirs(&libs::SearchEnv::from_process());
     let libraries = load_libraries(&dirs);
     let cuda_version = nvml::cuda_version_string(driver_cuda);
-    let system = nvml_lib
-        .as_ref()
-        .map(nvml::system_details)
-        .unwrap_or_default();
+    let driver_version = nvml_lib.as_ref().ok().and_then(nvml::driver_version);
 
     let mut devices = Vec::new();
     let mut gpus = Vec::new();
@@ -257,36 +254,34 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
             attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID),
         );
 
-        let mut details = BTreeMap::new();
-        details.insert(keys::PCI_BUS_ID.to_owned(), pci);
-        details.insert(
-            keys::COMPUTE_CAPABILITY.to_owned(),
-            format!("{}.{}", cc.0, cc.1),
-        );
-        details.insert(keys::CUDA_VERSION.to_owned(), cuda_version.clone());
-        details.extend(system.clone());
         let nvml_index = match (&nvml_lib, &uuid) {
             (Ok(lib), Some(uuid)) => nvml::index_of(lib, uuid),
             _ => None,
         };
-        match (&nvml_lib, nvml_index) {
-            (Ok(lib), Some(index)) => details.extend(nvml::health(lib, index).to_details()),
+        let mut details = BTreeMap::new();
+        let health = match (&nvml_lib, nvml_index) {
+            (Ok(lib), Some(index)) => nvml::health(lib, index),
             (Ok(_), None) => {
                 details.insert(
                     "nvml".to_owned(),
                     "NVML does not list this GPU's UUID".to_owned(),
                 );
+                GpuHealth::default()
             }
             (Err(err), _) => {
                 details.insert("nvml".to_owned(), nvml::unavailable_detail(err));
+                GpuHealth::default()
             }
-        }
-        if let Some(uuid) = uuid {
-            details.insert(keys::UUID.to_owned(), uuid);
-        }
-        if let Ok(nccl) = &libraries.nccl {
-            details.insert(keys::NCCL_VERSION.to_owned(), nccl.version_string());
-        }
+        };
+        let facts = DeviceFacts {
+            uuid,
+            pci_bus_id: Some(pci),
+            driver_version: driver_version.clone(),
+            cuda_version: Some(cuda_version.clone()),
+            nccl_version: libraries.nccl.as_ref().ok().map(|n| n.version_string()),
+            compute_capability: Some(format!("{}.{}", cc.0, cc.1)),
+            health,
+        };
         for (key, located) in [
             (
                 "cublas_library",
@@ -313,6 +308,7 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
             index: ordinal as u32,
             name,
             memory_bytes: memory,
+            facts,
             details,
         });
         gpus.push(Gpu {

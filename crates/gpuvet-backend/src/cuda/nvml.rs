@@ -7,7 +7,7 @@
 //! `gpuvet-nvml`'s, re-exported here.
 
 use gpuvet_nvml::NvmlError;
-pub use gpuvet_nvml::{health, index_of, sample, system_details};
+pub use gpuvet_nvml::{driver_version, health, index_of, sample};
 use nvml_wrapper::Nvml;
 
 /// Opens NVML ([`gpuvet_nvml::open`]); the error says why it is missing.

@@ -43,6 +43,7 @@ fn group_record(nodes: usize, samples: usize) -> JobRecord {
         index,
         name: "NVIDIA H200".to_owned(),
         memory_bytes: Some(141 << 30),
+        facts: Default::default(),
         details: Default::default(),
     };
     let members = names

@@ -87,6 +87,7 @@ fn devices(n: usize) -> Vec<DeviceInfo> {
             index: index as u32,
             name: "NVIDIA H200".to_owned(),
             memory_bytes: None,
+            facts: Default::default(),
             details: BTreeMap::new(),
         })
         .collect()

@@ -1,8 +1,10 @@
 //! What each node has (GPUs, driver, CUDA, NCCL, NVLink), as the backends publish it.
 //!
-//! Backends publish the facts as [`DeviceInfo::details`] under the names in [`keys`];
-//! [`NodeInventory::from_devices`] reads a node's inventory back from them, and
-//! [`GpuHealth::from_details`] one GPU's health readings.
+//! Backends publish each GPU's facts typed, as [`DeviceFacts`] (its identity, the
+//! software around it, its [`GpuHealth`]); a report stores them in the device's
+//! `details` under the names in [`keys`], and reading the report types them again
+//! ([`DeviceFacts::take_from`]). [`NodeInventory::from_devices`] reads a node's
+//! inventory from them.
 //!
 //! - [`consistency`]: whether the nodes of a group agree on these facts
 //!   ([`check_consistency`]), findings in the `platform` lane.
@@ -11,6 +13,8 @@
 
 pub mod consistency;
 pub mod health;
+
+use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
@@ -50,6 +54,71 @@ pub mod keys {
     pub const PCIE_REPLAYS: &str = "pcie_replays";
 }
 
+/// What a backend knows of one GPU beyond its name, typed: who it is, the software
+/// around it, and its health readings.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DeviceFacts {
+    pub uuid: Option<String>,
+    pub pci_bus_id: Option<String>,
+    pub driver_version: Option<String>,
+    /// The CUDA version the driver supports, `major.minor`.
+    pub cuda_version: Option<String>,
+    /// `major.minor.patch`; `None` when NCCL could not be loaded.
+    pub nccl_version: Option<String>,
+    pub compute_capability: Option<String>,
+    pub health: GpuHealth,
+}
+
+impl DeviceFacts {
+    /// The facts as a report stores them: device details under [`keys`].
+    pub fn to_details(&self) -> BTreeMap<String, String> {
+        let mut out = self.health.to_details();
+        for (key, value) in self.texts() {
+            if let Some(value) = value {
+                out.insert(key.to_owned(), value.clone());
+            }
+        }
+        out
+    }
+
+    /// Takes the facts out of a stored report's `details`: every value that writing
+    /// the facts again would reproduce exactly. A value that would not (a number
+    /// written another way, a reading gpuvet does not parse) stays in `details` as it
+    /// is, so nothing a report holds is lost or changed by being read and written.
+    pub fn take_from(details: &mut BTreeMap<String, String>) -> DeviceFacts {
+        let candidate = GpuHealth::from_details(details);
+        let exact: BTreeMap<String, String> = candidate
+            .to_details()
+            .into_iter()
+            .filter(|(key, value)| details.get(key) == Some(value))
+            .collect();
+        for key in exact.keys() {
+            details.remove(key);
+        }
+        let mut text = |key: &str| details.remove(key);
+        DeviceFacts {
+            uuid: text(keys::UUID),
+            pci_bus_id: text(keys::PCI_BUS_ID),
+            driver_version: text(keys::DRIVER_VERSION),
+            cuda_version: text(keys::CUDA_VERSION),
+            nccl_version: text(keys::NCCL_VERSION),
+            compute_capability: text(keys::COMPUTE_CAPABILITY),
+            health: GpuHealth::from_details(&exact),
+        }
+    }
+
+    fn texts(&self) -> [(&'static str, &Option<String>); 6] {
+        [
+            (keys::UUID, &self.uuid),
+            (keys::PCI_BUS_ID, &self.pci_bus_id),
+            (keys::DRIVER_VERSION, &self.driver_version),
+            (keys::CUDA_VERSION, &self.cuda_version),
+            (keys::NCCL_VERSION, &self.nccl_version),
+            (keys::COMPUTE_CAPABILITY, &self.compute_capability),
+        ]
+    }
+}
+
 /// One GPU as the inventory records it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GpuInventory {
@@ -79,29 +148,31 @@ pub struct NodeInventory {
 }
 
 impl NodeInventory {
-    /// The inventory from a backend's devices, read from the details under [`keys`].
-    /// Node-wide facts come from the first device that has them.
+    /// The inventory from a backend's devices' facts. Node-wide facts come from the
+    /// first device that has them.
     pub fn from_devices(node: &str, devices: &[DeviceInfo]) -> NodeInventory {
-        let detail = |device: &DeviceInfo, key: &str| {
-            device
-                .details
-                .get(key)
-                .map(|v| v.trim().to_owned())
+        let text = |value: &Option<String>| {
+            value
+                .as_deref()
+                .map(str::trim)
                 .filter(|v| !v.is_empty())
+                .map(str::to_owned)
         };
-        let first = |key: &str| devices.iter().find_map(|d| detail(d, key));
+        let first = |of: fn(&DeviceFacts) -> &Option<String>| {
+            devices.iter().find_map(|d| text(of(&d.facts)))
+        };
         let gpus = devices
             .iter()
             .map(|d| GpuInventory {
                 model: d.name.clone(),
-                uuid: detail(d, keys::UUID),
-                pci_bus_id: detail(d, keys::PCI_BUS_ID),
+                uuid: text(&d.facts.uuid),
+                pci_bus_id: text(&d.facts.pci_bus_id),
                 memory_bytes: d.memory_bytes,
             })
             .collect();
         let links: Vec<Option<String>> = devices
             .iter()
-            .map(|d| detail(d, keys::NVLINK_ACTIVE))
+            .map(|d| d.facts.health.nvlink_active.map(|n| n.to_string()))
             .collect();
         let nvlink_layout = links.iter().any(Option::is_some).then(|| {
             links
@@ -113,9 +184,9 @@ impl NodeInventory {
         NodeInventory {
             node: node.to_owned(),
             gpus,
-            driver_version: first(keys::DRIVER_VERSION),
-            cuda_version: first(keys::CUDA_VERSION),
-            nccl_version: first(keys::NCCL_VERSION),
+            driver_version: first(|f| &f.driver_version),
+            cuda_version: first(|f| &f.cuda_version),
+            nccl_version: first(|f| &f.nccl_version),
             nvlink_layout,
         }
     }
@@ -148,31 +219,27 @@ impl ExpectedInventory {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
 
     #[test]
-    fn inventory_is_read_from_device_details() {
+    fn inventory_is_read_from_device_facts() {
         let devices: Vec<DeviceInfo> = (0..2)
-            .map(|i| {
-                let mut details = BTreeMap::new();
-                details.insert(keys::UUID.to_owned(), format!("GPU-{i}"));
-                details.insert(
-                    keys::PCI_BUS_ID.to_owned(),
-                    format!("00000000:{i:02X}:00.0"),
-                );
-                details.insert(keys::DRIVER_VERSION.to_owned(), "580.82.07".to_owned());
-                details.insert(keys::CUDA_VERSION.to_owned(), "13.0".to_owned());
-                if i == 0 {
-                    details.insert(keys::NVLINK_ACTIVE.to_owned(), "18".to_owned());
-                }
-                DeviceInfo {
-                    index: i,
-                    name: "NVIDIA H200".to_owned(),
-                    memory_bytes: Some(1),
-                    details,
-                }
+            .map(|i| DeviceInfo {
+                index: i,
+                name: "NVIDIA H200".to_owned(),
+                memory_bytes: Some(1),
+                facts: DeviceFacts {
+                    uuid: Some(format!("GPU-{i}")),
+                    pci_bus_id: Some(format!("00000000:{i:02X}:00.0")),
+                    driver_version: Some("580.82.07".to_owned()),
+                    cuda_version: Some("13.0".to_owned()),
+                    health: GpuHealth {
+                        nvlink_active: (i == 0).then_some(18),
+                        ..GpuHealth::default()
+                    },
+                    ..DeviceFacts::default()
+                },
+                details: BTreeMap::new(),
             })
             .collect();
         let inv = NodeInventory::from_devices("n0", &devices);
@@ -181,5 +248,44 @@ mod tests {
         assert_eq!(inv.driver_version.as_deref(), Some("580.82.07"));
         assert_eq!(inv.nccl_version, None);
         assert_eq!(inv.nvlink_layout.as_deref(), Some("18,?"));
+    }
+
+    #[test]
+    fn facts_stored_as_details_read_back_whole_and_leave_odd_values_as_they_are() {
+        let facts = DeviceFacts {
+            uuid: Some("GPU-1".to_owned()),
+            pci_bus_id: Some("00000000:3B:00.0".to_owned()),
+            nccl_version: Some("2.27.7".to_owned()),
+            health: GpuHealth {
+                temperature_c: Some(65),
+                power_w: Some(412.5),
+                throttle_reasons: Some(throttle::SW_POWER_CAP),
+                remap_pending: Some(false),
+                nvlink_active: Some(18),
+                ..GpuHealth::default()
+            },
+            ..DeviceFacts::default()
+        };
+        let mut details = facts.to_details();
+        details.insert("threads".to_owned(), "8".to_owned());
+        let stored = details.clone();
+        assert_eq!(DeviceFacts::take_from(&mut details), facts);
+        assert_eq!(
+            details,
+            BTreeMap::from([("threads".to_owned(), "8".to_owned())])
+        );
+        // Written another way than gpuvet writes it: kept as text, and written back
+        // unchanged.
+        let mut odd = stored.clone();
+        odd.insert(keys::POWER_W.to_owned(), "412.50".to_owned());
+        odd.insert(keys::TEMPERATURE_C.to_owned(), "n/a".to_owned());
+        let mut rest = odd.clone();
+        let read = DeviceFacts::take_from(&mut rest);
+        assert_eq!(read.health.power_w, None);
+        assert_eq!(read.health.temperature_c, None);
+        assert_eq!(rest[keys::POWER_W], "412.50");
+        let mut again = read.to_details();
+        again.extend(rest);
+        assert_eq!(again, odd);
     }
 }

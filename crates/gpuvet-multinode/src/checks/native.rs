@@ -12,7 +12,6 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 
 use gpuvet_model::catalog::CheckName;
-use gpuvet_model::inventory::keys;
 use gpuvet_model::results::{CheckResult, CheckStatus};
 
 use crate::conversation::{Conversation, Member};
@@ -51,7 +50,7 @@ pub(crate) fn shared_gpu(members: &[Member]) -> Option<(String, String, String)>
     let mut owners: BTreeMap<&str, &str> = BTreeMap::new();
     for member in members {
         for device in &member.info.devices {
-            let Some(uuid) = device.details.get(keys::UUID) else {
+            let Some(uuid) = &device.facts.uuid else {
                 continue;
             };
             match owners.insert(uuid, &member.node) {
@@ -236,7 +235,11 @@ mod tests {
                 index: index as u32,
                 name: "NVIDIA H200".to_owned(),
                 memory_bytes: None,
-                details: BTreeMap::from([(keys::UUID.to_owned(), (*uuid).to_owned())]),
+                facts: gpuvet_model::inventory::DeviceFacts {
+                    uuid: Some((*uuid).to_owned()),
+                    ..Default::default()
+                },
+                details: BTreeMap::new(),
             })
             .collect();
         Member {

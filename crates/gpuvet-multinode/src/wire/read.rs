@@ -293,6 +293,7 @@ mod tests {
                 index: 0,
                 name: "cpu".to_owned(),
                 memory_bytes: Some(1 << 30),
+                facts: Default::default(),
                 details: BTreeMap::from([("threads".to_owned(), "16".to_owned())]),
             }],
             started_at_ms: 1_700_000_000_000,

@@ -269,6 +269,7 @@ pub fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
             index: 0,
             name: "Sim H200".to_owned(),
             memory_bytes: Some(141 << 30),
+            facts: Default::default(),
             details: BTreeMap::new(),
         }],
         started_at_ms,

@@ -3,7 +3,6 @@
 //! `CUDA_VISIBLE_DEVICES`, so the agents are nodes with GPUs of their own (and NCCL can
 //! run between them) instead of each driving every GPU of the machine.
 
-use gpuvet_model::inventory::keys;
 use gpuvet_model::results::DeviceInfo;
 
 /// The GPUs of each of `agents` agents, as `CUDA_VISIBLE_DEVICES` values (UUIDs, which
@@ -21,7 +20,7 @@ pub fn split(backend: &str, devices: &[DeviceInfo], agents: usize) -> Result<Vec
     }
     let uuids = devices
         .iter()
-        .map(|device| device.details.get(keys::UUID).cloned())
+        .map(|device| device.facts.uuid.clone())
         .collect::<Option<Vec<String>>>()
         .ok_or("a GPU has no UUID: every agent drives all of them")?;
     // The first `extra` agents take one more GPU each.
@@ -40,7 +39,7 @@ pub fn split(backend: &str, devices: &[DeviceInfo], agents: usize) -> Result<Vec
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::collections::BTreeMap;
+    use gpuvet_model::inventory::DeviceFacts;
 
     fn gpus(count: u32) -> Vec<DeviceInfo> {
         (0..count)
@@ -48,7 +47,11 @@ mod tests {
                 index,
                 name: "NVIDIA H200".to_owned(),
                 memory_bytes: None,
-                details: BTreeMap::from([(keys::UUID.to_owned(), format!("GPU-{index}"))]),
+                facts: DeviceFacts {
+                    uuid: Some(format!("GPU-{index}")),
+                    ..DeviceFacts::default()
+                },
+                details: Default::default(),
             })
             .collect()
     }
@@ -74,7 +77,7 @@ mod tests {
         );
         assert!(split("cpu", &gpus(8), 2).is_err());
         let mut anonymous = gpus(2);
-        anonymous[1].details.clear();
+        anonymous[1].facts.uuid = None;
         assert!(
             split("cuda", &anonymous, 2)
                 .unwrap_err()
