@@ -183,18 +183,9 @@ impl BackendError {
     }
 }
 
-/// `error` and each of its causes, joined by `: ` on one line: how an error is written
-/// where only text can go (a report, the worker pipe, a reply to the coordinator).
-pub fn with_causes(error: &(dyn Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cause = error.source();
-    while let Some(next) = cause {
-        text.push_str(": ");
-        text.push_str(&next.to_string());
-        cause = next.source();
-    }
-    text
-}
+/// `error` and each of its causes, joined by `: ` on one line (the one function of
+/// `gpuvet_model::diagnostics`, here where most of its callers already look).
+pub use gpuvet_model::diagnostics::with_causes;
 
 /// An `io::Error` that a [`BackendError`] can hold as its source: shared, so the error
 /// stays `Clone`, and equal to another of the same kind and text.

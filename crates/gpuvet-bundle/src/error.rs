@@ -1,6 +1,8 @@
 //! The crate's one error type. Messages are lowercase and name the file of the bundle
 //! they are about, relative to the bundle's directory; the caller names the bundle
-//! itself (its path) as the context.
+//! itself (its path) as the context. An error caused by another (an I/O error, JSON
+//! that does not parse) keeps it as its `source` and leaves its text out of the
+//! message, so a chain prints each cause once.
 
 use std::io;
 
@@ -15,19 +17,19 @@ pub enum BundleError {
     #[error("`{path}` is given twice; each file of a bundle needs its own path")]
     DuplicatePath { path: String },
 
-    #[error("could not write the bundle: {source}")]
+    #[error("could not write the bundle")]
     Write {
         #[source]
         source: io::Error,
     },
 
-    #[error("not a gzip'd tar: {source}")]
+    #[error("not a gzip'd tar")]
     NotGzipTar {
         #[source]
         source: io::Error,
     },
 
-    #[error("the bundle is damaged near `{near}`: {source}")]
+    #[error("the bundle is damaged near `{near}`")]
     Damaged {
         /// The entry being read, or the last one read whole.
         near: String,
@@ -88,14 +90,14 @@ pub enum BundleError {
     #[error("`{path}` is not in the bundle")]
     NotInBundle { path: String },
 
-    #[error("`{path}` is not the JSON expected: {source}")]
+    #[error("`{path}` is not the JSON expected")]
     Json {
         path: String,
         #[source]
         source: serde_json::Error,
     },
 
-    #[error("cannot encode `{path}` as JSON: {source}")]
+    #[error("cannot encode `{path}` as JSON")]
     Encode {
         path: String,
         #[source]

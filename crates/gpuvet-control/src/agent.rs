@@ -29,6 +29,7 @@ use crate::protocol::{
 };
 use crate::rendezvous::Endpoint;
 use crate::transport::{self, Stream, Transport};
+use gpuvet_model::diagnostics::with_causes;
 
 /// Who this agent is, as it introduces itself.
 #[derive(Debug, Clone)]
@@ -256,7 +257,7 @@ impl AgentShared {
         }
         let sent = write_message(&mut *lock(&self.writer), message);
         if let Err(err) = &sent {
-            self.fail(LinkFailure::Lost(err.to_string()));
+            self.fail(LinkFailure::Lost(with_causes(err)));
         }
         sent
     }
@@ -719,7 +720,7 @@ fn handshake(
         proof: to_hex(&agent_proof(token, &nonce, &identity.job_id, identity.rank)),
     });
     if let Err(err) = write_message(&mut stream, &hello) {
-        return Attempt::Retry(err.to_string());
+        return Attempt::Retry(with_causes(&err));
     }
 
     loop {
@@ -745,7 +746,7 @@ fn handshake(
                     t2_ns: unix_now_ns(),
                 };
                 if let Err(err) = write_message(&mut stream, &pong) {
-                    return Attempt::Retry(err.to_string());
+                    return Attempt::Retry(with_causes(&err));
                 }
             }
             Message::Welcome(welcome) => {

@@ -25,6 +25,7 @@ use crate::protocol::{
     Welcome, decode_message, read_frame, write_message,
 };
 use crate::transport::Stream;
+use gpuvet_model::diagnostics::with_causes;
 
 /// What a peer that proved the token claimed before it was refused, for the refusal
 /// event.
@@ -62,11 +63,11 @@ fn handshake(
     let deadline = Instant::now() + timeout;
     let _ = stream.set_write_timeout(Some(timeout.min(shared.options.write_timeout)));
     let lost = |err: crate::ClusterError| Refusal::Disconnected {
-        detail: err.to_string(),
+        detail: with_causes(&err),
     };
 
     let nonce = random_nonce().map_err(|err| Refusal::Unavailable {
-        detail: err.to_string(),
+        detail: with_causes(&err),
     })?;
     write_message(
         stream,
@@ -168,7 +169,10 @@ fn handshake(
         member_gone(
             shared,
             rank,
-            &format!("the connection broke while welcoming it: {err}"),
+            &format!(
+                "the connection broke while welcoming it: {}",
+                with_causes(&err)
+            ),
         );
         let _ = stream.shutdown(Shutdown::Both);
         return Ok((rank, writer));
@@ -238,7 +242,7 @@ fn sync_clock(
         let t0_ns = unix_now_ns();
         write_message(stream, &Message::Ping { seq, t0_ns }).map_err(|err| {
             Refusal::Disconnected {
-                detail: err.to_string(),
+                detail: with_causes(&err),
             }
         })?;
         let frame = read_frame(&mut **stream, MAX_HANDSHAKE_FRAME_BYTES, Some(deadline))

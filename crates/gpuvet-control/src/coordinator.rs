@@ -528,7 +528,7 @@ impl Coordinator {
         let frame = match encode_frame(message) {
             Ok(frame) => frame,
             Err(err) => {
-                let reason = err.to_string();
+                let reason = gpuvet_model::diagnostics::with_causes(&err);
                 outcome.failed = ranks
                     .into_iter()
                     .map(|rank| {

@@ -63,7 +63,9 @@ pub enum ClusterError {
     #[error("invalid option `{name}`: {reason}")]
     InvalidOption { name: &'static str, reason: String },
 
-    #[error("{context}: {source}")]
+    /// What could not be done; the OS's reason is the source, so a chain (or
+    /// `with_causes`) prints it once.
+    #[error("{context}")]
     Io {
         context: String,
         #[source]
@@ -131,7 +133,7 @@ pub enum ClusterError {
     #[error("the coordinator is shut down")]
     ShutDown,
 
-    #[error("cannot encode or decode a payload: {0}")]
+    #[error("cannot encode or decode a payload")]
     Payload(#[from] serde_json::Error),
 }
 

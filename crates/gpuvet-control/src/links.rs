@@ -24,6 +24,7 @@ use crate::protocol::{
     FrameError, FrameReader, Heartbeat, MAX_FRAME_BYTES, Message, decode_message, encode_frame,
 };
 use crate::transport::{Poller, Stream, Transport};
+use gpuvet_model::diagnostics::with_causes;
 
 /// Heartbeats due this close together go out on one wake-up.
 const BATCH: Duration = Duration::from_millis(20);
@@ -337,7 +338,7 @@ impl Link {
         let frame = match encode_frame(message) {
             Ok(frame) => frame,
             Err(err) => {
-                self.shared.fail(LinkFailure::Lost(err.to_string()));
+                self.shared.fail(LinkFailure::Lost(with_causes(&err)));
                 return Err(());
             }
         };
@@ -353,7 +354,7 @@ impl Link {
                 drop(writer);
                 let err =
                     ClusterError::io(format!("cannot send a `{}` message", message.kind()), err);
-                self.shared.fail(LinkFailure::Lost(err.to_string()));
+                self.shared.fail(LinkFailure::Lost(with_causes(&err)));
                 Err(())
             }
         }

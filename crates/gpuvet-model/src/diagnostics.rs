@@ -1,6 +1,7 @@
 //! An error as a person reads it on a terminal, in one style for every gpuvet program:
 //! `error: …`, one `caused by: …` line per cause in its `source()` chain, then a
-//! `hint: …` line saying what to do next when there is one.
+//! `hint: …` line saying what to do next when there is one; and the same chain on one
+//! line, for where an error can only go on as text.
 
 use std::error::Error;
 use std::fmt::Write;
@@ -16,6 +17,20 @@ pub fn render_error(error: &(dyn Error + 'static), hint: Option<&str>) -> String
     }
     if let Some(hint) = hint {
         let _ = writeln!(text, "hint: {hint}");
+    }
+    text
+}
+
+/// `error` and each of its causes, joined by `: ` on one line: how an error is written
+/// where only text can go (a report, the worker pipe, a reply to the coordinator, a
+/// warning).
+pub fn with_causes(error: &(dyn Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(next) = cause {
+        text.push_str(": ");
+        text.push_str(&next.to_string());
+        cause = next.source();
     }
     text
 }
@@ -43,6 +58,17 @@ mod tests {
              \x20 caused by: cannot create the directory `out`\n\
              \x20 caused by: permission denied\n\
              hint: pass `-o` a writable path\n"
+        );
+    }
+
+    #[test]
+    fn on_one_line_the_causes_follow_the_error() {
+        let error = Outer(Middle(std::io::Error::from(
+            std::io::ErrorKind::PermissionDenied,
+        )));
+        assert_eq!(
+            with_causes(&error),
+            "cannot write the bundle `b.tar.gz`: cannot create the directory `out`: permission denied"
         );
     }
 

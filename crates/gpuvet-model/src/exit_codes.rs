@@ -19,11 +19,14 @@ pub const INCOMPLETE: i32 = 3;
 /// The requested backend is not available on this machine (e.g. `--backend cuda`
 /// without a GPU). `EX_UNAVAILABLE`.
 pub const BACKEND_UNAVAILABLE: i32 = 69;
-/// A bug in gpuvet. `EX_SOFTWARE`.
+/// A bug in gpuvet (or a machine out of threads or processes for it). `EX_SOFTWARE`.
 pub const INTERNAL: i32 = 70;
-/// A file or directory gpuvet was asked to write (a bundle, a report, a drill's
-/// store) could not be created or written: a missing or read-only directory, a full
-/// disk, no permission. The environment's problem, not a bug. `EX_CANTCREAT`.
+/// A file or directory gpuvet was asked to write or read, or needs for itself (a
+/// bundle, an HTML or JUnit report, stdout, a drill's files, flight-recorder dumps,
+/// its own executable), could not be created, written or read: a missing or read-only
+/// directory, a full disk, no permission. The environment's problem, not a bug. A
+/// file to read that is not there at all is the user's mistake ([`USAGE`]), and so is
+/// any trouble with the config file; the store has [`STORE_ERROR`]. `EX_CANTCREAT`.
 pub const IO_ERROR: i32 = 73;
 /// The result store could not be opened or written. `EX_IOERR`.
 pub const STORE_ERROR: i32 = 74;
@@ -70,7 +73,7 @@ pub const ALL: [(i32, &str, &str); 14] = [
     (
         IO_ERROR,
         "IO_ERROR",
-        "a file or directory could not be created or written",
+        "a file or directory could not be created, written or read",
     ),
     (
         STORE_ERROR,

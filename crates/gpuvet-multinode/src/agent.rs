@@ -310,7 +310,7 @@ pub(crate) fn answer(
         Ok(directive) => directive,
         Err(err) => {
             let reply = Reply::Refused {
-                reason: format!("cannot read the directive: {err}"),
+                reason: format!("cannot read the directive: {}", with_causes(&err)),
             };
             send(agent, command.seq, &reply)?;
             return Ok(None);

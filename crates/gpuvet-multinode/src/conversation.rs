@@ -230,9 +230,9 @@ impl<'a> Conversation<'a> {
                     pending.insert(seq, rank);
                 }
                 Err(err) => {
-                    self.lost
-                        .entry(rank)
-                        .or_insert_with(|| format!("cannot reach it: {err}"));
+                    self.lost.entry(rank).or_insert_with(|| {
+                        format!("cannot reach it: {}", gpuvet_backend::with_causes(&err))
+                    });
                     answers.missing.push(rank);
                 }
             }

@@ -9,25 +9,33 @@ use gpuvet_control::ClusterError;
 
 #[derive(Debug, thiserror::Error)]
 pub enum GroupError {
-    #[error("cannot listen for {what} on `{ip}`: {source}")]
+    #[error("cannot listen for {what} on `{ip}`")]
     Bind {
         what: String,
         ip: IpAddr,
+        #[source]
         source: std::io::Error,
     },
-    #[error("{what}: {source}")]
+    #[error("{what}")]
     Io {
         what: String,
+        #[source]
         source: std::io::Error,
     },
-    #[error("lost the coordinator before the group's verdict: {source}")]
-    CoordinatorLost { source: ClusterError },
+    #[error("lost the coordinator before the group's verdict")]
+    CoordinatorLost {
+        #[source]
+        source: ClusterError,
+    },
     #[error("the coordinator ended the session before the group's verdict: {reason}")]
     Closed { reason: String },
     #[error("no verdict from the coordinator before this node's deadline")]
     NoVerdict,
-    #[error("cannot start the coordinator: {source}")]
-    Coordinator { source: ClusterError },
+    #[error("cannot start the coordinator")]
+    Coordinator {
+        #[source]
+        source: ClusterError,
+    },
 
     /// The interfaces of `gpuvet.interfaces` could not be looked up.
     #[error("cannot list network interfaces")]

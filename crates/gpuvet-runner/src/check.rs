@@ -294,11 +294,16 @@ fn measure(
         match rx.recv_timeout(wait_until.saturating_duration_since(Instant::now())) {
             Ok(Event::Unit { slot, result }) => {
                 if results.get(slot).is_none_or(Option::is_some) {
-                    let end = kill().unwrap_or_default();
-                    lost = Some(format!(
-                        "the check's worker process answered unit {slot} of {} twice or out of                          range (a bug in gpuvet); it {end}",
+                    let message = format!(
+                        "the check's worker process answered unit {slot} of {} twice or out of \
+                         range (a bug in gpuvet)",
                         units.len()
-                    ));
+                    );
+                    // As for a broken worker: say how it ended only when it was killed.
+                    lost = Some(match kill() {
+                        Some(end) => format!("{message}; it {end}"),
+                        None => message,
+                    });
                     break;
                 }
                 results[slot] = Some(result);

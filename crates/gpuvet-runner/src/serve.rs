@@ -26,9 +26,8 @@ pub fn serve_worker(
     let backend = match backend {
         Ok(backend) => backend,
         Err(error) => {
-            // Only text crosses the pipe: the error's own message, as before (the
-            // binary's errors do not all leave their causes out of it).
-            let message = error.to_string();
+            // Only text crosses the pipe: the error with its causes on one line.
+            let message = with_causes(&*error);
             write_line(&mut output, &FromWorker::Fatal { message })?;
             return Ok(());
         }

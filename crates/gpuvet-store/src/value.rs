@@ -160,7 +160,7 @@ impl Row {
             .get_mut(index)
             .map(|v| std::mem::replace(v, Value::Null))
             .ok_or_else(|| DbError::Data(format!("the row has no column {index}")))?;
-        T::from_value(value).map_err(|message| DbError::Data(format!("column {index} {message}")))
+        T::from_value(value).map_err(|wrong| DbError::Data(format!("column {index} {wrong}")))
     }
 }
 
@@ -176,18 +176,30 @@ impl Value {
     }
 }
 
-/// A Rust type a column reads as.
-pub(crate) trait FromValue: Sized {
-    /// The value as `Self`, or what is wrong with it ("holds text, not an integer").
-    fn from_value(value: Value) -> Result<Self, String>;
+/// Why a value does not read as the type asked for: what it holds and what was
+/// wanted ("holds text, not an integer"). [`Row::get`] names the column before it.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("holds {held}, not {wanted}")]
+pub(crate) struct WrongType {
+    held: String,
+    wanted: &'static str,
 }
 
-fn wrong(value: &Value, wanted: &str) -> String {
-    format!("holds {}, not {wanted}", value.describe())
+/// A Rust type a column reads as.
+pub(crate) trait FromValue: Sized {
+    /// The value as `Self`, or what is wrong with it.
+    fn from_value(value: Value) -> Result<Self, WrongType>;
+}
+
+fn wrong(value: &Value, wanted: &'static str) -> WrongType {
+    WrongType {
+        held: value.describe(),
+        wanted,
+    }
 }
 
 impl FromValue for i64 {
-    fn from_value(value: Value) -> Result<Self, String> {
+    fn from_value(value: Value) -> Result<Self, WrongType> {
         match value {
             Value::Int(n) => Ok(n),
             other => Err(wrong(&other, "an integer")),
@@ -196,7 +208,7 @@ impl FromValue for i64 {
 }
 
 impl FromValue for u64 {
-    fn from_value(value: Value) -> Result<Self, String> {
+    fn from_value(value: Value) -> Result<Self, WrongType> {
         match value {
             Value::Int(n) if n >= 0 => Ok(n as u64),
             other => Err(wrong(&other, "an integer from 0 up")),
@@ -205,7 +217,7 @@ impl FromValue for u64 {
 }
 
 impl FromValue for u32 {
-    fn from_value(value: Value) -> Result<Self, String> {
+    fn from_value(value: Value) -> Result<Self, WrongType> {
         match value {
             Value::Int(n) if u32::try_from(n).is_ok() => Ok(n as u32),
             other => Err(wrong(&other, "an integer from 0 to 4294967295")),
@@ -214,7 +226,7 @@ impl FromValue for u32 {
 }
 
 impl FromValue for f64 {
-    fn from_value(value: Value) -> Result<Self, String> {
+    fn from_value(value: Value) -> Result<Self, WrongType> {
         match value {
             Value::Real(x) => Ok(x),
             Value::Int(n) => Ok(n as f64),
@@ -224,7 +236,7 @@ impl FromValue for f64 {
 }
 
 impl FromValue for String {
-    fn from_value(value: Value) -> Result<Self, String> {
+    fn from_value(value: Value) -> Result<Self, WrongType> {
         match value {
             Value::Text(s) => Ok(s),
             other => Err(wrong(&other, "text")),
@@ -233,7 +245,7 @@ impl FromValue for String {
 }
 
 impl<T: FromValue> FromValue for Option<T> {
-    fn from_value(value: Value) -> Result<Self, String> {
+    fn from_value(value: Value) -> Result<Self, WrongType> {
         match value {
             Value::Null => Ok(None),
             other => T::from_value(other).map(Some),

@@ -2,7 +2,7 @@
 //! its manifest matches, and the secrets this process knows, which no bundle may hold.
 
 use std::fs::File;
-use std::io::BufReader;
+use std::io::{BufReader, ErrorKind};
 use std::path::Path;
 
 use gpuvet_analysis::explain::{Explanation, explain};
@@ -16,23 +16,27 @@ use crate::failure::Failure;
 
 /// Reads the bundle at `path` into the record it was made from.
 pub fn open(path: &Path) -> Result<JobRecord, Failure> {
-    let file = File::open(path).map_err(|err| {
-        Failure::usage(format!(
-            "cannot read the bundle `{}`: {err}",
-            path.display()
-        ))
-        .with_hint("pass a file that `gpuvet bundle` wrote")
-    })?;
-    let (_, record) = layout::unpack(BufReader::new(file)).map_err(|err| refused(path, &err))?;
+    let file = File::open(path).map_err(|err| cannot_read(path, err))?;
+    let (_, record) = layout::unpack(BufReader::new(file)).map_err(|err| refused(path, err))?;
     Ok(record)
 }
 
-fn refused(path: &Path, err: &BundleError) -> Failure {
-    let failure = Failure::usage(format!("the bundle `{}` is refused: {err}", path.display()));
-    match err.hint() {
-        Some(hint) => failure.with_hint(hint),
-        None => failure,
+/// A bundle that cannot be opened: a path that is not there is the user's mistake
+/// (exit 2); a file that is there but cannot be read is the environment's (exit 73).
+fn cannot_read(path: &Path, err: std::io::Error) -> Failure {
+    let message = format!("cannot read the bundle `{}`", path.display());
+    match err.kind() {
+        ErrorKind::NotFound | ErrorKind::NotADirectory => {
+            Failure::usage_from(message, err).with_hint("pass a file that `gpuvet bundle` wrote")
+        }
+        _ => Failure::io(message, err).with_hint("check that this user may read the file"),
     }
+}
+
+/// A bundle whose content is refused, with the reason as its cause and the bundle
+/// library's hint.
+fn refused(path: &Path, err: BundleError) -> Failure {
+    Failure::usage_from(format!("the bundle `{}` is refused", path.display()), err)
 }
 
 /// Writes the bundle of `record` to `path`: to a temporary file beside it, renamed
@@ -48,7 +52,11 @@ pub fn write(record: &JobRecord, path: &Path, now_ms: u64) -> Result<Packed, Fai
         &secrets,
         std::io::BufWriter::new(temp.as_file_mut()),
     )
-    .map_err(|err| Failure::bug(format!("cannot pack the bundle: {err}")))?;
+    .map_err(|err| match err {
+        // The disk's problem, not the record's.
+        BundleError::Write { source } => cannot_write(path, source),
+        other => Failure::bug_from("cannot pack the bundle", other),
+    })?;
     persist(temp, path)?;
     Ok(packed)
 }
@@ -77,8 +85,8 @@ pub fn download(
             &mut std::io::BufWriter::new(temp.as_file_mut()),
         )
         .map_err(crate::record::fetch_failed)?;
-    let file = temp.reopen().map_err(|err| cannot_write(path, &err))?;
-    let (info, record) = layout::unpack(BufReader::new(file)).map_err(|err| refused(path, &err))?;
+    let file = temp.reopen().map_err(|err| cannot_write(path, err))?;
+    let (info, record) = layout::unpack(BufReader::new(file)).map_err(|err| refused(path, err))?;
     persist(temp, path)?;
     Ok(Downloaded {
         explanation: explain(&record, &assemble(&record)),
@@ -87,12 +95,9 @@ pub fn download(
     })
 }
 
-fn cannot_write(path: &Path, err: &dyn std::fmt::Display) -> Failure {
-    Failure::new(
-        gpuvet_model::exit_codes::IO_ERROR,
-        anyhow::anyhow!("cannot write the bundle `{}`: {err}", path.display()),
-    )
-    .with_hint("pass `-o` a path in a directory that exists and is writable")
+fn cannot_write(path: &Path, err: std::io::Error) -> Failure {
+    Failure::io(format!("cannot write the bundle `{}`", path.display()), err)
+        .with_hint("pass `-o` a path in a directory that exists and is writable")
 }
 
 /// A temporary file in `path`'s directory, so that renaming it over `path` is atomic.
@@ -101,15 +106,15 @@ fn temp_beside(path: &Path) -> Result<tempfile::NamedTempFile, Failure> {
         Some(dir) if !dir.as_os_str().is_empty() => dir,
         _ => Path::new("."),
     };
-    tempfile::NamedTempFile::new_in(dir).map_err(|err| cannot_write(path, &err))
+    tempfile::NamedTempFile::new_in(dir).map_err(|err| cannot_write(path, err))
 }
 
 /// Puts a complete file in place: synced, then renamed over `path`.
 fn persist(temp: tempfile::NamedTempFile, path: &Path) -> Result<(), Failure> {
     temp.as_file()
         .sync_all()
-        .map_err(|err| cannot_write(path, &err))?;
+        .map_err(|err| cannot_write(path, err))?;
     temp.persist(path)
-        .map_err(|err| cannot_write(path, &err.error))?;
+        .map_err(|err| cannot_write(path, err.error))?;
     Ok(())
 }

@@ -270,7 +270,7 @@ mod imp {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
-            .map_err(|err| Failure::bug(format!("cannot start the async runtime: {err}")))?;
+            .map_err(|err| Failure::bug_from("cannot start the async runtime", err))?;
         let result = runtime.block_on(async {
             let client = inferred_client().await?;
             gpuvet_kube::client::untaint(&client, &args.node).await
@@ -292,12 +292,8 @@ mod imp {
                     KubeError::NoSuchNode(_) | KubeError::Config(_) => exit_codes::USAGE,
                     _ => exit_codes::KUBE_API_ERROR,
                 };
-                let hint = err.hint().map(str::to_owned);
-                let failure = Failure::new(code, err);
-                Err(match hint {
-                    Some(hint) => failure.with_hint(hint),
-                    None => failure,
-                })
+                // With the error's own hint.
+                Err(Failure::new(code, err))
             }
         }
     }

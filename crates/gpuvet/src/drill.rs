@@ -17,6 +17,7 @@ use gpuvet_analysis::drill::{
 use gpuvet_analysis::explain::explain;
 use gpuvet_analysis::timeline::assemble;
 use gpuvet_backend::child::find_child;
+use gpuvet_backend::with_causes;
 use gpuvet_model::events::EventKind;
 use gpuvet_model::results::Verdict;
 use gpuvet_model::time::unix_now_ms;
@@ -30,19 +31,34 @@ const RUN_LIMIT: Duration = Duration::from_secs(120);
 /// The longest a drill waits for its group to join before it gives up on disrupting.
 const JOIN_LIMIT: Duration = Duration::from_secs(30);
 const XID_LINE: &str = "[ 1234.567890] NVRM: Xid (PCI:0000:3b:00): {XID}, pid=0, drill";
+/// What to do when the drill's own files cannot be made.
+const TMPDIR_HINT: &str = "the drill keeps its config and logs under `TMPDIR`; set it to a writable directory with free space";
 
 /// Runs `drill` and judges it. The attempt goes to `store` under job `job_id`.
 pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Failure> {
     if let Some(why) = &drill.not_applicable {
         return Ok(not_applicable(drill, why));
     }
-    let dir = tempfile::tempdir()
-        .map_err(|err| Failure::bug(format!("cannot make the drill's directory: {err}")))?;
+    let dir = tempfile::tempdir().map_err(|err| {
+        let parent = std::env::temp_dir();
+        Failure::io(
+            format!(
+                "cannot create the drill's directory in `{}`",
+                parent.display()
+            ),
+            err,
+        )
+        .with_hint(TMPDIR_HINT)
+    })?;
+    let cannot = |what: &str, path: &Path, err: std::io::Error| {
+        Failure::io(format!("cannot {what} `{}`", path.display()), err).with_hint(TMPDIR_HINT)
+    };
     let kmsg = dir.path().join("kmsg.log");
     let mut config = drill.config.clone();
     let mut app = vec!["true".to_owned()];
     if let Some(Disruption::Xid { xid }) = drill.disruption {
-        std::fs::write(&kmsg, "").map_err(|err| Failure::bug(err.to_string()))?;
+        std::fs::write(&kmsg, "")
+            .map_err(|err| cannot("write the drill's kernel log", &kmsg, err))?;
         config["gpuvet"]["watch"] =
             serde_json::json!({"kmsg": kmsg, "nvml": false, "nccl_ras": "off", "interval_ms": 200});
         // The app itself writes the XID once it runs, as a GPU would fail under it;
@@ -59,10 +75,11 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
     }
     let config_path = dir.path().join("drill.json");
     std::fs::write(&config_path, config.to_string())
-        .map_err(|err| Failure::bug(format!("cannot write the drill's config: {err}")))?;
+        .map_err(|err| cannot("write the drill's config", &config_path, err))?;
     let stderr_path = dir.path().join("stderr.log");
-    let exe = std::env::current_exe()
-        .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
+    let stderr = File::create(&stderr_path)
+        .map_err(|err| cannot("create the drill's log", &stderr_path, err))?;
+    let exe = crate::sanity::own_executable()?;
     let mut command = Command::new(exe);
     command
         .args([
@@ -83,13 +100,11 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
         .env_remove("GPUVET_CONFIG")
         .stdin(Stdio::null())
         .stdout(Stdio::null())
-        .stderr(
-            File::create(&stderr_path)
-                .map_err(|err| Failure::bug(format!("cannot capture the drill's output: {err}")))?,
-        );
+        .stderr(stderr);
+    // Starting a process fails only when the machine is out of processes or memory.
     let mut child = command
         .spawn()
-        .map_err(|err| Failure::bug(format!("cannot start the drill's group: {err}")))?;
+        .map_err(|err| Failure::bug_from("cannot start the drill's group", err))?;
     let disrupted = match drill.disruption {
         Some(Disruption::Stop { rank }) => {
             disrupt(&child, &stderr_path, drill.nodes, rank, libc::SIGSTOP)
@@ -108,7 +123,7 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
         }
     }
     if let Err(why) = disrupted {
-        return Ok(unobserved(drill, &why));
+        return Ok(unobserved(drill, &with_causes(&why)));
     }
     if !ended {
         return Ok(unobserved(
@@ -119,6 +134,22 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
     observe(drill, store, job_id, &stderr_path)
 }
 
+/// Why a drill could not disrupt its group: the drill then reports its fault as not
+/// observed, saying why.
+#[derive(Debug, thiserror::Error)]
+enum Undisrupted {
+    #[error("the group did not join within {0:?}")]
+    NotJoined(Duration),
+    #[error("agent {rank} of the group could not be found")]
+    NoAgent { rank: u32 },
+    #[error("cannot signal agent {rank}")]
+    Signal {
+        rank: u32,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
 /// Waits for the group to join, then sends `signal` to the agent of `rank`; returns its
 /// pid.
 fn disrupt(
@@ -127,24 +158,24 @@ fn disrupt(
     nodes: u32,
     rank: u32,
     signal: i32,
-) -> Result<Option<i32>, String> {
+) -> Result<Option<i32>, Undisrupted> {
     let joined = format!("{nodes} of {nodes} nodes joined");
     let until = Instant::now() + JOIN_LIMIT;
     while !read(stderr).contains(&joined) {
         if Instant::now() > until {
-            return Err(format!("the group did not join within {JOIN_LIMIT:?}"));
+            return Err(Undisrupted::NotJoined(JOIN_LIMIT));
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     let pid = find_child(child.id(), "--node-rank", &rank.to_string())
-        .ok_or_else(|| format!("agent {rank} of the group could not be found"))?;
+        .ok_or(Undisrupted::NoAgent { rank })?;
     // SAFETY: kill(2) on an agent process the drill's own child started.
     let rc = unsafe { libc::kill(pid, signal) };
     if rc != 0 {
-        return Err(format!(
-            "cannot signal agent {rank}: {}",
-            std::io::Error::last_os_error()
-        ));
+        return Err(Undisrupted::Signal {
+            rank,
+            source: std::io::Error::last_os_error(),
+        });
     }
     Ok(Some(pid))
 }

@@ -80,14 +80,15 @@ pub fn load_config(path: Option<&Path>) -> Result<Config, Failure> {
     let Some(path) = path else {
         return Ok(Config::default());
     };
-    let cannot_read = |err: &dyn std::fmt::Display| {
-        Failure::usage(format!(
-            "cannot read the config file `{}`: {err}",
-            path.display()
-        ))
+    // A config file that cannot be opened is the user's to fix, whatever the reason:
+    // exit 2, with the OS's reason on its own line.
+    let file = std::fs::File::open(path).map_err(|err| {
+        Failure::usage_from(
+            format!("cannot read the config file `{}`", path.display()),
+            err,
+        )
         .with_hint("pass an existing file with `--config`, or leave it out to use the defaults")
-    };
-    let file = std::fs::File::open(path).map_err(|err| cannot_read(&err))?;
+    })?;
     Config::from_reader(file).map_err(|err| {
         let failure = Failure::from(err);
         let message = format!("`{}`: {}", path.display(), failure.error);

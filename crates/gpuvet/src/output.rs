@@ -77,14 +77,15 @@ pub fn detail(args: &crate::cli::SanityArgs) -> render::Detail {
     }
 }
 
-/// Writes text to stdout; a closed pipe (e.g. `| head`) is not an error.
+/// Writes text to stdout; a closed pipe (e.g. `| head`) is not an error, and any other
+/// failure (stdout redirected to a full disk) is the environment's, not a bug.
 pub fn stdout(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => Err(Failure::new(
-            gpuvet_model::exit_codes::INTERNAL,
-            anyhow::anyhow!("cannot write to stdout: {err}"),
-        )),
+        Err(err) if err.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::io("cannot write to stdout", err)
+                .with_hint("check the file or pipe stdout goes to: a full disk, a closed reader"))
+        }
         _ => Ok(()),
     }
 }
@@ -117,10 +118,10 @@ pub fn write_report_files(
 
 fn write_report_file(path: &Path, what: &str, text: &str) -> Result<(), Failure> {
     write_atomically(path, text.as_bytes()).map_err(|err| {
-        Failure::usage(format!(
-            "cannot write the {what} to `{}`: {err}",
-            path.display()
-        ))
+        Failure::io(
+            format!("cannot write the {what} to `{}`", path.display()),
+            err,
+        )
         .with_hint("check that the directory exists and is writable")
     })
 }

@@ -65,7 +65,6 @@ pub fn server(args: &RecordArgs) -> Option<ServerReader> {
 /// A failed read from the server: the user's (a wrong address, a job the server does
 /// not have) or the server's, with its hint.
 pub fn fetch_failed(error: FetchError) -> Failure {
-    let hint = error.hint().map(str::to_owned);
     let code = match &error {
         FetchError::Refused { status, .. } if *status >= 500 => {
             gpuvet_model::exit_codes::STORE_ERROR
@@ -73,11 +72,7 @@ pub fn fetch_failed(error: FetchError) -> Failure {
         FetchError::Write { .. } => gpuvet_model::exit_codes::IO_ERROR,
         _ => gpuvet_model::exit_codes::USAGE,
     };
-    let failure = Failure::new(code, error);
-    match hint {
-        Some(hint) => failure.with_hint(hint),
-        None => failure,
-    }
+    Failure::new(code, error)
 }
 
 /// The attempt the flags name (the job's latest by default), with everything kept

@@ -21,10 +21,30 @@ const FORWARDED: [i32; 6] = [SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2]
 pub const HOOK_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Why the app did not start.
-#[derive(Debug)]
-pub struct SpawnError {
-    pub code: i32,
-    pub message: String,
+#[derive(Debug, thiserror::Error)]
+pub enum SpawnError {
+    #[error("cannot install signal handlers")]
+    Signals(#[source] std::io::Error),
+    #[error("cannot start `{program}`")]
+    Program {
+        program: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl SpawnError {
+    /// The exit code a shell would give: 127 for a command not found, 126 for one that
+    /// cannot be executed; a bug (70) when the signal handlers cannot be installed.
+    pub fn code(&self) -> i32 {
+        match self {
+            SpawnError::Signals(_) => exit_codes::INTERNAL,
+            SpawnError::Program { source, .. } if source.kind() == ErrorKind::NotFound => {
+                exit_codes::APP_NOT_FOUND
+            }
+            SpawnError::Program { .. } => exit_codes::APP_NOT_EXECUTABLE,
+        }
+    }
 }
 
 /// A started app whose signals are being forwarded.
@@ -40,21 +60,15 @@ impl Supervised {
     /// while it starts is delivered to it rather than lost.
     pub fn start(command: &[OsString]) -> Result<Supervised, SpawnError> {
         let (program, args) = command.split_first().expect("clap requires a command");
-        let mut signals = SignalsInfo::<WithOrigin>::new(FORWARDED).map_err(|err| SpawnError {
-            code: exit_codes::INTERNAL,
-            message: format!("cannot install signal handlers: {err}"),
-        })?;
-        let child = Command::new(program).args(args).spawn().map_err(|err| {
-            let program = program.to_string_lossy();
-            let code = match err.kind() {
-                ErrorKind::NotFound => exit_codes::APP_NOT_FOUND,
-                _ => exit_codes::APP_NOT_EXECUTABLE,
-            };
-            SpawnError {
-                code,
-                message: format!("cannot start `{program}`: {err}"),
-            }
-        })?;
+        let mut signals = SignalsInfo::<WithOrigin>::new(FORWARDED).map_err(SpawnError::Signals)?;
+        let child =
+            Command::new(program)
+                .args(args)
+                .spawn()
+                .map_err(|source| SpawnError::Program {
+                    program: program.to_string_lossy().into_owned(),
+                    source,
+                })?;
         let pid = child.id() as libc::pid_t;
         let handle = signals.handle();
         let forwarder = std::thread::Builder::new()
@@ -186,9 +200,15 @@ mod tests {
     #[test]
     fn a_missing_program_is_127_and_a_directory_is_126() {
         let err = Supervised::start(&[OsString::from("/nonexistent/app")]).unwrap_err();
-        assert_eq!(err.code, exit_codes::APP_NOT_FOUND);
-        assert!(err.message.contains("/nonexistent/app"), "{}", err.message);
+        assert_eq!(err.code(), exit_codes::APP_NOT_FOUND);
+        assert_eq!(err.to_string(), "cannot start `/nonexistent/app`");
+        // The OS's reason is the cause, printed after the message.
+        let source = std::error::Error::source(&err).expect("the OS's reason");
+        assert_eq!(
+            source.to_string(),
+            std::io::Error::from_raw_os_error(libc::ENOENT).to_string()
+        );
         let err = Supervised::start(&[OsString::from("/")]).unwrap_err();
-        assert_eq!(err.code, exit_codes::APP_NOT_EXECUTABLE);
+        assert_eq!(err.code(), exit_codes::APP_NOT_EXECUTABLE);
     }
 }

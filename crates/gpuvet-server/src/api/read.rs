@@ -331,7 +331,10 @@ pub(crate) async fn get_bundle(
     .map_err(|err| {
         ApiError::new(
             axum::http::StatusCode::INTERNAL_SERVER_ERROR,
-            format!("cannot pack the bundle: {err}"),
+            format!(
+                "cannot pack the bundle: {}",
+                gpuvet_model::diagnostics::with_causes(&err)
+            ),
         )
     })?;
     Ok((

@@ -46,28 +46,30 @@ pub use dump::{
 pub use pickle::{PickleError, PickleLimits, pickle_to_json};
 pub use summary::summary;
 
-/// Why dumps could not be read. Every message names the file or directory.
+/// Why dumps could not be read. Every message names the file or directory; an error
+/// caused by another (I/O, a pickle or JSON that does not decode) keeps it as its
+/// `source`, out of the message, so a chain prints it once.
 #[derive(Debug, thiserror::Error)]
 pub enum FrError {
-    #[error("cannot read flight-recorder dump directory `{dir}`: {source}")]
+    #[error("cannot read flight-recorder dump directory `{dir}`")]
     ReadDir {
         dir: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("cannot read flight-recorder dump `{path}`: {source}")]
+    #[error("cannot read flight-recorder dump `{path}`")]
     ReadFile {
         path: PathBuf,
         #[source]
         source: io::Error,
     },
-    #[error("cannot decode pickle flight-recorder dump `{path}`: {source}")]
+    #[error("cannot decode pickle flight-recorder dump `{path}`")]
     Pickle {
         path: PathBuf,
         #[source]
         source: PickleError,
     },
-    #[error("cannot decode json flight-recorder dump `{path}`: {source}")]
+    #[error("cannot decode json flight-recorder dump `{path}`")]
     Json {
         path: PathBuf,
         #[source]

@@ -2,6 +2,8 @@
 //! JSON) and name the rank that stopped a collective, and the ranks that only waited.
 //! With `--job`, a problem found is recorded as that job's event.
 
+use std::io::ErrorKind;
+
 use gpuvet_model::events::Attempt;
 use gpuvet_model::exit_codes;
 use gpuvet_model::time::unix_now_ms;
@@ -14,17 +16,7 @@ use crate::identity::this_node;
 use crate::{output, record};
 
 pub fn fr(args: FrArgs) -> Result<i32, Failure> {
-    let dumps = load_dir(&args.dump_dir, None).map_err(|err| {
-        let hint = match err {
-            FrError::TooLarge { .. } => {
-                "a PyTorch dump holds `TORCH_NCCL_TRACE_BUFFER_SIZE` entries (2,000 by default) and is a few MiB; this file is not one, or the buffer was set far larger"
-            }
-            _ => {
-                "pass the directory holding the dumps (`TORCH_NCCL_DEBUG_INFO_TEMP_FILE` prefix + rank, e.g. `nccl_trace_rank_0`)"
-            }
-        };
-        Failure::usage(err).with_hint(hint)
-    })?;
+    let dumps = load_dir(&args.dump_dir, None).map_err(unreadable_dumps)?;
     let report = analyze(&dumps);
     if args.job_id.is_some() {
         record_in_job(&args, &report, &dumps)?;
@@ -42,6 +34,31 @@ pub fn fr(args: FrArgs) -> Result<i32, Failure> {
     } else {
         exit_codes::CHECK_FAILED
     })
+}
+
+/// Dumps that cannot be read: a path that is not there, or files that are not dumps,
+/// are the user's to fix (exit 2); a directory or file there that cannot be read is
+/// the environment's (exit 73).
+fn unreadable_dumps(err: FrError) -> Failure {
+    let io_kind = match &err {
+        FrError::ReadDir { source, .. } | FrError::ReadFile { source, .. } => Some(source.kind()),
+        _ => None,
+    };
+    let hint = match err {
+        FrError::TooLarge { .. } => {
+            "a PyTorch dump holds `TORCH_NCCL_TRACE_BUFFER_SIZE` entries (2,000 by default) and is a few MiB; this file is not one, or the buffer was set far larger"
+        }
+        _ => {
+            "pass the directory holding the dumps (`TORCH_NCCL_DEBUG_INFO_TEMP_FILE` prefix + rank, e.g. `nccl_trace_rank_0`)"
+        }
+    };
+    match io_kind {
+        None | Some(ErrorKind::NotFound | ErrorKind::NotADirectory) => {
+            Failure::new(exit_codes::USAGE, err).with_hint(hint)
+        }
+        Some(_) => Failure::new(exit_codes::IO_ERROR, err)
+            .with_hint("check that this user may read the directory and its dumps"),
+    }
 }
 
 /// Records the analysis as a `RuntimeCheckFailed` event of the job's attempt, on the

@@ -18,7 +18,7 @@ use crate::output;
 use crate::runtime::{Echo, KillSwitch, RuntimeWatch};
 use crate::sanity::{self, group};
 use crate::settings::Recording;
-use crate::supervise::{HOOK_TIMEOUT, HookOutcome, Supervised, run_hook, shell_code};
+use crate::supervise::{HOOK_TIMEOUT, HookOutcome, SpawnError, Supervised, run_hook, shell_code};
 use gpuvet_model::time::unix_now_ms;
 
 pub fn run(args: RunArgs) -> Result<i32, Failure> {
@@ -195,9 +195,23 @@ fn request_rebuild(
         return rebuild_in_cluster(cluster, config, report, recorder);
     }
     let hook = config.settings.rebuild_hook.as_deref();
+    // A report file that cannot be written does not hold the rebuild back: the hook
+    // runs without it, the warning and the event say why, and the exit code still asks
+    // for the rebuild (75), which is what the failed checks call for.
+    let mut report_file_error = None;
     let outcome = match hook {
         Some(argv) => {
-            let report_file = write_report_for_hook(report);
+            let report_file = match write_report_for_hook(report) {
+                Ok(file) => Some(file),
+                Err(err) => {
+                    let why = gpuvet_backend::with_causes(err.as_ref());
+                    warn(format!(
+                        "the rebuild hook runs without `GPUVET_REPORT_FILE`: {why}"
+                    ));
+                    report_file_error = Some(why);
+                    None
+                }
+            };
             let mut env = vec![
                 ("GPUVET_JOB_ID".to_owned(), recorder.attempt.job_id.clone()),
                 (
@@ -238,7 +252,7 @@ fn request_rebuild(
         }
         None => None,
     };
-    let hook_details = match &outcome {
+    let mut hook_details = match &outcome {
         None => {
             warn(
                 "fail_action is `rebuild` but no `gpuvet.rebuild_hook` is configured; only the exit code asks for the rebuild",
@@ -262,6 +276,9 @@ fn request_rebuild(
             json!({ "ran": false, "error": reason })
         }
     };
+    if let Some(why) = report_file_error {
+        hook_details["report_file_error"] = json!(why);
+    }
     recorder.record(
         EventKind::InstanceRebuildRequested,
         report.first_lane(),
@@ -302,14 +319,22 @@ fn rebuild_in_cluster(
 }
 
 /// The full report as a temporary JSON file the hook can read; removed when dropped.
-fn write_report_for_hook(report: &RunReport) -> Option<tempfile::NamedTempFile> {
+fn write_report_for_hook(report: &RunReport) -> anyhow::Result<tempfile::NamedTempFile> {
+    use anyhow::Context as _;
+    let dir = std::env::temp_dir();
+    let context = || {
+        format!(
+            "cannot write the report for the rebuild hook in `{}`",
+            dir.display()
+        )
+    };
     let mut file = tempfile::Builder::new()
         .prefix("gpuvet-report-")
         .suffix(".json")
-        .tempfile()
-        .ok()?;
-    serde_json::to_writer_pretty(&mut file, report).ok()?;
-    Some(file)
+        .tempfile_in(&dir)
+        .with_context(context)?;
+    serde_json::to_writer_pretty(&mut file, report).with_context(context)?;
+    Ok(file)
 }
 
 fn start_app(
@@ -324,17 +349,20 @@ fn start_app(
     let app = match Supervised::start(command) {
         Ok(app) => app,
         Err(err) => {
+            let code = err.code();
             recorder.record(
                 EventKind::InstanceStartupFailed,
                 Some(Lane::App),
-                err.message.clone(),
-                json!({ "command": printable, "exit_code": err.code }),
+                gpuvet_backend::with_causes(&err),
+                json!({ "command": printable, "exit_code": code }),
             )?;
-            return Err(
-                Failure::new(err.code, anyhow::anyhow!(err.message)).with_hint(
+            let failure = match err {
+                SpawnError::Program { .. } => Failure::new(code, err).with_hint(
                     "check the command after `--`: it must be a program on PATH or a path to one",
                 ),
-            );
+                SpawnError::Signals(_) => Failure::new(code, err),
+            };
+            return Err(failure);
         }
     };
     let pid = app.pid();
@@ -347,12 +375,9 @@ fn start_app(
         format!("started `{}` (pid {pid})", printable.join(" ")),
         json!({ "command": printable, "pid": pid }),
     )?;
-    let status = app.wait().map_err(|err| {
-        Failure::new(
-            exit_codes::INTERNAL,
-            anyhow::anyhow!("cannot wait for the app: {err}"),
-        )
-    })?;
+    let status = app
+        .wait()
+        .map_err(|err| Failure::bug_from("cannot wait for the app", err))?;
     let code = shell_code(status);
     if let Some(finding) = kill.and_then(KillSwitch::fired) {
         recorder.record(

@@ -7,8 +7,6 @@ use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use gpuvet_model::exit_codes;
-
 use crate::cli::ServeArgs;
 use crate::failure::Failure;
 
@@ -27,12 +25,9 @@ pub fn serve(args: ServeArgs) -> Result<i32, Failure> {
         .arg0("gpuvet serve")
         .args(&args.args)
         .exec();
-    Err(Failure::new(
-        exit_codes::USAGE,
-        anyhow::Error::new(error).context(format!(
-            "cannot run the fleet server `{}`",
-            server.display()
-        )),
+    Err(Failure::usage_from(
+        format!("cannot run the fleet server `{}`", server.display()),
+        error,
     )
     .with_hint(format!(
         "check that `{}` is an executable `{SERVER_PROGRAM}` of this gpuvet's version",

@@ -30,12 +30,8 @@ pub fn watch(args: WatchArgs) -> Result<i32, Failure> {
     let (store, attempt) = recording.begin()?;
     // The watch opens its own handles from the path.
     drop(store);
-    let mut signals = Signals::new([SIGTERM, SIGINT]).map_err(|err| {
-        Failure::new(
-            exit_codes::INTERNAL,
-            anyhow::anyhow!("cannot install signal handlers: {err}"),
-        )
-    })?;
+    let mut signals = Signals::new([SIGTERM, SIGINT])
+        .map_err(|err| Failure::bug_from("cannot install signal handlers", err))?;
     let echo = if args.json {
         Echo::JsonLines
     } else {

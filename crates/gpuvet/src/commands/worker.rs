@@ -4,7 +4,7 @@
 //! killed with SIGKILL, which frees what it held on its devices.
 
 use gpuvet_model::config::BackendChoice;
-use gpuvet_model::exit_codes;
+use gpuvet_model::exit_codes::{self, INTERNAL};
 
 use crate::cli::WorkerArgs;
 use crate::failure::Failure;
@@ -13,7 +13,7 @@ use crate::sanity;
 
 pub fn worker(args: WorkerArgs) -> Result<i32, Failure> {
     // Taken first, so nothing printed while the backend loads can reach the protocol.
-    let output = gpuvet_runner::protocol_output().map_err(bug)?;
+    let output = gpuvet_runner::protocol_output().map_err(|err| Failure::new(INTERNAL, err))?;
     let choice = BackendChoice::parse(&args.backend).expect("clap only accepts known backends");
     let built = load_config(args.config.as_deref())
         .and_then(|config| sanity::build_backend(choice, &config, args.cpu_devices, &args.node));
@@ -21,11 +21,8 @@ pub fn worker(args: WorkerArgs) -> Result<i32, Failure> {
         Ok(selected) => (Ok(selected), exit_codes::SUCCESS),
         Err(failure) => (Err(failure.error.into()), failure.code),
     };
-    gpuvet_runner::serve_worker(backend, std::io::stdin().lock(), output).map_err(bug)?;
+    // A worker that cannot talk to its runner over the pipe it was given: a bug.
+    gpuvet_runner::serve_worker(backend, std::io::stdin().lock(), output)
+        .map_err(|err| Failure::new(INTERNAL, err))?;
     Ok(code)
-}
-
-/// Like `Failure::bug`, keeping the error's causes for the `caused by:` lines.
-fn bug(error: gpuvet_runner::RunnerError) -> Failure {
-    Failure::new(exit_codes::INTERNAL, error)
 }

@@ -10,20 +10,22 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use gpuvet_backend::child::{die_with_parent, when_closed};
-use gpuvet_backend::{Backend, WorkSpec};
+use gpuvet_backend::{Backend, WorkSpec, with_causes};
 use gpuvet_control::{
-    Agent, AgentIdentity, AgentOptions, Coordinator, CoordinatorOptions, Endpoint, MemberState,
-    Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
+    Agent, AgentIdentity, AgentOptions, ClusterError, Coordinator, CoordinatorOptions, Endpoint,
+    MemberState, Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
 };
 use gpuvet_model::analysis::{Limit, Tolerances};
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::config::Config;
 use gpuvet_model::events::Attempt;
+use gpuvet_model::exit_codes;
 use gpuvet_model::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
 use gpuvet_multinode::fabric::Fabric;
 use gpuvet_multinode::in_process::{SimulatedGroup, node_ips, run_simulated};
 use gpuvet_multinode::{
-    DataPlane, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve, wait_for_goodbyes,
+    DataPlane, GroupError, GroupEvent, GroupPlan, NodeSetup, data_plane_ip, run_group, serve,
+    wait_for_goodbyes,
 };
 use gpuvet_runner::{RunnerEvent, WorkerLauncher};
 
@@ -90,14 +92,8 @@ pub fn mode(args: &GroupArgs) -> Result<Mode, Failure> {
         // A join-only rank 0 runs no coordinator: its agent calls the one elsewhere.
         listen_addr: args.listen_addr.filter(|_| !args.join_only),
     };
-    let rendezvous = Rendezvous::resolve(&flags, &process_env()).map_err(|err| {
-        let hint = err.hint();
-        let failure = Failure::usage(err.to_string());
-        match hint {
-            Some(hint) => failure.with_hint(hint),
-            None => failure,
-        }
-    })?;
+    let rendezvous = Rendezvous::resolve(&flags, &process_env())
+        .map_err(|err| Failure::new(exit_codes::USAGE, err))?;
     Ok(if rendezvous.nnodes <= 1 {
         Mode::Single
     } else {
@@ -165,7 +161,7 @@ impl Setup<'_> {
 pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport, Failure> {
     let token = match &rendezvous.token {
         Some(token) => token.clone(),
-        None => Token::random().map_err(|err| Failure::bug(err.to_string()))?,
+        None => Token::random().map_err(|err| Failure::new(exit_codes::INTERNAL, err))?,
     };
     let plan = setup.plan()?;
     let data_ip = match setup.args.group.data_addr {
@@ -174,6 +170,7 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
             match route_toward_coordinator(rendezvous, Instant::now() + plan.rendezvous_timeout) {
                 Ok(route) => data_plane_ip(None, route),
                 Err(why) => {
+                    let why = with_causes(&why);
                     warn(format!("this node has no group verdict: {why}"));
                     return Ok(no_verdict(setup, &why));
                 }
@@ -185,7 +182,7 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         rails(&*setup.backend),
         &setup.config.settings.interfaces,
     )
-    .map_err(|err| Failure::usage(err.to_string()))?;
+    .map_err(|err| Failure::new(exit_codes::USAGE, err))?;
     let member = Member {
         rendezvous,
         token: &token,
@@ -198,6 +195,7 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         return Ok(match member.join_and_serve() {
             Ok(verdict) => as_this_node(verdict, setup.attempt, &*setup.backend),
             Err(why) => {
+                let why = with_causes(&why);
                 // A `--local-nodes` agent's parent is the coordinator and reports the
                 // group's end once; every agent repeating it would say it n times.
                 if std::env::var_os(LOCAL_AGENT_ENV).is_none() {
@@ -215,7 +213,7 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         CoordinatorOptions::default(),
     )
     .map_err(|err| {
-        Failure::usage(format!("cannot start the coordinator: {err}")).with_hint(format!(
+        Failure::usage_from("cannot start the coordinator", err).with_hint(format!(
             "another process may hold port `{}`; set `GPUVET_PORT` or `--gpuvet-port` to a free one on every node",
             rendezvous.port
         ))
@@ -232,20 +230,21 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
     Ok(report)
 }
 
+/// Why this node could not choose its data plane's address.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot choose the data plane's address (set `--data-addr` to say)")]
+struct NoRoute(#[source] ClusterError);
+
 /// The local IP this node's control connection to the coordinator comes from, as soon
 /// as the coordinator's name resolves (a Kubernetes service may resolve only once its
 /// pod is ready), before `deadline`.
-fn route_toward_coordinator(rendezvous: &Rendezvous, deadline: Instant) -> Result<IpAddr, String> {
+fn route_toward_coordinator(rendezvous: &Rendezvous, deadline: Instant) -> Result<IpAddr, NoRoute> {
     let endpoint = rendezvous.coordinator_endpoint();
     let mut pause = Duration::from_millis(100);
     loop {
         match endpoint.local_ip_toward() {
             Ok(ip) => return Ok(ip),
-            Err(err) if Instant::now() + pause >= deadline => {
-                return Err(format!(
-                    "cannot choose the data plane's address (set `--data-addr` to say): {err}"
-                ));
-            }
+            Err(err) if Instant::now() + pause >= deadline => return Err(NoRoute(err)),
             Err(_) => {
                 std::thread::sleep(pause);
                 pause = (pause * 2).min(Duration::from_secs(1));
@@ -266,7 +265,7 @@ pub fn with_local_nodes(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure>
     let mut plan = setup.plan()?;
     // Local agents start in milliseconds; one that has not joined by then never will.
     plan.rendezvous_timeout = plan.rendezvous_timeout.min(LOCAL_RENDEZVOUS);
-    let token = Token::random().map_err(|err| Failure::bug(err.to_string()))?;
+    let token = Token::random().map_err(|err| Failure::new(exit_codes::INTERNAL, err))?;
     let coordinator = Coordinator::bind(
         (Ipv4Addr::LOCALHOST, 0),
         n,
@@ -274,10 +273,9 @@ pub fn with_local_nodes(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure>
         token.clone(),
         CoordinatorOptions::default(),
     )
-    .map_err(|err| Failure::bug(format!("cannot start the local coordinator: {err}")))?;
+    .map_err(|err| Failure::bug_from("cannot start the local coordinator", err))?;
     let port = coordinator.local_addr().port();
-    let exe = std::env::current_exe()
-        .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
+    let exe = super::own_executable()?;
     let gpus = match local_gpus::split(setup.backend.name(), setup.backend.devices(), n as usize) {
         Ok(gpus) => {
             for (rank, visible) in gpus.iter().enumerate() {
@@ -299,9 +297,11 @@ pub fn with_local_nodes(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure>
             Ok(child) => children.push(child),
             Err(err) => {
                 kill_all(&mut children);
-                return Err(Failure::bug(format!(
-                    "cannot start local agent {rank}: {err}"
-                )));
+                // Only a machine out of processes or memory refuses one.
+                return Err(Failure::bug_from(
+                    format!("cannot start local agent {rank}"),
+                    err,
+                ));
             }
         }
     }
@@ -379,7 +379,7 @@ pub fn in_process(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
     let run = run_simulated(&group, &mut |event| {
         observe_group(&mut progress, event);
     })
-    .map_err(|err| Failure::bug(format!("cannot run the group in this process: {err}")))?;
+    .map_err(|err| Failure::bug_from("cannot run the group in this process", err))?;
     for (node, fault) in &run.played {
         note(format!(
             "{node}: scripted {} at the start of `{}`",
@@ -465,7 +465,7 @@ pub fn exit_with_local_parent() {
     }
     let watching = when_closed(std::io::stdin(), || {
         warn("the `--local-nodes` gpuvet that started this agent is gone; the agent exits");
-        std::process::exit(gpuvet_model::exit_codes::CHECK_FAILED);
+        std::process::exit(exit_codes::CHECK_FAILED);
     });
     if let Err(err) = watching {
         warn(format!("cannot watch the parent gpuvet's pipe: {err}"));
@@ -542,21 +542,34 @@ struct Member<'a> {
     run_timeout: Duration,
 }
 
+/// Why a member has no verdict from its group; it goes into the member's report as
+/// text, with its causes.
+#[derive(Debug, thiserror::Error)]
+enum Unjoined {
+    #[error(transparent)]
+    Group(#[from] GroupError),
+    #[error(transparent)]
+    NodeInfo(#[from] serde_json::Error),
+    #[error("cannot join the group at `{endpoint}`")]
+    Join {
+        endpoint: Endpoint,
+        #[source]
+        source: ClusterError,
+    },
+}
+
 impl Member<'_> {
-    fn join_and_serve(&self) -> Result<RunReport, String> {
+    fn join_and_serve(&self) -> Result<RunReport, Unjoined> {
         let started = Instant::now();
-        let data_addr = self.plane.addr().map_err(|err| err.to_string())?;
-        let info = self
-            .plane
-            .node_info(&*self.node.backend, host_id())
-            .map_err(|err| err.to_string())?;
+        let data_addr = self.plane.addr()?;
+        let info = self.plane.node_info(&*self.node.backend, host_id())?;
         let identity = AgentIdentity {
             job_id: self.node.attempt.job_id.clone(),
             rank: self.rendezvous.rank,
             nnodes: self.rendezvous.nnodes,
             node: self.node.attempt.node.clone(),
             data_addr: Some(data_addr),
-            info: gpuvet_control::Body::to(&info).map_err(|err| err.to_string())?,
+            info: gpuvet_control::Body::to(&info)?,
         };
         let endpoint: Endpoint = self.rendezvous.coordinator_endpoint();
         let agent = Agent::connect(
@@ -566,14 +579,17 @@ impl Member<'_> {
             AgentOptions::default(),
             started + self.rendezvous_timeout,
         )
-        .map_err(|err| format!("cannot join the group at `{endpoint}`: {err}"))?;
+        .map_err(|source| Unjoined::Join {
+            endpoint: endpoint.clone(),
+            source,
+        })?;
         // The verdict comes after the rendezvous and every check; the margin covers the
         // coordinator's own waits.
         let deadline =
             started + self.rendezvous_timeout + self.run_timeout + Duration::from_secs(30);
         let result = serve(&agent, &self.node, self.plane, deadline);
         agent.leave("the run is over");
-        result.map_err(|err| err.to_string())
+        Ok(result?)
     }
 }
 
@@ -628,4 +644,61 @@ fn host_id() -> String {
     std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
         .map(|id| id.trim().to_owned())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn broken_pipe() -> std::io::Error {
+        std::io::Error::from_raw_os_error(libc::EPIPE)
+    }
+
+    /// A member without a verdict writes why into its report: the causes are sources
+    /// now, and the text with them is what the report said when they were part of
+    /// each message.
+    #[test]
+    fn why_a_member_has_no_verdict_reads_as_before_with_every_cause() {
+        let lost = Unjoined::Group(GroupError::CoordinatorLost {
+            source: ClusterError::Io {
+                context: "cannot send a `reply` message".to_owned(),
+                source: broken_pipe(),
+            },
+        });
+        assert_eq!(
+            with_causes(&lost),
+            format!(
+                "lost the coordinator before the group's verdict: cannot send a `reply` \
+                 message: {}",
+                broken_pipe()
+            )
+        );
+        let endpoint = Endpoint {
+            host: "10.0.0.1".to_owned(),
+            port: 29400,
+        };
+        let unjoined = Unjoined::Join {
+            endpoint,
+            source: ClusterError::Refused {
+                reason: "rank `1` is taken".to_owned(),
+            },
+        };
+        assert_eq!(
+            with_causes(&unjoined),
+            "cannot join the group at `10.0.0.1:29400`: the coordinator refused this agent: \
+             rank `1` is taken"
+        );
+        let no_route = NoRoute(ClusterError::Io {
+            context: "cannot find the route to the coordinator at `c:1`".to_owned(),
+            source: broken_pipe(),
+        });
+        assert_eq!(
+            with_causes(&no_route),
+            format!(
+                "cannot choose the data plane's address (set `--data-addr` to say): cannot \
+                 find the route to the coordinator at `c:1`: {}",
+                broken_pipe()
+            )
+        );
+    }
 }

@@ -5,24 +5,37 @@
 
 use gpuvet_model::results::DeviceInfo;
 
+/// Why the agents share every GPU instead of each driving its own.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Shared {
+    #[error("the `{backend}` backend has no GPUs to split")]
+    NoGpus { backend: String },
+    #[error("fewer GPUs ({gpus}) than agents ({agents}): every agent drives all of them")]
+    FewerGpus { gpus: usize, agents: usize },
+    #[error("a GPU has no UUID: every agent drives all of them")]
+    NoUuid,
+}
+
 /// The GPUs of each of `agents` agents, as `CUDA_VISIBLE_DEVICES` values (UUIDs, which
 /// stay right whatever the parent's own `CUDA_VISIBLE_DEVICES` was), or why they share
 /// every GPU instead.
-pub fn split(backend: &str, devices: &[DeviceInfo], agents: usize) -> Result<Vec<String>, String> {
+pub fn split(backend: &str, devices: &[DeviceInfo], agents: usize) -> Result<Vec<String>, Shared> {
     if backend != "cuda" {
-        return Err(format!("the `{backend}` backend has no GPUs to split"));
+        return Err(Shared::NoGpus {
+            backend: backend.to_owned(),
+        });
     }
     if devices.len() < agents {
-        return Err(format!(
-            "fewer GPUs ({}) than agents ({agents}): every agent drives all of them",
-            devices.len()
-        ));
+        return Err(Shared::FewerGpus {
+            gpus: devices.len(),
+            agents,
+        });
     }
     let uuids = devices
         .iter()
         .map(|device| device.facts.uuid.clone())
         .collect::<Option<Vec<String>>>()
-        .ok_or("a GPU has no UUID: every agent drives all of them")?;
+        .ok_or(Shared::NoUuid)?;
     // The first `extra` agents take one more GPU each.
     let (share, extra) = (uuids.len() / agents, uuids.len() % agents);
     let mut next = 0;
@@ -71,17 +84,17 @@ mod tests {
     #[test]
     fn agents_share_when_they_cannot_split() {
         let fewer = split("cuda", &gpus(1), 2).unwrap_err();
+        assert_eq!(fewer, Shared::FewerGpus { gpus: 1, agents: 2 });
         assert_eq!(
-            fewer,
+            fewer.to_string(),
             "fewer GPUs (1) than agents (2): every agent drives all of them"
         );
-        assert!(split("cpu", &gpus(8), 2).is_err());
+        assert_eq!(
+            split("cpu", &gpus(8), 2).unwrap_err().to_string(),
+            "the `cpu` backend has no GPUs to split"
+        );
         let mut anonymous = gpus(2);
         anonymous[1].facts.uuid = None;
-        assert!(
-            split("cuda", &anonymous, 2)
-                .unwrap_err()
-                .contains("no UUID")
-        );
+        assert_eq!(split("cuda", &anonymous, 2).unwrap_err(), Shared::NoUuid);
     }
 }

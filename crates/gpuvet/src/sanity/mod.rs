@@ -95,8 +95,7 @@ pub fn worker_launcher(
     backend: &dyn Backend,
     node: &str,
 ) -> Result<WorkerLauncher, Failure> {
-    let program = std::env::current_exe()
-        .map_err(|err| Failure::bug(format!("cannot find gpuvet's own executable: {err}")))?;
+    let program = own_executable()?;
     let mut worker_args: Vec<OsString> =
         vec!["worker".into(), "--backend".into(), backend.name().into()];
     if let Some(config) = &args.config {
@@ -117,6 +116,17 @@ pub fn worker_launcher(
     Ok(WorkerLauncher {
         program,
         args: worker_args,
+    })
+}
+
+/// This program's own path, to start copies of it (workers, local agents, a drill's
+/// group). The kernel says it through `/proc/self/exe`: a failure is the machine's
+/// (no `/proc`), so exit 73, never "a bug".
+pub fn own_executable() -> Result<std::path::PathBuf, Failure> {
+    std::env::current_exe().map_err(|err| {
+        Failure::io("cannot find gpuvet's own executable", err).with_hint(
+            "gpuvet starts copies of itself and finds its path in `/proc/self/exe`; check that `/proc` is mounted",
+        )
     })
 }
 

@@ -187,3 +187,38 @@ fn bad_drill_flags_are_usage_errors_with_a_hint() {
         assert!(stdout(&listed).contains(scenario), "{scenario}");
     }
 }
+
+/// A drill whose own directory cannot be made is not a bug in gpuvet (70) but the
+/// environment's problem (73): the error names where, the OS's reason follows on its
+/// own line, and the hint says what to change. `TMPDIR` under a regular file stops
+/// even root, which CI runs as.
+#[test]
+fn a_drill_directory_that_cannot_be_made_is_an_io_error_with_its_cause() {
+    let scratch = Scratch::temp();
+    std::fs::write(scratch.path("a-file"), "not a directory").unwrap();
+    let tmpdir = scratch.path("a-file/sub");
+    let output = scratch
+        .gpuvet()
+        .env("TMPDIR", &tmpdir)
+        .args(["drill", "healthy"])
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(73), "{}", stderr(&output));
+    let lines = common::error_lines(&output);
+    assert_eq!(
+        lines[0],
+        format!(
+            "error: cannot create the drill's directory in `{}`",
+            tmpdir.display()
+        )
+    );
+    // tempfile adds the path it tried after the OS's reason.
+    let not_a_directory = format!("  caused by: {}", common::os_error(libc::ENOTDIR));
+    assert!(lines[1].starts_with(&not_a_directory), "{lines:#?}");
+    assert_eq!(lines.len(), 3, "{lines:#?}");
+    assert!(
+        lines[2].starts_with("hint: ") && lines[2].contains("`TMPDIR`"),
+        "{lines:#?}"
+    );
+    assert!(stdout(&output).is_empty(), "{}", stdout(&output));
+}

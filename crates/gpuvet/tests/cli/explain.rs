@@ -268,40 +268,48 @@ fn a_bundle_that_does_not_match_its_manifest_is_refused() {
 }
 
 #[test]
-fn bad_input_is_a_usage_error_that_names_it_with_a_hint() {
+fn bad_input_or_an_unwritable_bundle_is_named_with_its_cause_and_a_hint() {
     let scratch = Scratch::temp();
     let output = local_nodes(&scratch, "inputs", "all_reduce_2", r#""local-0": 1.0"#);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     std::fs::write(scratch.path("not-a-bundle.tar.gz"), "hello").unwrap();
-    let cases: [(&[&str], &str); 6] = [
+    // A bundle that cannot be written is the environment's problem (73), not a usage
+    // error; the reason of each is on its own `caused by:` line.
+    let cases: [(&[&str], i32, &str); 6] = [
         (
             &["explain", "missing.tar.gz"],
-            "cannot read the bundle `missing.tar.gz`",
+            2,
+            "error: cannot read the bundle `missing.tar.gz`\n  caused by: ",
         ),
         (
             &["explain", "not-a-bundle.tar.gz"],
-            "the bundle `not-a-bundle.tar.gz` is refused: not a gzip'd tar",
+            2,
+            "error: the bundle `not-a-bundle.tar.gz` is refused\n  caused by: not a gzip'd tar\n",
         ),
         (
             &["explain", "--job", "nosuch"],
+            2,
             "the store has no attempt of job `nosuch`",
         ),
         (
             &["timeline", "--job", "inputs", "--attempt", "0"],
+            2,
             "`--attempt 0` is out of range",
         ),
         (
             &["timeline", "--job", "inputs", "--attempt", "9"],
+            2,
             "no report or event of attempt 9 of job `inputs`",
         ),
         (
             &["bundle", "--job", "inputs", "-o", "no/such/dir/b.tar.gz"],
-            "cannot write the bundle `no/such/dir/b.tar.gz`",
+            73,
+            "error: cannot write the bundle `no/such/dir/b.tar.gz`\n  caused by: ",
         ),
     ];
-    for (args, needle) in cases {
+    for (args, code, needle) in cases {
         let output = scratch.run(args);
-        common::assert_exit(&output, 2, needle);
+        common::assert_exit(&output, code, needle);
         assert!(
             stderr(&output).contains("hint: "),
             "{args:?}: {}",

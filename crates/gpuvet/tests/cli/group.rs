@@ -258,6 +258,38 @@ fn bad_group_flags_are_usage_errors() {
     assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
 }
 
+/// The coordinator's port held by another process: the error says what could not
+/// start, then each cause on its own line, once (what the coordinator could not do,
+/// then the OS's reason), then the hint, and nothing was started (exit 2).
+#[test]
+fn a_coordinator_port_in_use_prints_each_cause_once_in_order() {
+    let scratch = Scratch::temp();
+    let taken = std::net::TcpListener::bind("0.0.0.0:0").unwrap();
+    let port = taken.local_addr().unwrap().port().to_string();
+    let output = scratch
+        .gpuvet()
+        .args(["check", "--nnodes", "2", "--node-rank", "0"])
+        .args(["--master-addr", "127.0.0.1", "--gpuvet-port", &port])
+        .args(["--backend", "sim", "--checks", "all_reduce_2", "--no-store"])
+        .env("GPUVET_TOKEN", common::group::GROUP_TOKEN)
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert_eq!(
+        common::error_lines(&output),
+        [
+            "error: cannot start the coordinator".to_owned(),
+            "  caused by: cannot listen for agents".to_owned(),
+            format!("  caused by: {}", common::os_error(libc::EADDRINUSE)),
+            format!(
+                "hint: another process may hold port `{port}`; set `GPUVET_PORT` or \
+                 `--gpuvet-port` to a free one on every node"
+            ),
+        ]
+    );
+    drop(taken);
+}
+
 /// `gpuvet run` joins the group too, and every node applies the group's verdict: all
 /// start the app when the group passes, none when a node is missing.
 #[test]

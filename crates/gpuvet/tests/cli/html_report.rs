@@ -1,5 +1,6 @@
 //! `--html FILE` end to end: `gpuvet check` and `gpuvet run` write the static report,
-//! it names a scripted slow GPU, an unwritable path is the user's error, and headless
+//! it names a scripted slow GPU, an unwritable path is an I/O error naming it and its
+//! cause, and headless
 //! Chromium shows the finding and a chart from a `file://` address.
 //!
 //! The browser test needs Chromium and Node with playwright-core (`tests/browser`, after
@@ -9,7 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::{Scratch, assert_exit, stderr};
+use crate::common::{Scratch, assert_exit, error_lines, os_error, stderr};
 
 /// Eight sim GPUs, GPU 5 at 85 % speed, and a baseline floor the chart draws.
 const SLOW_GPU: &str = r#"{"gpuvet": {"backend": "sim", "sim": {"devices": 8, "seed": 7, "noise_pct": 1,
@@ -86,24 +87,50 @@ fn run_writes_the_html_report_before_starting_the_app() {
     assert!(html.contains(r#"<svg class="chart""#), "{html}");
 }
 
+/// A report that cannot be written is the environment's problem (exit 73, not a bug
+/// and not a usage error): the path on the `error:` line, the OS's reason on its own
+/// `caused by:` line, then what to do.
 #[test]
-fn an_unwritable_html_path_is_a_usage_error_naming_it() {
+fn an_unwritable_html_path_is_an_io_error_naming_it_and_its_cause() {
     let scratch = Scratch::temp();
-    let output = scratch.run(&[
-        "check",
-        "--backend",
-        "sim",
-        "--checks",
-        "gemm_flops",
-        "--html",
-        "/nonexistent-dir/report.html",
-    ]);
+    let run = |html: &str| {
+        scratch.run(&[
+            "check",
+            "--backend",
+            "sim",
+            "--checks",
+            "gemm_flops",
+            "--html",
+            html,
+        ])
+    };
+    let output = run("/nonexistent-dir/report.html");
     assert_exit(
         &output,
-        2,
-        "error: cannot write the HTML report to `/nonexistent-dir/report.html`",
+        73,
+        "error: cannot write the HTML report to `/nonexistent-dir/report.html`\n",
     );
-    assert!(stderr(&output).contains("hint: check that the directory exists"));
+    assert_eq!(
+        error_lines(&output)[1],
+        format!("  caused by: {}", os_error(libc::ENOENT))
+    );
+
+    // Under a regular file: no permission stops root, but this does.
+    std::fs::write(scratch.path("a-file"), "not a directory").unwrap();
+    let html = scratch.path("a-file/report.html");
+    let output = run(html.to_str().unwrap());
+    assert_eq!(output.status.code(), Some(73), "{}", stderr(&output));
+    assert_eq!(
+        error_lines(&output),
+        [
+            format!(
+                "error: cannot write the HTML report to `{}`",
+                html.display()
+            ),
+            format!("  caused by: {}", os_error(libc::ENOTDIR)),
+            "hint: check that the directory exists and is writable".to_owned(),
+        ]
+    );
 }
 
 fn repo_root() -> PathBuf {

@@ -118,6 +118,55 @@ fn rebuild_runs_the_hook_with_the_findings_and_exits_75() {
     assert_eq!(scratch.events()[1]["details"]["hook"]["exit_code"], 0);
 }
 
+/// The hook's report file cannot be written (`TMPDIR` under a regular file): the
+/// rebuild is not held back by it. The hook runs without `GPUVET_REPORT_FILE`, a warning
+/// and the event say why, with the OS's reason, and the exit code still asks for the
+/// rebuild.
+#[test]
+fn rebuild_runs_the_hook_without_a_report_file_it_cannot_write_and_says_why() {
+    let scratch = Scratch::temp();
+    std::fs::write(scratch.path("a-file"), "not a directory").unwrap();
+    let tmpdir = scratch.path("a-file/sub");
+    let hook_out = scratch.path("hook-env");
+    let hook = format!(
+        r#", "rebuild_hook": ["sh", "-c", "echo \"${{GPUVET_REPORT_FILE:-none}}\" > '{}'"]"#,
+        hook_out.display()
+    );
+    let config = scratch.config("c.json", &unmeetable("rebuild", &hook));
+    let output = scratch
+        .gpuvet()
+        .env("TMPDIR", &tmpdir)
+        .arg("run")
+        .arg("--config")
+        .arg(&config)
+        .arg("--")
+        .args(app(&scratch, 0))
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(75), "{}", stderr(&output));
+    let hook_env = std::fs::read_to_string(&hook_out).expect("the hook ran");
+    assert_eq!(hook_env.trim(), "none");
+    let why = format!(
+        "cannot write the report for the rebuild hook in `{}`: {}",
+        tmpdir.display(),
+        std::io::Error::from_raw_os_error(libc::ENOTDIR)
+    );
+    assert!(
+        stderr(&output).contains(&format!(
+            "warning: the rebuild hook runs without `GPUVET_REPORT_FILE`: {why}"
+        )),
+        "{}",
+        stderr(&output)
+    );
+    let events = scratch.events();
+    assert_eq!(events[1]["kind"], "InstanceRebuildRequested");
+    let recorded = events[1]["details"]["hook"]["report_file_error"]
+        .as_str()
+        .unwrap();
+    assert!(recorded.starts_with(&why), "{recorded}");
+    assert_eq!(events[1]["details"]["hook"]["exit_code"], 0);
+}
+
 #[test]
 fn rebuild_without_a_hook_still_asks_for_the_rebuild() {
     let scratch = Scratch::temp();

@@ -127,6 +127,25 @@ pub fn assert_exit(output: &Output, code: i32, needle: &str) {
     assert!(stderr(output).contains(needle), "{}", stderr(output));
 }
 
+/// The error gpuvet ended with: the lines of stderr from its `error:` line on (its
+/// `caused by:` lines and its `hint:`), after whatever notes came before.
+#[track_caller]
+pub fn error_lines(output: &Output) -> Vec<String> {
+    let text = stderr(output);
+    let lines: Vec<String> = text
+        .lines()
+        .skip_while(|line| !line.starts_with("error: "))
+        .map(str::to_owned)
+        .collect();
+    assert!(!lines.is_empty(), "no `error:` line: {text}");
+    lines
+}
+
+/// The OS's text for `errno`, as a `caused by:` line shows it.
+pub fn os_error(errno: i32) -> String {
+    std::io::Error::from_raw_os_error(errno).to_string()
+}
+
 pub fn stdout(output: &Output) -> String {
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
