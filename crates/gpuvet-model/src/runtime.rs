@@ -105,7 +105,7 @@ impl From<ActionClass> for Severity {
 }
 
 /// Which GPU: its NVML index, its PCI bus id, or both. The kernel log names GPUs by
-/// PCI id only, NVML by both; [`crate::policy::XidPolicy::register_gpus`] teaches the
+/// PCI id only, NVML by both; the watch's `XidPolicy::register_gpus` teaches the
 /// policy the mapping so both sources land on one record.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct GpuId {

@@ -10,6 +10,8 @@ use gpuvet_analysis::explain::Explanation;
 use gpuvet_analysis::timeline::Timeline;
 use serde::de::DeserializeOwned;
 
+use crate::PushError;
+
 /// How long one read may take: a bundle of a large group is megabytes.
 pub const FETCH_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -18,66 +20,6 @@ const MAX_JSON_BYTES: u64 = 256 << 20;
 
 /// The largest bundle read, as the bundle reader's own bound on a whole archive.
 const MAX_BUNDLE_BYTES: u64 = 1 << 30;
-
-/// Why a read from the server failed.
-#[derive(Debug, thiserror::Error)]
-pub enum FetchError {
-    /// No answer: the server is down, unreachable, or too slow.
-    #[error("cannot reach `{url}`")]
-    Unreachable {
-        url: String,
-        #[source]
-        source: Box<ureq::Error>,
-    },
-    /// An answer other than 200, with the server's own message and hint.
-    #[error("`{url}` answered {status}: {message}")]
-    Refused {
-        url: String,
-        status: u16,
-        message: String,
-        hint: Option<String>,
-    },
-    /// The answer broke off, or is larger than any the server sends.
-    #[error("cannot read the answer of `{url}`")]
-    Body {
-        url: String,
-        #[source]
-        source: std::io::Error,
-    },
-    /// The answer is not the JSON this gpuvet reads.
-    #[error("the answer of `{url}` is not the JSON this gpuvet reads")]
-    Decode {
-        url: String,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// The bundle could not be written where it was asked for.
-    #[error("cannot write the bundle from `{url}`")]
-    Write {
-        url: String,
-        #[source]
-        source: std::io::Error,
-    },
-}
-
-impl FetchError {
-    /// What the user could do next.
-    pub fn hint(&self) -> Option<&str> {
-        match self {
-            FetchError::Unreachable { .. } => Some(
-                "check the address given to `--server` (`http://HOST:PORT`) and that `gpuvet serve` runs there",
-            ),
-            FetchError::Refused { hint, .. } => hint.as_deref(),
-            FetchError::Body { .. } => Some("retry; if it fails again, check the server's log"),
-            FetchError::Decode { .. } => Some(
-                "the server may run another gpuvet version; read the attempt with the `gpuvet` of the server's version",
-            ),
-            FetchError::Write { .. } => {
-                Some("pass `-o` a path in a directory that exists and is writable")
-            }
-        }
-    }
-}
 
 /// A reader of one server's record of jobs.
 #[derive(Debug)]
@@ -100,12 +42,12 @@ impl ServerReader {
     }
 
     /// The attempt's timeline (the job's latest attempt when `attempt` is `None`).
-    pub fn timeline(&self, job: &str, attempt: Option<u32>) -> Result<Timeline, FetchError> {
+    pub fn timeline(&self, job: &str, attempt: Option<u32>) -> Result<Timeline, PushError> {
         self.json(&self.url(job, "timeline", attempt))
     }
 
     /// The attempt's explanation: first error, lane, team, next step, hypotheses.
-    pub fn explanation(&self, job: &str, attempt: Option<u32>) -> Result<Explanation, FetchError> {
+    pub fn explanation(&self, job: &str, attempt: Option<u32>) -> Result<Explanation, PushError> {
         self.json(&self.url(job, "explain", attempt))
     }
 
@@ -115,7 +57,7 @@ impl ServerReader {
         job: &str,
         attempt: Option<u32>,
         out: &mut impl Write,
-    ) -> Result<u64, FetchError> {
+    ) -> Result<u64, PushError> {
         let url = self.url(job, "bundle", attempt);
         let mut response = self.get(&url)?;
         let mut body = response
@@ -127,7 +69,7 @@ impl ServerReader {
         let mut buffer = vec![0; 64 * 1024];
         let mut copied = 0u64;
         loop {
-            let read = body.read(&mut buffer).map_err(|source| FetchError::Body {
+            let read = body.read(&mut buffer).map_err(|source| PushError::Body {
                 url: url.clone(),
                 source,
             })?;
@@ -135,7 +77,7 @@ impl ServerReader {
                 return Ok(copied);
             }
             out.write_all(&buffer[..read])
-                .map_err(|source| FetchError::Write {
+                .map_err(|source| PushError::Write {
                     url: url.clone(),
                     source,
                 })?;
@@ -151,12 +93,12 @@ impl ServerReader {
         url
     }
 
-    fn get(&self, url: &str) -> Result<ureq::http::Response<ureq::Body>, FetchError> {
+    fn get(&self, url: &str) -> Result<ureq::http::Response<ureq::Body>, PushError> {
         let mut request = self.agent.get(url);
         if let Some(authorization) = &self.authorization {
             request = request.header("authorization", authorization);
         }
-        let mut response = request.call().map_err(|source| FetchError::Unreachable {
+        let mut response = request.call().map_err(|source| PushError::Unreachable {
             url: url.to_owned(),
             source: Box::new(source),
         })?;
@@ -165,7 +107,7 @@ impl ServerReader {
             return Ok(response);
         }
         let (message, hint) = crate::error_body(&mut response);
-        Err(FetchError::Refused {
+        Err(PushError::Refused {
             url: url.to_owned(),
             status,
             message,
@@ -173,18 +115,18 @@ impl ServerReader {
         })
     }
 
-    fn json<T: DeserializeOwned>(&self, url: &str) -> Result<T, FetchError> {
+    fn json<T: DeserializeOwned>(&self, url: &str) -> Result<T, PushError> {
         let mut response = self.get(url)?;
         let text = response
             .body_mut()
             .with_config()
             .limit(MAX_JSON_BYTES)
             .read_to_string()
-            .map_err(|source| FetchError::Body {
+            .map_err(|source| PushError::Body {
                 url: url.to_owned(),
                 source: source.into_io(),
             })?;
-        serde_json::from_str(&text).map_err(|source| FetchError::Decode {
+        serde_json::from_str(&text).map_err(|source| PushError::Decode {
             url: url.to_owned(),
             source,
         })
@@ -239,7 +181,12 @@ mod tests {
             .port();
         let reader = ServerReader::new(&format!("http://127.0.0.1:{port}"), None);
         let error = reader.timeline("j", None).unwrap_err();
-        assert!(matches!(error, FetchError::Unreachable { .. }), "{error:?}");
+        assert!(matches!(error, PushError::Unreachable { .. }), "{error:?}");
         assert!(error.hint().unwrap().contains("--server"));
+        let text = gpuvet_model::diagnostics::with_causes(&error);
+        assert!(
+            text.starts_with("cannot reach `http://127.0.0.1:"),
+            "{text}"
+        );
     }
 }

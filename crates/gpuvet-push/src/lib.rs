@@ -29,32 +29,69 @@ pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
 /// Entries taken from the outbox per round.
 const BATCH: usize = 64;
 
-/// What went wrong.
+/// What went wrong, pushing or reading back: the crate's one error.
 #[derive(Debug, thiserror::Error)]
 pub enum PushError {
+    /// The node's own store (the outbox) could not be read or written.
     #[error(transparent)]
     Store(#[from] StoreError),
-}
-
-/// Why the server did not take one entry; the entry stays in the outbox, with this
-/// text as its last error.
-#[derive(Debug, thiserror::Error)]
-pub enum SendError {
     /// No answer: the server is down, unreachable, or too slow.
-    #[error("cannot reach `{url}`: {source}")]
+    #[error("cannot reach `{url}`")]
     Unreachable {
         url: String,
         #[source]
         source: Box<ureq::Error>,
     },
-    /// An answer other than 2xx.
+    /// An answer other than the one asked for, with the server's own message and hint.
     #[error("`{url}` answered {status}: {message}")]
     Refused {
         url: String,
         status: u16,
         /// The server's own message, or the start of what it sent.
         message: String,
+        hint: Option<String>,
     },
+    /// The answer broke off, or is larger than any the server sends.
+    #[error("cannot read the answer of `{url}`")]
+    Body {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The answer is not the JSON this gpuvet reads.
+    #[error("the answer of `{url}` is not the JSON this gpuvet reads")]
+    Decode {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A bundle read back could not be written where it was asked for.
+    #[error("cannot write the bundle from `{url}`")]
+    Write {
+        url: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl PushError {
+    /// What the user could do next.
+    pub fn hint(&self) -> Option<&str> {
+        match self {
+            PushError::Store(error) => error.hint(),
+            PushError::Unreachable { .. } => Some(
+                "check the server's address (`http://HOST:PORT`: `--server`, `--to` or `gpuvet.report_to`) and that `gpuvet serve` runs there",
+            ),
+            PushError::Refused { hint, .. } => hint.as_deref(),
+            PushError::Body { .. } => Some("retry; if it fails again, check the server's log"),
+            PushError::Decode { .. } => Some(
+                "the server may run another gpuvet version; read the attempt with the `gpuvet` of the server's version",
+            ),
+            PushError::Write { .. } => {
+                Some("pass `-o` a path in a directory that exists and is writable")
+            }
+        }
+    }
 }
 
 /// A client of one server.
@@ -84,7 +121,7 @@ impl Pusher {
     }
 
     /// Sends one entry; `Ok` when the server accepted it (stored now or before).
-    pub fn send(&self, entry: &OutboxEntry) -> Result<(), SendError> {
+    pub fn send(&self, entry: &OutboxEntry) -> Result<(), PushError> {
         let path = match entry.kind {
             OutboxKind::Attempt => "/api/v1/attempts",
             OutboxKind::Report => "/api/v1/reports",
@@ -101,7 +138,7 @@ impl Pusher {
         let mut response =
             request
                 .send(entry.body.as_bytes())
-                .map_err(|source| SendError::Unreachable {
+                .map_err(|source| PushError::Unreachable {
                     url: url.clone(),
                     source: Box::new(source),
                 })?;
@@ -109,11 +146,12 @@ impl Pusher {
         if (200..300).contains(&status) {
             return Ok(());
         }
-        let (message, _) = error_body(&mut response);
-        Err(SendError::Refused {
+        let (message, hint) = error_body(&mut response);
+        Err(PushError::Refused {
             url,
             status,
             message,
+            hint,
         })
     }
 }
@@ -189,7 +227,8 @@ pub fn drain(
                     drained.sent += 1;
                 }
                 Err(error) => {
-                    let error = error.to_string();
+                    // The outbox keeps the failure as text, causes and all.
+                    let error = gpuvet_model::diagnostics::with_causes(&error);
                     store.outbox_failed(entry.id, &error, now_ms())?;
                     drained.failed += 1;
                     drained.last_error = Some(error);

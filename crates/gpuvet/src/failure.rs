@@ -85,16 +85,13 @@ fn hint_in_chain(error: &anyhow::Error) -> Option<String> {
         if let Some(e) = cause.downcast_ref::<gpuvet_store::StoreError>() {
             return e.hint().map(str::to_owned);
         }
-        if let Some(gpuvet_push::PushError::Store(e)) = cause.downcast_ref() {
+        if let Some(e) = cause.downcast_ref::<gpuvet_push::PushError>() {
             return e.hint().map(str::to_owned);
         }
         if let Some(e) = cause.downcast_ref::<gpuvet_model::config::ConfigError>() {
             return e.hint().map(str::to_owned);
         }
         if let Some(e) = cause.downcast_ref::<gpuvet_control::ClusterError>() {
-            return e.hint().map(str::to_owned);
-        }
-        if let Some(e) = cause.downcast_ref::<gpuvet_push::fetch::FetchError>() {
             return e.hint().map(str::to_owned);
         }
         if let Some(e) = cause.downcast_ref::<gpuvet_bundle::BundleError>() {

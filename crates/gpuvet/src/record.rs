@@ -4,7 +4,8 @@
 
 use gpuvet_model::env_vars::REPORT_TOKEN;
 use gpuvet_model::record::JobRecord;
-use gpuvet_push::fetch::{FetchError, ServerReader};
+use gpuvet_push::PushError;
+use gpuvet_push::fetch::ServerReader;
 use gpuvet_store::{Store, StoreError, StoreLocation};
 
 use crate::cli::RecordArgs;
@@ -64,12 +65,12 @@ pub fn server(args: &RecordArgs) -> Option<ServerReader> {
 
 /// A failed read from the server: the user's (a wrong address, a job the server does
 /// not have) or the server's, with its hint.
-pub fn fetch_failed(error: FetchError) -> Failure {
+pub fn fetch_failed(error: PushError) -> Failure {
     let code = match &error {
-        FetchError::Refused { status, .. } if *status >= 500 => {
+        PushError::Refused { status, .. } if *status >= 500 => {
             gpuvet_model::exit_codes::STORE_ERROR
         }
-        FetchError::Write { .. } => gpuvet_model::exit_codes::IO_ERROR,
+        PushError::Write { .. } => gpuvet_model::exit_codes::IO_ERROR,
         _ => gpuvet_model::exit_codes::USAGE,
     };
     Failure::new(code, error)
