@@ -1,23 +1,53 @@
 // Drives headless Chromium through `gpuvet serve`'s pages as a person would: the
-// instance list, the failed instance (its slow node's finding and a chart), the
-// events tab filtered to SanityCheckFailed with the page's own form, and the attempt's
-// timeline (the first error marked on the slow node's lane) with its bundle download.
-// Saves a screenshot of each page. Run by crates/gpuvet/tests/cli/serve_push.rs:
+// instance list, the failed instance (the verdict naming the slow node first, at most
+// MAX_ROWS rows in its folded findings table, and a chart), the events tab filtered to
+// SanityCheckFailed with the page's own form, and the attempt's timeline (the first
+// error marked on the slow node's lane, its label clear of that lane and its bars)
+// with its bundle download; then each further instance page given, held to the same
+// verdict and row bound. Saves a screenshot of each page. Run by
+// crates/gpuvet/tests/cli/serve_push.rs:
 //
-//   node tests/browser/serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE
+//   node tests/browser/serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE MAX_ROWS [INSTANCE_PATH]...
 //
 // Exits 0 when every step finds what it expects, else 1 with the reason.
 import { join } from 'node:path';
 import { executablePath, withBrowser } from './launch.mjs';
 
-const [base, shots, slowNode] = process.argv.slice(2);
-if (!base || !shots || !slowNode) {
-  console.error('usage: node serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE');
+const [base, shots, slowNode, maxRowsArg, ...instancePaths] = process.argv.slice(2);
+const maxRows = Number(maxRowsArg);
+if (!base || !shots || !slowNode || !Number.isInteger(maxRows)) {
+  console.error('usage: node serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE MAX_ROWS [INSTANCE_PATH]...');
   process.exit(2);
 }
 
 function expect(condition, message) {
   if (!condition) throw new Error(message);
+}
+
+// Whether two boxes share any area.
+function overlap(a, b) {
+  return a.x < b.x + b.width && b.x < a.x + a.width && a.y < b.y + b.height && b.y < a.y + a.height;
+}
+
+// The instance page on screen: the verdict names the slow node and comes before the
+// findings, whose folded table has at most MAX_ROWS rows. Returns the row count.
+async function checkInstancePage(page, where) {
+  const verdict = page.locator('#verdict');
+  expect((await verdict.count()) === 1, `${where}: no verdict block`);
+  expect(await verdict.isVisible(), `${where}: the verdict block is not visible`);
+  const said = await verdict.innerText();
+  expect(said.includes(slowNode), `${where}: the verdict does not name ${slowNode}: ${said}`);
+  const verdictBox = await verdict.boundingBox();
+  const findingsBox = await page.locator('#findings').boundingBox();
+  expect(verdictBox.y < findingsBox.y, `${where}: the verdict is not above the findings`);
+  const rows = await page.locator('#findings table.folded > tbody > tr').count();
+  expect(rows >= 1, `${where}: no finding row`);
+  expect(rows <= maxRows, `${where}: ${rows} finding rows, more than ${maxRows}`);
+  const folded = page.locator('#findings details.every-entity');
+  if ((await folded.count()) > 0) {
+    expect(!(await folded.evaluate((d) => d.open)), `${where}: every entity is not collapsed`);
+  }
+  return rows;
 }
 
 let failure = null;
@@ -33,9 +63,10 @@ try {
     expect((await failed.count()) >= 1, 'no failed instance on the instance list');
     await page.screenshot({ path: join(shots, 'instances.png'), fullPage: true });
 
-    // 2. Open it: the slow node's finding and a drawn chart.
+    // 2. Open it: the verdict, the slow node's findings folded, and a drawn chart.
     await failed.first().locator('a').first().click();
     await page.waitForLoadState('load');
+    const findingRows = await checkInstancePage(page, 'the failed instance');
     const text = await page.locator('body').innerText();
     expect(text.includes(slowNode), `the instance page does not name ${slowNode}`);
     expect(/slow/i.test(text), 'the instance page shows no slow finding');
@@ -71,8 +102,24 @@ try {
     expect(markBox && markBox.width > 0 && markBox.height > 0, 'the first-error mark is not drawn');
     const timelineText = await page.locator('body').innerText();
     expect(timelineText.includes(slowNode), `the timeline does not name ${slowNode}`);
-    const firstLane = await page.locator('[data-lane]').first().getAttribute('data-lane');
+    const firstLane = await page.locator('g.swim[data-lane]').first().getAttribute('data-lane');
     expect(firstLane === slowNode, `the first lane is ${firstLane}, not ${slowNode}`);
+    // The label says which lane it marks, and covers neither that lane nor its bars.
+    const marked = await mark.first().getAttribute('data-marks');
+    expect(marked === slowNode, `the first error marks the lane ${marked}, not ${slowNode}`);
+    const labelBox = await page.locator('#first-error .first-error-label').boundingBox();
+    expect(labelBox && labelBox.width > 0 && labelBox.height > 0, 'the first-error label is not drawn');
+    const lane = page.locator(`g.swim[data-lane="${slowNode}"]`);
+    const laneBox = await lane.locator('rect.lane-bg').boundingBox();
+    expect(!overlap(labelBox, laneBox), `the first-error label ${JSON.stringify(labelBox)} overlaps its lane ${JSON.stringify(laneBox)}`);
+    const bars = await lane.locator('rect.check-span').all();
+    expect(bars.length >= 1, `no check bar on the lane of ${slowNode}`);
+    for (const bar of bars) {
+      const barBox = await bar.boundingBox();
+      expect(!overlap(labelBox, barBox), `the first-error label overlaps a bar of its lane ${JSON.stringify(barBox)}`);
+    }
+    const timelineVerdict = await page.locator('#verdict').innerText();
+    expect(timelineVerdict.includes(slowNode), `the timeline's verdict does not name ${slowNode}`);
     await page.screenshot({ path: join(shots, 'timeline.png'), fullPage: true });
     const href = await page.locator('a.bundle').first().getAttribute('href');
     const bundle = await page.request.get(new URL(href, base).toString());
@@ -81,8 +128,16 @@ try {
     expect(bundle.headers()['content-type'] === 'application/gzip', 'the bundle is not gzip');
     expect(bytes[0] === 0x1f && bytes[1] === 0x8b, 'the bundle does not start as gzip');
 
+    // 5. Each further instance page: the same verdict and row bound.
+    const counts = [findingRows];
+    for (const [i, path] of instancePaths.entries()) {
+      await page.goto(base + path, { waitUntil: 'load' });
+      counts.push(await checkInstancePage(page, path));
+      await page.screenshot({ path: join(shots, `instance-${i + 2}.png`), fullPage: true });
+    }
+
     expect(errors.length === 0, `script errors on the pages: ${errors}`);
-    console.log(`ok: ${base}: failed instance, ${slowNode} and a chart, ${kinds.length} SanityCheckFailed event(s), its timeline and a ${bytes.length}-byte bundle; screenshots in ${shots}`);
+    console.log(`ok: ${base}: failed instance with ${slowNode} in its verdict and ${counts.join(', ')} finding row(s), a chart, ${kinds.length} SanityCheckFailed event(s), its timeline with the first-error label clear of its lane, and a ${bytes.length}-byte bundle; screenshots in ${shots}`);
   });
 } catch (error) {
   failure = `${error.message} (chromium at ${executablePath})`;

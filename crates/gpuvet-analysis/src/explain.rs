@@ -10,12 +10,14 @@ use std::fmt;
 
 use serde::{Deserialize, Serialize};
 
-use crate::timeline::{Entry, Role, Timeline, What};
+use crate::diagnose::diagnose;
+use crate::timeline::{self, Entry, Role, Timeline, What};
 use gpuvet_model::catalog::{CheckName, Scope};
+use gpuvet_model::diagnosis::{Diagnosis, TERMINAL_WIDTH};
 use gpuvet_model::events::EventKind;
 use gpuvet_model::record::JobRecord;
 use gpuvet_model::results::{CheckStatus, Entity, IncidentKind, Lane, RunReport};
-use gpuvet_model::runtime::{CheckFamily, FrFindingKind, RuntimeCheck};
+use gpuvet_model::runtime::CheckFamily;
 
 /// The answer for one attempt.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -36,6 +38,10 @@ pub struct Explanation {
     pub evidence: Vec<String>,
     /// One per [`Hypothesis`], in its order.
     pub hypotheses: Vec<Judged>,
+    /// The conclusion in words for people, as `check` and `run` print it; `None`
+    /// when nothing failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<Diagnosis>,
 }
 
 /// Where a fault can be.
@@ -124,6 +130,7 @@ pub fn explain(record: &JobRecord, timeline: &Timeline) -> Explanation {
     let outcome = report.map_or("unknown", |r| r.outcome.as_str()).to_owned();
     let first = timeline.first().cloned();
     let facts = Facts::new(record, timeline, first.as_ref());
+    let diagnosis = diagnose(record, timeline);
     let hypotheses = Hypothesis::ALL
         .into_iter()
         .map(|hypothesis| {
@@ -171,6 +178,7 @@ pub fn explain(record: &JobRecord, timeline: &Timeline) -> Explanation {
             next_step,
             evidence,
             hypotheses,
+            diagnosis,
         };
     };
     let lane = first.lane;
@@ -179,11 +187,15 @@ pub fn explain(record: &JobRecord, timeline: &Timeline) -> Explanation {
         attempt: record.attempt,
         outcome,
         team: lane.map_or("the platform team, to triage", team).to_owned(),
-        next_step: next_step(&first),
+        next_step: diagnosis
+            .as_ref()
+            .map(|d| d.next_step.clone())
+            .unwrap_or_default(),
         evidence: evidence(timeline, &first),
         lane,
         first_error: Some(first),
         hypotheses,
+        diagnosis,
     }
 }
 
@@ -202,10 +214,18 @@ fn evidence(timeline: &Timeline, first: &Entry) -> Vec<String> {
             first.node, view.offset_ms, timeline.clock_of, view.uncertainty_ms
         ));
     }
-    let related = |role: Role| timeline.entries.iter().filter(move |e| e.role == role);
-    let consequences: Vec<&Entry> = related(Role::Consequence).collect();
-    let others: Vec<&Entry> = related(Role::OtherFailure).collect();
-    for entry in consequences.iter().chain(&others).take(MOST) {
+    // Consequences first, then the other failures; a node's alike findings are one row.
+    let of_role = |role: Role| -> Vec<usize> {
+        (0..timeline.entries.len())
+            .filter(|&i| timeline.entries[i].role == role)
+            .collect()
+    };
+    let rows: Vec<Vec<usize>> = timeline::rows(timeline, &of_role(Role::Consequence))
+        .into_iter()
+        .chain(timeline::rows(timeline, &of_role(Role::OtherFailure)))
+        .collect();
+    for row in rows.iter().take(MOST) {
+        let entry = &timeline.entries[row[0]];
         let role = if entry.role == Role::Consequence {
             "consequence"
         } else {
@@ -215,122 +235,14 @@ fn evidence(timeline: &Timeline, first: &Entry) -> Vec<String> {
             "{} {} {role}: {}",
             at(entry),
             entry.node,
-            entry.detail
+            timeline::row_detail(timeline, row)
         ));
     }
-    let shown = (consequences.len() + others.len()).min(MOST);
-    let left = consequences.len() + others.len() - shown;
+    let left: usize = rows.iter().skip(MOST).map(Vec::len).sum();
     if left > 0 {
         lines.push(format!("and {left} more on the timeline"));
     }
     lines
-}
-
-/// What to do first about `first`.
-fn next_step(first: &Entry) -> String {
-    let node = &first.node;
-    match &first.what {
-        What::Incident { incident } => match incident {
-            IncidentKind::Unresponsive => format!(
-                "log in to `{node}` and see whether its gpuvet or the host is stopped or hung \
-                 (`ps -o stat,pid,cmd`, `dmesg`); if it does not answer, drain `{node}` and \
-                 rebuild the instance elsewhere"
-            ),
-            IncidentKind::Crashed => format!(
-                "read `{node}`'s kernel log and the process's exit status (OOM killer, \
-                 segfault, XID); drain `{node}` if its host is at fault, then rebuild the \
-                 instance elsewhere"
-            ),
-            IncidentKind::NeverJoined => format!(
-                "check that `{node}` was scheduled, runs the same gpuvet, and reaches the \
-                 coordinator's address and port with the group's token"
-            ),
-            _ => format!("read `{node}`'s stderr and report for what it was doing"),
-        },
-        What::Finding { check, entity, .. } => finding_step(*check, entity, first.lane),
-        What::RuntimeFinding { check, xid, .. } => runtime_step(node, check, *xid),
-        What::Event { event } => format!("read the `{event}` event's details on `{node}`"),
-        What::Check { check, .. } => format!("rerun `{check}` on `{node}` alone"),
-        What::Collective { .. } => format!("read `{node}`'s flight-recorder dump"),
-    }
-}
-
-fn finding_step(check: CheckName, entity: &Entity, lane: Option<Lane>) -> String {
-    let scope = check.spec().scope;
-    match (scope, lane) {
-        (_, Some(Lane::Platform)) => format!(
-            "`{entity}` does not match the group: fix the node pool or the scheduling \
-             constraints so that the group lands on identical nodes"
-        ),
-        (Scope::EachDevice, _) => format!(
-            "run `gpuvet check --checks {check}` on `{}` alone and read the GPU's clocks and \
-             throttle reasons (`nvidia-smi -q -d PERFORMANCE`); reset or replace it if it \
-             stays slow",
-            entity.node()
-        ),
-        (_, Some(Lane::Network)) if matches!(entity, Entity::NodePair { .. }) => format!(
-            "test the link `{entity}` on its own (`ib_write_bw` or `iperf3`) and read both \
-             NICs' error counters and the switch ports between them"
-        ),
-        (_, Some(Lane::Network)) => format!(
-            "`{entity}` is slow with every peer: check its NICs (link speed, errors, \
-             `ethtool -S`) and its switch ports, then rerun `gpuvet check --checks {check}`"
-        ),
-        _ => format!(
-            "run `gpuvet check --checks {check}` on `{entity}` alone and compare it with a \
-             healthy node"
-        ),
-    }
-}
-
-fn runtime_step(node: &str, check: &RuntimeCheck, xid: Option<u32>) -> String {
-    if let Some(xid) = xid {
-        let meaning = match xid {
-            79 => "the GPU fell off the bus",
-            48 => "a double-bit ECC error",
-            94 => "a contained ECC error",
-            95 => "an uncontained ECC error",
-            63 | 64 => "an ECC page retirement or row remapping event",
-            74 => "an NVLink error",
-            119 | 120 => "a GSP error",
-            13 | 31 | 43 => "a fault in the application's kernel",
-            _ => "a GPU error",
-        };
-        return format!(
-            "XID {xid} on `{node}` is {meaning}: drain `{node}` and follow NVIDIA's XID \
-             catalog for XID {xid} (reset, reseat or replace the GPU) before it takes work \
-             again"
-        );
-    }
-    if let Some(kind) = check.flight_recorder_kind() {
-        return match kind {
-            FrFindingKind::NotCompleted => format!(
-                "the rank on `{node}` entered a collective its peers completed and never \
-                 finished it: look for an XID or a hung kernel on `{node}` (kernel log, \
-                 `nvidia-smi`), then take the rank's stack with `py-spy dump`"
-            ),
-            FrFindingKind::Stalled => {
-                "every rank entered the collective and none finished: test the \
-                             links between the ranks' nodes"
-                    .to_owned()
-            }
-            FrFindingKind::MissingDump => {
-                format!("`{node}` wrote no dump: find out whether its process or node is gone")
-            }
-            FrFindingKind::NeverEntered => format!(
-                "the rank on `{node}` never issued the collective its peers wait in: its code \
-                 is elsewhere (stuck before it, an exception, another branch); take its \
-                 stack with `py-spy dump`"
-            ),
-            FrFindingKind::OpMismatch
-            | FrFindingKind::SizeMismatch
-            | FrFindingKind::DtypeMismatch => "the ranks issued different collectives: the \
-                                               application's ranks diverged; read the waiting \
-                                               ranks' stacks in the dumps"
-                .to_owned(),
-        };
-    }
-    format!("read the runtime check's finding `{check}` on `{node}` and its kernel log")
 }
 
 /// What the record shows, as the hypotheses need it.
@@ -728,19 +640,19 @@ pub fn render(explanation: &Explanation) -> String {
         "job `{}` attempt {}: {}\n",
         explanation.job_id, explanation.attempt, explanation.outcome
     );
-    match &explanation.first_error {
-        Some(first) => {
-            out.push_str(&format!(
-                "first error: {} [{} lane]\n  {}\n",
-                first.node,
-                first.lane.map_or("unknown", Lane::as_str),
-                first.detail
-            ));
+    match &explanation.diagnosis {
+        Some(diagnosis) => {
+            for line in diagnosis.lines(TERMINAL_WIDTH) {
+                out.push_str(&line);
+                out.push('\n');
+            }
         }
-        None => out.push_str("first error: none\n"),
+        None => {
+            out.push_str("first error: none\n");
+            out.push_str(&format!("hand to: {}\n", explanation.team));
+            out.push_str(&format!("next step: {}\n", explanation.next_step));
+        }
     }
-    out.push_str(&format!("hand to: {}\n", explanation.team));
-    out.push_str(&format!("next step: {}\n", explanation.next_step));
     if !explanation.evidence.is_empty() {
         out.push_str("evidence:\n");
         for line in &explanation.evidence {

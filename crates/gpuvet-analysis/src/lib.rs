@@ -13,7 +13,9 @@
 //! words a report shows. It needs only the model, so the server and the bundle use it
 //! without linking any backend.
 
+pub mod diagnose;
 pub mod drill;
 pub mod explain;
+pub mod fold;
 pub mod render;
 pub mod timeline;

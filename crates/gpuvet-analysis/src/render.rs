@@ -6,10 +6,14 @@ use std::time::Duration;
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 
-use gpuvet_model::analysis::fmt_value;
+use gpuvet_model::diagnosis::{fmt_quantity, quantity_number, wrap_hanging_into, wrap_into};
 use gpuvet_model::node_list::{MAX_PARTS, fold_node_names};
 use gpuvet_model::repeats::group_repeats;
-use gpuvet_model::results::{CheckResult, CheckStatus, GroupIncident, RunReport, Verdict};
+use gpuvet_model::results::{CheckResult, CheckStatus, RunReport};
+
+pub use crate::diagnose::rank_name;
+use crate::diagnose::status_words;
+use crate::fold::{fold, verdict_word};
 
 /// How much of each check the table's details column shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -21,36 +25,47 @@ pub enum Detail {
     Full,
 }
 
-/// The longest brief details cell, in characters.
-pub const BRIEF_DETAILS: usize = 80;
+/// The longest brief details cell, in characters: the table fits 100 columns.
+pub const BRIEF_DETAILS: usize = 32;
 
 /// Parameters worth a place in the brief cell, in this order.
 const BRIEF_PARAMS: [&str; 4] = ["dtype", "engine", "group", "remeasured"];
 
-/// The terminal report: a header, one row per check, then every finding.
-pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
+/// The terminal report, at most `width` columns wide: a header, one row per check,
+/// the verdict block when the run failed (the report's [`Diagnosis`]), the group, the
+/// findings folded (every entity with [`Detail::Full`]), and the outcome.
+///
+/// [`Diagnosis`]: gpuvet_model::diagnosis::Diagnosis
+pub fn table(report: &RunReport, width: usize, detail: Detail) -> String {
     let mut out = String::new();
-    out.push_str(&format!(
-        "gpuvet {} | job {} attempt {} | node {} | backend {} | {} devices\n",
-        report.gpuvet_version,
-        report.job_id,
-        report.attempt,
-        report.node,
-        report.backend,
-        report.devices.len()
-    ));
+    let line = |text: &str, out: &mut String| {
+        let mut lines = Vec::new();
+        wrap_into(&mut lines, "", text, width, 1);
+        out.push_str(&lines[0]);
+        out.push('\n');
+    };
+    line(
+        &format!(
+            "gpuvet {} | job {} attempt {} | node {} | backend {} | {} devices",
+            report.gpuvet_version,
+            report.job_id,
+            report.attempt,
+            report.node,
+            report.backend,
+            report.devices.len()
+        ),
+        &mut out,
+    );
     let mut table = Table::new();
     table
         .load_preset(UTF8_FULL_CONDENSED)
-        .set_content_arrangement(ContentArrangement::Dynamic);
-    if let Some(width) = width {
-        table.set_width(width);
-    }
+        .set_content_arrangement(ContentArrangement::Dynamic)
+        .set_width(u16::try_from(width).unwrap_or(u16::MAX));
     table.set_header(["check", "status", "time", "result", "details"]);
     for check in &report.checks {
         table.add_row([
             check.name.as_str().to_owned(),
-            check.status.as_str().to_owned(),
+            status_words(check.status).to_owned(),
             format!("{:.1}s", check.duration_secs),
             value_summary(check),
             details_cell(check, detail),
@@ -58,6 +73,12 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
     }
     out.push_str(&table.to_string());
     out.push('\n');
+    if let Some(diagnosis) = &report.diagnosis {
+        for text in diagnosis.lines(width) {
+            out.push_str(&text);
+            out.push('\n');
+        }
+    }
     if let Some(group) = &report.group {
         let names = match (group.size, group.nodes.is_empty()) {
             (None, _) => fold_node_names(&group.nodes, MAX_PARTS),
@@ -67,47 +88,72 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
                 fold_node_names(&group.nodes, MAX_PARTS)
             ),
         };
-        out.push_str(&format!("group of {}: {names}\n", group.node_count()));
-        if let Some(first) = &group.first_error {
-            out.push_str(&format!(
-                "first error: {} {} [lane: {}]: {}\n",
-                rank_name(first),
-                first.kind,
-                first.lane,
-                first.detail
-            ));
-        }
+        line(
+            &format!("group of {}: {names}", group.node_count()),
+            &mut out,
+        );
         // Ranks that only waited on the first error mostly say the same: said once.
-        let secondary: Vec<(String, String)> = group
+        let consequences: Vec<(String, String)> = group
             .secondary
             .iter()
-            .map(|i| (rank_name(i), format!("{} {}", i.kind, i.detail)))
+            .map(|i| (rank_name(i), i.detail.clone()))
             .collect();
-        for line in group_repeats(&secondary, group.node_count()) {
-            out.push_str(&format!("  secondary: {line}\n"));
+        for text in group_repeats(&consequences, group.node_count())
+            .iter()
+            .take(MAX_CONSEQUENCES)
+        {
+            line(&format!("  followed: {text}"), &mut out);
         }
-        for incident in &group.other_failures {
-            out.push_str(&format!(
-                "  also: {} {} [lane: {}]: {}\n",
-                rank_name(incident),
-                incident.kind,
-                incident.lane,
-                incident.detail
-            ));
+        if report.diagnosis.is_none() {
+            // Without a verdict block (a report from an older gpuvet), the incidents
+            // are listed as they are.
+            for incident in group.first_error.iter().chain(&group.other_failures) {
+                line(
+                    &format!(
+                        "  {} {} [lane: {}]: {}",
+                        rank_name(incident),
+                        incident.kind.words(),
+                        incident.lane,
+                        incident.detail
+                    ),
+                    &mut out,
+                );
+            }
         }
     }
-    let findings: Vec<_> = report.findings().collect();
+    let findings: Vec<String> = match detail {
+        // What the verdict block said already is not said again.
+        Detail::Brief => fold(report)
+            .lines()
+            .into_iter()
+            .filter(|l| !report.diagnosis.as_ref().is_some_and(|d| d.says(l)))
+            .collect(),
+        Detail::Full => report
+            .findings()
+            .map(|(check, f)| {
+                format!(
+                    "{} {} on {} [lane: {}]: {}",
+                    check.name,
+                    verdict_word(f.verdict),
+                    f.entity,
+                    f.lane,
+                    f.reason
+                )
+            })
+            .collect(),
+    };
     if !findings.is_empty() {
         out.push_str("findings:\n");
-        for (check, finding) in findings {
-            let verdict = match finding.verdict {
-                Verdict::Faulty => "faulty",
-                _ => "slow",
-            };
-            out.push_str(&format!(
-                "  {} {} on {} [lane: {}]: {}\n",
-                check.name, verdict, finding.entity, finding.lane, finding.reason
-            ));
+        let mut lines = Vec::new();
+        for finding in findings {
+            match detail {
+                Detail::Brief => wrap_hanging_into(&mut lines, "  ", 4, &finding, width, 2),
+                Detail::Full => lines.push(format!("  {finding}")),
+            }
+        }
+        for text in lines {
+            out.push_str(&text);
+            out.push('\n');
         }
     }
     out.push_str(&format!(
@@ -119,17 +165,11 @@ pub fn table(report: &RunReport, width: Option<u16>, detail: Detail) -> String {
     out
 }
 
-/// `rank 3 (node-3)`, or `rank 3` when that is all that is known.
-pub fn rank_name(incident: &GroupIncident) -> String {
-    if incident.node.is_empty() || incident.node == format!("rank {}", incident.rank) {
-        format!("rank {}", incident.rank)
-    } else {
-        format!("rank {} ({})", incident.rank, incident.node)
-    }
-}
+/// The most lines of ranks that only followed the first error.
+const MAX_CONSEQUENCES: usize = 3;
 
-/// The headline values of a check in a few words: `median 12.3 TFLOPS (min 11.9, max
-/// 12.5)`, the one value when there is one, `-` when none was measured.
+/// The headline values of a check in a few words: the median and the range, `700
+/// TFLOPS (420–700)`; the one value when they agree; `-` when none was measured.
 pub fn value_summary(check: &CheckResult) -> String {
     let values: Vec<f64> = check
         .entities
@@ -144,14 +184,14 @@ pub fn value_summary(check: &CheckResult) -> String {
     };
     let max = values.iter().copied().fold(f64::MIN, f64::max);
     let unit = &check.metric.unit;
-    if values.len() == 1 {
-        format!("{} {unit}", fmt_value(median))
+    if values.len() == 1 || min == max {
+        fmt_quantity(median, unit)
     } else {
         format!(
-            "median {} {unit} (min {}, max {})",
-            fmt_value(median),
-            fmt_value(min),
-            fmt_value(max)
+            "{} ({}–{})",
+            fmt_quantity(median, unit),
+            quantity_number(min, unit),
+            quantity_number(max, unit)
         )
     }
 }

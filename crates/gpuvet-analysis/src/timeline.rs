@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::{Event, EventKind};
+use gpuvet_model::node_list::fold_node_names;
 use gpuvet_model::record::{FrCollective, JobRecord, RecordedTimeline};
 use gpuvet_model::results::{
     CheckStatus, Entity, GroupIncident, IncidentKind, Lane, RunReport, Verdict,
@@ -164,6 +165,109 @@ impl Clocks {
             _ => local_ms,
         }
     }
+}
+
+/// `listed` (indexes into the entries, in time order) as rows for people: the
+/// findings of one check with one verdict, role and lane on one node (or pair) folded
+/// into one row (its eight slow GPUs are one), every other entry a row of its own, and
+/// the first error always alone. The terminal's `gpuvet timeline` and the timeline
+/// page fold with this.
+pub fn rows(timeline: &Timeline, listed: &[usize]) -> Vec<Vec<usize>> {
+    let mut rows: Vec<Vec<usize>> = Vec::new();
+    let mut keys: Vec<Option<RowKey<'_>>> = Vec::new();
+    for &i in listed {
+        let key = row_key(timeline, i);
+        let found = key
+            .as_ref()
+            .and_then(|key| keys.iter().position(|k| k.as_ref() == Some(key)));
+        match found {
+            Some(at) => rows[at].push(i),
+            None => {
+                rows.push(vec![i]);
+                keys.push(key);
+            }
+        }
+    }
+    rows
+}
+
+/// What folds findings into one row: the check, verdict, node (or pair), role, lane,
+/// and the node the entry is on.
+type RowKey<'a> = (CheckName, Verdict, String, Role, Option<Lane>, &'a str);
+
+/// The folding key of a finding; `None` for every other entry and for the first error.
+fn row_key(timeline: &Timeline, index: usize) -> Option<RowKey<'_>> {
+    let entry = &timeline.entries[index];
+    let What::Finding {
+        check,
+        entity,
+        verdict,
+    } = &entry.what
+    else {
+        return None;
+    };
+    if Some(index) == timeline.first_error {
+        return None;
+    }
+    let owner = match entity {
+        Entity::NodePair { .. } => entity.to_string(),
+        _ => entity.node().to_owned(),
+    };
+    Some((
+        *check,
+        *verdict,
+        owner,
+        entry.role,
+        entry.lane,
+        entry.node.as_str(),
+    ))
+}
+
+/// The detail of a row: the entities' range and what they share (`local-2/dev[1-7]
+/// slow: 420 TFLOPS …`), else the first detail and the others' names.
+pub fn row_detail(timeline: &Timeline, row: &[usize]) -> String {
+    const ROW_ENTITIES: usize = 6;
+    let entries: Vec<&Entry> = row.iter().map(|&i| &timeline.entries[i]).collect();
+    let first = entries[0];
+    if entries.len() == 1 {
+        return first.detail.clone();
+    }
+    let names: Vec<String> = entries
+        .iter()
+        .filter_map(|e| match &e.what {
+            What::Finding { entity, .. } => Some(entity.to_string()),
+            _ => None,
+        })
+        .collect();
+    // Each detail begins with its entity; what follows is the same when they agree.
+    let rests: Vec<Option<&str>> = entries
+        .iter()
+        .zip(&names)
+        .map(|(e, name)| e.detail.strip_prefix(name.as_str()))
+        .collect();
+    if let Some(Some(rest)) = rests.first()
+        && rests.iter().all(|r| *r == Some(*rest))
+    {
+        return format!("{}{rest}", fold_node_names(&names, ROW_ENTITIES));
+    }
+    format!(
+        "{} (and {} more like it: {})",
+        first.detail,
+        entries.len() - 1,
+        fold_node_names(names.get(1..).unwrap_or_default(), ROW_ENTITIES)
+    )
+}
+
+/// An event kind as people read it: `SanityCheckFailed` is `sanity check failed`.
+pub fn event_words(kind: EventKind) -> String {
+    let mut words = String::new();
+    for (i, c) in kind.as_str().chars().enumerate() {
+        if c.is_uppercase() && i > 0 {
+            words.push(' ');
+        }
+        words.extend(c.to_lowercase());
+    }
+    words
 }
 
 /// Joins everything kept about one attempt into its timeline.
@@ -581,11 +685,16 @@ pub fn render(timeline: &Timeline) -> String {
     let first_node = timeline.first().map(|f| f.node.as_str());
     let mut hidden = 0usize;
     let at = |ms: u64| format!("+{:.3} s", ms.saturating_sub(origin) as f64 / 1000.0);
-    for entry in &timeline.entries {
+    let mut listed = Vec::new();
+    for (i, entry) in timeline.entries.iter().enumerate() {
         if matches!(entry.what, What::Check { .. }) && Some(entry.node.as_str()) != first_node {
             hidden += 1;
-            continue;
+        } else {
+            listed.push(i);
         }
+    }
+    for row in rows(timeline, &listed) {
+        let entry = &timeline.entries[row[0]];
         let mark = match entry.role {
             Role::FirstError => ">>",
             Role::Consequence => " ~",
@@ -597,11 +706,15 @@ pub fn render(timeline: &Timeline) -> String {
                 check,
                 status,
                 until_ms,
-            } => format!("{check} {status} until {}", at(*until_ms)),
+            } => format!(
+                "{check} {} until {}",
+                crate::diagnose::status_words(*status),
+                at(*until_ms)
+            ),
             What::Incident { incident } => incident.words().to_owned(),
             What::Finding { check, .. } => format!("{check} finding"),
             What::RuntimeFinding { check, .. } => format!("runtime {check}"),
-            What::Event { event } => event.to_string(),
+            What::Event { event } => event_words(*event),
             What::Collective { op, seq, state, .. } => format!("{op} #{seq} {state}"),
         };
         let role = match entry.role {
@@ -615,7 +728,7 @@ pub fn render(timeline: &Timeline) -> String {
         let detail = if matches!(entry.what, What::Check { .. }) {
             String::new()
         } else {
-            format!(": {}", entry.detail)
+            format!(": {}", row_detail(timeline, &row))
         };
         out.push_str(&format!(
             "{mark} {:>10}  {:<12} {role}{lane}{what}{detail}\n",

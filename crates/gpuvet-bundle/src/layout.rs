@@ -1,6 +1,6 @@
 //! What a fault bundle holds, and how one attempt's [`JobRecord`] becomes its files and
-//! back: the README for the receiving team, `explain` and the timeline (text and
-//! JSON), every node's report and inventory, the events, the runtime and
+//! back: the README for the receiving team (the verdict first, then the findings
+//! folded as the terminal folds them), `explain` and the timeline (text and JSON), every node's report and inventory, the events, the runtime and
 //! flight-recorder findings, and the config and environment without their secrets.
 //! Reports lose their raw samples when the bundle would grow past its budget, and the
 //! bundle says so.
@@ -11,7 +11,9 @@ use std::io::{Read, Write};
 use serde::{Deserialize, Serialize};
 
 use gpuvet_analysis::explain::{self, Explanation};
+use gpuvet_analysis::fold::fold;
 use gpuvet_analysis::timeline::{self, Timeline};
+use gpuvet_model::diagnosis::TERMINAL_WIDTH;
 use gpuvet_model::events::{Event, EventKind};
 use gpuvet_model::record::{FLIGHT_RECORDER_SOURCE, JobRecord};
 use gpuvet_model::redact::{REDACTED, redact_environment, redact_json};
@@ -27,6 +29,8 @@ pub const FORMAT: u32 = 1;
 pub const REPORTS_BUDGET_BYTES: usize = 3 * 1024 * 1024;
 /// The most events a bundle keeps (the newest are dropped past it, and it says so).
 pub const MAX_EVENTS: usize = 5_000;
+/// The most folded findings the README lists; the reports have every one.
+pub const README_FINDINGS: usize = 40;
 
 /// `bundle.json`: what the bundle is about and what was left out.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -124,7 +128,14 @@ pub fn pack(
         reports: report_paths,
     };
     files.json("bundle.json", &info)?;
-    files.text("README.md", readme(&info, &explanation, &timeline, &files));
+    let findings = record
+        .group_report()
+        .map(|report| fold(report).lines())
+        .unwrap_or_default();
+    files.text(
+        "README.md",
+        readme(&info, &explanation, &timeline, &findings, &files),
+    );
     let files = files.scrubbed(secrets);
     let count = files.len();
     let root = format!(
@@ -327,11 +338,14 @@ impl Files {
     }
 }
 
-/// The README for the team that receives the bundle.
+/// The README for the team that receives the bundle: the verdict as `explain` prints
+/// it, the first error, the folded `findings` (one line per slow node, or per check and
+/// node), the hypotheses, and what each file holds.
 fn readme(
     info: &BundleInfo,
     explanation: &Explanation,
     timeline: &Timeline,
+    findings: &[String],
     files: &Files,
 ) -> String {
     let mut out = format!(
@@ -342,8 +356,20 @@ fn readme(
         info.gpuvet_version
     );
     out.push_str("## What went wrong\n\n");
-    match &explanation.first_error {
-        Some(first) => out.push_str(&format!(
+    if let Some(diagnosis) = &explanation.diagnosis {
+        out.push_str("```text\n");
+        for line in diagnosis.lines(TERMINAL_WIDTH) {
+            out.push_str(&line);
+            out.push('\n');
+        }
+        out.push_str("```\n\n");
+    }
+    match (&explanation.first_error, &explanation.diagnosis) {
+        (Some(first), Some(_)) => out.push_str(&format!(
+            "- **First error:** `{}`: {}\n",
+            first.node, first.detail
+        )),
+        (Some(first), None) => out.push_str(&format!(
             "- **First error:** `{}`: {}\n- **Lane:** {}\n- **Hand to:** {}\n- **Next step:** {}\n",
             first.node,
             first.detail,
@@ -351,10 +377,28 @@ fn readme(
             explanation.team,
             explanation.next_step
         )),
-        None => out.push_str(&format!(
+        (None, _) => out.push_str(&format!(
             "No error was found. Outcome: {}. {}\n",
             explanation.outcome, explanation.next_step
         )),
+    }
+    if !findings.is_empty() {
+        out.push_str(
+            "\n## Findings\n\nRepeats are said once: a node that failed most checks is one \
+             line, and so are the GPUs of one node in one check (`reports/` has every \
+             entity).\n\n```text\n",
+        );
+        for line in findings.iter().take(README_FINDINGS) {
+            out.push_str(line);
+            out.push('\n');
+        }
+        if findings.len() > README_FINDINGS {
+            out.push_str(&format!(
+                "and {} more lines: see `explain.txt` and `reports/`\n",
+                findings.len() - README_FINDINGS
+            ));
+        }
+        out.push_str("```\n");
     }
     out.push_str("\n## Hypotheses\n\n| hypothesis | conclusion | evidence |\n|---|---|---|\n");
     for judged in &explanation.hypotheses {

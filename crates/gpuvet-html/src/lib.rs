@@ -1,10 +1,12 @@
 //! gpuvet's HTML report: one run as a self-contained page (inline CSS and SVG, no
-//! script, nothing fetched), with a header, the group, every finding with its lane, and
-//! one panel per check with its status, duration, values and chart.
+//! script, nothing fetched), with a header, the verdict of a failed run, the group,
+//! the findings folded (one row per slow node or per check and node, every entity
+//! kept in a collapsed list) with their lanes, and one panel per check with its
+//! status, duration, values and chart.
 //!
 //! Pure functions from a [`RunReport`] to HTML text. `gpuvet check --html` writes
-//! [`page`]; the web UI is meant to reuse [`check_panel`], [`findings_table`] and
-//! [`STYLESHEET`] inside its own templates. Every string that comes from the report
+//! [`page`]; the web UI reuses [`verdict_block`], [`check_panel`], [`findings_table`]
+//! and [`STYLESHEET`] inside its own templates. Every string that comes from the report
 //! (node names, messages, parameters) goes through [`escape`].
 //!
 //! [`site`] holds the pages of `gpuvet serve` (instances, one instance, events, errors),
@@ -12,14 +14,19 @@
 //! links in [`site::href`].
 
 pub mod chart;
+mod findings;
 pub mod site;
+mod verdict;
 
-use gpuvet_analysis::render::{rank_name, value_summary};
-use gpuvet_model::analysis::fmt_value;
+pub use findings::findings_table;
+pub use verdict::verdict_block;
+
+use gpuvet_analysis::diagnose::rank_name;
+use gpuvet_analysis::render::value_summary;
 use gpuvet_model::catalog::Direction;
 use gpuvet_model::node_list::{MAX_PARTS, fold_node_names};
 use gpuvet_model::repeats::group_repeats;
-use gpuvet_model::results::{CheckResult, Entity, GroupSummary, RunReport, Verdict};
+use gpuvet_model::results::{CheckResult, Entity, GroupIncident, GroupSummary, RunReport, Verdict};
 use gpuvet_model::time::format_utc_ms;
 
 /// The page's styles, inlined into its `<head>`.
@@ -57,6 +64,9 @@ pub fn page(report: &RunReport) -> String {
         escape(&report.node)
     ));
     out.push_str(&header(report));
+    if let Some(diagnosis) = &report.diagnosis {
+        out.push_str(&verdict_block(diagnosis));
+    }
     if let Some(group) = &report.group {
         out.push_str(&group_section(group));
     }
@@ -145,32 +155,49 @@ pub(crate) fn group_section(group: &GroupSummary) -> String {
     }
     if let Some(first) = &group.first_error {
         out.push_str(&format!(
-            "<p class=\"first-error\"><strong>first error</strong>: {} {} <span class=\"lane\">{}</span>: {}</p>\n",
-            escape(&rank_name(first)),
-            escape(first.kind.as_str()),
-            first.lane,
-            escape(&first.detail)
+            "<p class=\"first-error\"><strong>first error</strong>: {}</p>\n",
+            incident_text(first)
         ));
     }
-    // Ranks that only waited on the first error mostly say the same: said once.
+    // Ranks that only waited on the first error, and later failures, mostly say the
+    // same: each said once, with the ranks that said it.
     let secondary: Vec<(String, String)> = group
         .secondary
         .iter()
-        .map(|i| (rank_name(i), format!("{} {}", i.kind, i.detail)))
+        .map(|i| (rank_name(i), format!("{}: {}", i.kind.words(), i.detail)))
         .collect();
     let mut notes: Vec<String> = group_repeats(&secondary, group.node_count())
         .into_iter()
-        .map(|line| format!("secondary: {}", escape(&line)))
+        .map(|line| format!("followed: {}", escape(&line)))
         .collect();
-    notes.extend(group.other_failures.iter().map(|i| {
-        format!(
-            "also: {} {} <span class=\"lane\">{}</span>: {}",
-            escape(&rank_name(i)),
-            escape(i.kind.as_str()),
-            i.lane,
-            escape(&i.detail)
-        )
-    }));
+    // A later failure of one rank reads as the first error does; one that several
+    // ranks share is said once, with their names.
+    let mut others: Vec<(String, Vec<&GroupIncident>)> = Vec::new();
+    for incident in &group.other_failures {
+        let said = format!(
+            "{} <span class=\"lane\">{}</span>: {}",
+            escape(incident.kind.words()),
+            incident.lane,
+            escape(&incident.detail)
+        );
+        match others.iter_mut().find(|(text, _)| *text == said) {
+            Some((_, ranks)) => ranks.push(incident),
+            None => others.push((said, vec![incident])),
+        }
+    }
+    for (said, ranks) in others {
+        let line = match ranks.as_slice() {
+            [one] => incident_text(one),
+            _ => {
+                let items: Vec<(String, &str)> = ranks
+                    .iter()
+                    .map(|i| (escape(&rank_name(i)), said.as_str()))
+                    .collect();
+                group_repeats(&items, group.node_count()).concat()
+            }
+        };
+        notes.push(format!("also: {line}"));
+    }
     if !notes.is_empty() {
         out.push_str(&format!(
             "<ul class=\"incidents\"><li>{}</li></ul>\n",
@@ -181,35 +208,15 @@ pub(crate) fn group_section(group: &GroupSummary) -> String {
     out
 }
 
-/// Every slow or faulty entity of the run, with its check, lane and reason.
-pub fn findings_table(report: &RunReport) -> String {
-    let findings: Vec<_> = report.findings().collect();
-    let mut out = format!(
-        "<section id=\"findings\">\n<h2>Findings ({})</h2>\n",
-        findings.len()
-    );
-    if findings.is_empty() {
-        out.push_str("<p>No GPU, node or link was found slow or faulty.</p>\n</section>\n");
-        return out;
-    }
-    out.push_str("<table>\n<thead><tr><th>check</th><th>entity</th><th>verdict</th><th>lane</th><th>value</th><th>reason</th></tr></thead>\n<tbody>\n");
-    for (check, finding) in findings {
-        let verdict = verdict_name(finding.verdict);
-        let value = finding.measurement.value.map_or_else(
-            || "-".to_owned(),
-            |v| format!("{} {}", fmt_value(v), check.metric.unit),
-        );
-        out.push_str(&format!(
-            "<tr class=\"{verdict}\"><td><a href=\"#check-{name}\">{name}</a></td><td>{}</td><td><span class=\"status {verdict}\">{verdict}</span></td><td><span class=\"lane\">{}</span></td><td>{}</td><td>{}</td></tr>\n",
-            escape(&finding.entity.to_string()),
-            finding.lane,
-            escape(&value),
-            escape(&finding.reason),
-            name = check.name.as_str(),
-        ));
-    }
-    out.push_str("</tbody>\n</table>\n</section>\n");
-    out
+/// `rank 1 (n1) never joined <lane>platform</lane>: …`, as HTML.
+fn incident_text(incident: &GroupIncident) -> String {
+    format!(
+        "{} {} <span class=\"lane\">{}</span>: {}",
+        escape(&rank_name(incident)),
+        escape(incident.kind.words()),
+        incident.lane,
+        escape(&incident.detail)
+    )
 }
 
 pub(crate) fn verdict_name(verdict: Verdict) -> &'static str {

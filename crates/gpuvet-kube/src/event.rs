@@ -328,4 +328,42 @@ mod tests {
         });
         assert_eq!(series_patch(&existing, &spec, 0)["series"]["count"], 8);
     }
+
+    /// A failed run's Event says what its verdict block and `explain` say: the binary
+    /// publishes the `SanityCheckFailed` event's message, which is the diagnosis's
+    /// message, and the note keeps it whole with the lane in front. (The CLI test
+    /// `the_verdict_block_explain_and_the_pushed_event_agree` holds that the message,
+    /// the verdict block and `explain` come from one diagnosis.)
+    #[test]
+    fn a_failed_runs_note_is_its_diagnosis() {
+        use gpuvet_model::diagnosis::{Diagnosis, team};
+
+        let diagnosis = Diagnosis {
+            headline: "gpu-7 is slow".into(),
+            why: "slow in 10 of 13 checks, all 8 GPUs and every link".into(),
+            lane: Some(Lane::Host),
+            team: team(Lane::Host).into(),
+            next_step: "check `gpu-7` as a whole: power and thermal limits, clocks \
+                        (`nvidia-smi -q -d PERFORMANCE,POWER`), CPU governor, PCIe links; if it \
+                        stays slow, drain it"
+                .into(),
+            others: (0..16).map(|i| format!("gemm_flops: gpu-{i}/dev3 slow: 420 TFLOPS, 40 % below the peer median 700 TFLOPS (threshold 5 %)")).collect(),
+        };
+        let spec = EventSpec {
+            note: diagnosis.message(),
+            lane: diagnosis.lane,
+            ..spec(EventKind::SanityCheckFailed)
+        };
+        let note = note(&spec);
+        assert!(
+            note.starts_with(
+                "[host lane] gpu-7 is slow; hand it to the host team: slow in 10 of 13 checks"
+            ),
+            "{note}"
+        );
+        assert!(note.contains(&diagnosis.next_step), "{note}");
+        // The API's 1 KiB: the conclusion comes first, so a cut takes only other culprits.
+        assert!(note.len() <= MAX_NOTE_BYTES);
+        assert!(note.ends_with('…'), "{note}");
+    }
 }

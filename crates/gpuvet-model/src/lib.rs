@@ -15,6 +15,7 @@ pub mod baselines;
 pub mod bounds;
 pub mod catalog;
 pub mod config;
+pub mod diagnosis;
 pub mod diagnostics;
 pub mod env_vars;
 pub mod events;

@@ -506,6 +506,10 @@ pub struct RunReport {
     /// What the run was started with, its secrets removed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<RunContext>,
+    /// The conclusion, in words for people, when the run failed: what the verdict
+    /// block, `explain`, the pages and events say.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnosis: Option<crate::diagnosis::Diagnosis>,
 }
 
 /// What a run was started with, its secrets removed before it is kept anywhere: for

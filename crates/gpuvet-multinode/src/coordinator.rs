@@ -190,6 +190,7 @@ pub fn run_group(
         checks: results,
         group: Some(summary),
         context: None,
+        diagnosis: None,
     };
     if conversation.lost.is_empty() && !overran {
         let finish = Directive::Finish {
@@ -692,6 +693,7 @@ mod tests {
             checks: vec![check],
             group: None,
             context: None,
+            diagnosis: None,
         }
     }
 

@@ -122,6 +122,7 @@ pub fn run(
         checks: results,
         group: None,
         context: None,
+        diagnosis: None,
     };
     observe(RunnerEvent::RunFinished { report: &report });
     report

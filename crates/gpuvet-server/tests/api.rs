@@ -216,6 +216,7 @@ fn report(attempt: &Attempt, id: &str, slow: bool) -> RunReport {
         checks,
         group: None,
         context: None,
+        diagnosis: None,
     }
 }
 

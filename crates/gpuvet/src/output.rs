@@ -6,6 +6,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use gpuvet_analysis::render;
+use gpuvet_model::diagnosis::TERMINAL_WIDTH;
 use gpuvet_model::results::RunReport;
 use gpuvet_runner::RunnerEvent;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
@@ -75,6 +76,30 @@ pub fn detail(args: &crate::cli::SanityArgs) -> render::Detail {
     } else {
         render::Detail::Brief
     }
+}
+
+/// How wide the report may be: the terminal's width when it is narrower than 100
+/// columns, else 100 (and 100 into a file or pipe).
+pub fn width(is_terminal: bool) -> usize {
+    let columns = is_terminal.then(terminal_columns).flatten();
+    columns.map_or(TERMINAL_WIDTH, |c| c.min(TERMINAL_WIDTH))
+}
+
+/// The columns of the terminal on stderr (or stdout), when it says.
+fn terminal_columns() -> Option<usize> {
+    [libc::STDERR_FILENO, libc::STDOUT_FILENO]
+        .into_iter()
+        .find_map(|fd| {
+            let mut size = libc::winsize {
+                ws_row: 0,
+                ws_col: 0,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            };
+            // SAFETY: TIOCGWINSZ writes one `winsize` into the struct it is given.
+            let rc = unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut size) };
+            (rc == 0 && size.ws_col > 0).then_some(usize::from(size.ws_col))
+        })
 }
 
 /// Writes text to stdout; a closed pipe (e.g. `| head`) is not an error, and any other

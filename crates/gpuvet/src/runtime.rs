@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use gpuvet_analysis::diagnose::diagnose_runtime;
 use gpuvet_model::config::{NcclRas, WatchSettings};
+use gpuvet_model::diagnosis::TERMINAL_WIDTH;
 use gpuvet_model::events::{Attempt, EventKind, NewEvent};
 use gpuvet_store::Store;
 use gpuvet_watch::finding::{RuntimeFinding, Severity};
@@ -87,10 +89,8 @@ impl KillSwitch {
         }
         *fired = Some(finding.clone());
         drop(fired);
-        warn(format!(
-            "c4d: stopping the app (runtime fail_action `kill`): {}",
-            finding.message
-        ));
+        // The finding itself was shown just before, in the verdict's words.
+        warn("c4d: stopping the app (runtime fail_action `kill`) for the finding above");
         match self.pid.load(Ordering::SeqCst) {
             0 => {}
             pid => terminate(pid),
@@ -156,6 +156,11 @@ impl RuntimeWatch {
                     watcher.add_source(source);
                     sources += 1;
                 }
+                // Off a GPU machine the whole chain says little more than that.
+                Err(err) if err.is_no_driver() => note(
+                    "c4d: watching without NVML: no NVIDIA driver here (libnvidia-ml.so.1 \
+                     does not load)",
+                ),
                 Err(err) => note(format!(
                     "c4d: NVML is not available ({err}); watching without it"
                 )),
@@ -337,7 +342,7 @@ fn spawn_recorder(
                 }
                 // Shown once written: a finding on screen is one a restart won't repeat.
                 for finding in &step.findings {
-                    show(finding, echo);
+                    show(finding, &attempt.node, echo);
                 }
                 // After recording, so the event that explains the stop comes first.
                 if let Some(kill) = &kill {
@@ -393,12 +398,19 @@ fn event_of(finding: &RuntimeFinding) -> NewEvent {
     }
 }
 
-fn show(finding: &RuntimeFinding, echo: Echo) {
+fn show(finding: &RuntimeFinding, node: &str, echo: Echo) {
+    // The verdict block's words, led by the runtime check's name.
     let text = || {
-        format!(
-            "c4d: {:?} [{} lane, action {:?}, seen {}x]: {}\n",
-            finding.severity, finding.lane, finding.action, finding.count, finding.message
-        )
+        let diagnosis = diagnose_runtime(node, finding);
+        let mut text = String::new();
+        for line in diagnosis.lines(TERMINAL_WIDTH) {
+            let line = line.strip_prefix("verdict: ").map_or(line.clone(), |rest| {
+                format!("{}{rest}", lead(finding.severity))
+            });
+            text.push_str(&line);
+            text.push('\n');
+        }
+        text
     };
     match echo {
         Echo::Stderr => output::stderr(&text()),
@@ -409,5 +421,15 @@ fn show(finding: &RuntimeFinding, echo: Echo) {
             let line = serde_json::to_string(finding).unwrap_or_default();
             let _ = output::stdout(&format!("{line}\n"));
         }
+    }
+}
+
+/// What a runtime finding's lines start with: `c4d: ` for a failure, which the app's
+/// stderr readers look for, and its severity for the rest.
+fn lead(severity: Severity) -> &'static str {
+    match severity {
+        Severity::Fail => "c4d: ",
+        Severity::Warn => "c4d warning: ",
+        Severity::Info => "c4d note: ",
     }
 }

@@ -105,6 +105,7 @@ fn explanation(first: Option<(&str, Lane)>) -> Explanation {
             conclusion: Conclusion::Confirmed,
             evidence: String::new(),
         }],
+        diagnosis: None,
     }
 }
 

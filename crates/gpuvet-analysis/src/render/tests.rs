@@ -82,12 +82,13 @@ fn sample_report() -> RunReport {
         checks,
         group: None,
         context: None,
+        diagnosis: None,
     }
 }
 
 #[test]
 fn table_shows_every_check_and_each_finding() {
-    insta::assert_snapshot!(table(&sample_report(), Some(110), Detail::Full));
+    insta::assert_snapshot!(table(&sample_report(), 110, Detail::Full));
 }
 
 #[test]
@@ -102,9 +103,11 @@ fn brief_details_stay_short_and_keep_what_runs_are_compared_by() {
         ("engine_note".to_owned(), "x".repeat(300)),
     ]);
     report.checks[1].reason = Some(format!("skipped because {}", "very ".repeat(40)));
-    let brief = table(&report, Some(200), Detail::Brief);
-    let full = table(&report, Some(400), Detail::Full);
-    assert!(brief.contains("dtype=fp32 engine=gpuvet-tcp"), "{brief}");
+    let brief = table(&report, 200, Detail::Brief);
+    let full = table(&report, 400, Detail::Full);
+    assert!(brief.contains("1 of 2 ok; dtype=fp32"), "{brief}");
+    assert!(!brief.contains("engine="), "{brief}");
+    assert!(full.contains("engine=gpuvet-tcp"), "{full}");
     assert!(!brief.contains("engine_note"), "{brief}");
     assert!(!brief.contains("algorithm="), "{brief}");
     assert!(full.contains("engine_note="), "{full}");
@@ -118,7 +121,7 @@ fn brief_details_stay_short_and_keep_what_runs_are_compared_by() {
             .trim();
         assert!(details.chars().count() <= BRIEF_DETAILS, "{details}");
     }
-    assert!(brief.contains("skipped because very very"), "{brief}");
+    assert!(brief.contains("skipped because very"), "{brief}");
     assert!(brief.contains("…"), "{brief}");
 }
 
@@ -162,7 +165,7 @@ fn the_group_line_folds_runs_of_node_names() {
         nodes: (0..4096).map(|n| format!("node-{n}")).collect(),
         ..GroupSummary::default()
     });
-    let text = table(&report, Some(110), Detail::Brief);
+    let text = table(&report, 110, Detail::Brief);
     assert!(text.contains("\ngroup of 4096: node-[0-4095]\n"), "{text}");
 }
 
@@ -174,7 +177,7 @@ fn a_members_copy_of_a_large_group_says_how_many_nodes_and_that_it_names_only_so
         size: Some(4096),
         ..GroupSummary::default()
     });
-    let text = table(&report, Some(110), Detail::Brief);
+    let text = table(&report, 110, Detail::Brief);
     assert!(
         text.contains(
             "\ngroup of 4096: node-17 named here; the coordinator's report names them all\n"
@@ -185,9 +188,47 @@ fn a_members_copy_of_a_large_group_says_how_many_nodes_and_that_it_names_only_so
         size: Some(4096),
         ..GroupSummary::default()
     });
-    let text = table(&report, Some(110), Detail::Brief);
+    let text = table(&report, 110, Detail::Brief);
     assert!(
         text.contains("\ngroup of 4096: the coordinator's report names them\n"),
         "{text}"
     );
+}
+
+#[test]
+fn a_failed_run_leads_with_its_verdict_and_folds_its_findings() {
+    use crate::diagnose::diagnose_report;
+    use crate::fold::tests::{device_check, report};
+
+    let mut report = report(vec![device_check(
+        CheckName::GemmFlops,
+        &["n0", "n1"],
+        |node, _| if node == "n1" { 420.0 } else { 700.0 },
+    )]);
+    report.diagnosis = diagnose_report(&report);
+    let brief = table(&report, 100, Detail::Brief);
+    let lines: Vec<&str> = brief.lines().collect();
+    let bottom = lines.iter().position(|l| l.starts_with('└')).unwrap();
+    assert_eq!(
+        lines[bottom + 1],
+        "verdict: n1/dev[0-7] are slow in gemm_flops; hand it to the host team [lane: host]"
+    );
+    assert!(lines.iter().all(|l| l.chars().count() <= 100), "{brief}");
+    assert_eq!(
+        brief.matches("n1/dev").count(),
+        2,
+        "verdict and one finding: {brief}"
+    );
+    assert!(
+        brief.contains("  gemm_flops: n1/dev[0-7] slow: 420 TFLOPS, 40 % below"),
+        "{brief}"
+    );
+
+    let full = table(&report, 100, Detail::Full);
+    for index in 0..8 {
+        assert!(
+            full.contains(&format!("gemm_flops slow on n1/dev{index} [lane: host]")),
+            "--verbose keeps every entity: {full}"
+        );
+    }
 }

@@ -85,6 +85,7 @@ pub(crate) fn group_report(checks: Vec<CheckResult>, group: GroupSummary) -> Run
         checks,
         group: Some(group),
         context: None,
+        diagnosis: None,
     }
 }
 
@@ -441,6 +442,40 @@ fn the_text_marks_the_first_error_and_shows_only_its_nodes_spans() {
     );
     assert!(
         text.contains("clocks: n1 +1000.000 ms ±0.050, n2 -2000.000 ms ±0.050"),
+        "{text}"
+    );
+}
+
+#[test]
+fn event_kinds_read_as_words() {
+    assert_eq!(
+        event_words(EventKind::SanityCheckFailed),
+        "sanity check failed"
+    );
+    assert_eq!(
+        event_words(EventKind::InstanceRebuildRequested),
+        "instance rebuild requested"
+    );
+}
+
+#[test]
+fn the_text_says_a_nodes_alike_findings_once() {
+    let gemm = crate::fold::tests::device_check(CheckName::GemmFlops, &["n0", "n1"], |n, _| {
+        if n == "n1" { 420.0 } else { 700.0 }
+    });
+    let report = crate::fold::tests::report(vec![gemm]);
+    let text = render(&assemble(&record(report, Vec::new())));
+    let findings: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("gemm_flops finding"))
+        .collect();
+    assert_eq!(findings.len(), 2, "the first error, then the rest: {text}");
+    assert!(
+        findings[0].contains("FIRST ERROR [host] gemm_flops finding: n1/dev0 "),
+        "{text}"
+    );
+    assert!(
+        findings[1].contains("gemm_flops finding: n1/dev[1-7] slow:"),
         "{text}"
     );
 }

@@ -98,6 +98,7 @@ fn group_record(nodes: usize, samples: usize) -> JobRecord {
             config: serde_json::json!({"gpuvet": {"rebuild_hook": ["curl", SECRET]}}),
             environment: [("GPUVET_JOB_ID".to_owned(), "7".to_owned())].into(),
         }),
+        diagnosis: None,
     };
     let events = names
         .iter()
@@ -238,4 +239,55 @@ fn a_bundle_of_another_layout_version_is_refused() {
         "{err}"
     );
     assert!(err.hint().is_some());
+}
+
+#[test]
+fn the_readme_leads_with_the_verdict_and_lists_the_findings_folded() {
+    let mut record = group_record(4, 5);
+    // Every GPU of node-1 slow in every check: one slow node, not 8 findings a check.
+    for check in &mut record.reports[0].checks {
+        check.status = CheckStatus::Failed;
+        for entity in &mut check.entities {
+            if entity.entity.node() == "node-1" {
+                entity.verdict = Verdict::Slow;
+            }
+        }
+    }
+    let (packed, bytes) = packed(&record);
+    let bundle = crate::read(bytes.as_slice(), &Limits::default()).unwrap();
+    let readme = String::from_utf8(bundle.get("README.md").unwrap().bytes.clone()).unwrap();
+    let diagnosis = packed.explanation.diagnosis.as_ref().unwrap();
+    assert_eq!(diagnosis.headline, "node-1 is slow");
+    // The verdict block as `explain` prints it, first under its heading.
+    let block = format!(
+        "## What went wrong\n\n```text\n{}\n```\n",
+        diagnosis.lines(TERMINAL_WIDTH).join("\n")
+    );
+    assert!(readme.contains(&block), "{readme}");
+    assert!(
+        readme
+            .contains("```text\nverdict: node-1 is slow; hand it to the host team [lane: host]\n"),
+        "{readme}"
+    );
+    // The findings folded: the slow node once, the other slow GPU on a line of its own.
+    let findings = readme
+        .split("## Findings\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```text\n").nth(1))
+        .and_then(|rest| rest.split("```").next())
+        .unwrap_or_else(|| panic!("no findings block: {readme}"));
+    let lines: Vec<&str> = findings.lines().collect();
+    let checks = CheckName::ALL.len();
+    assert_eq!(
+        lines,
+        [
+            format!("node-1: slow in {checks} of {checks} checks, all 8 GPUs").as_str(),
+            "gemm_flops: node-2/dev5 slow: a reason of a typical length for an entity of a check",
+        ],
+        "{readme}"
+    );
+    assert!(
+        readme.find("## Findings") < readme.find("## Hypotheses"),
+        "{readme}"
+    );
 }

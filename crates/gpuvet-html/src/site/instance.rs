@@ -1,9 +1,11 @@
 //! The instance page (`/instances/{job}/{node}`, `?attempt=N` for an older attempt):
-//! who and where, the latest run's status and times, its findings and one panel per
-//! check (the static report's own [`findings_table`] and [`check_panel`], whose charts
-//! fold a 1,024-node check into a bounded profile), links to the static report and to
-//! its attempt's timeline and bundle, the instance's runs and its events. While the node has no report yet or its run goes on,
-//! the page is live: [`live`](crate::site::live) reloads it when a new run arrives.
+//! who and where, the latest run's status and times, the verdict of a failed run, its
+//! findings folded and one panel per check (the static report's own
+//! [`verdict_block`], [`findings_table`] and [`check_panel`], whose charts fold a
+//! 1,024-node check into a bounded profile), links to the static report and to its
+//! attempt's timeline and bundle, the instance's runs and its events. While the node
+//! has no report yet or its run goes on, the page is live:
+//! [`live`](crate::site::live) reloads it when a new run arrives.
 
 use gpuvet_model::events::Event;
 use gpuvet_model::overview::{InstanceSummary, RunSummary};
@@ -14,7 +16,7 @@ use crate::site::layout::{Section, document};
 use crate::site::live::refresh_script;
 use crate::site::timeline::{bundle_link, timeline_link};
 use crate::site::{href, when};
-use crate::{check_panel, escape, findings_table, group_section};
+use crate::{check_panel, escape, findings_table, group_section, verdict_block};
 
 /// The most earlier attempts linked from the header.
 const LINKED_ATTEMPTS: u32 = 8;
@@ -52,6 +54,9 @@ pub fn instance_page(
     }
     match report {
         Some(report) => {
+            if let Some(diagnosis) = &report.diagnosis {
+                body.push_str(&verdict_block(diagnosis));
+            }
             if let Some(group) = &report.group {
                 body.push_str(&group_section(group));
             }

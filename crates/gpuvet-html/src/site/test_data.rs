@@ -160,7 +160,7 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
         kind,
         lane,
         time_ms,
-        detail: format!("rank {rank} ({}) {kind}", names[rank]),
+        detail: format!("rank {rank} ({}) {}", names[rank], kind.words()),
     };
     let pair = Entity::NodePair {
         a: names[next].clone(),
@@ -233,6 +233,7 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
         checks,
         group: Some(group),
         context: None,
+        diagnosis: None,
     };
     let event_at = |id: usize, i: usize, time_ms: u64, kind: EventKind, details| Event {
         id: id as i64,

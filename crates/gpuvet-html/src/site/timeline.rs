@@ -1,11 +1,14 @@
 //! The timeline page (`/jobs/{job}/timeline?attempt=N`): one attempt of a job on one
-//! clock. Above, the explanation in short (the first error, its lane, the team to hand
-//! it to, the next step) and the six hypotheses with their conclusions; below, one
-//! swim lane per node on a shared time axis, as inline SVG: each node's part of each
-//! check as a bar, incidents, findings, runtime findings, events and collectives as
-//! marks, coloured by their role (the first error red, labelled and anchored at
-//! `#first-error`; what followed from it grey; other failures in the warning colour;
-//! context neutral), with a legend; then a table of the failures and events.
+//! clock. Above, the explanation in short (the verdict block of a failed attempt, as
+//! `gpuvet explain` prints it, else the team to hand it to and the next step; the
+//! first error; the six hypotheses with their conclusions); below, one swim lane per
+//! node on a shared time axis, as inline SVG: each node's part of each check as a bar,
+//! incidents, findings, runtime findings, events and collectives as marks, coloured by
+//! their role (the first error red, anchored at `#first-error` and labelled in a band
+//! above the lanes, so the label covers no lane; what followed from it grey; other
+//! failures in the warning colour; context neutral), with a legend; then a table of
+//! the failures and events, where the findings of one check with one verdict and role
+//! on one node (its eight GPUs) are one row.
 //!
 //! Folding, so that a group of 1,024 nodes is still a page to read:
 //! - a group of at most [`SHOWN_LANES`] nodes gets a lane per node;
@@ -17,7 +20,7 @@
 //!   of its nodes' bars (the earliest start to the latest end) and their marks;
 //! - in every lane, marks of one kind and role that fall on the same pixel are drawn
 //!   once (the first error always, on top), and the table lists at most
-//!   [`SHOWN_ENTRIES`] entries, failures first.
+//!   [`SHOWN_ENTRIES`] rows, failures first.
 //!
 //! Every node lane's label links to its instance page for this attempt; every lane
 //! carries `data-lane` (the node, or a fold's ranges and count, `node-[64-127] (64)`)
@@ -25,20 +28,22 @@
 
 use std::collections::{BTreeMap, HashSet};
 
+use gpuvet_analysis::diagnose::{status_words, words};
 use gpuvet_analysis::explain::{Conclusion, Explanation};
-use gpuvet_analysis::timeline::{Entry, Role, Timeline, What};
+use gpuvet_analysis::timeline::{self, Entry, Role, Timeline, What};
 use gpuvet_model::node_list::{fold_node_names, natural_key};
 
 use crate::chart::round_up;
 use crate::site::layout::{Section, document};
 use crate::site::{href, when};
-use crate::{escape, verdict_name};
+use crate::verdict::with_code;
+use crate::{escape, verdict_block, verdict_name};
 
 /// The most nodes that get a lane of their own.
 pub const SHOWN_LANES: usize = 50;
 /// The most lanes the other nodes of a large group fold into.
 pub const FOLDED_LANES: usize = 16;
-/// The most entries the table under the lanes lists; the JSON has every one.
+/// The most rows the table under the lanes lists; the JSON has every entry.
 pub const SHOWN_ENTRIES: usize = 200;
 
 /// The most attempts linked from the header.
@@ -52,8 +57,10 @@ const WIDTH: f64 = 1000.0;
 /// The label column, left of the plot.
 const LEFT: f64 = 210.0;
 const RIGHT: f64 = 16.0;
-/// Room above the lanes for the time axis.
-const TOP: f64 = 26.0;
+/// The band at the very top that holds the first error's label, clear of every lane.
+const LABEL_BAND: f64 = 16.0;
+/// Room above the lanes for the label band and the time axis.
+const TOP: f64 = LABEL_BAND + 26.0;
 const BOTTOM: f64 = 8.0;
 const LANE: f64 = 20.0;
 /// Half the size of a mark.
@@ -186,6 +193,10 @@ fn attempts(job: &str, attempt: u32, latest: u32) -> String {
 
 fn explanation_section(explanation: &Explanation) -> String {
     let mut out = String::from("<section id=\"explanation\">\n<h2>Explanation</h2>\n");
+    // The verdict says the culprit, team, lane and next step, as `explain` prints it.
+    if let Some(diagnosis) = &explanation.diagnosis {
+        out.push_str(&verdict_block(diagnosis));
+    }
     match &explanation.first_error {
         Some(first) => out.push_str(&format!(
             "<p class=\"first-error\"><strong>first error</strong>: <a href=\"#first-error\">{}</a> {}{}: {}</p>\n",
@@ -196,15 +207,17 @@ fn explanation_section(explanation: &Explanation) -> String {
         )),
         None => out.push_str("<p class=\"no-error\"><strong>first error</strong>: none</p>\n"),
     }
-    let lane = explanation
-        .lane
-        .map_or_else(|| "unknown".to_owned(), |lane| lane.as_str().to_owned());
-    out.push_str(&format!(
-        "<dl class=\"facts explain\">\n<dt>lane</dt><dd>{}</dd>\n<dt>hand to</dt><dd>{}</dd>\n<dt>next step</dt><dd class=\"next-step\">{}</dd>\n</dl>\n",
-        escape(&lane),
-        escape(&explanation.team),
-        with_code(&explanation.next_step)
-    ));
+    if explanation.diagnosis.is_none() {
+        let lane = explanation
+            .lane
+            .map_or_else(|| "unknown".to_owned(), |lane| lane.as_str().to_owned());
+        out.push_str(&format!(
+            "<dl class=\"facts explain\">\n<dt>lane</dt><dd>{}</dd>\n<dt>hand to</dt><dd>{}</dd>\n<dt>next step</dt><dd class=\"next-step\">{}</dd>\n</dl>\n",
+            escape(&lane),
+            escape(&explanation.team),
+            with_code(&explanation.next_step)
+        ));
+    }
     if !explanation.evidence.is_empty() {
         let lines: Vec<String> = explanation.evidence.iter().map(|l| with_code(l)).collect();
         out.push_str(&format!(
@@ -239,27 +252,6 @@ fn lane_tag(entry: &Entry) -> String {
     entry.lane.map_or_else(String::new, |lane| {
         format!(" <span class=\"lane\">{lane}</span>")
     })
-}
-
-/// `text` escaped, with each part in backticks set as code; text with an odd number
-/// of backticks stays as it is.
-fn with_code(text: &str) -> String {
-    let escaped = escape(text);
-    let parts: Vec<&str> = escaped.split('`').collect();
-    if parts.len().is_multiple_of(2) {
-        return escaped;
-    }
-    parts
-        .iter()
-        .enumerate()
-        .map(|(i, part)| {
-            if i % 2 == 1 {
-                format!("<code>{part}</code>")
-            } else {
-                (*part).to_owned()
-            }
-        })
-        .collect()
 }
 
 /// The clocks in one line: whose clock the times are on, and how far the others were.
@@ -522,11 +514,11 @@ fn lanes_svg(timeline: &Timeline) -> String {
         if let Some(first) = timeline.first_error
             && lane.entries.contains(&first)
         {
-            first_at = Some((first, y));
+            first_at = Some((first, y, label));
         }
     }
-    if let Some((index, y)) = first_at {
-        first_error_mark(&mut out, &timeline.entries[index], &axis, y, height);
+    if let Some((index, y, lane)) = first_at {
+        first_error_mark(&mut out, &timeline.entries[index], &lane, &axis, y, height);
     }
     out.push_str("</svg>");
     out
@@ -700,14 +692,17 @@ fn role_word(role: Role) -> &'static str {
 /// What an entry is, in a few words.
 fn what_text(what: &What) -> String {
     match what {
-        What::Check { check, status, .. } => format!("{check} {status}"),
+        What::Check { check, status, .. } => format!("{check} {}", status_words(*status)),
         What::Incident { incident } => incident.words().to_owned(),
         What::Finding { check, verdict, .. } => format!("{check} {}", verdict_name(*verdict)),
-        What::RuntimeFinding { check, xid, .. } => match xid {
-            Some(xid) => format!("runtime {check} (XID {xid})"),
-            None => format!("runtime {check}"),
-        },
-        What::Event { event } => event.to_string(),
+        What::RuntimeFinding { check, xid, .. } => {
+            let check = words(&check.to_string());
+            match xid {
+                Some(xid) => format!("runtime {check} (XID {xid})"),
+                None => format!("runtime {check}"),
+            }
+        }
+        What::Event { event } => timeline::event_words(*event),
         What::Collective { op, seq, state, .. } => format!("{op} #{seq} {state}"),
     }
 }
@@ -807,18 +802,20 @@ fn shape(kind: &str, role: &str, x: f64, y: f64, end: Option<f64>, title: &str) 
     }
 }
 
-/// The first error: its mark, a line through every lane at its time, and its label.
-fn first_error_mark(out: &mut String, entry: &Entry, axis: &Axis, y: f64, height: f64) {
+/// The first error: its mark on the lane `lane`, a line through every lane at its time,
+/// and its label in the band above the lanes, where it covers no lane, bar or mark.
+fn first_error_mark(out: &mut String, entry: &Entry, lane: &str, axis: &Axis, y: f64, height: f64) {
     let x = axis.x(entry.time_ms);
     let cy = y + LANE / 2.0;
-    // Near the right edge the label goes to the left of the mark.
+    // Beside the line; near the right edge, to its left.
     let (label_x, anchor) = if x > WIDTH - 160.0 {
-        (x - MARK - 4.0, "end")
+        (x - 4.0, "end")
     } else {
-        (x + MARK + 4.0, "start")
+        (x + 4.0, "start")
     };
     out.push_str(&format!(
-        r#"<g id="first-error" class="first-error-mark"><line class="first-error-line" x1="{x:.1}" x2="{x:.1}" y1="{TOP:.1}" y2="{:.1}"/>{}<text class="first-error-label" x="{label_x:.1}" y="{:.1}" text-anchor="{anchor}">first error</text></g>"#,
+        r#"<g id="first-error" class="first-error-mark" data-marks="{}"><line class="first-error-line" x1="{x:.1}" x2="{x:.1}" y1="2.0" y2="{:.1}"/>{}<text class="first-error-label" x="{label_x:.1}" y="{:.1}" text-anchor="{anchor}">first error</text></g>"#,
+        escape(lane),
         height - BOTTOM,
         shape(
             what_class(&entry.what),
@@ -828,11 +825,26 @@ fn first_error_mark(out: &mut String, entry: &Entry, axis: &Axis, y: f64, height
             until(entry).map(|ms| axis.x(ms)),
             &escape(&mark_title(entry, axis.origin))
         ),
-        cy + 4.0
+        LABEL_BAND - 4.0
     ));
 }
 
-/// The failures and events, failures first when there are more than the table lists.
+/// `+0.051 s`, or `+0.051 s to +0.060 s` for a row whose entries differ in time.
+fn row_time(timeline: &Timeline, row: &[usize], origin: u64) -> String {
+    let times = row.iter().map(|&i| timeline.entries[i].time_ms);
+    let (first, last) = (
+        times.clone().min().unwrap_or(origin),
+        times.max().unwrap_or(origin),
+    );
+    if first == last {
+        offset(first, origin)
+    } else {
+        format!("{} to {}", offset(first, origin), offset(last, origin))
+    }
+}
+
+/// The failures and events, the findings of one check on one node folded into one row,
+/// failures first when there are more rows than the table lists.
 fn entries_table(timeline: &Timeline) -> String {
     let listed: Vec<usize> = timeline
         .entries
@@ -841,11 +853,15 @@ fn entries_table(timeline: &Timeline) -> String {
         .filter(|(_, e)| weight(e) < 4)
         .map(|(i, _)| i)
         .collect();
-    let mut shown = listed.clone();
+    let rows = timeline::rows(timeline, &listed);
+    let mut shown: Vec<&Vec<usize>> = rows.iter().collect();
     if shown.len() > SHOWN_ENTRIES {
-        shown.sort_by_key(|&i| (timeline.entries[i].role == Role::Context, i));
+        shown.sort_by_key(|row| {
+            let first = row[0];
+            (timeline.entries[first].role == Role::Context, first)
+        });
         shown.truncate(SHOWN_ENTRIES);
-        shown.sort_unstable();
+        shown.sort_by_key(|row| row[0]);
     }
     let mut out = format!(
         "<section id=\"entries\">\n<h2>Failures and events ({})</h2>\n",
@@ -855,18 +871,26 @@ fn entries_table(timeline: &Timeline) -> String {
         out.push_str("<p class=\"empty\">No failure or event on the timeline.</p>\n</section>\n");
         return out;
     }
-    if shown.len() < listed.len() {
+    if rows.len() < listed.len() {
         out.push_str(&format!(
-            "<p class=\"count\">showing {} of {}, failures first; the <a href=\"{}\">timeline JSON</a> has every one</p>\n",
-            shown.len(),
+            "<p class=\"count\">{} entries in {} rows: the findings of one check on one node are one row</p>\n",
             listed.len(),
+            rows.len()
+        ));
+    }
+    if shown.len() < rows.len() {
+        out.push_str(&format!(
+            "<p class=\"count\">showing {} of {} rows, failures first; the <a href=\"{}\">timeline JSON</a> has every entry</p>\n",
+            shown.len(),
+            rows.len(),
             escape(&href::timeline_api(&timeline.job_id, Some(timeline.attempt)))
         ));
     }
     out.push_str("<table class=\"entries\">\n<thead><tr><th>time</th><th>node</th><th>what</th><th>lane</th><th>role</th><th>detail</th></tr></thead>\n<tbody>\n");
     let members: HashSet<&str> = timeline.members.iter().map(|m| m.node.as_str()).collect();
     let origin = timeline.origin_ms();
-    for i in shown {
+    for row in shown {
+        let i = row[0];
         let entry = &timeline.entries[i];
         let role = role_class(entry.role);
         let node = escape(&entry.node);
@@ -888,13 +912,14 @@ fn entries_table(timeline: &Timeline) -> String {
             role_word(entry.role).to_owned()
         };
         out.push_str(&format!(
-            "<tr class=\"{role}\" data-role=\"{role}\"><td>{}</td><td>{node}</td><td>{}</td><td>{}</td><td>{link}</td><td>{}</td></tr>\n",
-            offset(entry.time_ms, origin),
+            "<tr class=\"{role}\" data-role=\"{role}\" data-count=\"{}\"><td>{}</td><td>{node}</td><td>{}</td><td>{}</td><td>{link}</td><td>{}</td></tr>\n",
+            row.len(),
+            row_time(timeline, row, origin),
             escape(&what_text(&entry.what)),
             entry
                 .lane
                 .map_or_else(String::new, |lane| format!("<span class=\"lane\">{lane}</span>")),
-            escape(&entry.detail)
+            escape(&timeline::row_detail(timeline, row))
         ));
     }
     out.push_str("</tbody>\n</table>\n</section>\n");

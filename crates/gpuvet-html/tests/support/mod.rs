@@ -110,6 +110,7 @@ fn report(node: &str, devices_per_node: usize, checks: Vec<CheckResult>) -> RunR
         checks,
         group: None,
         context: None,
+        diagnosis: None,
     }
 }
 
@@ -285,4 +286,124 @@ pub fn node_events(rank: usize) -> Vec<Event> {
         },
     })
     .collect()
+}
+
+/// The node [`slow_node_report`] slows down.
+pub const SLOW_NODE: &str = "local-2";
+
+/// One entity of [`slow_node_report`]: `value` against the peers' `median`, slow when
+/// `deficit_pct` is past 5 %, with the evidence the folding reads.
+fn judged(entity: Entity, lane: Lane, value: f64, median: f64, deficit_pct: f64) -> EntityResult {
+    let slow = deficit_pct > 5.0;
+    let reason = if slow {
+        format!("{value} is {deficit_pct:.1}% worse than the peer median {median}")
+    } else {
+        "within 5.0% of its peers".to_owned()
+    };
+    EntityResult {
+        measurement: Measurement::ok(entity.clone(), value, vec![value; 2]),
+        entity,
+        verdict: if slow { Verdict::Slow } else { Verdict::Ok },
+        lane,
+        reason,
+        evidence: Evidence {
+            value: Some(value),
+            peer_median: Some(median),
+            threshold_pct: Some(5.0),
+            deficit_pct: Some(deficit_pct),
+            ..Evidence::default()
+        },
+    }
+}
+
+/// The coordinator's report of 4 nodes (`local-0` … `local-3`) of `devices` GPUs each,
+/// [`SLOW_NODE`] at 60 % speed, as `check --sim-nodes 4` with `node_speed` makes it:
+/// every GPU of it slow in `gemm_flops` and `kernel_launch`, the node itself slow in
+/// `all_reduce_1` and the collectives, and two checks that pass; one more slow GPU,
+/// `local-0/dev1`, in `kernel_launch` only. With its diagnosis, as `check` sets it.
+pub fn slow_node_report(devices: u32) -> RunReport {
+    let nodes: Vec<String> = (0..4).map(|i| format!("local-{i}")).collect();
+    let per_device = |higher_is_better: bool, nominal: f64, odd_one: Option<(&str, u32)>| {
+        let slow_value = if higher_is_better {
+            nominal * 0.6
+        } else {
+            nominal / 0.6
+        };
+        nodes
+            .iter()
+            .flat_map(|node| (0..devices).map(move |index| (node.clone(), index)))
+            .map(|(node, index)| {
+                let odd = odd_one == Some((node.as_str(), index));
+                let value = if node == SLOW_NODE || odd {
+                    slow_value
+                } else {
+                    nominal
+                };
+                let deficit = ((value - nominal) / nominal * 100.0).abs();
+                judged(
+                    Entity::Device { node, index },
+                    Lane::Host,
+                    value,
+                    nominal,
+                    deficit,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let per_node = |lane: Lane, nominal: f64, slow: bool| {
+        nodes
+            .iter()
+            .map(|node| {
+                let value = if slow && node == SLOW_NODE {
+                    nominal * 0.6
+                } else {
+                    nominal
+                };
+                let deficit = (nominal - value) / nominal * 100.0;
+                judged(
+                    Entity::Node { node: node.clone() },
+                    lane,
+                    value,
+                    nominal,
+                    deficit,
+                )
+            })
+            .collect::<Vec<_>>()
+    };
+    let pairs: Vec<EntityResult> = (0..nodes.len())
+        .flat_map(|a| (a + 1..nodes.len()).map(move |b| (a, b)))
+        .map(|(a, b)| {
+            let pair = Entity::NodePair {
+                a: nodes[a].clone(),
+                b: nodes[b].clone(),
+            };
+            judged(pair, Lane::Network, 100.0, 100.0, 0.0)
+        })
+        .collect();
+    let failed = |name, entities| CheckResult::judged(name, CheckStatus::Failed, entities);
+    let checks = vec![
+        failed(CheckName::GemmFlops, per_device(true, 700.0, None)),
+        failed(CheckName::AllReduce1, per_node(Lane::Host, 450.0, true)),
+        failed(CheckName::AllReduce2, per_node(Lane::Network, 45.0, true)),
+        failed(
+            CheckName::KernelLaunch,
+            per_device(false, 5.0, Some(("local-0", 1))),
+        ),
+        failed(CheckName::AllReduce, per_node(Lane::Network, 45.0, true)),
+        CheckResult::judged(CheckName::NetworkConnectivity, CheckStatus::Passed, pairs),
+        CheckResult::judged(
+            CheckName::CompCommOverlap,
+            CheckStatus::Passed,
+            per_node(Lane::Host, 1.0, false),
+        ),
+    ];
+    let mut report = report("node-test", 0, checks);
+    report.devices = Vec::new();
+    report.group = Some(GroupSummary {
+        size: None,
+        nodes,
+        ..GroupSummary::default()
+    });
+    report.diagnosis = gpuvet_analysis::diagnose::diagnose_report(&report);
+    report
 }

@@ -303,6 +303,7 @@ mod tests {
             checks,
             group: None,
             context: None,
+            diagnosis: None,
         }
     }
 

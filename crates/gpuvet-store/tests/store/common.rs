@@ -279,6 +279,7 @@ pub fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
         checks,
         group: None,
         context: None,
+        diagnosis: None,
     }
 }
 

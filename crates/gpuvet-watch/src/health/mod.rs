@@ -75,6 +75,20 @@ pub enum HealthError {
     Spawn(#[source] io::Error),
 }
 
+impl HealthError {
+    /// Whether NVML is missing because this machine has no NVIDIA driver: its library
+    /// does not load, or the driver is not loaded (the usual case off a GPU machine).
+    pub fn is_no_driver(&self) -> bool {
+        matches!(
+            self,
+            HealthError::NvmlInit(
+                gpuvet_nvml::NvmlError::LibloadingError(_)
+                    | gpuvet_nvml::NvmlError::DriverNotLoaded
+            )
+        )
+    }
+}
+
 /// Something polled for GPU health. `poll` must not block for long: wrap sources that
 /// can hang (NVML) in a [`Watchdog`].
 pub trait HealthSource: Send {

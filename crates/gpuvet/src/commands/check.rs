@@ -47,7 +47,11 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     if args.json {
         output::stdout(&output::json(&report))?;
     } else {
-        output::stdout(&render::table(&report, None, output::detail(&args.sanity)))?;
+        output::stdout(&render::table(
+            &report,
+            output::width(std::io::stdout().is_terminal()),
+            output::detail(&args.sanity),
+        ))?;
     }
     Ok(match report.outcome {
         Outcome::Passed => exit_codes::SUCCESS,

@@ -66,7 +66,11 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
             std::io::stderr().is_terminal(),
         )?;
         // The app owns stdout; gpuvet's report goes to stderr.
-        output::stderr(&render::table(&report, None, output::detail(&args.sanity)));
+        output::stderr(&render::table(
+            &report,
+            output::width(std::io::stderr().is_terminal()),
+            output::detail(&args.sanity),
+        ));
         output::write_report_files(&args.sanity, &report)?;
         recorder.record_report(&report)?;
         let failed = report.outcome == Outcome::Failed;

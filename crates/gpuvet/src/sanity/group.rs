@@ -506,12 +506,19 @@ fn observe_group(progress: &mut Progress, event: GroupEvent<'_>) {
             note(format!("group: {joined} of {expected} nodes joined"));
         }
         GroupEvent::Refused(peer) => warn(peer.describe()),
-        GroupEvent::Incident(incident) => warn(format!(
-            "rank {} ({}): {}",
-            incident.rank,
-            incident.node.as_deref().unwrap_or("?"),
-            incident.detail
-        )),
+        // The detail names its rank already (`rank 3 (local-3) is unresponsive: …`).
+        GroupEvent::Incident(incident) => {
+            let rank = format!("rank {}", incident.rank);
+            if incident.detail.starts_with(&rank) {
+                warn(&incident.detail);
+            } else {
+                warn(format!(
+                    "{rank} ({}): {}",
+                    incident.node.as_deref().unwrap_or("?"),
+                    incident.detail
+                ));
+            }
+        }
         GroupEvent::CheckStarted { index, total, name } => {
             progress.observe(RunnerEvent::CheckStarted { index, total, name });
         }
@@ -635,6 +642,7 @@ fn no_verdict(setup: &Setup<'_>, why: &str) -> RunReport {
             timeline: None,
         }),
         context: None,
+        diagnosis: None,
     }
 }
 

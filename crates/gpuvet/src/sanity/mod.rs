@@ -17,7 +17,7 @@ use gpuvet_model::config::{BackendChoice, CheckList, Config, SanityConfig, Timeo
 use gpuvet_model::events::Attempt;
 use gpuvet_model::ids::new_id;
 use gpuvet_model::redact;
-use gpuvet_model::results::{RunContext, RunReport, Verdict};
+use gpuvet_model::results::{Outcome, RunContext, RunReport, Verdict};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 
 use crate::cli::SanityArgs;
@@ -146,6 +146,9 @@ pub fn execute(
     let mut report = run_checks(args, mode, backend, config, sanity, attempt, show_progress)?;
     report.report_id = new_id();
     report.context = Some(run_context(args));
+    if report.outcome != Outcome::Passed {
+        report.diagnosis = gpuvet_analysis::diagnose::diagnose_report(&report);
+    }
     Ok(report)
 }
 
@@ -308,6 +311,9 @@ pub fn findings_json(report: &RunReport) -> serde_json::Value {
 
 /// A one-line account of the run, for event messages.
 pub fn summary_line(report: &RunReport) -> String {
+    if let Some(diagnosis) = &report.diagnosis {
+        return diagnosis.message();
+    }
     let mut line = format!(
         "sanity checks {} on `{}`: {}",
         report.outcome.as_str(),

@@ -23,4 +23,5 @@ mod runtime;
 mod serve_cli;
 mod serve_push;
 mod torch_gloo;
+mod verdict_output;
 mod worker;

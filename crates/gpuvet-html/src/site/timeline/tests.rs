@@ -49,6 +49,30 @@ fn a_small_group_has_a_lane_per_node_and_its_first_error_marked_once() {
     );
     assert!(html.contains(">first error</text>"), "{html}");
     assert!(html.contains("<line class=\"first-error-line\""), "{html}");
+    // Its label stands in the band above the time axis, clear of the lane it marks
+    // (the first, at `TOP`) and of the tick labels.
+    assert!(
+        html.contains("<g id=\"first-error\" class=\"first-error-mark\" data-marks=\"node-2\">"),
+        "{html}"
+    );
+    let label = html
+        .split("<text class=\"first-error-label\"")
+        .nth(1)
+        .unwrap();
+    let y: f64 = label
+        .split("y=\"")
+        .nth(1)
+        .unwrap()
+        .split('"')
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(y <= LABEL_BAND, "the label's baseline at {y}");
+    assert!(
+        y + 20.0 < TOP,
+        "room for the tick labels between it and the lanes"
+    );
     // What followed is greyed; the XID on node-3 is a failure of its own.
     assert!(
         html.contains("<circle class=\"mark finding consequence\""),
@@ -66,7 +90,7 @@ fn a_small_group_has_a_lane_per_node_and_its_first_error_marked_once() {
         html.contains("<polygon class=\"mark runtime_finding other_failure\""),
         "{html}"
     );
-    assert!(html.contains("<tr class=\"consequence\" data-role=\"consequence\">"));
+    assert!(html.contains("<tr class=\"consequence\" data-role=\"consequence\" data-count=\"1\">"));
     // Each node's two checks as bars, the failed one in its own class.
     assert_eq!(
         html.matches("<rect class=\"check-span passed\"").count(),
@@ -82,12 +106,48 @@ fn a_small_group_has_a_lane_per_node_and_its_first_error_marked_once() {
 }
 
 #[test]
-fn the_explanation_leads_with_the_first_error_team_next_step_and_six_hypotheses() {
+fn the_explanation_leads_with_the_verdict_then_the_first_error_and_six_hypotheses() {
     let html = page(&group_record("job-7", &names(4), 2));
+    // The verdict block, in the words `explain` prints: culprit, team, lane, why, next
+    // step and the other culprits.
+    assert!(
+        html.contains("<section id=\"verdict\" class=\"verdict\" data-culprit-lane=\"host\">"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<strong class=\"culprit\">rank 2 (node-2) stopped answering</strong>; hand it to <span class=\"team\">the host team</span> <span class=\"lane\">host</span>"),
+        "{html}"
+    );
+    assert!(
+        html.contains("<dd class=\"next-step\">log in to <code>node-2</code>"),
+        "backticks as code: {html}"
+    );
+    assert!(html.contains("<li>also: node-3: "), "{html}");
+    // It says the team, lane and next step: they are not said twice.
+    assert!(!html.contains("<dt>hand to</dt>"), "{html}");
     assert!(
         html.contains("<p class=\"first-error\"><strong>first error</strong>: <a href=\"#first-error\">node-2</a> unresponsive <span class=\"lane\">host</span>: rank 2 (node-2) unresponsive</p>"),
         "{html}"
     );
+    assert_eq!(html.matches("data-hypothesis=").count(), 6, "{html}");
+    assert!(
+        html.contains("<tr class=\"confirmed\" data-hypothesis=\"host\"><td>host</td><td><span class=\"conclusion confirmed\">confirmed</span></td>"),
+        "{html}"
+    );
+    let verdict = html.find("id=\"verdict\"").unwrap();
+    assert!(verdict < html.find("class=\"first-error\"").unwrap());
+    let explained = html.find("id=\"explanation\"").unwrap();
+    assert!(explained < html.find("<svg class=\"lanes\"").unwrap());
+}
+
+#[test]
+fn without_a_verdict_the_explanation_names_the_lane_team_and_next_step() {
+    let record = group_record("job-7", &names(4), 2);
+    let timeline = assemble(&record);
+    let mut explanation = explain(&record, &timeline);
+    explanation.diagnosis = None;
+    let html = timeline_page(&timeline, &explanation, 1);
+    assert!(!html.contains("id=\"verdict\""), "{html}");
     assert!(html.contains("<dt>lane</dt><dd>host</dd>"), "{html}");
     assert!(
         html.contains("<dt>hand to</dt><dd>the host team (GPUs, servers and their drivers)</dd>"),
@@ -95,15 +155,8 @@ fn the_explanation_leads_with_the_first_error_team_next_step_and_six_hypotheses(
     );
     assert!(
         html.contains("<dd class=\"next-step\">log in to <code>node-2</code>"),
-        "backticks as code: {html}"
-    );
-    assert_eq!(html.matches("data-hypothesis=").count(), 6, "{html}");
-    assert!(
-        html.contains("<tr class=\"confirmed\" data-hypothesis=\"host\"><td>host</td><td><span class=\"conclusion confirmed\">confirmed</span></td>"),
         "{html}"
     );
-    let explained = html.find("id=\"explanation\"").unwrap();
-    assert!(explained < html.find("<svg class=\"lanes\"").unwrap());
 }
 
 #[test]
@@ -167,11 +220,13 @@ fn a_group_of_1024_nodes_folds_its_quiet_nodes_and_leads_with_the_failing_one() 
         .find("<p class=\"count\">showing")
         .map(|at| &html[at..at + 80]);
     assert!(
-        html.contains("showing 200 of 1028, failures first"),
+        html.contains("showing 200 of 1028 rows, failures first"),
         "{count:?}"
     );
-    assert!(html.contains("<tr class=\"first_error\" data-role=\"first_error\">"));
-    assert!(html.contains("<tr class=\"other_failure\" data-role=\"other_failure\">"));
+    assert!(html.contains("<tr class=\"first_error\" data-role=\"first_error\" data-count=\"1\">"));
+    assert!(
+        html.contains("<tr class=\"other_failure\" data-role=\"other_failure\" data-count=\"1\">")
+    );
 }
 
 #[test]
@@ -227,7 +282,7 @@ fn hostile_names_are_text_everywhere_on_the_page() {
         "{html}"
     );
     assert!(
-        html.contains("<text class=\"label\" x=\"202.0\" y=\"40.0\">&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;<title>"),
+        html.contains("<text class=\"label\" x=\"202.0\" y=\"56.0\">&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt;<title>"),
         "{html}"
     );
 }
@@ -306,7 +361,7 @@ fn a_hand_built_timeline_places_its_entries_on_one_axis() {
     let plot = WIDTH - LEFT - RIGHT;
     assert!(
         html.contains(&format!(
-            "<rect class=\"check-span passed\" x=\"{LEFT:.1}\" y=\"51.0\" width=\"{plot:.1}\""
+            "<rect class=\"check-span passed\" x=\"{LEFT:.1}\" y=\"67.0\" width=\"{plot:.1}\""
         )),
         "{html}"
     );
@@ -314,7 +369,7 @@ fn a_hand_built_timeline_places_its_entries_on_one_axis() {
     let middle = LEFT + plot / 2.0;
     assert!(
         html.contains(&format!(
-            "<polygon class=\"mark runtime_finding first_error\" points=\"{middle:.1},31.0"
+            "<polygon class=\"mark runtime_finding first_error\" points=\"{middle:.1},47.0"
         )),
         "{html}"
     );
