@@ -114,6 +114,16 @@ pub enum BackendError {
         #[source]
         source: DlError,
     },
+    /// A library lacks functions the backend calls (an older release than it needs).
+    #[error(
+        "{what} at `{path}` lacks {}; it is older than gpuvet needs",
+        symbols.iter().map(|s| format!("`{s}`")).collect::<Vec<_>>().join(", ")
+    )]
+    SymbolsMissing {
+        what: &'static str,
+        path: String,
+        symbols: Vec<&'static str>,
+    },
 
     /// The NCCL that `GPUVET_NCCL_LIBRARY` names could not be loaded.
     #[error(

@@ -23,7 +23,8 @@ use super::{driver_error, poll_event};
 use crate::{BackendError, CancelToken, Sample, with_causes};
 
 pub const KERNEL_NAME: &str = "gpuvet_empty";
-const SOURCE: &str = "extern \"C\" __global__ void gpuvet_empty() {}";
+/// The device source NVRTC compiles (the backend's only one).
+pub const SOURCE: &str = "extern \"C\" __global__ void gpuvet_empty() {}";
 const WARMUP_LAUNCHES: usize = 100;
 /// Per mode: at most this many launches, or this much time, whichever comes first.
 const MAX_LAUNCHES: usize = 2000;
@@ -44,8 +45,9 @@ pub fn builtin_ptx(cc: (i32, i32)) -> String {
     )
 }
 
-/// NVRTC's PTX for the empty kernel, compiled once per process.
-fn nvrtc_ptx() -> Result<String, BackendError> {
+/// NVRTC's PTX for the empty kernel, compiled once per process (NVRTC must be loadable:
+/// see [`super::load_nvrtc`]).
+pub fn nvrtc_ptx() -> Result<String, BackendError> {
     static PTX: OnceLock<Result<String, BackendError>> = OnceLock::new();
     PTX.get_or_init(|| {
         cudarc::nvrtc::compile_ptx(SOURCE)

@@ -33,6 +33,43 @@ pub const CUBLAS_NAMES: &[&str] = &["libcublas.so.13", "libcublas.so.12", "libcu
 pub const NVRTC_NAMES: &[&str] = &["libnvrtc.so.13", "libnvrtc.so.12", "libnvrtc.so"];
 pub const NCCL_NAMES: &[&str] = &["libnccl.so.2", "libnccl.so"];
 
+/// The functions cudarc resolves in each library for the backend, one list per library:
+/// the `sys` functions behind the `result` calls in [`super::gemm`] and NVRTC's
+/// `compile_ptx` in [`super::launch`]. cudarc looks each one up only on its first call
+/// and panics if it is missing, so [`ensure_loadable`] checks them all when it loads the
+/// library, and the tests hold them against NVIDIA's real libraries (`real_libraries`).
+/// NCCL's list is [`super::nccl::REQUIRED_SYMBOLS`], which its own loader resolves.
+pub const CUBLAS_SYMBOLS: &[&str] = &[
+    "cublasCreate_v2",
+    "cublasSetStream_v2",
+    "cublasSetWorkspace_v2",
+    "cublasGemmEx",
+    "cublasDestroy_v2",
+];
+pub const CUBLASLT_SYMBOLS: &[&str] = &[
+    "cublasLtCreate",
+    "cublasLtMatmulDescCreate",
+    "cublasLtMatmulDescSetAttribute",
+    "cublasLtMatrixLayoutCreate",
+    "cublasLtMatmulPreferenceCreate",
+    "cublasLtMatmulPreferenceSetAttribute",
+    "cublasLtMatmulAlgoGetHeuristic",
+    "cublasLtMatmulPreferenceDestroy",
+    "cublasLtMatmul",
+    "cublasLtMatrixLayoutDestroy",
+    "cublasLtMatmulDescDestroy",
+    "cublasLtDestroy",
+];
+pub const NVRTC_SYMBOLS: &[&str] = &[
+    "nvrtcCreateProgram",
+    "nvrtcCompileProgram",
+    "nvrtcGetProgramLogSize",
+    "nvrtcGetProgramLog",
+    "nvrtcGetPTXSize",
+    "nvrtcGetPTX",
+    "nvrtcDestroyProgram",
+];
+
 /// The environment a search reads, captured once so tests can supply their own.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SearchEnv {
@@ -172,20 +209,32 @@ impl Located {
 
 /// Makes a library that cudarc opens by name loadable: if `present` (cudarc's own check)
 /// already succeeds nothing is done; otherwise the first file named `names` in `dirs` is
-/// loaded by path, and `present` must then succeed.
+/// loaded by path, and `present` must then succeed. Either way the library must have
+/// every function in `symbols`, so a library too old for the backend is reported here
+/// rather than by cudarc's panic in the middle of a check.
 pub fn ensure_loadable(
     what: &'static str,
     names: &'static [&'static str],
+    symbols: &[&'static str],
     dirs: &[PathBuf],
     present: impl Fn() -> bool,
 ) -> Result<Located, BackendError> {
     if present() {
+        // The loader's own pick: the first of our names it opens (cudarc tries these
+        // names too, most specific first).
+        let loaded = names
+            .iter()
+            .find_map(|name| dlopen_global(Path::new(name)).ok().map(|h| (h, name)));
+        if let Some((handle, name)) = loaded {
+            require_symbols(what, Path::new(name), &handle, symbols)?;
+        }
         return Ok(Located::ByName);
     }
     let Some(path) = find_library(names, dirs) else {
         return Err(not_found(what, names, dirs));
     };
-    dlopen_global(&path)?;
+    let handle = dlopen_global(&path)?;
+    require_symbols(what, &path, &handle, symbols)?;
     if present() {
         Ok(Located::Preloaded(path))
     } else {
@@ -193,6 +242,34 @@ pub fn ensure_loadable(
             "{what} was loaded from `{}` but cudarc still cannot open it by name",
             path.display()
         )))
+    }
+}
+
+/// The names in `symbols` that `handle` lacks, in order.
+pub fn missing_symbols(handle: &Handle, symbols: &[&'static str]) -> Vec<&'static str> {
+    symbols
+        .iter()
+        .copied()
+        .filter(|symbol| handle.symbol(symbol).is_err())
+        .collect()
+}
+
+/// An error naming every function in `symbols` that the library at `path` lacks.
+pub fn require_symbols(
+    what: &'static str,
+    path: &Path,
+    handle: &Handle,
+    symbols: &[&'static str],
+) -> Result<(), BackendError> {
+    let missing = missing_symbols(handle, symbols);
+    if missing.is_empty() {
+        Ok(())
+    } else {
+        Err(BackendError::SymbolsMissing {
+            what,
+            path: path.display().to_string(),
+            symbols: missing,
+        })
     }
 }
 
@@ -409,7 +486,7 @@ mod tests {
     fn a_missing_library_is_reported_with_where_it_was_looked_for() {
         let empty = TempDir::new("empty");
         let dirs = vec![empty.0.clone()];
-        let err = ensure_loadable("NCCL", NCCL_NAMES, &dirs, || false).unwrap_err();
+        let err = ensure_loadable("NCCL", NCCL_NAMES, &[], &dirs, || false).unwrap_err();
         assert!(
             matches!(&err, BackendError::LibraryNotFound { what: "NCCL", .. }),
             "{err:?}"
@@ -422,7 +499,7 @@ mod tests {
         assert!(err.contains(&empty.0.display().to_string()), "{err}");
         assert!(err.ends_with(&format!("add its directory to `{LIBRARY_PATH_ENV}`")));
         assert_eq!(
-            ensure_loadable("NCCL", NCCL_NAMES, &dirs, || true),
+            ensure_loadable("NCCL", NCCL_NAMES, &[], &dirs, || true),
             Ok(Located::ByName)
         );
         // Another way to find it comes after the usual one; long searches are cut short.
@@ -448,9 +525,13 @@ mod tests {
             crate::with_causes(&err),
             format!("cannot load `{path}`: {source}")
         );
-        let err = ensure_loadable("cuBLAS", CUBLAS_NAMES, std::slice::from_ref(&dir.0), || {
-            false
-        })
+        let err = ensure_loadable(
+            "cuBLAS",
+            CUBLAS_NAMES,
+            CUBLAS_SYMBOLS,
+            std::slice::from_ref(&dir.0),
+            || false,
+        )
         .unwrap_err();
         assert!(matches!(err, BackendError::LoadFailed { .. }), "{err:?}");
         // A path the loader cannot take at all.
@@ -458,6 +539,49 @@ mod tests {
         assert_eq!(
             err,
             BackendError::Failed("`bad\0name` contains a NUL byte".to_owned())
+        );
+    }
+
+    #[test]
+    fn every_cublas_function_the_gemm_calls_directly_is_listed() {
+        // `result::` calls are listed by hand (their `sys` names are cudarc's); the
+        // direct `sys::` calls are found here, so a new one cannot be left off.
+        let source = include_str!("gemm/mod.rs");
+        for call in source.split("sys::").skip(1) {
+            let name: String = call
+                .chars()
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .collect();
+            if name.starts_with("cublas") && call[name.len()..].starts_with('(') {
+                let list = if name.starts_with("cublasLt") {
+                    CUBLASLT_SYMBOLS
+                } else {
+                    CUBLAS_SYMBOLS
+                };
+                assert!(list.contains(&name.as_str()), "`{name}` is not listed");
+            }
+        }
+    }
+
+    #[test]
+    fn a_library_without_a_listed_function_is_refused_by_name() {
+        let Some(libc) = ["/lib/x86_64-linux-gnu/libc.so.6", "/lib64/libc.so.6"]
+            .iter()
+            .map(Path::new)
+            .find(|p| p.exists())
+        else {
+            return;
+        };
+        let handle = dlopen_global(libc).unwrap();
+        assert_eq!(require_symbols("libc", libc, &handle, &["strlen"]), Ok(()));
+        let err = require_symbols("libc", libc, &handle, &["strlen", "gpuvet_a", "gpuvet_b"])
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "libc at `{}` lacks `gpuvet_a`, `gpuvet_b`; it is older than gpuvet needs",
+                libc.display()
+            )
         );
     }
 

@@ -330,18 +330,47 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
 
 fn load_libraries(dirs: &[PathBuf]) -> Libraries {
     // cudarc's checks only try to open the library by name.
-    let cublaslt = libs::ensure_loadable("cuBLASLt", libs::CUBLASLT_NAMES, dirs, || {
-        // SAFETY: only opens the library by name (dlopen), which has no preconditions.
-        unsafe { cudarc::cublaslt::sys::is_culib_present() }
-    });
-    let cublas = libs::ensure_loadable("cuBLAS", libs::CUBLAS_NAMES, dirs, || {
-        // SAFETY: as above.
-        unsafe { cudarc::cublas::sys::is_culib_present() }
-    });
-    let nvrtc = libs::ensure_loadable("NVRTC", libs::NVRTC_NAMES, dirs, || {
-        // SAFETY: as above.
-        unsafe { cudarc::nvrtc::sys::is_culib_present() }
-    });
+    let cublaslt = libs::ensure_loadable(
+        "cuBLASLt",
+        libs::CUBLASLT_NAMES,
+        libs::CUBLASLT_SYMBOLS,
+        dirs,
+        || {
+            // SAFETY: only opens the library by name (dlopen), which has no preconditions.
+            unsafe { cudarc::cublaslt::sys::is_culib_present() }
+        },
+    );
+    let cublas = libs::ensure_loadable(
+        "cuBLAS",
+        libs::CUBLAS_NAMES,
+        libs::CUBLAS_SYMBOLS,
+        dirs,
+        || {
+            // SAFETY: as above.
+            unsafe { cudarc::cublas::sys::is_culib_present() }
+        },
+    );
+    let nvrtc = load_nvrtc(dirs);
+    Libraries {
+        cublas,
+        cublaslt,
+        nvrtc,
+        nccl: nccl::load(dirs),
+    }
+}
+
+/// Makes NVRTC loadable for cudarc (see [`libs::ensure_loadable`]), with its builtins.
+pub fn load_nvrtc(dirs: &[PathBuf]) -> Result<libs::Located, BackendError> {
+    let nvrtc = libs::ensure_loadable(
+        "NVRTC",
+        libs::NVRTC_NAMES,
+        libs::NVRTC_SYMBOLS,
+        dirs,
+        || {
+            // SAFETY: only opens the library by name (dlopen), which has no preconditions.
+            unsafe { cudarc::nvrtc::sys::is_culib_present() }
+        },
+    );
     // NVRTC opens its builtins library by name when it compiles; load the one next to a
     // preloaded NVRTC so that lookup succeeds too. Failing that, the launch check falls
     // back to its built-in PTX.
@@ -359,12 +388,7 @@ fn load_libraries(dirs: &[PathBuf]) -> Libraries {
             }
         }
     }
-    Libraries {
-        cublas,
-        cublaslt,
-        nvrtc,
-        nccl: nccl::load(dirs),
-    }
+    nvrtc
 }
 
 /// Why a check does not run on this backend yet.

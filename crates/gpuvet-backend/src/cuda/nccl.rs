@@ -118,6 +118,11 @@ macro_rules! nccl_symbols {
         required { $( $field:ident = $name:literal: fn($($arg:ty),* $(,)?) -> $ret:ty; )* }
         optional { $( $ofield:ident = $oname:literal: fn($($oarg:ty),* $(,)?) -> $oret:ty; )* }
     ) => {
+        /// Every function gpuvet needs from NCCL, by name.
+        pub const REQUIRED_SYMBOLS: &[&str] = &[$($name),*];
+        /// Functions gpuvet uses when NCCL has them (newer releases).
+        pub const OPTIONAL_SYMBOLS: &[&str] = &[$($oname),*];
+
         /// NCCL's functions as gpuvet calls them.
         #[derive(Debug, Clone, Copy)]
         struct Symbols {
