@@ -182,9 +182,11 @@ pub(crate) fn poll_event(
 pub fn probe() -> Result<CudaBackend, BackendError> {
     // SAFETY: only tries to open the library by its usual names.
     if !unsafe { cudarc::driver::sys::is_culib_present() } {
-        return Err(unavailable(
-            "libcuda was not found (`libcuda.so.1` comes with the NVIDIA driver); this machine has no usable NVIDIA driver",
-        ));
+        let dirs = libs::search_dirs(&libs::SearchEnv::from_process());
+        return Err(unavailable(format!(
+            "libcuda was not found (`libcuda.so.1` comes with the NVIDIA driver); this machine has no usable NVIDIA driver{}",
+            found_without_driver(&dirs)
+        )));
     }
     match std::panic::catch_unwind(probe_devices) {
         Ok(result) => result,
@@ -193,6 +195,35 @@ pub fn probe() -> Result<CudaBackend, BackendError> {
             panic_message(payload.as_ref())
         ))),
     }
+}
+
+/// Where the run-time libraries are, said when the driver is missing: the libraries are
+/// often installed (torch's wheels) where the driver is not, and the user should see
+/// that only the driver is missing. Empty when none is found (a machine without CUDA).
+fn found_without_driver(dirs: &[PathBuf]) -> String {
+    let found: Vec<(&str, Option<PathBuf>)> = [
+        ("cuBLAS", libs::CUBLAS_NAMES),
+        ("cuBLASLt", libs::CUBLASLT_NAMES),
+        ("NVRTC", libs::NVRTC_NAMES),
+        ("NCCL", libs::NCCL_NAMES),
+    ]
+    .into_iter()
+    .map(|(what, names)| (what, libs::find_library(names, dirs)))
+    .collect();
+    if found.iter().all(|(_, path)| path.is_none()) {
+        return String::new();
+    }
+    let lines: Vec<String> = found
+        .iter()
+        .map(|(what, path)| match path {
+            Some(path) => format!("\n  {what:<9} {}", path.display()),
+            None => format!("\n  {what:<9} not found"),
+        })
+        .collect();
+    format!(
+        "; the CUDA libraries it would use are here:{}",
+        lines.concat()
+    )
 }
 
 fn probe_devices() -> Result<CudaBackend, BackendError> {

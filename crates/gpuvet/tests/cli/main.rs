@@ -6,6 +6,7 @@ mod common;
 
 mod check;
 mod config_errors;
+mod cuda_wheels;
 mod drill;
 mod explain;
 mod fr;
