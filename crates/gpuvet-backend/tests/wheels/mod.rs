@@ -107,3 +107,68 @@ pub fn find(wheels: &Wheels, what: &str, names: &[&str], suffix: &str) -> PathBu
     );
     path
 }
+
+/// The GPUs `ptxas` assembles the backend's PTX for: A100, H100 and B200.
+pub const TARGETS: &[&str] = &["sm_80", "sm_90", "sm_100"];
+
+/// Compiles every device source of the backend with the real NVRTC of `wheels`, loaded
+/// by the backend's own code, and assembles the PTX with that major's `ptxas` for each
+/// of [`TARGETS`]. cudarc opens NVRTC once per process, so each major needs a test
+/// binary of its own.
+pub fn compile_and_assemble(wheels: &Wheels) {
+    use gpuvet_backend::cuda::{launch, load_nvrtc};
+    use gpuvet_backend::with_causes;
+
+    let major = wheels.major;
+    let located = load_nvrtc(&wheels.dirs)
+        .unwrap_or_else(|e| panic!("CUDA {major}: NVRTC did not load: {}", with_causes(&e)));
+    let libs::Located::Preloaded(path) = &located else {
+        panic!("CUDA {major}: NVRTC was found by the loader's own path, not in the wheels");
+    };
+    assert!(
+        path.to_string_lossy().ends_with(&format!(".so.{major}")),
+        "CUDA {major}: NVRTC came from `{}`",
+        path.display()
+    );
+    let ptx = launch::nvrtc_ptx().unwrap_or_else(|e| {
+        panic!(
+            "CUDA {major}: NVRTC at `{}` rejected the kernel source:\n{}\n{}",
+            path.display(),
+            launch::SOURCE,
+            with_causes(&e)
+        )
+    });
+    assert!(
+        ptx.contains(&format!(".entry {}", launch::KERNEL_NAME)),
+        "CUDA {major}: no `{}` in NVRTC's PTX:\n{ptx}",
+        launch::KERNEL_NAME
+    );
+
+    let ptxas = ptxas(major);
+    let dir = std::env::temp_dir().join(format!("gpuvet-ptx-{major}-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let source = dir.join("kernel.ptx");
+    std::fs::write(&source, &ptx).unwrap();
+    let mut failures = Vec::new();
+    for target in TARGETS {
+        let output = std::process::Command::new(&ptxas)
+            .arg(format!("-arch={target}"))
+            .arg(&source)
+            .arg("-o")
+            .arg(dir.join(format!("kernel-{target}.cubin")))
+            .output()
+            .unwrap_or_else(|e| panic!("running `{}`: {e}", ptxas.display()));
+        let said = String::from_utf8_lossy(&output.stderr).into_owned()
+            + &String::from_utf8_lossy(&output.stdout);
+        if !output.status.success() || !said.trim().is_empty() {
+            failures.push(format!("{target} ({}): {said}", output.status));
+        }
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(
+        failures.is_empty(),
+        "CUDA {major}: `{}` did not assemble NVRTC's PTX cleanly:\n{}\nPTX:\n{ptx}",
+        ptxas.display(),
+        failures.join("\n")
+    );
+}
