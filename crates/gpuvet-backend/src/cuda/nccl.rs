@@ -94,9 +94,23 @@ pub struct Config {
 }
 
 /// `NCCL_API_MAGIC`, which `NCCL_CONFIG_INITIALIZER` writes.
-const CONFIG_MAGIC: c_uint = 0xcafe_beef;
+pub const CONFIG_MAGIC: c_uint = 0xcafe_beef;
 /// `NCCL_CONFIG_UNDEF_INT`.
-const CONFIG_UNDEF_INT: c_int = c_int::MIN;
+pub const CONFIG_UNDEF_INT: c_int = c_int::MIN;
+
+/// [`Config`]'s fields by their `ncclConfig_t` names, with their offsets, and its size:
+/// what the ABI test (`tests/real_nccl_abi.rs`) holds against `nccl.h`.
+pub const CONFIG_LAYOUT: &[(&str, usize)] = &[
+    ("size", std::mem::offset_of!(Config, size)),
+    ("magic", std::mem::offset_of!(Config, magic)),
+    ("version", std::mem::offset_of!(Config, version)),
+    ("blocking", std::mem::offset_of!(Config, blocking)),
+    (
+        "cgaClusterSize",
+        std::mem::offset_of!(Config, cga_cluster_size),
+    ),
+];
+pub const CONFIG_SIZE: usize = size_of::<Config>();
 
 impl Config {
     pub fn nonblocking() -> Config {
