@@ -260,13 +260,26 @@ pub fn run(
     drop(comms);
     drop(buffers);
     // Freeing records a failure in the context (cudarc's drops cannot return one), where
-    // the next check on that GPU would find it. After an abort it is this failure's
-    // echo and is cleared; after a clean run it is reported here.
-    let leftover = contexts.iter().find_map(|ctx| ctx.check_err().err());
+    // the next check on that GPU would find it: `bind_to_thread` returns it first. So
+    // every context's is taken, not only the first one found. After an abort it is this
+    // failure's echo and is dropped; after a clean run the first is reported here.
+    let leftover = first_of_all(contexts.iter().map(|ctx| ctx.check_err()));
     match (outcome, leftover) {
         (Ok(_), Some(e)) => Err(driver_error("freeing the collective's buffers", e)),
         (outcome, _) => outcome,
     }
+}
+
+/// The first error of `checks`, after running every one of them: each check also
+/// clears what it reports, so none may be skipped.
+fn first_of_all<E>(checks: impl IntoIterator<Item = Result<(), E>>) -> Option<E> {
+    let mut first = None;
+    for check in checks {
+        if let Err(error) = check {
+            first.get_or_insert(error);
+        }
+    }
+    first
 }
 
 fn failed(what: &'static str) -> impl Fn(cudarc::driver::DriverError) -> BackendError {
@@ -812,6 +825,17 @@ fn wait_all(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_context_s_recorded_error_is_taken_not_only_the_first() {
+        // cudarc's `check_err` clears what it returns; a context left holding an error
+        // would fail the next check on its GPU in `bind_to_thread`.
+        let taken = std::cell::Cell::new(0);
+        let checks = [Ok(()), Err("gpu 1"), Err("gpu 2"), Ok(())];
+        let first = first_of_all(checks.into_iter().inspect(|_| taken.set(taken.get() + 1)));
+        assert_eq!((first, taken.get()), (Some("gpu 1"), 4));
+        assert_eq!(first_of_all::<&str>([Ok(()), Ok(())]), None);
+    }
 
     #[test]
     fn message_size_follows_config_and_memory() {

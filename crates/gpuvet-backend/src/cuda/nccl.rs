@@ -319,7 +319,8 @@ impl Nccl {
 
     /// NCCL's text for `result`, with its last error's detail where it keeps one.
     fn describe(&self, result: NcclResult, comm: RawComm) -> NcclStatus {
-        // SAFETY: ncclGetErrorString returns a static string (or null for unknown codes).
+        // SAFETY: ncclGetErrorString returns a static string for every code ("unknown
+        // result code" for one it does not know); null is still handled.
         let text = unsafe { c_text((self.api.get_error_string)(result)) };
         let text = text.unwrap_or_else(|| "unknown error".to_owned());
         // SAFETY: NCCL accepts any handle here (2.13+ ignores it) and returns a string it
