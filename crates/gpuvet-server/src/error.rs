@@ -24,6 +24,12 @@ pub enum ServerError {
     },
     #[error("the server stopped: {0}")]
     Io(std::io::Error),
+    /// A TLS certificate or key file that cannot be served.
+    #[error("cannot use `{}` for TLS: {reason}", path.display())]
+    Tls {
+        path: std::path::PathBuf,
+        reason: String,
+    },
 }
 
 /// An error answer of the API.

@@ -12,12 +12,14 @@
 
 mod api;
 mod auth;
+mod connections;
 mod error;
 mod extract;
 mod metrics;
 mod openapi;
 mod pages;
 pub mod pool;
+mod tls;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -26,10 +28,13 @@ use std::sync::Arc;
 use axum::Router;
 use tokio::net::TcpListener;
 
+use crate::connections::Acceptor;
+pub use crate::connections::{ConnectionEvent, ConnectionLimits, EventSink};
 pub use crate::error::ServerError;
 use crate::metrics::Metrics;
 pub use crate::openapi::document as openapi_document;
 use crate::pool::StorePool;
+pub use crate::tls::{ServerTls, TlsFiles};
 
 /// The address `gpuvet serve` listens on unless told otherwise: loopback only.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:9470";
@@ -50,11 +55,25 @@ pub(crate) struct AppState {
     pub metrics: Arc<Metrics>,
 }
 
-/// A server bound to its address, ready to run.
-#[derive(Debug)]
+/// A server bound to its address, ready to run: plain HTTP with the default
+/// [`ConnectionLimits`] unless told otherwise.
 pub struct Server {
     listener: TcpListener,
     router: Router,
+    metrics: Arc<Metrics>,
+    tls: Option<Arc<ServerTls>>,
+    limits: ConnectionLimits,
+    events: Option<EventSink>,
+}
+
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("listener", &self.listener)
+            .field("tls", &self.tls)
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Server {
@@ -78,8 +97,31 @@ impl Server {
         };
         Ok(Server {
             listener,
+            metrics: state.metrics.clone(),
             router: router(state),
+            tls: None,
+            limits: ConnectionLimits::default(),
+            events: None,
         })
+    }
+
+    /// Serves HTTPS with `tls` instead of plain HTTP.
+    pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Server {
+        self.tls = Some(tls);
+        self
+    }
+
+    /// Holds every connection to `limits`.
+    pub fn with_limits(mut self, limits: ConnectionLimits) -> Server {
+        self.limits = limits;
+        self
+    }
+
+    /// Sends what happens to connections (refusals over the cap, failed accepts) to
+    /// `events`; a library does not print.
+    pub fn on_connection_event(mut self, events: EventSink) -> Server {
+        self.events = Some(events);
+        self
     }
 
     /// The address the server listens on (the real port when bound to port 0).
@@ -92,10 +134,17 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
-        axum::serve(self.listener, self.router)
-            .with_graceful_shutdown(shutdown)
-            .await
-            .map_err(ServerError::Io)
+        Acceptor {
+            listener: self.listener,
+            router: self.router,
+            tls: self.tls,
+            limits: self.limits,
+            metrics: self.metrics,
+            events: self.events,
+        }
+        .run(shutdown)
+        .await;
+        Ok(())
     }
 }
 

@@ -24,6 +24,12 @@ pub(crate) struct Metrics {
     pub events_accepted: AtomicU64,
     /// Writes refused for their content (400, 409) or their token (401).
     pub writes_refused: AtomicU64,
+    /// Connections open now.
+    pub connections_open: AtomicU64,
+    /// Connections answered `503` over the cap.
+    pub connections_refused: AtomicU64,
+    /// Connections closed for a head, handshake or silence past its timeout.
+    pub connections_timed_out: AtomicU64,
 }
 
 impl Metrics {
@@ -77,10 +83,25 @@ impl Metrics {
                 "Pushed reports and events refused for their content or token.",
                 &self.writes_refused,
             ),
+            (
+                "gpuvet_server_connections_refused_total",
+                "Connections answered 503 because the server had its maximum open.",
+                &self.connections_refused,
+            ),
+            (
+                "gpuvet_server_connections_timed_out_total",
+                "Connections closed because a request head, a TLS handshake or the next byte did not come in time.",
+                &self.connections_timed_out,
+            ),
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", counter.load(Ordering::Relaxed));
         }
+        let _ = writeln!(
+            out,
+            "# HELP gpuvet_server_connections_open Connections open now.\n# TYPE gpuvet_server_connections_open gauge\ngpuvet_server_connections_open {}",
+            self.connections_open.load(Ordering::Relaxed)
+        );
         out
     }
 }

@@ -77,12 +77,16 @@ fn without_a_token_it_warns_that_it_takes_no_writes_and_that_others_can_read() {
     let said = stderr(&output);
     let lines: Vec<&str> = said.lines().collect();
     assert!(
-        lines[0].starts_with("warning: `GPUVET_REPORT_TOKEN` is not set"),
+        lines[0].starts_with("warning: serving plain HTTP on `0.0.0.0:"),
         "{said}"
     );
-    assert!(lines[1].contains("reachable from other machines"), "{said}");
     assert!(
-        lines[2].starts_with("error: cannot listen on `0.0.0.0:"),
+        lines[1].starts_with("warning: `GPUVET_REPORT_TOKEN` is not set"),
+        "{said}"
+    );
+    assert!(lines[2].contains("reachable from other machines"), "{said}");
+    assert!(
+        lines[3].starts_with("error: cannot listen on `0.0.0.0:"),
         "{said}"
     );
     assert!(said.contains("\nhint: pick another address"), "{said}");

@@ -2,6 +2,7 @@
 //! workspace-wide test of the crate layering (`tests/layering.rs`) lives here too.
 
 pub mod postgres;
+pub mod tls;
 
 use std::net::TcpListener;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -3,18 +3,20 @@
 //! `gpuvet serve ARGS` runs it when it is installed beside `gpuvet`.
 //!
 //! A thin entry point: parse the command line, resolve the settings once, serve until
-//! SIGTERM or SIGINT, and exit with a code from `gpuvet_model::exit_codes`.
+//! SIGTERM or SIGINT (reloading the TLS files on SIGHUP), and exit with a code from
+//! `gpuvet_model::exit_codes`.
 
 mod settings;
 
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::Parser;
 use gpuvet_model::diagnostics::render_error;
 use gpuvet_model::exit_codes;
-use gpuvet_server::Server;
 use gpuvet_server::pool::StorePool;
+use gpuvet_server::{ConnectionEvent, Server, ServerTls};
 
 use crate::settings::{Args, Failure, Settings};
 
@@ -44,18 +46,25 @@ fn serve(args: Args) -> Result<(), Failure> {
         .build()
         .map_err(|e| Failure::new(exit_codes::INTERNAL, e))?;
     runtime.block_on(async {
-        let server = Server::bind(settings.listen, pool, settings.token.clone())
+        let mut server = Server::bind(settings.listen, pool, settings.token.clone())
             .await
             .map_err(|e| {
                 Failure::new(exit_codes::USAGE, e).with_hint(
                     "pick another address with `--listen IP:PORT` (port 0 picks a free one)",
                 )
-            })?;
+            })?
+            .with_limits(settings.limits)
+            .on_connection_event(Arc::new(report_connection_event));
+        if let Some(tls) = &settings.tls {
+            server = server.with_tls(tls.clone());
+            tokio::spawn(reload_on_sighup(tls.clone()));
+        }
         let addr = server
             .local_addr()
             .map_err(|e| Failure::new(exit_codes::INTERNAL, e))?;
         stderr(&format!(
-            "gpuvet serve: listening on http://{addr} (store `{}`)\n",
+            "gpuvet serve: listening on {}://{addr} (store `{}`)\n",
+            settings.scheme(),
             settings.store
         ));
         server
@@ -73,6 +82,45 @@ async fn shutdown_signal() {
     tokio::select! {
         _ = term.recv() => {}
         _ = int.recv() => {}
+    }
+}
+
+/// Reads the TLS files again on every SIGHUP; a failed reload keeps the certificate in
+/// use and says why.
+async fn reload_on_sighup(tls: Arc<ServerTls>) {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut hangup) = signal(SignalKind::hangup()) else {
+        stderr("warning: SIGHUP cannot be watched: the TLS files will not be reloaded\n");
+        return;
+    };
+    while hangup.recv().await.is_some() {
+        match tls.reload() {
+            Ok(()) => stderr(&format!(
+                "gpuvet serve: reloaded the TLS certificate `{}`\n",
+                tls.files().cert.display()
+            )),
+            Err(error) => stderr(&render_error(
+                &error,
+                Some(
+                    "fix the file and send SIGHUP again; the previous certificate is still served",
+                ),
+            )),
+        }
+    }
+}
+
+fn report_connection_event(event: ConnectionEvent) {
+    match event {
+        ConnectionEvent::Refused {
+            count,
+            max_connections,
+        } => stderr(&format!(
+            "warning: refused {count} connection(s) with 503: `{max_connections}` were open, the limit (`--max-connections`)\n"
+        )),
+        ConnectionEvent::AcceptFailed { error } => {
+            stderr(&format!("warning: cannot accept a connection: {error}\n"));
+        }
+        _ => {}
     }
 }
 

@@ -1,15 +1,19 @@
 //! The server's command line and its settings, resolved once: flags, then the config's
-//! `gpuvet.store`, then the node's default store; the token from the environment.
+//! `gpuvet.store`, then the node's default store; the token from the environment; TLS
+//! files loaded and connection limits checked before anything listens.
 
 use std::error::Error;
 use std::fs::File;
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use gpuvet_model::config::Config;
 use gpuvet_model::env_vars::REPORT_TOKEN;
 use gpuvet_model::exit_codes;
+use gpuvet_server::{ConnectionLimits, ServerTls, TlsFiles};
 use gpuvet_store::{StoreError, StoreLocation};
 
 /// Serves a gpuvet store over HTTP: a JSON API under /api/v1, web pages and /metrics.
@@ -27,7 +31,28 @@ pub struct Args {
     /// for a fleet's server [default: the config's `gpuvet.store`, else the node's file].
     #[arg(long, env = "GPUVET_STORE", value_name = "FILE|URL")]
     pub store: Option<String>,
+    /// Serve HTTPS with this certificate chain (PEM, the server's first); read again on
+    /// SIGHUP. Needs `--tls-key`.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key of `--tls-cert` (PEM); read again on SIGHUP.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+    /// Close a connection whose request head (or TLS handshake) has not arrived within
+    /// this many seconds of the server waiting for it.
+    #[arg(long, value_name = "SECS", default_value_t = ConnectionLimits::DEFAULT_HEADER_TIMEOUT.as_secs_f64())]
+    pub header_timeout: f64,
+    /// Close a connection on which no byte has moved for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = ConnectionLimits::DEFAULT_IDLE_TIMEOUT.as_secs_f64())]
+    pub idle_timeout: f64,
+    /// Connections open at once; one more is answered 503 with `Retry-After`.
+    #[arg(long, value_name = "N", default_value_t = ConnectionLimits::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
 }
+
+/// File descriptors the server keeps for itself beyond its connections: the store's
+/// files and pool, the listener, the runtime.
+const RESERVED_FILES: u64 = 256;
 
 /// Everything the server runs with.
 #[derive(Debug)]
@@ -36,6 +61,9 @@ pub struct Settings {
     pub store: StoreLocation,
     /// `None`: the server takes no writes.
     pub token: Option<String>,
+    /// `None`: plain HTTP.
+    pub tls: Option<Arc<ServerTls>>,
+    pub limits: ConnectionLimits,
 }
 
 impl Settings {
@@ -52,16 +80,67 @@ impl Settings {
                 env("HOME").as_deref(),
             )),
         };
+        let limits = ConnectionLimits {
+            header_timeout: seconds("--header-timeout", args.header_timeout)?,
+            idle_timeout: seconds("--idle-timeout", args.idle_timeout)?,
+            max_connections: args.max_connections,
+        };
+        if limits.max_connections == 0 {
+            return Err(Failure::new(
+                exit_codes::USAGE,
+                "`--max-connections 0` would refuse every client",
+            )
+            .with_hint("pass at least 1; the default is 8192"));
+        }
+        let open_files = raise_open_files_limit();
+        if let Some(open_files) = open_files
+            && (limits.max_connections as u64).saturating_add(RESERVED_FILES) > open_files
+        {
+            return Err(Failure::new(
+                exit_codes::USAGE,
+                format!(
+                    "`--max-connections {}` does not fit the process's limit of `{open_files}` open files",
+                    limits.max_connections
+                ),
+            )
+            .with_hint(format!(
+                "pass at most `{}`, or raise the limit (`ulimit -n`, systemd's `LimitNOFILE=`)",
+                open_files.saturating_sub(RESERVED_FILES)
+            )));
+        }
+        let tls = match (args.tls_cert, args.tls_key) {
+            (Some(cert), Some(key)) => Some(Arc::new(
+                ServerTls::load(TlsFiles { cert, key }).map_err(|e| {
+                    Failure::new(exit_codes::USAGE, e).with_hint(
+                        "pass the PEM certificate chain with `--tls-cert` and its key with `--tls-key`",
+                    )
+                })?,
+            )),
+            _ => None,
+        };
         Ok(Settings {
             listen: args.listen,
             store,
             token: env(REPORT_TOKEN).filter(|t| !t.is_empty()),
+            tls,
+            limits,
         })
+    }
+
+    /// `http` or `https`.
+    pub fn scheme(&self) -> &'static str {
+        if self.tls.is_some() { "https" } else { "http" }
     }
 
     /// What the user should know before the server starts.
     pub fn warnings(&self) -> Vec<String> {
         let mut warnings = Vec::new();
+        if self.tls.is_none() && !self.listen.ip().is_loopback() {
+            warnings.push(format!(
+                "serving plain HTTP on `{}`: tokens and reports cross the network in clear; pass `--tls-cert` and `--tls-key`",
+                self.listen
+            ));
+        }
         if self.token.is_none() {
             warnings.push(format!(
                 "`{REPORT_TOKEN}` is not set: the server takes no pushed reports or events"
@@ -75,6 +154,45 @@ impl Settings {
         }
         warnings
     }
+}
+
+/// `SECS` of `flag` as a duration: positive and finite.
+fn seconds(flag: &str, secs: f64) -> Result<Duration, Failure> {
+    Duration::try_from_secs_f64(secs)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            Failure::new(
+                exit_codes::USAGE,
+                format!("`{flag} {secs}` is not a number of seconds above zero"),
+            )
+            .with_hint(format!("pass a positive number, like `{flag} 10`"))
+        })
+}
+
+/// Raises the soft limit on open files to the hard one, as servers that hold many
+/// connections do (Go's runtime does it for every program), and returns it; `None`
+/// when it cannot be read.
+fn raise_open_files_limit() -> Option<u64> {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes one `rlimit` into the struct we own.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return None;
+    }
+    if limit.rlim_cur < limit.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: limit.rlim_max,
+            rlim_max: limit.rlim_max,
+        };
+        // SAFETY: setrlimit reads one `rlimit` we own.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            limit = raised;
+        }
+    }
+    Some(limit.rlim_cur)
 }
 
 fn load_config(path: &std::path::Path) -> Result<Config, Failure> {
