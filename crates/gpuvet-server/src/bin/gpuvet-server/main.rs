@@ -50,7 +50,8 @@ fn serve(args: Args) -> Result<(), Failure> {
                 Failure::new(exit_codes::USAGE, e).with_hint(
                     "pick another address with `--listen IP:PORT` (port 0 picks a free one)",
                 )
-            })?;
+            })?
+            .with_read_token(settings.read_token.as_deref());
         let addr = server
             .local_addr()
             .map_err(|e| Failure::new(exit_codes::INTERNAL, e))?;
