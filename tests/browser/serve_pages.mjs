@@ -4,9 +4,12 @@
 // SanityCheckFailed with the page's own form, and the attempt's timeline (the first
 // error marked on the slow node's lane, its label clear of that lane and its bars)
 // with its bundle download; then each further instance page given, held to the same
-// verdict and row bound. Saves a screenshot of each page. Run by
-// crates/gpuvet/tests/cli/serve_push.rs:
+// verdict and row bound. Saves a screenshot of each page. With GPUVET_SIGN_IN_PATH
+// set (a one-time link of a server that guards its reads), it first finds the pages
+// refused, then signs in by following that link from a page of another site, and
+// finds the link refused a second time. Run by crates/gpuvet/tests/cli/serve_push.rs:
 //
+//   GPUVET_SIGN_IN_PATH=/session/TICKET \
 //   node tests/browser/serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE MAX_ROWS [INSTANCE_PATH]...
 //
 // Exits 0 when every step finds what it expects, else 1 with the reason.
@@ -15,6 +18,7 @@ import { executablePath, withBrowser } from './launch.mjs';
 
 const [base, shots, slowNode, maxRowsArg, ...instancePaths] = process.argv.slice(2);
 const maxRows = Number(maxRowsArg);
+const signIn = process.env.GPUVET_SIGN_IN_PATH;
 if (!base || !shots || !slowNode || !Number.isInteger(maxRows)) {
   console.error('usage: node serve_pages.mjs BASE_URL SCREENSHOT_DIR SLOW_NODE MAX_ROWS [INSTANCE_PATH]...');
   process.exit(2);
@@ -56,6 +60,30 @@ try {
     const page = await browser.newPage();
     const errors = [];
     page.on('pageerror', (error) => errors.push(error.message));
+
+    // 0. A server that guards its reads: refused until signed in; the one-time link,
+    // clicked on a page of another site, signs in (a cookie no script reads and no
+    // other site sends) and lands on the instance list; a second use is refused.
+    if (signIn) {
+      const refused = await page.goto(base + '/', { waitUntil: 'load' });
+      expect(refused.status() === 401, `/ before signing in answered ${refused.status()}`);
+      const said = await page.locator('body').innerText();
+      expect(said.includes('Sign-in needed'), `no sign-in page: ${said}`);
+      // A page of another site, as a chat or a mail would link it.
+      await page.route('http://elsewhere.test/', (route) =>
+        route.fulfill({ contentType: 'text/html', body: `<a id="sign-in" href="${base + signIn}">sign in</a>` }));
+      await page.goto('http://elsewhere.test/', { waitUntil: 'load' });
+      await Promise.all([page.waitForURL(base + '/'), page.locator('#sign-in').click()]);
+      await page.waitForLoadState('load');
+      const listed = await page.locator('tr[data-status]').count();
+      expect(listed >= 1, `signed in, yet the instance list shows no instance: ${await page.locator('body').innerText()}`);
+      const cookies = await page.context().cookies();
+      const session = cookies.find((cookie) => cookie.name === 'gpuvet_session');
+      expect(session && session.httpOnly && session.sameSite === 'Strict',
+        `no HttpOnly, SameSite=Strict session cookie: ${JSON.stringify(cookies.map((c) => [c.name, c.httpOnly, c.sameSite]))}`);
+      const again = await page.request.get(base + signIn);
+      expect(again.status() === 401, `the link's second use answered ${again.status()}`);
+    }
 
     // 1. The instance list: the failed instance is there, marked failed.
     await page.goto(base + '/', { waitUntil: 'load' });
@@ -137,7 +165,7 @@ try {
     }
 
     expect(errors.length === 0, `script errors on the pages: ${errors}`);
-    console.log(`ok: ${base}: failed instance with ${slowNode} in its verdict and ${counts.join(', ')} finding row(s), a chart, ${kinds.length} SanityCheckFailed event(s), its timeline with the first-error label clear of its lane, and a ${bytes.length}-byte bundle; screenshots in ${shots}`);
+    console.log(`ok: ${base}: ${signIn ? 'signed in by a one-time link, ' : ''}failed instance with ${slowNode} in its verdict and ${counts.join(', ')} finding row(s), a chart, ${kinds.length} SanityCheckFailed event(s), its timeline with the first-error label clear of its lane, and a ${bytes.length}-byte bundle; screenshots in ${shots}`);
   });
 } catch (error) {
   failure = `${error.message} (chromium at ${executablePath})`;

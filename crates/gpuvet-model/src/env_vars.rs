@@ -8,6 +8,11 @@ pub const GROUP_TOKEN: &str = "GPUVET_TOKEN";
 /// they push.
 pub const REPORT_TOKEN: &str = "GPUVET_REPORT_TOKEN";
 
+/// The read token of a fleet server: when it was started with one, every read (the
+/// API, the pages, `/metrics`) needs it; `gpuvet timeline|explain|bundle --server`
+/// send it. Separate from [`REPORT_TOKEN`], which every node holds.
+pub const READ_TOKEN: &str = "GPUVET_READ_TOKEN";
+
 /// The variables whose values are secrets wherever they appear: no report, bundle or
 /// log may hold their values.
-pub const SECRET_VARS: [&str; 2] = [GROUP_TOKEN, REPORT_TOKEN];
+pub const SECRET_VARS: [&str; 3] = [GROUP_TOKEN, REPORT_TOKEN, READ_TOKEN];

@@ -1,13 +1,16 @@
 //! One attempt of a job read back from a fleet server over its API: the timeline, the
 //! explanation, or the fault bundle, as `gpuvet timeline|explain|bundle --server URL`
-//! show them. Reads need no token today; the push token is sent when there is one, so
-//! a server that guards its reads takes the same one.
+//! show them. The server's read token (`GPUVET_READ_TOKEN`) is sent when there is one;
+//! never the push token, which grants no reads (and would go to whatever `--server`
+//! names). A server that asks for a token it was not given is a 401 whose hint says
+//! which variable to set.
 
 use std::io::{Read, Write};
 use std::time::Duration;
 
 use gpuvet_analysis::explain::Explanation;
 use gpuvet_analysis::timeline::Timeline;
+use gpuvet_model::env_vars::READ_TOKEN;
 use serde::de::DeserializeOwned;
 
 use crate::PushError;
@@ -30,11 +33,12 @@ pub struct ServerReader {
 }
 
 impl ServerReader {
-    /// A reader of the server at `base_url` (`http://HOST[:PORT][/PATH]`).
-    pub fn new(base_url: &str, token: Option<&str>) -> ServerReader {
+    /// A reader of the server at `base_url` (`http://HOST[:PORT][/PATH]`), sending
+    /// `read_token` when there is one.
+    pub fn new(base_url: &str, read_token: Option<&str>) -> ServerReader {
         ServerReader {
             base_url: base_url.trim_end_matches('/').to_owned(),
-            authorization: token
+            authorization: read_token
                 .filter(|t| !t.is_empty())
                 .map(|t| format!("Bearer {t}")),
             agent: crate::agent(FETCH_TIMEOUT),
@@ -107,12 +111,28 @@ impl ServerReader {
             return Ok(response);
         }
         let (message, hint) = crate::error_body(&mut response);
+        let hint = if status == 401 {
+            Some(self.unauthorized_hint())
+        } else {
+            hint
+        };
         Err(PushError::Refused {
             url: url.to_owned(),
             status,
             message,
             hint,
         })
+    }
+
+    /// What to do about a 401: the server guards its reads with a token this reader
+    /// did not send, or sent wrong.
+    fn unauthorized_hint(&self) -> String {
+        match self.authorization {
+            None => format!("this server's reads need its read token: set `{READ_TOKEN}` to it"),
+            Some(_) => format!(
+                "set `{READ_TOKEN}` to the read token the server was started with (the push token grants no reads)"
+            ),
+        }
     }
 
     fn json<T: DeserializeOwned>(&self, url: &str) -> Result<T, PushError> {
@@ -168,6 +188,27 @@ mod tests {
         assert_eq!(
             reader.url("j", "bundle", None),
             "http://server:9470/api/v1/jobs/j/bundle"
+        );
+    }
+
+    #[test]
+    fn a_401_names_the_read_token_whether_one_was_sent_or_not() {
+        let without = ServerReader::new("http://server:9470", Some(""));
+        assert!(without.authorization.is_none());
+        assert!(
+            without
+                .unauthorized_hint()
+                .contains("need its read token: set `GPUVET_READ_TOKEN`"),
+            "{}",
+            without.unauthorized_hint()
+        );
+        let with = ServerReader::new("http://server:9470", Some("r"));
+        assert_eq!(with.authorization.as_deref(), Some("Bearer r"));
+        assert!(
+            with.unauthorized_hint()
+                .starts_with("set `GPUVET_READ_TOKEN` to the read token"),
+            "{}",
+            with.unauthorized_hint()
         );
     }
 

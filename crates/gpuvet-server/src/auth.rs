@@ -37,7 +37,7 @@ pub(crate) fn require_token(headers: &HeaderMap, token: Option<&str>) -> Result<
 
 /// Compares in time that depends only on the lengths, so that a wrong guess does not
 /// tell how much of it was right.
-fn same_secret(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |diff, (x, y)| diff | (x ^ y)) == 0
 }
 

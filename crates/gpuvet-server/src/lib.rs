@@ -2,14 +2,17 @@
 //! the OpenAPI document at `/api/v1/openapi.json`), server-rendered web pages, and
 //! Prometheus `/metrics`.
 //!
-//! Reads are open; writes (nodes pushing their reports and events) need the bearer
-//! token the server was started with. A server started without a token takes no
-//! writes. Every report and event carries its own id, so a node that pushes one twice
-//! (a retry after a lost reply) has it stored once.
+//! Writes (nodes pushing their reports and events) need the bearer token the server
+//! was started with; a server started without one takes no writes. Reads are open,
+//! unless the server was given a read token ([`Server::with_read_token`]): then every
+//! read needs it, or a browser session opened with a one-time link (`access.rs`).
+//! Every report and event carries its own id, so a node that pushes one twice (a
+//! retry after a lost reply) has it stored once.
 //!
 //! The store is synchronous (SQLite or PostgreSQL handles), so each request borrows a
 //! handle from a small [`pool`] on tokio's blocking threads.
 
+mod access;
 mod api;
 mod auth;
 mod connections;
@@ -52,6 +55,8 @@ pub(crate) struct AppState {
     pub writers: Arc<tokio::sync::Semaphore>,
     /// `None`: the server takes no writes.
     pub token: Option<Arc<str>>,
+    /// `None`: reads are open.
+    pub read: Option<Arc<access::ReadAccess>>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -64,6 +69,8 @@ pub struct Server {
     tls: Option<Arc<ServerTls>>,
     limits: ConnectionLimits,
     events: Option<EventSink>,
+    /// Kept to build the router again with settings given after binding.
+    state: AppState,
 }
 
 impl std::fmt::Debug for Server {
@@ -93,12 +100,14 @@ impl Server {
             writers: Arc::new(tokio::sync::Semaphore::new(pool.concurrent_writers())),
             pool: Arc::new(pool),
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
+            read: None,
             metrics: Arc::new(Metrics::default()),
         };
         Ok(Server {
             listener,
             metrics: state.metrics.clone(),
-            router: router(state),
+            router: router(state.clone()),
+            state,
             tls: None,
             limits: ConnectionLimits::default(),
             events: None,
@@ -108,6 +117,9 @@ impl Server {
     /// Serves HTTPS with `tls` instead of plain HTTP.
     pub fn with_tls(mut self, tls: Arc<ServerTls>) -> Server {
         self.tls = Some(tls);
+        if let Some(read) = &self.state.read {
+            read.set_secure();
+        }
         self
     }
 
@@ -121,6 +133,19 @@ impl Server {
     /// `events`; a library does not print.
     pub fn on_connection_event(mut self, events: EventSink) -> Server {
         self.events = Some(events);
+        self
+    }
+
+    /// Makes every read need `read_token` (an empty one or `None`: reads stay open).
+    /// The write token grants no reads.
+    pub fn with_read_token(mut self, read_token: Option<&str>) -> Server {
+        self.state.read = read_token
+            .filter(|t| !t.is_empty())
+            .map(|t| Arc::new(access::ReadAccess::new(t)));
+        if let (Some(read), Some(_)) = (&self.state.read, &self.tls) {
+            read.set_secure();
+        }
+        self.router = router(self.state.clone());
         self
     }
 
@@ -157,7 +182,12 @@ fn router(state: AppState) -> Router {
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
+            access::require_read,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
             metrics::count_requests,
         ))
+        .layer(axum::middleware::map_response(access::no_referrer))
         .with_state(state)
 }

@@ -33,6 +33,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/jobs/{job}/timeline", get(timeline_page))
         .route("/events", get(events_page))
         .route("/reports/{file}", get(report_page))
+        .route("/session/{ticket}", get(crate::access::open_session_link))
 }
 
 /// A form's empty field means "any".
@@ -270,7 +271,7 @@ pub(crate) fn page_error(error: ApiError) -> Response {
     html_error(error.status, "Error", &error.message)
 }
 
-fn html_error(status: StatusCode, title: &str, message: &str) -> Response {
+pub(crate) fn html_error(status: StatusCode, title: &str, message: &str) -> Response {
     let body = site::error_page(status.as_u16(), title, message);
     (
         status,

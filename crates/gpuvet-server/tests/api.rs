@@ -1,7 +1,9 @@
 //! The server over real HTTP on a loopback port, against a real store (each test on
 //! SQLite, and on PostgreSQL when `GPUVET_TEST_POSTGRES_URL` names a server): every
 //! endpoint, its filters, and its 400, 401, 404 and 409 answers; pushes stored once;
-//! the pages (an attempt's timeline among them) and `/metrics`.
+//! the pages (an attempt's timeline among them) and `/metrics`; and, with a read
+//! token, every read refused without it, pushes taken without it, and a browser signed
+//! in by a one-time link.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -20,6 +22,9 @@ use gpuvet_testkit::postgres::TestDatabase;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "test-token";
+
+/// The read token of the servers that guard their reads.
+const READ_TOKEN: &str = "test-read-token-s3cret";
 
 /// Where a test's server keeps its data: a fresh SQLite file, or a fresh database on
 /// the PostgreSQL test server. Dropped at the end of the test.
@@ -49,9 +54,15 @@ struct Running {
 
 impl Running {
     fn start(backing: Backing, token: Option<&str>) -> Running {
+        Running::start_guarded(backing, token, None)
+    }
+
+    /// A server whose reads need `read_token` when given.
+    fn start_guarded(backing: Backing, token: Option<&str>, read_token: Option<&str>) -> Running {
         let location = backing.location();
         let pool = StorePool::new(location.clone()).unwrap();
         let token = token.map(str::to_owned);
+        let read_token = read_token.map(str::to_owned);
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (ready, addr) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -63,7 +74,8 @@ impl Running {
             runtime.block_on(async move {
                 let server = Server::bind("127.0.0.1:0".parse().unwrap(), pool, token)
                     .await
-                    .unwrap();
+                    .unwrap()
+                    .with_read_token(read_token.as_deref());
                 ready.send(server.local_addr().unwrap()).unwrap();
                 server
                     .run(async {
@@ -141,6 +153,44 @@ impl Running {
 
     fn store(&self) -> Store {
         Store::open_location(&self.location).unwrap()
+    }
+
+    /// `method path` with `headers`: the status, the headers and the body as text.
+    fn request(&self, method: &str, path: &str, headers: &[(&str, &str)]) -> Reply {
+        let mut request = ureq::http::Request::builder()
+            .method(method)
+            .uri(self.url(path));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let mut response = Self::agent().run(request.body(()).unwrap()).unwrap();
+        Reply {
+            status: response.status().as_u16(),
+            headers: response.headers().clone(),
+            // Lossy: a bundle is gzip.
+            body: String::from_utf8_lossy(&response.body_mut().read_to_vec().unwrap()).into_owned(),
+        }
+    }
+}
+
+/// One answer, whole.
+#[derive(Debug)]
+struct Reply {
+    status: u16,
+    headers: ureq::http::HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
     }
 }
 
@@ -963,6 +1013,7 @@ fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint
         ("/api/v1/results", vec!["get"]),
         ("/api/v1/runs", vec!["get"]),
         ("/api/v1/runs/{run_id}", vec!["get"]),
+        ("/api/v1/session", vec!["post"]),
     ]);
     assert_eq!(paths, expected);
     // Every schema a response names is in the document.
@@ -973,6 +1024,344 @@ fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint
             document["components"]["schemas"].get(name).is_some(),
             "`{name}` is referenced but not defined"
         );
+    }
+}
+
+/// The reads of a guarded server the tests knock on: the API, a page, `/metrics`, and
+/// addresses no route has.
+const GUARDED_READS: [&str; 9] = [
+    "/api/v1/jobs",
+    "/api/v1/jobs/job-a/timeline",
+    "/api/v1/events",
+    "/api/v1/jobs/job-a/bundle",
+    "/",
+    "/instances/job-a/n0",
+    "/metrics",
+    "/no-such-page",
+    "/api/v1/no-such-endpoint",
+];
+
+/// job-a as [`populated`] pushes it, to a server whose reads need [`READ_TOKEN`].
+fn populated_guarded(backing: Backing) -> Running {
+    let server = Running::start_guarded(backing, Some(TOKEN), Some(READ_TOKEN));
+    let n0 = attempt("job-a", "n0", 1);
+    // Pushes carry the write token only.
+    assert_eq!(push_report(&server, &report(&n0, "r-n0-1", true)).0, 200);
+    let n1 = attempt("job-a", "n1", 1);
+    assert_eq!(push_report(&server, &report(&n1, "r-n1-1", false)).0, 200);
+    let (status, answer) = push_event(
+        &server,
+        &event(&n0, "e-1", 1_700_000_000_100, EventKind::SanityCheckFailed),
+    );
+    assert_eq!(status, 200, "{answer}");
+    let (status, answer) = server.post(
+        "/api/v1/attempts",
+        Some(TOKEN),
+        &json!({"job_id": "job-a", "attempt": 2, "node": "n0", "instance": "pod-n0", "started_at_ms": 1_700_000_001_000_u64}).to_string(),
+    );
+    assert_eq!(status, 200, "{answer}");
+    server
+}
+
+fn reads_need_the_read_token_and_pushes_do_not(backing: Backing) {
+    let server = populated_guarded(backing);
+    assert_eq!(
+        server.store().jobs().unwrap().len(),
+        1,
+        "pushes were stored"
+    );
+    let bearer = |token: &str| format!("Bearer {token}");
+    for path in GUARDED_READS {
+        let is_api = path.starts_with("/api/") || path == "/metrics";
+        for (authorization, needle) in [
+            (
+                None,
+                "needs its read token in an `Authorization: Bearer` header",
+            ),
+            (
+                Some(bearer("wrong")),
+                "the read token does not match the server's",
+            ),
+            // The write token grants no reads.
+            (
+                Some(bearer(TOKEN)),
+                "the read token does not match the server's",
+            ),
+            (Some(format!("Basic {READ_TOKEN}")), "needs its read token"),
+        ] {
+            let headers: Vec<(&str, &str)> = authorization
+                .iter()
+                .map(|value| ("authorization", value.as_str()))
+                .collect();
+            let reply = server.request("GET", path, &headers);
+            assert_eq!(
+                reply.status, 401,
+                "{path} {authorization:?}: {}",
+                reply.body
+            );
+            assert_eq!(
+                reply.header("www-authenticate"),
+                "Bearer realm=\"gpuvet\"",
+                "{path}"
+            );
+            assert_eq!(reply.header("referrer-policy"), "no-referrer", "{path}");
+            assert!(!reply.body.contains(READ_TOKEN), "{path}: {}", reply.body);
+            if is_api {
+                let error = reply.json();
+                assert_eq!(error["error"]["status"], 401, "{path}");
+                assert!(
+                    error["error"]["message"].as_str().unwrap().contains(needle),
+                    "{path}: {error}"
+                );
+                assert!(
+                    error["error"]["hint"]
+                        .as_str()
+                        .unwrap()
+                        .contains("GPUVET_READ_TOKEN"),
+                    "{path}: {error}"
+                );
+            } else {
+                assert!(
+                    reply.body.starts_with("<!DOCTYPE html>"),
+                    "{path}: {}",
+                    reply.body
+                );
+                assert!(
+                    reply.body.contains("Sign-in needed"),
+                    "{path}: {}",
+                    reply.body
+                );
+                assert!(
+                    reply.body.contains("/api/v1/session"),
+                    "{path}: {}",
+                    reply.body
+                );
+            }
+        }
+        let reply = server.request("GET", path, &[("authorization", &bearer(READ_TOKEN))]);
+        let expected = if path.contains("no-such") { 404 } else { 200 };
+        assert_eq!(
+            reply.status, expected,
+            "{path} with the read token: {}",
+            reply.body
+        );
+        assert_eq!(reply.header("referrer-policy"), "no-referrer", "{path}");
+    }
+    // The job's data, read with the token.
+    let reply = server.request("GET", "/", &[("authorization", &bearer(READ_TOKEN))]);
+    assert!(reply.body.contains("data-node=\"n0\""), "{}", reply.body);
+    let reply = server.request("GET", "/metrics", &[("authorization", &bearer(READ_TOKEN))]);
+    assert!(
+        reply
+            .body
+            .contains("route=\"/api/v1/jobs\",status=\"401\"} 4"),
+        "refused reads are counted: {}",
+        reply.body
+    );
+
+    // Open whatever the token: the health check and the API's document.
+    for path in ["/api/v1/health", "/api/v1/openapi.json"] {
+        let reply = server.request("GET", path, &[]);
+        assert_eq!(reply.status, 200, "{path}: {}", reply.body);
+    }
+    // A push with the write token, and no read token, is still taken.
+    let n1 = attempt("job-a", "n1", 2);
+    assert_eq!(push_report(&server, &report(&n1, "r-n1-2", false)).0, 200);
+    // A push without the write token is refused for that, not for the read token.
+    let (status, answer) = server.post(
+        "/api/v1/reports",
+        Some(READ_TOKEN),
+        &serde_json::to_string(&report(&n1, "r-n1-3", false)).unwrap(),
+    );
+    assert_eq!(status, 401);
+    assert!(
+        answer["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("the token does not match"),
+        "{answer}"
+    );
+}
+
+/// The value the `Set-Cookie` of `reply` gives the session cookie, and its attributes.
+fn session_cookie(reply: &Reply) -> (String, String) {
+    let set = reply.header("set-cookie");
+    let (pair, attributes) = set
+        .split_once(';')
+        .unwrap_or_else(|| panic!("no cookie: {set}"));
+    let value = pair
+        .strip_prefix("gpuvet_session=")
+        .unwrap_or_else(|| panic!("not the session cookie: {set}"));
+    (value.to_owned(), attributes.trim().to_owned())
+}
+
+fn a_one_time_link_signs_a_browser_in_once_and_its_cookie_grants_the_reads(backing: Backing) {
+    let server = populated_guarded(backing);
+    let read = format!("Bearer {READ_TOKEN}");
+    let write = format!("Bearer {TOKEN}");
+
+    // Only the read token itself makes a link.
+    for headers in [vec![], vec![("authorization", write.as_str())]] {
+        let reply = server.request("POST", "/api/v1/session", &headers);
+        assert_eq!(reply.status, 401, "{headers:?}: {}", reply.body);
+    }
+    let reply = server.request("POST", "/api/v1/session", &[("authorization", &read)]);
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    assert_eq!(reply.header("cache-control"), "no-store");
+    let link = reply.json();
+    assert_eq!(link["expires_in_secs"], 60);
+    let path = link["path"].as_str().unwrap().to_owned();
+    assert!(path.starts_with("/session/"), "{path}");
+    assert!(!path.contains(READ_TOKEN), "the token is in no URL: {path}");
+
+    // Opening it signs in: a cookie no script reads and no other site sends, then `/`.
+    let opened = server.request("GET", &path, &[]);
+    assert_eq!(opened.status, 200, "{}", opened.body);
+    let (cookie, attributes) = session_cookie(&opened);
+    assert!(!cookie.contains(READ_TOKEN), "{cookie}");
+    assert!(!cookie.is_empty());
+    for attribute in ["HttpOnly", "SameSite=Strict", "Path=/", "Max-Age=28800"] {
+        assert!(
+            attributes.split("; ").any(|a| a == attribute),
+            "{attribute}: {attributes}"
+        );
+    }
+    assert_eq!(opened.header("referrer-policy"), "no-referrer");
+    assert_eq!(opened.header("cache-control"), "no-store");
+    assert!(
+        opened
+            .body
+            .contains("<meta http-equiv=\"refresh\" content=\"0; url=/\">"),
+        "{}",
+        opened.body
+    );
+    assert!(!opened.body.contains(READ_TOKEN));
+
+    // Once only.
+    let again = server.request("GET", &path, &[]);
+    assert_eq!(again.status, 401, "{}", again.body);
+    assert!(again.body.contains("used already"), "{}", again.body);
+    assert!(again.header("set-cookie").is_empty());
+
+    // The cookie grants the pages, the API they link to (the bundle, the live
+    // refresh) and `/metrics`.
+    let with_cookie = format!("gpuvet_session={cookie}");
+    for path in GUARDED_READS {
+        let reply = server.request("GET", path, &[("cookie", &with_cookie)]);
+        let expected = if path.contains("no-such") { 404 } else { 200 };
+        assert_eq!(
+            reply.status, expected,
+            "{path} with the cookie: {}",
+            reply.body
+        );
+    }
+    let page = server.request("GET", "/instances/job-a/n0", &[("cookie", &with_cookie)]);
+    assert!(page.body.contains("n0"), "{}", page.body);
+    assert!(!page.body.contains(READ_TOKEN), "{}", page.body);
+
+    // A cookie that is not the server's, and a session that makes no links.
+    let forged = format!("gpuvet_session={}0", &cookie[..cookie.len() - 1]);
+    let forged = if forged == with_cookie {
+        format!("gpuvet_session={}1", &cookie[..cookie.len() - 1])
+    } else {
+        forged
+    };
+    let reply = server.request("GET", "/", &[("cookie", &forged)]);
+    assert_eq!(reply.status, 401);
+    assert!(reply.body.contains("session has ended"), "{}", reply.body);
+    let reply = server.request("GET", "/api/v1/jobs", &[("cookie", &forged)]);
+    assert_eq!(reply.status, 401);
+    let reply = server.request("POST", "/api/v1/session", &[("cookie", &with_cookie)]);
+    assert_eq!(reply.status, 401, "{}", reply.body);
+
+    // Not a link of this server.
+    let reply = server.request("GET", "/session/1.2.3", &[]);
+    assert_eq!(reply.status, 401);
+    assert!(
+        reply.body.contains("no sign-in link of this server"),
+        "{}",
+        reply.body
+    );
+}
+
+fn a_server_without_a_read_token_has_open_reads_and_no_sign_in(backing: Backing) {
+    let server = populated(backing);
+    for path in GUARDED_READS {
+        let reply = server.request("GET", path, &[]);
+        let expected = if path.contains("no-such") { 404 } else { 200 };
+        assert_eq!(reply.status, expected, "{path}: {}", reply.body);
+        assert_eq!(reply.header("referrer-policy"), "no-referrer", "{path}");
+    }
+    let reply = server.request(
+        "POST",
+        "/api/v1/session",
+        &[("authorization", &format!("Bearer {READ_TOKEN}"))],
+    );
+    assert_eq!(reply.status, 404, "{}", reply.body);
+    assert!(
+        reply.json()["error"]["hint"]
+            .as_str()
+            .unwrap()
+            .contains("GPUVET_READ_TOKEN")
+    );
+    assert_eq!(server.request("GET", "/session/1.2.3", &[]).status, 404);
+}
+
+/// Each operation of `document`: (method, path) → the schemes its `security` names.
+fn security_of(document: &Value) -> BTreeMap<(String, String), Vec<String>> {
+    let mut out = BTreeMap::new();
+    for (path, item) in document["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let schemes = operation["security"]
+                .as_array()
+                .map(|all| {
+                    all.iter()
+                        .flat_map(|one| one.as_object().unwrap().keys().cloned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            out.insert((method.clone(), path.clone()), schemes);
+        }
+    }
+    out
+}
+
+fn the_openapi_document_names_the_read_token_on_the_reads_of_a_guarded_server(backing: Backing) {
+    let guarded = Running::start_guarded(backing, Some(TOKEN), Some(READ_TOKEN));
+    let document = guarded.request("GET", "/api/v1/openapi.json", &[]).json();
+    let schemes = &document["components"]["securitySchemes"];
+    assert_eq!(schemes["read_token"]["scheme"], "bearer");
+    assert!(
+        schemes["read_token"]["description"]
+            .as_str()
+            .unwrap()
+            .contains("GPUVET_READ_TOKEN")
+    );
+    assert_eq!(schemes["token"]["scheme"], "bearer");
+    for ((method, path), named) in security_of(&document) {
+        let expected: Vec<&str> = match (method.as_str(), path.as_str()) {
+            (_, "/api/v1/health") => vec![],
+            ("post", "/api/v1/reports" | "/api/v1/events" | "/api/v1/attempts") => vec!["token"],
+            _ => vec!["read_token"],
+        };
+        assert_eq!(named, expected, "{method} {path}");
+        let unauthorized = &document["paths"][&path][&method]["responses"]["401"];
+        assert_eq!(
+            unauthorized.is_null(),
+            expected.is_empty(),
+            "{method} {path}: {unauthorized}"
+        );
+    }
+
+    // An open server's document names no read token: every read and the sign-in
+    // (which answers 404 there) need none.
+    let open = Running::start(Backing::Sqlite(tempfile::tempdir().unwrap()), Some(TOKEN));
+    let document = open.request("GET", "/api/v1/openapi.json", &[]).json();
+    for ((method, path), named) in security_of(&document) {
+        let names_read_token = named.iter().any(|n| n == "read_token");
+        assert!(!names_read_token, "{method} {path}: {named:?}");
+        let unauthorized = &document["paths"][&path][&method]["responses"]["401"];
+        assert_eq!(unauthorized.is_null(), named.is_empty(), "{method} {path}");
     }
 }
 
@@ -1008,4 +1397,8 @@ on_both_stores!(
     a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arrives,
     metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint,
     the_timeline_page_and_api_name_an_attempts_first_error_and_unknown_ones_are_404,
+    reads_need_the_read_token_and_pushes_do_not,
+    a_one_time_link_signs_a_browser_in_once_and_its_cookie_grants_the_reads,
+    a_server_without_a_read_token_has_open_reads_and_no_sign_in,
+    the_openapi_document_names_the_read_token_on_the_reads_of_a_guarded_server,
 );

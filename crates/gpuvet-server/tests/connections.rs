@@ -28,10 +28,16 @@ struct Program {
 
 impl Program {
     fn start(args: &[&str]) -> Program {
+        Program::start_with(args, &[])
+    }
+
+    fn start_with(args: &[&str], env: &[(&str, &str)]) -> Program {
         let dir = tempfile::tempdir().unwrap();
         let mut child = Command::new(env!("CARGO_BIN_EXE_gpuvet-server"))
             .env_remove("GPUVET_CONFIG")
             .env_remove("GPUVET_STORE")
+            .env_remove("GPUVET_READ_TOKEN")
+            .envs(env.iter().copied())
             .env("GPUVET_REPORT_TOKEN", TOKEN)
             .args(["--listen", "127.0.0.1:0", "--store"])
             .arg(dir.path().join("server.db"))
@@ -383,6 +389,38 @@ fn https_is_served_reloaded_on_sighup_and_refused_for_a_wrong_ca_or_name() {
         .status();
     assert_eq!(status.as_u16(), 200);
     assert!(trusting(&first_ca.cert_pem).get(&health).call().is_err());
+}
+
+#[test]
+fn over_https_the_session_cookie_is_secure() {
+    let dir = tempfile::tempdir().unwrap();
+    let ca = TestCa::new("CA");
+    let files = ca.server_files(dir.path(), "server", &["127.0.0.1"]);
+    let program = Program::start_with(
+        &[
+            "--tls-cert",
+            files.cert.to_str().unwrap(),
+            "--tls-key",
+            files.key.to_str().unwrap(),
+        ],
+        &[("GPUVET_READ_TOKEN", "a-read-token")],
+    );
+    let client = trusting(&ca.cert_pem);
+    let mut link = client
+        .post(&program.url("/api/v1/session"))
+        .header("authorization", "Bearer a-read-token")
+        .send_empty()
+        .unwrap();
+    assert_eq!(link.status().as_u16(), 200);
+    let link: serde_json::Value =
+        serde_json::from_str(&link.body_mut().read_to_string().unwrap()).unwrap();
+    let opened = client
+        .get(&program.url(link["path"].as_str().unwrap()))
+        .call()
+        .unwrap();
+    let cookie = opened.headers()["set-cookie"].to_str().unwrap();
+    assert!(cookie.split("; ").any(|a| a == "Secure"), "{cookie}");
+    assert!(cookie.contains("HttpOnly"), "{cookie}");
 }
 
 #[test]

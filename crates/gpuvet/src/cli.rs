@@ -376,7 +376,8 @@ pub struct RecordArgs {
     #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
     pub store: Option<String>,
     /// Read the attempt from a fleet server (`gpuvet serve`) at this address instead
-    /// of a store, e.g. `http://gpuvet-server:9470`.
+    /// of a store, e.g. `http://gpuvet-server:9470`; with the server's read token
+    /// from `GPUVET_READ_TOKEN` when set.
     #[arg(long, env = "GPUVET_SERVER", value_name = "URL")]
     pub server: Option<String>,
 }

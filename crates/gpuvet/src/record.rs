@@ -2,7 +2,7 @@
 //! which job and attempt the flags mean, and every report and event of it; or, with
 //! `--server`, the reader of a fleet server that holds it.
 
-use gpuvet_model::env_vars::REPORT_TOKEN;
+use gpuvet_model::env_vars::READ_TOKEN;
 use gpuvet_model::record::JobRecord;
 use gpuvet_push::PushError;
 use gpuvet_push::fetch::ServerReader;
@@ -56,10 +56,10 @@ pub fn attempt(args: &RecordArgs) -> Result<Option<u32>, Failure> {
     }
 }
 
-/// The reader of the fleet server `--server` names, with the push token when set.
+/// The reader of the fleet server `--server` names, with its read token when set.
 pub fn server(args: &RecordArgs) -> Option<ServerReader> {
     let url = args.server.as_deref().filter(|url| !url.is_empty())?;
-    let token = std::env::var(REPORT_TOKEN).ok();
+    let token = std::env::var(READ_TOKEN).ok();
     Some(ServerReader::new(url, token.as_deref()))
 }
 

@@ -43,6 +43,7 @@ pub(crate) fn routes() -> Router<AppState> {
         )
         .route("/api/v1/reports", post(push::push_report))
         .route("/api/v1/attempts", post(push::push_attempt))
+        .route("/api/v1/session", post(crate::access::new_session_link))
         .route("/api/v1/openapi.json", get(crate::openapi::serve))
 }
 

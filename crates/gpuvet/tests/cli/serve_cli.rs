@@ -1,13 +1,14 @@
 //! What the node binary adds to the fleet server: `gpuvet serve` runs `gpuvet-server`
 //! (beside gpuvet, else on `PATH`) with its arguments, or says how to install it; and
 //! `timeline`, `explain` and `bundle` read a fleet's attempt over the server's API
-//! (`--server`), never with a database driver of the node's own.
+//! (`--server`), never with a database driver of the node's own, with the server's
+//! read token from `GPUVET_READ_TOKEN` when it guards its reads.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use crate::common::serve::{Serve, TOKEN};
+use crate::common::serve::{READ_TOKEN, Serve, TOKEN};
 use crate::common::{Scratch, stderr, stdout};
 
 /// A directory with a link to the gpuvet under test (so that it finds what is beside
@@ -164,6 +165,56 @@ fn timeline_explain_and_bundle_from_a_server_match_the_nodes_own() {
         stdout(&from_bundle),
         stdout(&scratch.run(&["explain", "--json"]))
     );
+}
+
+#[test]
+fn a_server_that_guards_its_reads_is_read_with_gpuvet_read_token_and_a_401_names_it() {
+    let scratch = Scratch::temp();
+    let server = Serve::start_guarded(&scratch.path("server.db"), "127.0.0.1:0");
+    failed_run_on(&scratch, &server);
+    let url = server.url("");
+    let local = scratch.run(&["timeline", "--json"]);
+    let remote = scratch
+        .gpuvet()
+        .env("GPUVET_READ_TOKEN", READ_TOKEN)
+        .args(["timeline", "--json", "--server", &url])
+        .output()
+        .unwrap();
+    assert_eq!(remote.status.code(), Some(0), "{}", stderr(&remote));
+    assert_eq!(stdout(&remote), stdout(&local));
+
+    // Without it, or with the push token only, or with a wrong one: the server's 401,
+    // and what to set.
+    for (read_token, hint) in [
+        (
+            None,
+            "hint: this server's reads need its read token: set `GPUVET_READ_TOKEN` to it",
+        ),
+        (
+            Some("wrong"),
+            "hint: set `GPUVET_READ_TOKEN` to the read token the server was started with",
+        ),
+    ] {
+        let mut command = scratch.gpuvet();
+        command.env("GPUVET_REPORT_TOKEN", TOKEN);
+        if let Some(token) = read_token {
+            command.env("GPUVET_READ_TOKEN", token);
+        }
+        let output = command
+            .args(["explain", "--server", &url])
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+        let said = stderr(&output);
+        assert!(
+            said.starts_with(&format!(
+                "error: `{url}/api/v1/jobs/job-test/explain` answered 401: "
+            )),
+            "{said}"
+        );
+        assert!(said.contains(hint), "{said}");
+        assert!(!said.contains(TOKEN), "{said}");
+    }
 }
 
 #[test]

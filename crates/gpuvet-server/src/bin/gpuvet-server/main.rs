@@ -53,6 +53,7 @@ fn serve(args: Args) -> Result<(), Failure> {
                     "pick another address with `--listen IP:PORT` (port 0 picks a free one)",
                 )
             })?
+            .with_read_token(settings.read_token.as_deref())
             .with_limits(settings.limits)
             .on_connection_event(Arc::new(report_connection_event));
         if let Some(tls) = &settings.tls {

@@ -1,5 +1,5 @@
 //! The server's command line and its settings, resolved once: flags, then the config's
-//! `gpuvet.store`, then the node's default store; the token from the environment; TLS
+//! `gpuvet.store`, then the node's default store; the tokens from the environment; TLS
 //! files loaded and connection limits checked before anything listens.
 
 use std::error::Error;
@@ -11,13 +11,14 @@ use std::time::Duration;
 
 use clap::Parser;
 use gpuvet_model::config::Config;
-use gpuvet_model::env_vars::REPORT_TOKEN;
+use gpuvet_model::env_vars::{READ_TOKEN, REPORT_TOKEN};
 use gpuvet_model::exit_codes;
 use gpuvet_server::{ConnectionLimits, ServerTls, TlsFiles};
 use gpuvet_store::{StoreError, StoreLocation};
 
 /// Serves a gpuvet store over HTTP: a JSON API under /api/v1, web pages and /metrics.
-/// Writes (pushed reports and events) need `GPUVET_REPORT_TOKEN`.
+/// Writes (pushed reports and events) need `GPUVET_REPORT_TOKEN`; reads (the API, the
+/// pages, /metrics) need `GPUVET_READ_TOKEN` when it is set.
 #[derive(Debug, Parser)]
 #[command(name = "gpuvet-server", version)]
 pub struct Args {
@@ -64,6 +65,8 @@ pub struct Settings {
     /// `None`: plain HTTP.
     pub tls: Option<Arc<ServerTls>>,
     pub limits: ConnectionLimits,
+    /// `None`: reads are open.
+    pub read_token: Option<String>,
 }
 
 impl Settings {
@@ -124,6 +127,7 @@ impl Settings {
             token: env(REPORT_TOKEN).filter(|t| !t.is_empty()),
             tls,
             limits,
+            read_token: env(READ_TOKEN).filter(|t| !t.is_empty()),
         })
     }
 
@@ -145,12 +149,17 @@ impl Settings {
             warnings.push(format!(
                 "`{REPORT_TOKEN}` is not set: the server takes no pushed reports or events"
             ));
-            if !self.listen.ip().is_loopback() {
-                warnings.push(format!(
-                    "listening on `{}`, reachable from other machines: its data can be read there",
-                    self.listen
-                ));
-            }
+        }
+        if self.read_token.is_none() && !self.listen.ip().is_loopback() {
+            warnings.push(format!(
+                "listening on `{}`, reachable from other machines, and `{READ_TOKEN}` is not set: anyone who reaches it can read every node name, GPU serial and finding",
+                self.listen
+            ));
+        }
+        if self.read_token.is_some() && self.read_token == self.token {
+            warnings.push(format!(
+                "`{READ_TOKEN}` is the same as `{REPORT_TOKEN}`: every node that pushes can read the whole fleet; give reads a token of their own"
+            ));
         }
         warnings
     }
@@ -242,5 +251,57 @@ impl Failure {
     pub fn with_hint(mut self, hint: impl Into<String>) -> Failure {
         self.hint = Some(hint.into());
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(listen: &str, token: Option<&str>, read_token: Option<&str>) -> Settings {
+        Settings {
+            listen: listen.parse().unwrap(),
+            store: StoreLocation::Sqlite("server.db".into()),
+            token: token.map(str::to_owned),
+            read_token: read_token.map(str::to_owned),
+            tls: None,
+            limits: ConnectionLimits::default(),
+        }
+    }
+
+    #[test]
+    fn a_reachable_server_without_a_read_token_warns_whatever_its_write_token() {
+        let reachable = |warnings: &[String]| {
+            warnings
+                .iter()
+                .any(|w| w.contains("reachable from other machines") && w.contains(READ_TOKEN))
+        };
+        assert!(reachable(
+            &settings("0.0.0.0:9470", Some("w"), None).warnings()
+        ));
+        assert!(reachable(&settings("10.0.0.5:9470", None, None).warnings()));
+        assert!(!reachable(
+            &settings("0.0.0.0:9470", Some("w"), Some("r")).warnings()
+        ));
+        assert!(!reachable(
+            &settings("127.0.0.1:9470", Some("w"), None).warnings()
+        ));
+        assert!(!reachable(
+            &settings("[::1]:9470", Some("w"), None).warnings()
+        ));
+        // With both tokens, only the plain HTTP is left to warn about.
+        let warnings = settings("0.0.0.0:9470", Some("w"), Some("r")).warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(
+            warnings[0].starts_with("serving plain HTTP"),
+            "{warnings:?}"
+        );
+    }
+
+    #[test]
+    fn a_read_token_equal_to_the_write_token_is_warned_about() {
+        let warnings = settings("127.0.0.1:9470", Some("same"), Some("same")).warnings();
+        assert_eq!(warnings.len(), 1, "{warnings:?}");
+        assert!(warnings[0].contains("is the same as"), "{warnings:?}");
     }
 }

@@ -88,7 +88,8 @@ impl Scratch {
             .env("GPUVET_NODE", "node-test")
             .env("GPUVET_INSTANCE", "instance-test")
             .env_remove("GPUVET_CONFIG")
-            .env_remove("GPUVET_PYTHON");
+            .env_remove("GPUVET_PYTHON")
+            .env_remove("GPUVET_READ_TOKEN");
         command
     }
 

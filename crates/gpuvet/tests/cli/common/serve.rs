@@ -14,6 +14,9 @@ use gpuvet_store::StoreLocation;
 /// The token the tests' servers and nodes share.
 pub const TOKEN: &str = "test-report-token";
 
+/// The read token of the tests' servers that guard their reads.
+pub const READ_TOKEN: &str = "test-read-token";
+
 /// A running server; stopped when dropped.
 #[derive(Debug)]
 pub struct Serve {
@@ -26,6 +29,15 @@ impl Serve {
     /// Starts a server on `listen` (port 0: any free one) over `store`, with
     /// [`TOKEN`], and waits until it listens.
     pub fn start(store: &Path, listen: &str) -> Serve {
+        Serve::start_with(store, listen, None)
+    }
+
+    /// As [`Serve::start`], with reads that need [`READ_TOKEN`].
+    pub fn start_guarded(store: &Path, listen: &str) -> Serve {
+        Serve::start_with(store, listen, Some(READ_TOKEN))
+    }
+
+    fn start_with(store: &Path, listen: &str, read_token: Option<&'static str>) -> Serve {
         let listen: SocketAddr = listen.parse().expect("an address to listen on");
         let pool = StorePool::new(StoreLocation::Sqlite(store.to_owned())).expect("the store");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -39,7 +51,8 @@ impl Serve {
             runtime.block_on(async move {
                 let server = Server::bind(listen, pool, Some(TOKEN.to_owned()))
                     .await
-                    .expect("binding the server");
+                    .expect("binding the server")
+                    .with_read_token(read_token);
                 bound.send(server.local_addr().unwrap()).unwrap();
                 server
                     .run(async move {
@@ -63,16 +76,34 @@ impl Serve {
         format!("http://{}{path}", self.addr)
     }
 
-    /// `GET path` as JSON; panics on anything but 200.
+    /// `GET path` as JSON (with [`READ_TOKEN`], which a server that does not guard its
+    /// reads ignores); panics on anything but 200.
     pub fn get_json(&self, path: &str) -> serde_json::Value {
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
             .build()
             .into();
-        let mut response = agent.get(&self.url(path)).call().expect("a reply");
+        let mut response = agent
+            .get(&self.url(path))
+            .header("authorization", &format!("Bearer {READ_TOKEN}"))
+            .call()
+            .expect("a reply");
         let text = response.body_mut().read_to_string().expect("a body");
         assert_eq!(response.status().as_u16(), 200, "{path}: {text}");
         serde_json::from_str(&text).expect("JSON")
+    }
+
+    /// A one-time sign-in link's path (`/session/TICKET`), asked for with
+    /// [`READ_TOKEN`].
+    pub fn sign_in_link(&self) -> String {
+        let mut response = ureq::post(&self.url("/api/v1/session"))
+            .header("authorization", &format!("Bearer {READ_TOKEN}"))
+            .send_empty()
+            .expect("a sign-in link");
+        let link: serde_json::Value =
+            serde_json::from_str(&response.body_mut().read_to_string().expect("a body"))
+                .expect("JSON");
+        link["path"].as_str().expect("the link's path").to_owned()
     }
 
     /// Stops the server and waits until it no longer listens.
