@@ -13,6 +13,10 @@ pub const REPORT_TOKEN: &str = "GPUVET_REPORT_TOKEN";
 /// send it. Separate from [`REPORT_TOKEN`], which every node holds.
 pub const READ_TOKEN: &str = "GPUVET_READ_TOKEN";
 
+/// The CA file a node trusts for an `https://` server, for the commands that take the
+/// server from a flag rather than the config; `gpuvet.report_ca` wins where both are.
+pub const REPORT_CA: &str = "GPUVET_REPORT_CA";
+
 /// The variables whose values are secrets wherever they appear: no report, bundle or
 /// log may hold their values.
 pub const SECRET_VARS: [&str; 3] = [GROUP_TOKEN, REPORT_TOKEN, READ_TOKEN];

@@ -41,8 +41,17 @@ impl ServerReader {
             authorization: read_token
                 .filter(|t| !t.is_empty())
                 .map(|t| format!("Bearer {t}")),
-            agent: crate::agent(FETCH_TIMEOUT),
+            agent: crate::agent(FETCH_TIMEOUT, None),
         }
+    }
+
+    /// Checks an `https://` server's certificate against `trust`; an error when the
+    /// CAs cannot be read.
+    pub fn with_trust(mut self, trust: &crate::Trust) -> Result<ServerReader, PushError> {
+        if crate::is_https(&self.base_url) {
+            self.agent = crate::agent(FETCH_TIMEOUT, Some(crate::tls::config(trust)?));
+        }
+        Ok(self)
     }
 
     /// The attempt's timeline (the job's latest attempt when `attempt` is `None`).

@@ -16,12 +16,14 @@
 
 pub mod fetch;
 mod sender;
+mod tls;
 
 use std::time::Duration;
 
 use gpuvet_store::{OutboxEntry, OutboxKind, Store, StoreError};
 
 pub use crate::sender::Sender;
+pub use crate::tls::Trust;
 
 /// How long one send may take, connecting included.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(10);
@@ -65,6 +67,13 @@ pub enum PushError {
         #[source]
         source: serde_json::Error,
     },
+    /// The CAs to check an `https://` server's certificate against cannot be read.
+    #[error("cannot trust {source_of_trust}: {reason}")]
+    Trust {
+        /// `the CA file `...``, or `the system's CA certificates`.
+        source_of_trust: String,
+        reason: String,
+    },
     /// A bundle read back could not be written where it was asked for.
     #[error("cannot write the bundle from `{url}`")]
     Write {
@@ -79,8 +88,14 @@ impl PushError {
     pub fn hint(&self) -> Option<&str> {
         match self {
             PushError::Store(error) => error.hint(),
+            PushError::Unreachable { source, .. } if tls::is_certificate_error(source) => Some(
+                "the server's certificate is not signed by a CA this node trusts, or names another host: set `gpuvet.report_ca` (or `GPUVET_REPORT_CA`) to the CA's PEM file, and use the host name the certificate names",
+            ),
             PushError::Unreachable { .. } => Some(
-                "check the server's address (`http://HOST:PORT`: `--server`, `--to` or `gpuvet.report_to`) and that `gpuvet serve` runs there",
+                "check the server's address (`https://HOST:PORT`: `--server`, `--to` or `gpuvet.report_to`) and that `gpuvet serve` runs there",
+            ),
+            PushError::Trust { .. } => Some(
+                "set `gpuvet.report_ca` (or `GPUVET_REPORT_CA`) to the PEM file of the CA that signed the server's certificate",
             ),
             PushError::Refused { hint, .. } => hint.as_deref(),
             PushError::Body { .. } => Some("retry; if it fails again, check the server's log"),
@@ -111,8 +126,17 @@ impl Pusher {
             authorization: token
                 .filter(|t| !t.is_empty())
                 .map(|t| format!("Bearer {t}")),
-            agent: agent(SEND_TIMEOUT),
+            agent: agent(SEND_TIMEOUT, None),
         }
+    }
+
+    /// Checks an `https://` server's certificate against `trust` (the system's CAs
+    /// otherwise); an error when the CAs cannot be read.
+    pub fn with_trust(mut self, trust: &Trust) -> Result<Pusher, PushError> {
+        if is_https(&self.base_url) {
+            self.agent = agent(SEND_TIMEOUT, Some(tls::config(trust)?));
+        }
+        Ok(self)
     }
 
     /// The server's address, for messages.
@@ -157,14 +181,31 @@ impl Pusher {
 }
 
 /// The agent every client of a server uses: bounded times (`timeout` for the whole of
-/// one exchange), and a 4xx or 5xx read as an answer rather than a transport error.
-pub(crate) fn agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
+/// one exchange), a 4xx or 5xx read as an answer rather than a transport error, and
+/// `tls` for an `https://` server (without it, one would be refused: no CA is trusted
+/// until [`Trust`] says which).
+pub(crate) fn agent(timeout: Duration, tls: Option<ureq::tls::TlsConfig>) -> ureq::Agent {
+    let mut config = ureq::Agent::config_builder()
         .timeout_global(Some(timeout))
         .timeout_connect(Some(Duration::from_secs(3)))
-        .http_status_as_error(false)
-        .build()
-        .into()
+        .http_status_as_error(false);
+    config = config.tls_config(tls.unwrap_or_else(|| {
+        ureq::tls::TlsConfig::builder()
+            .root_certs(ureq::tls::RootCerts::Specific(std::sync::Arc::new(
+                Vec::new(),
+            )))
+            .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+                rustls::crypto::ring::default_provider(),
+            ))
+            .build()
+    }));
+    config.build().into()
+}
+
+/// Whether `url` is an `https://` address.
+pub(crate) fn is_https(url: &str) -> bool {
+    url.get(..8)
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("https://"))
 }
 
 /// The `message` and `hint` of the server's JSON error, else the start of whatever it

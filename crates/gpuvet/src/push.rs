@@ -5,23 +5,62 @@
 use std::path::{Path, PathBuf};
 
 use gpuvet_model::config::Config;
-use gpuvet_model::env_vars::REPORT_TOKEN as TOKEN_ENV;
-use gpuvet_push::{Pusher, Sender};
+use gpuvet_model::env_vars::{REPORT_CA, REPORT_TOKEN as TOKEN_ENV};
+use gpuvet_push::{Pusher, Sender, Trust};
 use gpuvet_store::Store;
 
-use crate::failure::warn;
+use crate::failure::{Failure, warn};
 
 /// The client of `to` (else the config's `gpuvet.report_to`), with the token from
-/// `GPUVET_REPORT_TOKEN`; `None` when nothing is to be pushed.
-pub fn pusher(config: &Config, to: Option<&str>) -> Option<Pusher> {
-    let base = to.or(config.settings.report_to.as_deref())?;
+/// `GPUVET_REPORT_TOKEN` and, for `https://`, the CAs `gpuvet.report_ca` (or
+/// `GPUVET_REPORT_CA`) names; `None` when nothing is to be pushed.
+pub fn pusher(config: &Config, to: Option<&str>) -> Result<Option<Pusher>, Failure> {
+    let Some(base) = to.or(config.settings.report_to.as_deref()) else {
+        return Ok(None);
+    };
     let token = std::env::var(TOKEN_ENV).ok();
     if token.as_deref().is_none_or(str::is_empty) {
         warn(format!(
             "`gpuvet.report_to` is set but `{TOKEN_ENV}` is not; the server will refuse what is pushed until it is"
         ));
     }
-    Some(Pusher::new(base, token.as_deref()))
+    if let Some(warning) = cleartext_warning(base) {
+        warn(warning);
+    }
+    Pusher::new(base, token.as_deref())
+        .with_trust(&trust(config))
+        .map(Some)
+        .map_err(|error| Failure::new(gpuvet_model::exit_codes::USAGE, error))
+}
+
+/// The CAs a client of an `https://` server trusts.
+pub fn trust(config: &Config) -> Trust {
+    Trust::from_settings(
+        config.settings.report_ca.as_deref(),
+        std::env::var(REPORT_CA).ok(),
+    )
+}
+
+/// A warning when `url` is plain HTTP to another machine: the token and every report
+/// would cross the network in clear. Loopback stays quiet.
+pub fn cleartext_warning(url: &str) -> Option<String> {
+    let rest = url.strip_prefix("http://")?;
+    let authority = rest.split('/').next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(bracketed) => bracketed.split(']').next().unwrap_or_default(),
+        None => authority
+            .rsplit_once(':')
+            .map_or(authority, |(host, _)| host),
+    };
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    (!loopback).then(|| {
+        format!(
+            "`{url}` is plain HTTP: the token and every report cross the network in clear; serve it with `--tls-cert` and push to `https://`"
+        )
+    })
 }
 
 /// Opens the store, queueing what it records when pushing is on.

@@ -56,11 +56,21 @@ pub fn attempt(args: &RecordArgs) -> Result<Option<u32>, Failure> {
     }
 }
 
-/// The reader of the fleet server `--server` names, with its read token when set.
-pub fn server(args: &RecordArgs) -> Option<ServerReader> {
-    let url = args.server.as_deref().filter(|url| !url.is_empty())?;
+/// The reader of the fleet server `--server` names, with its read token when set and,
+/// for `https://`, the CAs `gpuvet.report_ca` (or `GPUVET_REPORT_CA`) names.
+pub fn server(args: &RecordArgs) -> Result<Option<ServerReader>, Failure> {
+    let Some(url) = args.server.as_deref().filter(|url| !url.is_empty()) else {
+        return Ok(None);
+    };
     let token = std::env::var(READ_TOKEN).ok();
-    Some(ServerReader::new(url, token.as_deref()))
+    let trust = crate::push::trust(&load_config(args.config.as_deref())?);
+    if let Some(warning) = crate::push::cleartext_warning(url).filter(|_| token.is_some()) {
+        crate::failure::warn(warning);
+    }
+    ServerReader::new(url, token.as_deref())
+        .with_trust(&trust)
+        .map(Some)
+        .map_err(|error| Failure::new(gpuvet_model::exit_codes::USAGE, error))
 }
 
 /// A failed read from the server: the user's (a wrong address, a job the server does

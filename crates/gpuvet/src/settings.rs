@@ -38,7 +38,10 @@ impl Recording {
     ) -> Result<Recording, Failure> {
         let config = load_config(config_file)?;
         let store = (!store.no_store).then(|| store_path(store.store.as_deref(), &config));
-        let pusher = store.as_ref().and_then(|_| push::pusher(&config, None));
+        let pusher = match &store {
+            Some(_) => push::pusher(&config, None)?,
+            None => None,
+        };
         Ok(Recording {
             identity: Identity::resolve(identity),
             config,

@@ -52,6 +52,7 @@ pub(super) struct RawSettings {
     pub(super) baselines: Option<BTreeMap<String, RawLimit>>,
     pub(super) store: Option<String>,
     pub(super) report_to: Option<String>,
+    pub(super) report_ca: Option<String>,
     pub(super) rebuild_hook: Option<RawCommand>,
     pub(super) cpu_devices: Option<u32>,
     pub(super) gemm: Option<RawGemm>,

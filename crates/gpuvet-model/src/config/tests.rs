@@ -271,6 +271,14 @@ fn gpuvet_settings_parse() {
     assert_eq!(s.baselines[&CheckName::KernelLaunch], Limit::Ceiling(20.0));
     assert_eq!(s.rebuild_hook.unwrap(), ["/bin/sh", "-c", "echo rebuild"]);
     assert_eq!(s.report_to.as_deref(), Some("http://gpuvet-server:9470"));
+    assert_eq!(s.report_ca, None);
+    let tls = Config::from_json(
+        r#"{"gpuvet": {"report_to": "https://gpuvet-server:9470/", "report_ca": "/etc/gpuvet/ca.pem"}}"#,
+    )
+    .unwrap()
+    .settings;
+    assert_eq!(tls.report_to.as_deref(), Some("https://gpuvet-server:9470"));
+    assert_eq!(tls.report_ca, Some("/etc/gpuvet/ca.pem".into()));
     assert_eq!(
         (s.cpu_devices, s.gemm_dtype, s.gemm_size),
         (Some(4), Dtype::Fp32, Some(512))
@@ -330,14 +338,24 @@ fn bad_gpuvet_settings_name_their_path() {
             "the node name is empty",
         ),
         (
-            r#"{"report_to": "https://server:9470"}"#,
+            r#"{"report_to": "ftp://server:9470"}"#,
             "gpuvet.report_to",
-            "`https://server:9470` is not an `http://` address",
+            "`ftp://server:9470` is not an `https://` or `http://` address",
         ),
         (
             r#"{"report_to": "server:9470"}"#,
             "gpuvet.report_to",
-            "`server:9470` is not an `http://` address",
+            "`server:9470` is not an `https://` or `http://` address",
+        ),
+        (
+            r#"{"report_to": "https://user:pw@server:9470"}"#,
+            "gpuvet.report_to",
+            "the address holds credentials, which would be written to logs and reports",
+        ),
+        (
+            r#"{"report_to": "https://server", "report_ca": " "}"#,
+            "gpuvet.report_ca",
+            "the CA file's path is empty",
         ),
         (
             r#"{"report_to": "http://"}"#,
@@ -352,7 +370,7 @@ fn bad_gpuvet_settings_name_their_path() {
         (
             r#"{"report_to": "http://server:9470/?x=1"}"#,
             "gpuvet.report_to",
-            "`http://server:9470/?x=1` has a query, a fragment or a space; expected `http://HOST[:PORT][/PATH]`",
+            "`http://server:9470/?x=1` has a query, a fragment or a space; expected `https://HOST[:PORT][/PATH]`",
         ),
         (
             r#"{"rebuild_hook": []}"#,

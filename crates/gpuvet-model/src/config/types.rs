@@ -294,6 +294,9 @@ pub struct Settings {
     /// The base address of a `gpuvet serve` that reports and events are pushed to
     /// (`gpuvet.report_to`), without a trailing slash; `None`: nothing is pushed.
     pub report_to: Option<String>,
+    /// The CA that signs the server's certificate, when `report_to` is `https://`
+    /// (`gpuvet.report_ca`, a PEM file); `None`: the system's CAs.
+    pub report_ca: Option<std::path::PathBuf>,
     /// The command run when `fail_action` is `rebuild`; never empty.
     pub rebuild_hook: Option<Vec<String>>,
     pub cpu_devices: Option<u32>,

@@ -182,21 +182,21 @@ fn validate_runtime(raw: RawRuntime) -> Result<RuntimeConfig, ConfigError> {
     }
 }
 
-/// `gpuvet.report_to`: the base address of a `gpuvet serve`, as `http://HOST[:PORT][/PATH]`,
-/// without a trailing slash.
+/// `gpuvet.report_to`: the base address of a `gpuvet serve`, as
+/// `http[s]://HOST[:PORT][/PATH]`, without a trailing slash.
 fn validate_report_to(text: &str) -> Result<String, ConfigError> {
     const FIELD: &str = "gpuvet.report_to";
     let trimmed = text.trim();
-    let Some(rest) = trimmed
-        .strip_prefix("http://")
-        .map(|r| r.trim_end_matches('/'))
-    else {
-        let error = ConfigError::invalid(FIELD, format!("`{text}` is not an `http://` address"));
-        return Err(if trimmed.starts_with("https://") {
-            error.with_hint("gpuvet pushes over plain HTTP; reach the server over a private network, or through a local proxy that adds TLS")
-        } else {
-            error.with_hint("give the server's base address, e.g. `http://gpuvet-server:9470`")
-        });
+    let Some((scheme, rest)) = ["https://", "http://"].into_iter().find_map(|scheme| {
+        trimmed
+            .strip_prefix(scheme)
+            .map(|rest| (scheme, rest.trim_end_matches('/')))
+    }) else {
+        return Err(ConfigError::invalid(
+            FIELD,
+            format!("`{text}` is not an `https://` or `http://` address"),
+        )
+        .with_hint("give the server's base address, e.g. `https://gpuvet-server:9470`"));
     };
     let authority = rest.split('/').next().unwrap_or_default();
     if authority.is_empty() {
@@ -216,11 +216,11 @@ fn validate_report_to(text: &str) -> Result<String, ConfigError> {
         return Err(ConfigError::invalid(
             FIELD,
             format!(
-                "`{text}` has a query, a fragment or a space; expected `http://HOST[:PORT][/PATH]`"
+                "`{text}` has a query, a fragment or a space; expected `https://HOST[:PORT][/PATH]`"
             ),
         ));
     }
-    Ok(format!("http://{rest}"))
+    Ok(format!("{scheme}{rest}"))
 }
 
 fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> {
@@ -230,6 +230,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         baselines: None,
         store: None,
         report_to: None,
+        report_ca: None,
         rebuild_hook: None,
         cpu_devices: None,
         gemm: None,
@@ -282,6 +283,16 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .as_deref()
         .map(validate_report_to)
         .transpose()?;
+    let report_ca = match raw.report_ca {
+        Some(path) if path.trim().is_empty() => {
+            return Err(ConfigError::invalid(
+                "gpuvet.report_ca",
+                "the CA file's path is empty",
+            )
+            .with_hint("give the PEM file of the CA that signed the server's certificate, or leave the key out to trust the system's CAs"));
+        }
+        other => other.map(std::path::PathBuf::from),
+    };
     let rebuild_hook = match raw.rebuild_hook {
         None => None,
         Some(RawCommand::Shell(line)) if line.trim().is_empty() => {
@@ -350,6 +361,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         baselines,
         store,
         report_to,
+        report_ca,
         rebuild_hook,
         cpu_devices,
         gemm_dtype,

@@ -10,7 +10,7 @@ use crate::failure::Failure;
 use crate::{bundle, output, record};
 
 pub fn bundle(args: BundleArgs) -> Result<i32, Failure> {
-    let (what, info, explanation) = match record::server(&args.record) {
+    let (what, info, explanation) = match record::server(&args.record)? {
         Some(server) => {
             let got = bundle::download(
                 &server,

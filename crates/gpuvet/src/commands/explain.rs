@@ -13,7 +13,7 @@ use crate::failure::Failure;
 use crate::{output, record};
 
 pub fn explain(args: ExplainArgs) -> Result<i32, Failure> {
-    let server = record::server(&args.record).filter(|_| args.bundle.is_none());
+    let server = record::server(&args.record)?.filter(|_| args.bundle.is_none());
     let explanation = match server {
         Some(server) => server
             .explanation(

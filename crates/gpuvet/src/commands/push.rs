@@ -13,7 +13,7 @@ use crate::push::pusher;
 
 pub fn push(args: PushArgs) -> Result<i32, Failure> {
     let config = load_config(args.config.as_deref())?;
-    let Some(pusher) = pusher(&config, args.to.as_deref()) else {
+    let Some(pusher) = pusher(&config, args.to.as_deref())? else {
         return Err(Failure::usage("there is no server to push to")
             .with_hint("set `gpuvet.report_to` in the config, or pass `--to http://HOST:PORT`"));
     };

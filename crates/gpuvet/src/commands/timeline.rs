@@ -9,7 +9,7 @@ use crate::failure::Failure;
 use crate::{output, record};
 
 pub fn timeline(args: TimelineArgs) -> Result<i32, Failure> {
-    let timeline = match record::server(&args.record) {
+    let timeline = match record::server(&args.record)? {
         Some(server) => server
             .timeline(
                 &record::job_id(&args.record),

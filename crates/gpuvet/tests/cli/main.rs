@@ -23,6 +23,7 @@ mod run;
 mod runtime;
 mod serve_cli;
 mod serve_push;
+mod tls_push;
 mod torch_gloo;
 mod verdict_output;
 mod worker;

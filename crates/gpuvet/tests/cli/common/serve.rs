@@ -7,8 +7,10 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use gpuvet_server::Server;
+use std::sync::Arc;
+
 use gpuvet_server::pool::StorePool;
+use gpuvet_server::{Server, ServerTls, TlsFiles};
 use gpuvet_store::StoreLocation;
 
 /// The token the tests' servers and nodes share.
@@ -23,21 +25,34 @@ pub struct Serve {
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     pub addr: SocketAddr,
+    scheme: &'static str,
 }
 
 impl Serve {
     /// Starts a server on `listen` (port 0: any free one) over `store`, with
     /// [`TOKEN`], and waits until it listens.
     pub fn start(store: &Path, listen: &str) -> Serve {
-        Serve::start_with(store, listen, None)
+        Serve::start_with(store, listen, None, None)
     }
 
     /// As [`Serve::start`], with reads that need [`READ_TOKEN`].
     pub fn start_guarded(store: &Path, listen: &str) -> Serve {
-        Serve::start_with(store, listen, Some(READ_TOKEN))
+        Serve::start_with(store, listen, Some(READ_TOKEN), None)
     }
 
-    fn start_with(store: &Path, listen: &str, read_token: Option<&'static str>) -> Serve {
+    /// As [`Serve::start`], over HTTPS with the certificate and key in `files`.
+    pub fn start_tls(store: &Path, listen: &str, files: TlsFiles) -> Serve {
+        let tls = Arc::new(ServerTls::load(files).expect("the TLS files"));
+        Serve::start_with(store, listen, None, Some(tls))
+    }
+
+    fn start_with(
+        store: &Path,
+        listen: &str,
+        read_token: Option<&'static str>,
+        tls: Option<Arc<ServerTls>>,
+    ) -> Serve {
+        let scheme = if tls.is_some() { "https" } else { "http" };
         let listen: SocketAddr = listen.parse().expect("an address to listen on");
         let pool = StorePool::new(StoreLocation::Sqlite(store.to_owned())).expect("the store");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -49,10 +64,13 @@ impl Serve {
                 .build()
                 .expect("a runtime");
             runtime.block_on(async move {
-                let server = Server::bind(listen, pool, Some(TOKEN.to_owned()))
+                let mut server = Server::bind(listen, pool, Some(TOKEN.to_owned()))
                     .await
                     .expect("binding the server")
                     .with_read_token(read_token);
+                if let Some(tls) = tls {
+                    server = server.with_tls(tls);
+                }
                 bound.send(server.local_addr().unwrap()).unwrap();
                 server
                     .run(async move {
@@ -69,18 +87,26 @@ impl Serve {
             stop: Some(stop),
             thread: Some(thread),
             addr,
+            scheme,
         }
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("{}://{}{path}", self.scheme, self.addr)
     }
 
     /// `GET path` as JSON (with [`READ_TOKEN`], which a server that does not guard its
     /// reads ignores); panics on anything but 200.
     pub fn get_json(&self, path: &str) -> serde_json::Value {
+        // Reading back what the server holds; whom a node trusts is what the tests of
+        // the `gpuvet` binary check, not this helper.
+        let tls = ureq::tls::TlsConfig::builder()
+            .disable_verification(true)
+            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .build();
         let agent: ureq::Agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .tls_config(tls)
             .build()
             .into();
         let mut response = agent
