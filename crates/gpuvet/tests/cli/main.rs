@@ -17,6 +17,7 @@ mod group_local;
 mod html_report;
 mod input_bombs;
 mod local_faults;
+mod loopback;
 mod orphans;
 mod output_snapshots;
 mod run;
