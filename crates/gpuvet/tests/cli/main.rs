@@ -20,6 +20,7 @@ mod local_faults;
 mod loopback;
 mod orphans;
 mod output_snapshots;
+mod redaction;
 mod run;
 mod runtime;
 mod serve_cli;
