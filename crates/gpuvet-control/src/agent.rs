@@ -46,6 +46,44 @@ pub struct AgentIdentity {
     pub info: Body,
 }
 
+/// What the coordinator says of itself in its challenge, before the agent introduces
+/// itself: what an agent may need to choose where it listens (see
+/// [`Agent::connect_with`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CoordinatorScope {
+    /// The coordinator listens on a loopback address only, so every member of the
+    /// group is on its host. Unauthenticated (the challenge comes before any proof),
+    /// so only worth believing when the agent reached the coordinator over loopback:
+    /// then only a process of this host can have said it.
+    pub loopback_only: bool,
+}
+
+/// How [`Agent::connect_with`] learns who the agent is, from what the coordinator said.
+pub type Identify<'a> = Box<
+    dyn FnOnce(CoordinatorScope) -> Result<AgentIdentity, Box<dyn std::error::Error + Send + Sync>>
+        + 'a,
+>;
+
+/// Who the agent is: known from the start, or made from the first challenge.
+struct Introduction<'a> {
+    identity: Option<AgentIdentity>,
+    identify: Option<Identify<'a>>,
+}
+
+impl Introduction<'_> {
+    fn identity(&mut self, scope: CoordinatorScope) -> Result<&AgentIdentity, ClusterError> {
+        if let Some(identify) = self.identify.take() {
+            self.identity =
+                Some(identify(scope).map_err(|source| ClusterError::Identity { source })?);
+        }
+        self.identity
+            .as_ref()
+            .ok_or_else(|| ClusterError::Identity {
+                source: "it failed at an earlier attempt".into(),
+            })
+    }
+}
+
 /// How the agent judges time.
 #[derive(Debug, Clone)]
 pub struct AgentOptions {
@@ -296,7 +334,7 @@ impl std::fmt::Debug for Agent {
 
 /// How one connection attempt ended.
 enum Attempt {
-    Joined(Stream, Welcome),
+    Joined(Stream, Welcome, Box<AgentIdentity>),
     /// Worth another try: nobody listening yet, a reset, a timeout.
     Retry(String),
     /// Trying again cannot help: refused, wrong version, a coordinator without the token.
@@ -308,6 +346,49 @@ impl Agent {
     pub fn connect(
         endpoint: &Endpoint,
         identity: AgentIdentity,
+        token: &Token,
+        options: AgentOptions,
+        deadline: Instant,
+    ) -> Result<Agent, ClusterError> {
+        Agent::join(
+            endpoint,
+            Introduction {
+                identity: Some(identity),
+                identify: None,
+            },
+            token,
+            options,
+            deadline,
+        )
+    }
+
+    /// Joins the coordinator at `endpoint`, trying until `deadline`, as [`Agent::connect`]
+    /// does, with the identity `identify` makes from the first challenge that arrives
+    /// (called once; later attempts reuse it). For an agent whose data plane depends on
+    /// how the coordinator listens: bound only once the coordinator has said. An error
+    /// of `identify` ends the join ([`ClusterError::Identity`]).
+    pub fn connect_with(
+        endpoint: &Endpoint,
+        identify: Identify<'_>,
+        token: &Token,
+        options: AgentOptions,
+        deadline: Instant,
+    ) -> Result<Agent, ClusterError> {
+        Agent::join(
+            endpoint,
+            Introduction {
+                identity: None,
+                identify: Some(identify),
+            },
+            token,
+            options,
+            deadline,
+        )
+    }
+
+    fn join(
+        endpoint: &Endpoint,
+        mut introduction: Introduction<'_>,
         token: &Token,
         options: AgentOptions,
         deadline: Instant,
@@ -325,13 +406,13 @@ impl Agent {
             let attempt_deadline = deadline.min(Instant::now() + options.handshake_timeout);
             match attempt(
                 endpoint,
-                &identity,
+                &mut introduction,
                 token,
                 &*options.transport,
                 attempt_deadline,
             ) {
-                Attempt::Joined(stream, welcome) => {
-                    return Agent::start(stream, identity, token, welcome, &options);
+                Attempt::Joined(stream, welcome, identity) => {
+                    return Agent::start(stream, *identity, token, welcome, &options);
                 }
                 Attempt::GiveUp(err) => return Err(err),
                 Attempt::Retry(reason) => last_error = reason,
@@ -633,7 +714,7 @@ impl Drop for LinkEndGuard<'_> {
 /// One connection attempt: connect, prove, answer the clock pings, check the welcome.
 fn attempt(
     endpoint: &Endpoint,
-    identity: &AgentIdentity,
+    introduction: &mut Introduction<'_>,
     token: &Token,
     transport: &dyn Transport,
     deadline: Instant,
@@ -649,7 +730,7 @@ fn attempt(
             break;
         }
         match transport.connect(addr, remaining) {
-            Ok(stream) => return handshake(stream, endpoint, identity, token, deadline),
+            Ok(stream) => return handshake(stream, endpoint, introduction, token, deadline),
             Err(err) => last = format!("cannot connect to `{addr}`: {err}"),
         }
     }
@@ -659,7 +740,7 @@ fn attempt(
 fn handshake(
     mut stream: Stream,
     endpoint: &Endpoint,
-    identity: &AgentIdentity,
+    introduction: &mut Introduction<'_>,
     token: &Token,
     deadline: Instant,
 ) -> Attempt {
@@ -702,6 +783,16 @@ fn handshake(
         .and_then(Value::as_str)
         .and_then(from_hex)
         .unwrap_or_default();
+    let scope = CoordinatorScope {
+        loopback_only: challenge
+            .get("loopback_only")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
+    };
+    let identity = match introduction.identity(scope) {
+        Ok(identity) => identity,
+        Err(err) => return Attempt::GiveUp(err),
+    };
 
     let agent_nonce = match random_nonce() {
         Ok(nonce) => nonce,
@@ -762,7 +853,7 @@ fn handshake(
                         endpoint: endpoint.to_string(),
                     });
                 }
-                return Attempt::Joined(stream, welcome);
+                return Attempt::Joined(stream, welcome, Box::new(identity.clone()));
             }
             Message::Refused { reason } => {
                 return Attempt::GiveUp(match their_version {

@@ -74,6 +74,7 @@ fn handshake(
         &Message::Challenge {
             protocol_version: PROTOCOL_VERSION,
             nonce: to_hex(&nonce),
+            loopback_only: shared.loopback_only,
         },
     )
     .map_err(lost)?;

@@ -103,6 +103,9 @@ pub(crate) struct Shared {
     pub(crate) job_id: String,
     pub(crate) token: Token,
     pub(crate) nnodes: u32,
+    /// The coordinator listens on a loopback address only (`--listen-addr 127.0.0.1`):
+    /// said in every challenge, so that agents on this host keep to loopback too.
+    pub(crate) loopback_only: bool,
     pub(crate) options: CoordinatorOptions,
     pub(crate) state: Mutex<State>,
     /// Signalled whenever a member joins.
@@ -245,6 +248,7 @@ impl Coordinator {
             job_id: job_id.into(),
             token,
             nnodes: expected_nodes,
+            loopback_only: local_addr.ip().is_loopback(),
             options,
             state: Mutex::new(State::default()),
             joined: Condvar::new(),

@@ -84,6 +84,14 @@ pub enum ClusterError {
         last_error: String,
     },
 
+    /// The caller could not say who this agent is once it heard the coordinator (its
+    /// data plane would not bind, say); trying again cannot help.
+    #[error("cannot introduce this agent to the coordinator")]
+    Identity {
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+
     #[error("the coordinator refused this agent: {reason}")]
     Refused { reason: String },
 

@@ -36,7 +36,8 @@ pub mod rendezvous;
 pub mod transport;
 
 pub use agent::{
-    Agent, AgentIdentity, AgentOptions, Command, LinkEndGuard, OnInbound, PhaseHandle, Received,
+    Agent, AgentIdentity, AgentOptions, Command, CoordinatorScope, Identify, LinkEndGuard,
+    OnInbound, PhaseHandle, Received,
 };
 pub use auth::Token;
 pub use clock::{ClockOffset, PingSample, estimate_offset};

@@ -8,7 +8,7 @@
 //! The handshake, coordinator (C) and agent (A):
 //!
 //! ```text
-//! A connects            C → A  challenge {protocol_version, nonce}
+//! A connects            C → A  challenge {protocol_version, nonce, loopback_only}
 //!                       A → C  hello {protocol_version, job_id, rank, nnodes, node,
 //!                                     data_addr, agent_nonce, proof, ...}
 //! C checks version, proof, job, rank range, group size, duplicate rank; then
@@ -61,6 +61,12 @@ pub enum Message {
     Challenge {
         protocol_version: u32,
         nonce: String,
+        /// The coordinator listens on a loopback address only, so every member is on
+        /// its host: an agent that reaches it over loopback then keeps its own
+        /// listeners on loopback too. Absent (`false`) from coordinators before it, so
+        /// their agents keep listening as they did.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        loopback_only: bool,
     },
     /// A → C: who the agent is, and its proof.
     Hello(Hello),
@@ -742,6 +748,12 @@ mod tests {
             Message::Challenge {
                 protocol_version: 1,
                 nonce: "ab".into(),
+                loopback_only: false,
+            },
+            Message::Challenge {
+                protocol_version: 1,
+                nonce: "ab".into(),
+                loopback_only: true,
             },
             Message::Hello(Hello {
                 protocol_version: 1,
@@ -817,6 +829,30 @@ mod tests {
             let tagged: Message = serde_json::from_slice(&frame[4..]).unwrap();
             assert_eq!(tagged, message, "{}", message.kind());
         }
+    }
+
+    #[test]
+    fn a_challenge_without_loopback_only_is_one_from_a_coordinator_on_every_interface() {
+        // What coordinators before the field send, and what a coordinator on every
+        // interface still sends: the same bytes, so older agents read it as before.
+        let old = br#"{"type":"challenge","protocol_version":2,"nonce":"ab"}"#;
+        let challenge = Message::Challenge {
+            protocol_version: 2,
+            nonce: "ab".into(),
+            loopback_only: false,
+        };
+        assert_eq!(decode_message(old).unwrap(), challenge);
+        assert_eq!(&encode_frame(&challenge).unwrap()[4..], old);
+        let loopback =
+            br#"{"type":"challenge","protocol_version":2,"nonce":"ab","loopback_only":true}"#;
+        assert_eq!(
+            decode_message(loopback).unwrap(),
+            Message::Challenge {
+                protocol_version: 2,
+                nonce: "ab".into(),
+                loopback_only: true,
+            }
+        );
     }
 
     #[test]

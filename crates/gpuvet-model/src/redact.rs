@@ -6,6 +6,10 @@
 //! Pure functions of their input. What is cut is replaced by [`REDACTED`]; names and
 //! JSON keys are kept, so a reader still sees that a value was set.
 //!
+//! Command lines are also read by their programs' grammar (`command`): the value
+//! after a credential flag is cut whatever it looks like (`curl -u admin:[redacted]`,
+//! `mysql -p[redacted]`), in an argument vector and in a shell string alike.
+//!
 //! The shape rules cannot tell a hex secret from a digest: hex of 32, 40 or 64 digits
 //! (report ids, git commits, sha256 sums, and gpuvet's own generated tokens) is never
 //! flagged by shape alone. Such secrets are caught by their name or by being passed as
@@ -15,6 +19,8 @@ use std::borrow::Cow;
 use std::collections::BTreeMap;
 
 use serde_json::Value;
+
+mod command;
 
 /// What a secret is replaced with.
 pub const REDACTED: &str = "[redacted]";
@@ -47,6 +53,9 @@ const SECRET_WORDS: &[&str] = &[
     "cookie",
     "cookies",
     "signature",
+    // Variables read by programs, one word each: PostgreSQL's and sshpass's.
+    "pgpassword",
+    "sshpass",
 ];
 
 /// Words that, followed by `key`, make a name secret (`API_KEY_ID`, `privateKey`).
@@ -353,18 +362,45 @@ pub fn scrub<'a>(text: &'a str, known: &[&str]) -> Cow<'a, str> {
 }
 
 /// Redacts free text, such as a log line or one string of a command: the known
-/// secrets ([`scrub`]), PEM blocks, URL credentials, tokens that look like secrets, the
+/// secrets ([`scrub`]), PEM blocks, credentials by the grammar of the command lines in
+/// it ([`redact_command_line`]), URL credentials, tokens that look like secrets, the
 /// word after `Bearer`/`Basic`, the value of a `NAME=value` with a secret name
 /// (`--token=x`, `HF_TOKEN=x`, `?token=x`), and the word after a secret header
 /// (`X-Api-Key: x`) or flag (`--password x`). The rest of the text is kept.
 pub fn redact_text<'a>(text: &'a str, known: &[&str]) -> Cow<'a, str> {
     let scrubbed = scrub(text, known);
     let without_pem = redact_pem(&scrubbed);
-    let redacted = redact_words(&without_pem);
+    let by_grammar = command::redact_shell(&without_pem).map_or(without_pem, Cow::Owned);
+    let redacted = redact_words(&by_grammar);
     if redacted == text {
         Cow::Borrowed(text)
     } else {
         Cow::Owned(redacted.into_owned())
+    }
+}
+
+/// Redacts a command line given as one shell string (a rebuild hook's, `sh -c`'s):
+/// as [`redact_text`], which reads the command lines in any text by their grammar.
+pub fn redact_command_line<'a>(line: &'a str, known: &[&str]) -> Cow<'a, str> {
+    redact_text(line, known)
+}
+
+/// Redacts a command line given as an argument vector (the app of `gpuvet run --
+/// ...`, a rebuild hook's list): by its programs' grammar (`-u user:[redacted]`,
+/// `-p[redacted]`, what `sh -c` runs), then each argument as [`redact_json`] redacts an
+/// array (the argument after a secret flag, each as text).
+pub fn redact_command(argv: &[String], known: &[&str]) -> Vec<String> {
+    let mut value = Value::Array(argv.iter().cloned().map(Value::String).collect());
+    redact_json(&mut value, known);
+    match value {
+        Value::Array(items) => items
+            .into_iter()
+            .map(|item| match item {
+                Value::String(text) => text,
+                other => other.to_string(),
+            })
+            .collect(),
+        _ => Vec::new(),
     }
 }
 
@@ -588,6 +624,20 @@ fn walk(value: &mut Value, path: String, known: &[&str], paths: &mut Vec<String>
             }
         }
         Value::Array(items) => {
+            // A list of words may be a command: read by its grammar first.
+            if !items.is_empty() && items.iter().all(Value::is_string) {
+                let mut argv: Vec<String> = items
+                    .iter()
+                    .filter_map(|item| item.as_str().map(str::to_owned))
+                    .collect();
+                command::redact_argv(&mut argv);
+                for (index, (item, word)) in items.iter_mut().zip(argv).enumerate() {
+                    if item.as_str() != Some(word.as_str()) {
+                        *item = Value::String(word);
+                        paths.push(format!("{path}[{index}]"));
+                    }
+                }
+            }
             let mut after_secret_flag = false;
             for (index, item) in items.iter_mut().enumerate() {
                 let item_path = format!("{path}[{index}]");
@@ -597,7 +647,9 @@ fn walk(value: &mut Value, path: String, known: &[&str], paths: &mut Vec<String>
                     .is_some_and(|s| !s.starts_with('-') && !s.is_empty());
                 if after_secret_flag && is_value && item.as_str() != Some(REDACTED) {
                     *item = Value::String(REDACTED.to_owned());
-                    paths.push(item_path);
+                    if !paths.contains(&item_path) {
+                        paths.push(item_path);
+                    }
                 } else {
                     walk(item, item_path, known, paths);
                 }
@@ -607,7 +659,10 @@ fn walk(value: &mut Value, path: String, known: &[&str], paths: &mut Vec<String>
         Value::String(text) => {
             if let Some(redacted) = redact_string(text, known) {
                 *text = redacted;
-                paths.push(shown(path));
+                let path = shown(path);
+                if !paths.contains(&path) {
+                    paths.push(path);
+                }
             }
         }
         Value::Null | Value::Bool(_) | Value::Number(_) => {}

@@ -18,7 +18,7 @@ use gpuvet_backend::{
     with_causes,
 };
 use gpuvet_control::auth::{SESSION_LEN, from_hex, to_hex};
-use gpuvet_control::{Agent, ClusterError, Received};
+use gpuvet_control::{Agent, ClusterError, CoordinatorScope, Received};
 use gpuvet_dataplane::tcp::{
     CollectiveSpec, DataKey, GroupSpec, LinkStats, ProbeResponder, ProbeSpec, TcpGroup, Topology,
     multi_all_reduce, probe_connectivity,
@@ -44,17 +44,31 @@ use gpuvet_model::time::unix_now_ms;
 /// the kernel routes toward the coordinator), since that is the address the group
 /// already reaches this node at.
 ///
-/// Except loopback: a node that reaches its coordinator over loopback shares its host,
-/// and cannot tell whether its peers do too. It then listens on every interface (the
-/// unspecified address of the same family), and the coordinator tells the peers the
-/// address the other nodes reached its host at (see `reachable_from_peers`).
-pub fn data_plane_ip(explicit: Option<IpAddr>, toward_coordinator: IpAddr) -> IpAddr {
+/// Over loopback, the node shares the coordinator's host, and what it binds depends on
+/// how the coordinator listens (`coordinator`, from its challenge):
+/// - on loopback only (`--listen-addr 127.0.0.1`): every member is on this host, so
+///   the data plane stays on loopback too (the route, a loopback address of the
+///   coordinator's family). Nothing of the group then listens beyond the host.
+/// - elsewhere (every interface, the default): other hosts may be in the group, and
+///   this node cannot tell. It listens on every interface (the unspecified address of
+///   the same family), and the coordinator tells the peers the address the other
+///   nodes reached its host at (see `reachable_from_peers`).
+///
+/// Both conditions are needed: the coordinator's word alone is unauthenticated, and
+/// only a process of this host can be listening at a loopback address this node dialed.
+pub fn data_plane_ip(
+    explicit: Option<IpAddr>,
+    toward_coordinator: IpAddr,
+    coordinator: CoordinatorScope,
+) -> IpAddr {
     match explicit {
         Some(ip) => ip,
-        None if toward_coordinator.is_loopback() => match toward_coordinator {
-            IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
-            IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
-        },
+        None if toward_coordinator.is_loopback() && !coordinator.loopback_only => {
+            match toward_coordinator {
+                IpAddr::V4(_) => IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED),
+                IpAddr::V6(_) => IpAddr::V6(std::net::Ipv6Addr::UNSPECIFIED),
+            }
+        }
         None => toward_coordinator,
     }
 }
@@ -781,18 +795,42 @@ mod tests {
 
     #[test]
     fn the_data_plane_listens_where_the_control_connection_comes_from() {
+        let everywhere = CoordinatorScope::default();
+        let loopback_only = CoordinatorScope {
+            loopback_only: true,
+        };
         let route: IpAddr = "10.0.0.7".parse().unwrap();
-        assert_eq!(data_plane_ip(None, route), route);
+        for coordinator in [everywhere, loopback_only] {
+            assert_eq!(data_plane_ip(None, route, coordinator), route);
+        }
         let explicit: IpAddr = "192.168.1.5".parse().unwrap();
-        assert_eq!(data_plane_ip(Some(explicit), route), explicit);
-        // On the coordinator's host, over loopback: every interface of that family.
+        let v4_loopback = IpAddr::V4(Ipv4Addr::LOCALHOST);
+        let v6_loopback: IpAddr = "::1".parse().unwrap();
+        // `--data-addr` wins, whatever the coordinator says.
+        for (route, coordinator) in [
+            (route, everywhere),
+            (v4_loopback, everywhere),
+            (v4_loopback, loopback_only),
+        ] {
+            assert_eq!(data_plane_ip(Some(explicit), route, coordinator), explicit);
+        }
+        // On the host of a coordinator that listens everywhere, over loopback: every
+        // interface of that family, since other hosts may be in the group.
         assert_eq!(
-            data_plane_ip(None, IpAddr::V4(Ipv4Addr::LOCALHOST)),
+            data_plane_ip(None, v4_loopback, everywhere),
             IpAddr::V4(Ipv4Addr::UNSPECIFIED)
         );
         assert_eq!(
-            data_plane_ip(None, "::1".parse().unwrap()),
+            data_plane_ip(None, v6_loopback, everywhere),
             "::".parse::<IpAddr>().unwrap()
+        );
+        // A coordinator on loopback only: loopback means loopback, of its family.
+        assert_eq!(data_plane_ip(None, v4_loopback, loopback_only), v4_loopback);
+        assert_eq!(data_plane_ip(None, v6_loopback, loopback_only), v6_loopback);
+        let other_loopback: IpAddr = "127.0.1.1".parse().unwrap();
+        assert_eq!(
+            data_plane_ip(None, other_loopback, loopback_only),
+            other_loopback
         );
     }
 
@@ -808,7 +846,7 @@ mod tests {
         let info = plane.node_info(&backend, String::new()).unwrap();
         assert!(!info.every_interface);
 
-        let any = data_plane_ip(None, ip);
+        let any = data_plane_ip(None, ip, CoordinatorScope::default());
         let plane = DataPlane::bind(any, 1, &[]).unwrap();
         let addrs = plane.listen_addrs().unwrap();
         assert!(addrs.iter().all(|(_, addr)| addr.ip() == any), "{addrs:?}");

@@ -153,8 +153,9 @@ pub struct GroupArgs {
     #[arg(long, value_name = "SECRET")]
     pub token: Option<String>,
     /// IP this node's data plane listens on [default: the address its control
-    /// connection to the coordinator comes from; every interface when that is
-    /// loopback (a node on the coordinator's host)].
+    /// connection to the coordinator comes from; when that is loopback (a node on the
+    /// coordinator's host), loopback if the coordinator listens on loopback only, else
+    /// every interface].
     #[arg(long, env = "GPUVET_DATA_ADDR", value_name = "IP")]
     pub data_addr: Option<std::net::IpAddr>,
     /// IP rank 0's coordinator listens on for the control connections [default: every

@@ -326,6 +326,7 @@ fn fake_coordinator(version: u32, reply: Message) -> Endpoint {
         let challenge = Message::Challenge {
             protocol_version: version,
             nonce: to_hex(&[3u8; 32]),
+            loopback_only: false,
         };
         write_message(&mut stream, &challenge).unwrap();
         let _hello = read_message(&mut stream, Some(in_(ANTI_HANG))).unwrap();
@@ -387,4 +388,74 @@ fn an_agent_names_a_coordinator_of_another_protocol_version() {
             gpuvet_control::PROTOCOL_VERSION
         )
     );
+}
+
+/// Joins as rank 0 of 1 with `connect_with`: what the coordinator said, and the agent.
+fn join_hearing_scope(endpoint: &Endpoint) -> (gpuvet_control::CoordinatorScope, Agent) {
+    let heard = std::sync::Mutex::new(None);
+    let agent = Agent::connect_with(
+        endpoint,
+        Box::new(|scope| {
+            *heard.lock().unwrap() = Some(scope);
+            Ok(identity(0, 1))
+        }),
+        &token(),
+        AgentOptions::default(),
+        in_(ANTI_HANG),
+    )
+    .unwrap();
+    let scope = heard.lock().unwrap().expect("identify was called");
+    (scope, agent)
+}
+
+#[test]
+fn a_coordinator_on_loopback_only_says_so_before_the_agent_introduces_itself() {
+    let loopback = coordinator(1, CoordinatorOptions::default());
+    let (scope, agent) = join_hearing_scope(&Endpoint::from(loopback.local_addr()));
+    assert!(scope.loopback_only);
+    assert_eq!(agent.rank(), 0);
+    drop(agent);
+
+    // On every interface, other hosts' agents may join: reached over loopback or not,
+    // it does not say so.
+    let everywhere = Coordinator::bind(
+        ("0.0.0.0", 0),
+        1,
+        JOB,
+        token(),
+        CoordinatorOptions::default(),
+    )
+    .unwrap();
+    let port = everywhere.local_addr().port();
+    let (scope, agent) = join_hearing_scope(&Endpoint::from(std::net::SocketAddr::from((
+        [127, 0, 0, 1],
+        port,
+    ))));
+    assert!(!scope.loopback_only);
+    drop(agent);
+}
+
+#[test]
+fn an_agent_that_cannot_say_who_it_is_gives_up_at_once_with_the_cause() {
+    let coordinator = coordinator(1, CoordinatorOptions::default());
+    let endpoint = Endpoint::from(coordinator.local_addr());
+    let calls = std::sync::atomic::AtomicU32::new(0);
+    let err = Agent::connect_with(
+        &endpoint,
+        Box::new(|_| {
+            calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err("cannot listen for the data plane on `127.0.0.1`".into())
+        }),
+        &token(),
+        AgentOptions::default(),
+        in_(ANTI_HANG),
+    )
+    .unwrap_err();
+    assert!(matches!(err, ClusterError::Identity { .. }), "{err:?}");
+    assert_eq!(
+        gpuvet_model::diagnostics::with_causes(&err),
+        "cannot introduce this agent to the coordinator: cannot listen for the data plane on `127.0.0.1`"
+    );
+    // Given up at once: a retry would have ended, at the deadline, as `Unreachable`.
+    assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), 1);
 }

@@ -346,10 +346,17 @@ fn start_app(
     recorder: &mut Recorder<'_>,
     kill: Option<&KillSwitch>,
 ) -> Result<i32, Failure> {
-    let printable: Vec<String> = command
-        .iter()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    // The command line is stored, pushed and packed into bundles: its credentials
+    // (`curl -u user:PASSWORD`, `mysql -pPASSWORD`) are cut first, by its grammar.
+    let secrets = crate::identity::known_secrets();
+    let known: Vec<&str> = secrets.iter().map(String::as_str).collect();
+    let printable = gpuvet_model::redact::redact_command(
+        &command
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect::<Vec<_>>(),
+        &known,
+    );
     let app = match Supervised::start(command) {
         Ok(app) => app,
         Err(err) => {

@@ -12,8 +12,9 @@ use std::time::{Duration, Instant};
 use gpuvet_backend::child::{die_with_parent, when_closed};
 use gpuvet_backend::{Backend, WorkSpec, with_causes};
 use gpuvet_control::{
-    Agent, AgentIdentity, AgentOptions, ClusterError, Coordinator, CoordinatorOptions, Endpoint,
-    MemberState, Rendezvous, RendezvousFlags, Token, rendezvous::process_env,
+    Agent, AgentIdentity, AgentOptions, ClusterError, Coordinator, CoordinatorOptions,
+    CoordinatorScope, Endpoint, Identify, MemberState, Rendezvous, RendezvousFlags, Token,
+    rendezvous::process_env,
 };
 use gpuvet_model::analysis::{Limit, Tolerances};
 use gpuvet_model::catalog::CheckName;
@@ -164,11 +165,36 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
         None => Token::random().map_err(|err| Failure::new(exit_codes::INTERNAL, err))?,
     };
     let plan = setup.plan()?;
-    let data_ip = match setup.args.group.data_addr {
-        Some(ip) => ip,
+    let runs_coordinator = rendezvous.is_coordinator() && !setup.args.group.join_only;
+    let rails = rails(&*setup.backend);
+    let interfaces = setup.config.settings.interfaces.as_slice();
+    let bind = |ip| {
+        DataPlane::bind(ip, rails, interfaces).map_err(|err| Failure::new(exit_codes::USAGE, err))
+    };
+    let bound: DataPlane;
+    let plane = match setup.args.group.data_addr {
+        Some(ip) => {
+            bound = bind(ip)?;
+            Plane::Bound(&bound)
+        }
         None => {
             match route_toward_coordinator(rendezvous, Instant::now() + plan.rendezvous_timeout) {
-                Ok(route) => data_plane_ip(None, route),
+                // Off loopback, how the coordinator listens changes nothing; and a
+                // process that runs the coordinator knows how it listens.
+                Ok(route) if runs_coordinator || !route.is_loopback() => {
+                    let coordinator = CoordinatorScope {
+                        loopback_only: runs_coordinator
+                            && rendezvous.bind_addr().ip().is_loopback(),
+                    };
+                    bound = bind(data_plane_ip(None, route, coordinator))?;
+                    Plane::Bound(&bound)
+                }
+                // Bound once the coordinator's challenge says whether loopback is enough.
+                Ok(route) => Plane::OnLoopback {
+                    route,
+                    rails,
+                    interfaces,
+                },
                 Err(why) => {
                     let why = with_causes(&why);
                     warn(format!("this node has no group verdict: {why}"));
@@ -177,21 +203,15 @@ pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport
             }
         }
     };
-    let plane = DataPlane::bind(
-        data_ip,
-        rails(&*setup.backend),
-        &setup.config.settings.interfaces,
-    )
-    .map_err(|err| Failure::new(exit_codes::USAGE, err))?;
     let member = Member {
         rendezvous,
         token: &token,
-        plane: &plane,
+        plane,
         node: setup.node_setup(rendezvous.nnodes),
         rendezvous_timeout: plan.rendezvous_timeout,
         run_timeout: plan.timeout,
     };
-    if !rendezvous.is_coordinator() || setup.args.group.join_only {
+    if !runs_coordinator {
         return Ok(match member.join_and_serve() {
             Ok(verdict) => as_this_node(verdict, setup.attempt, &*setup.backend),
             Err(why) => {
@@ -543,10 +563,22 @@ fn rails(backend: &dyn Backend) -> usize {
 struct Member<'a> {
     rendezvous: &'a Rendezvous,
     token: &'a Token,
-    plane: &'a DataPlane,
+    plane: Plane<'a>,
     node: NodeSetup,
     rendezvous_timeout: Duration,
     run_timeout: Duration,
+}
+
+/// A member's data plane: bound already, or to be bound once the coordinator, reached
+/// over loopback from `route`, has said whether it listens on loopback only (see
+/// `data_plane_ip`).
+enum Plane<'a> {
+    Bound(&'a DataPlane),
+    OnLoopback {
+        route: IpAddr,
+        rails: usize,
+        interfaces: &'a [String],
+    },
 }
 
 /// Why a member has no verdict from its group; it goes into the member's report as
@@ -568,20 +600,26 @@ enum Unjoined {
 impl Member<'_> {
     fn join_and_serve(&self) -> Result<RunReport, Unjoined> {
         let started = Instant::now();
-        let data_addr = self.plane.addr()?;
-        let info = self.plane.node_info(&*self.node.backend, host_id())?;
-        let identity = AgentIdentity {
-            job_id: self.node.attempt.job_id.clone(),
-            rank: self.rendezvous.rank,
-            nnodes: self.rendezvous.nnodes,
-            node: self.node.attempt.node.clone(),
-            data_addr: Some(data_addr),
-            info: gpuvet_control::Body::to(&info)?,
-        };
+        let mut bound_now: Option<DataPlane> = None;
         let endpoint: Endpoint = self.rendezvous.coordinator_endpoint();
-        let agent = Agent::connect(
+        let identify: Identify<'_> = Box::new(|coordinator| {
+            let plane = match &self.plane {
+                Plane::Bound(plane) => *plane,
+                Plane::OnLoopback {
+                    route,
+                    rails,
+                    interfaces,
+                } => &*bound_now.insert(DataPlane::bind(
+                    data_plane_ip(None, *route, coordinator),
+                    *rails,
+                    interfaces,
+                )?),
+            };
+            Ok(self.identity(plane)?)
+        });
+        let agent = Agent::connect_with(
             &endpoint,
-            identity,
+            identify,
             self.token,
             AgentOptions::default(),
             started + self.rendezvous_timeout,
@@ -590,13 +628,33 @@ impl Member<'_> {
             endpoint: endpoint.clone(),
             source,
         })?;
+        let plane = match &self.plane {
+            Plane::Bound(plane) => *plane,
+            // `connect_with` joins only with the identity `identify` made.
+            Plane::OnLoopback { .. } => bound_now
+                .as_ref()
+                .expect("the data plane is bound before the agent joins"),
+        };
         // The verdict comes after the rendezvous and every check; the margin covers the
         // coordinator's own waits.
         let deadline =
             started + self.rendezvous_timeout + self.run_timeout + Duration::from_secs(30);
-        let result = serve(&agent, &self.node, self.plane, deadline);
+        let result = serve(&agent, &self.node, plane, deadline);
         agent.leave("the run is over");
         Ok(result?)
+    }
+
+    /// How this member introduces itself, with the data plane it listens on.
+    fn identity(&self, plane: &DataPlane) -> Result<AgentIdentity, Unjoined> {
+        let info = plane.node_info(&*self.node.backend, host_id())?;
+        Ok(AgentIdentity {
+            job_id: self.node.attempt.job_id.clone(),
+            rank: self.rendezvous.rank,
+            nnodes: self.rendezvous.nnodes,
+            node: self.node.attempt.node.clone(),
+            data_addr: Some(plane.addr()?),
+            info: gpuvet_control::Body::to(&info)?,
+        })
     }
 }
 
