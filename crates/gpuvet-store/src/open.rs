@@ -228,6 +228,10 @@ impl Store {
             location: display.clone(),
             cause: Box::new(cause),
         };
+        let (url, tls) =
+            crate::pg::tls::split_url(url).map_err(|e| open_error(PostgresOpenError::Tls(e)))?;
+        let tls = crate::pg::tls::client_config(&tls)
+            .map_err(|e| open_error(PostgresOpenError::Tls(e)))?;
         let mut config: postgres::Config = url
             .parse()
             .map_err(|e| open_error(PostgresOpenError::Url(e)))?;
@@ -237,9 +241,13 @@ impl Store {
         if config.get_application_name().is_none() {
             config.application_name("gpuvet");
         }
-        let mut client = config
-            .connect(postgres::NoTls)
-            .map_err(|e| open_error(PostgresOpenError::Server(e)))?;
+        let connected = match tls {
+            None => config.connect(postgres::NoTls),
+            Some(tls) => config
+                .ssl_mode(postgres::config::SslMode::Require)
+                .connect(tokio_postgres_rustls::MakeRustlsConnect::new(tls)),
+        };
+        let mut client = connected.map_err(|e| open_error(PostgresOpenError::Server(e)))?;
         crate::schema_pg::prepare(&mut client, &display)?;
         Ok(Store {
             db: Db::postgres(client),
@@ -394,6 +402,6 @@ mod tests {
         assert!(!message.contains("s3cret"), "{message}");
         assert!(!format!("{err:?}").contains("s3cret"));
         let hint = err.hint().unwrap();
-        assert!(hint.contains("without TLS"), "{hint}");
+        assert!(hint.contains("connects in clear"), "{hint}");
     }
 }

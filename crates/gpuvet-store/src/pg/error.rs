@@ -13,6 +13,8 @@ pub(crate) enum PostgresOpenError {
     Url(postgres::Error),
     /// Connecting, or preparing the schema, failed.
     Server(postgres::Error),
+    /// TLS cannot be set up as the URL asks.
+    Tls(super::tls::TlsSetupError),
 }
 
 impl fmt::Display for PostgresOpenError {
@@ -22,6 +24,7 @@ impl fmt::Display for PostgresOpenError {
                 write!(f, "the URL does not parse: {}", postgres_message(error))
             }
             PostgresOpenError::Server(error) => f.write_str(&postgres_message(error)),
+            PostgresOpenError::Tls(error) => write!(f, "{error}"),
         }
     }
 }
@@ -57,6 +60,8 @@ impl PostgresOpenError {
     pub(crate) fn hint(&self) -> &'static str {
         match self {
             PostgresOpenError::Url(_) => URL_HINT,
+            PostgresOpenError::Tls(_) => TLS_HINT,
+            PostgresOpenError::Server(error) if is_tls_failure(error) => TLS_HINT,
             PostgresOpenError::Server(error) => {
                 error.code().and_then(code_hint).unwrap_or(CONNECT_HINT)
             }
@@ -89,7 +94,22 @@ pub(crate) fn is_busy(error: &postgres::Error) -> bool {
 
 const URL_HINT: &str = "write the store as `postgres://USER:PASSWORD@HOST:PORT/DATABASE`, with the password's special characters percent-encoded";
 
-const CONNECT_HINT: &str = "check that PostgreSQL runs and accepts connections at the URL's host and port; gpuvet connects without TLS, so the server must accept plain connections: keep it on a private network or a local socket";
+const CONNECT_HINT: &str = "check that PostgreSQL runs and accepts connections at the URL's host and port; without `sslmode=require` or `verify-full` in the URL gpuvet connects in clear, which the server's `pg_hba.conf` must allow";
+
+const TLS_HINT: &str = "with `sslmode=verify-full`, the server's certificate must be signed by the CA in `sslrootcert=FILE` (or the system's) and name the URL's host; `sslmode=require` only encrypts; the server needs `ssl = on`";
+
+/// Whether connecting failed in the TLS handshake (the certificate, most often).
+/// (`std::io::Error` hides the rustls error it wraps from `source`, hence the words.)
+fn is_tls_failure(error: &postgres::Error) -> bool {
+    let mut cause: Option<&(dyn Error + 'static)> = Some(error);
+    while let Some(error) = cause {
+        if error.is::<rustls::Error>() || error.to_string().contains("TLS handshake") {
+            return true;
+        }
+        cause = error.source();
+    }
+    false
+}
 
 fn code_hint(code: &SqlState) -> Option<&'static str> {
     Some(match code {

@@ -1,10 +1,12 @@
 //! The PostgreSQL side of the store, built only with the feature `postgres` (the fleet
 //! server's store; a node keeps SQLite and links no PostgreSQL client): a client
 //! session with its prepared statements, the conversion of [`Value`]s to and from
-//! PostgreSQL's types, the placeholders and advisory-lock keys PostgreSQL needs, and
-//! the errors of opening one (`error.rs`).
+//! PostgreSQL's types, the placeholders and advisory-lock keys PostgreSQL needs, TLS
+//! as libpq's `sslmode` asks for it (`tls.rs`), and the errors of opening one
+//! (`error.rs`).
 
 pub(crate) mod error;
+pub(crate) mod tls;
 
 use std::collections::HashMap;
 

@@ -14,6 +14,8 @@ mod common;
 // the server that turns it on; alone: `cargo test -p gpuvet-store --features postgres`).
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(feature = "postgres")]
+mod postgres_tls;
 mod sqlite;
 
 /// A `gpuvet serve` hands each handle to a blocking thread of its own.
