@@ -81,6 +81,9 @@ try {
       const session = cookies.find((cookie) => cookie.name === 'gpuvet_session');
       expect(session && session.httpOnly && session.sameSite === 'Strict',
         `no HttpOnly, SameSite=Strict session cookie: ${JSON.stringify(cookies.map((c) => [c.name, c.httpOnly, c.sameSite]))}`);
+      // Over HTTPS, a cookie the browser never sends in clear.
+      expect(!base.startsWith('https://') || session.secure,
+        `the session cookie of an HTTPS server is not Secure: ${JSON.stringify(session)}`);
       const again = await page.request.get(base + signIn);
       expect(again.status() === 401, `the link's second use answered ${again.status()}`);
     }

@@ -6,8 +6,9 @@ use std::path::{Path, PathBuf};
 
 use rcgen::{
     BasicConstraints, CertificateParams, DnType, ExtendedKeyUsagePurpose, IsCa, Issuer, KeyPair,
-    KeyUsagePurpose,
+    KeyUsagePurpose, PublicKeyData,
 };
+use sha2::{Digest, Sha256};
 
 /// A CA of one test: its certificate (PEM) and the key that signs.
 pub struct TestCa {
@@ -26,6 +27,9 @@ impl std::fmt::Debug for TestCa {
 pub struct ServerFiles {
     pub cert: PathBuf,
     pub key: PathBuf,
+    /// The base64 of the sha256 of the key's SubjectPublicKeyInfo: what Chromium's
+    /// `--ignore-certificate-errors-spki-list` takes to trust this one key.
+    pub spki_sha256: String,
 }
 
 impl TestCa {
@@ -71,9 +75,52 @@ impl TestCa {
         let files = ServerFiles {
             cert: dir.join(format!("{stem}.crt")),
             key: dir.join(format!("{stem}.key")),
+            spki_sha256: base64(&Sha256::digest(key.subject_public_key_info())),
         };
         std::fs::write(&files.cert, cert.pem()).expect("write the certificate");
         std::fs::write(&files.key, key.serialize_pem()).expect("write the key");
         files
+    }
+}
+
+/// Standard base64 with padding (RFC 4648, section 4).
+fn base64(bytes: &[u8]) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(char::from(ALPHABET[((n >> (18 - 6 * i)) & 63) as usize]));
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::base64;
+
+    #[test]
+    fn base64_matches_rfc_4648s_vectors() {
+        for (plain, encoded) in [
+            ("", ""),
+            ("f", "Zg=="),
+            ("fo", "Zm8="),
+            ("foo", "Zm9v"),
+            ("foob", "Zm9vYg=="),
+            ("fooba", "Zm9vYmE="),
+            ("foobar", "Zm9vYmFy"),
+        ] {
+            assert_eq!(base64(plain.as_bytes()), encoded);
+        }
     }
 }

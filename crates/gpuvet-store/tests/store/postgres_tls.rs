@@ -60,8 +60,7 @@ impl TlsServer {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
         assert_eq!(
-            euid,
-            0,
+            euid, 0,
             "run as root: PostgreSQL runs as the `postgres` user"
         );
         let dir = tempfile::tempdir().unwrap();

@@ -5,12 +5,15 @@
 //! instance of a `--local-nodes` group with a slow node (its verdict, at most 12 folded
 //! finding rows with 8 and with 64 GPUs a node), the events filtered to
 //! `SanityCheckFailed`, and the timeline, whose first-error label covers no lane, on
-//! a server that guards its reads, into which Chromium signs in with a one-time link
-//! followed from another site.
+//! a server that guards its reads and speaks HTTPS (a CA made in the test), into which
+//! Chromium signs in with a one-time link followed from another site.
 
 use std::collections::BTreeSet;
 use std::path::Path;
 use std::process::Command;
+
+use gpuvet_server::TlsFiles;
+use gpuvet_testkit::tls::TestCa;
 
 use crate::common::serve::{READ_TOKEN, Serve, TOKEN, free_loopback_addr};
 use crate::common::{Scratch, stderr, stdout};
@@ -250,14 +253,15 @@ const ISSUE_30_CHECKS: &str = "gemm_flops,all_reduce_1,all_reduce_2,kernel_launc
 const MOST_FINDING_ROWS: usize = 12;
 
 /// `run --local-nodes 4` of job `job` on `devices` sim GPUs a node, `local-2` at 60 %,
-/// pushing to `server`; the start refused.
-fn run_slow_node_group(scratch: &Scratch, server: &Serve, job: &str, devices: u32) {
+/// pushing to `server` (over HTTPS, trusting the CA in `ca`); the start refused.
+fn run_slow_node_group(scratch: &Scratch, server: &Serve, ca: &Path, job: &str, devices: u32) {
     let config = scratch.config(
         &format!("slow-{devices}.json"),
         &format!(
             r#"{{"aimaster": {{"sanity_check": {{"fail_action": "fail", "micro_benchmarks": "{ISSUE_30_CHECKS}", "timeout": 100}}}},
-               "gpuvet": {{"backend": "sim", "report_to": "http://{}", "sim": {{"devices": {devices}, "node_speed": {{"local-2": 0.6}}}}}}}}"#,
-            server.addr
+               "gpuvet": {{"backend": "sim", "report_to": "{}", "report_ca": "{}", "sim": {{"devices": {devices}, "node_speed": {{"local-2": 0.6}}}}}}}}"#,
+            server.url(""),
+            ca.display()
         ),
     );
     let run = with_token(scratch.gpuvet())
@@ -282,11 +286,24 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
     browser_prerequisites();
     let _turn = crate::common::one_at_a_time();
     let scratch = Scratch::temp();
-    let server = Serve::start_guarded(&scratch.path("server.db"), "127.0.0.1:0");
+    // Over HTTPS, with a certificate from a CA made here: the nodes trust the CA, and
+    // Chromium that one key.
+    let ca = TestCa::new("fleet CA");
+    let files = ca.server_files(&scratch.path(""), "server", &["127.0.0.1"]);
+    let ca_file = ca.write_cert(&scratch.path(""), "ca.pem");
+    let server = Serve::start_tls_guarded(
+        &scratch.path("server.db"),
+        "127.0.0.1:0",
+        TlsFiles {
+            cert: files.cert.clone(),
+            key: files.key.clone(),
+        },
+    );
+    assert!(server.url("").starts_with("https://"));
     // Four local agents of 8 GPUs share the config; `local-2` runs at 60 %. The same
     // with 64 GPUs a node, whose instance page must not have more rows.
-    run_slow_node_group(&scratch, &server, "job-e2e", 8);
-    run_slow_node_group(&scratch, &server, "job-e2e-64", 64);
+    run_slow_node_group(&scratch, &server, &ca_file, "job-e2e", 8);
+    run_slow_node_group(&scratch, &server, &ca_file, "job-e2e-64", 64);
     let wide = server.get_json("/api/v1/jobs/job-e2e-64/instances");
     let node = wide[0]["node"].as_str().expect("the 64-GPU run's instance");
 
@@ -300,6 +317,9 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
         .arg(MOST_FINDING_ROWS.to_string())
         .arg(format!("/instances/job-e2e-64/{node}"))
         .env("GPUVET_SIGN_IN_PATH", server.sign_in_link())
+        .env("GPUVET_TEST_TRUSTED_SPKI", &files.spki_sha256)
+        // The script's own requests (Playwright's, from node) trust the CA.
+        .env("NODE_EXTRA_CA_CERTS", &ca_file)
         .output()
         .expect("running node");
     assert!(

@@ -46,6 +46,12 @@ impl Serve {
         Serve::start_with(store, listen, None, Some(tls))
     }
 
+    /// As [`Serve::start_guarded`], over HTTPS with the certificate and key in `files`.
+    pub fn start_tls_guarded(store: &Path, listen: &str, files: TlsFiles) -> Serve {
+        let tls = Arc::new(ServerTls::load(files).expect("the TLS files"));
+        Serve::start_with(store, listen, Some(READ_TOKEN), Some(tls))
+    }
+
     fn start_with(
         store: &Path,
         listen: &str,
@@ -98,18 +104,8 @@ impl Serve {
     /// `GET path` as JSON (with [`READ_TOKEN`], which a server that does not guard its
     /// reads ignores); panics on anything but 200.
     pub fn get_json(&self, path: &str) -> serde_json::Value {
-        // Reading back what the server holds; whom a node trusts is what the tests of
-        // the `gpuvet` binary check, not this helper.
-        let tls = ureq::tls::TlsConfig::builder()
-            .disable_verification(true)
-            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
-            .build();
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .tls_config(tls)
-            .build()
-            .into();
-        let mut response = agent
+        let mut response = self
+            .agent()
             .get(&self.url(path))
             .header("authorization", &format!("Bearer {READ_TOKEN}"))
             .call()
@@ -119,10 +115,26 @@ impl Serve {
         serde_json::from_str(&text).expect("JSON")
     }
 
+    /// The tests' own client: reading back what the server holds; whom a node trusts is
+    /// what the tests of the `gpuvet` binary check, not this helper's.
+    fn agent(&self) -> ureq::Agent {
+        let tls = ureq::tls::TlsConfig::builder()
+            .disable_verification(true)
+            .unversioned_rustls_crypto_provider(Arc::new(rustls::crypto::ring::default_provider()))
+            .build();
+        ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .tls_config(tls)
+            .build()
+            .into()
+    }
+
     /// A one-time sign-in link's path (`/session/TICKET`), asked for with
     /// [`READ_TOKEN`].
     pub fn sign_in_link(&self) -> String {
-        let mut response = ureq::post(&self.url("/api/v1/session"))
+        let mut response = self
+            .agent()
+            .post(&self.url("/api/v1/session"))
             .header("authorization", &format!("Bearer {READ_TOKEN}"))
             .send_empty()
             .expect("a sign-in link");
