@@ -30,6 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
+use crate::server_event::{EventSink, ServerEvent};
 use crate::tls::ServerTls;
 
 /// How long a client may take, and how many may be connected.
@@ -63,19 +64,6 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// What the server reports about its connections while it runs.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ConnectionEvent {
-    /// Connections were refused over the cap since the last such event.
-    Refused { count: u64, max_connections: usize },
-    /// Accepting failed (out of file descriptors, say); the server waits and retries.
-    AcceptFailed { error: String },
-}
-
-/// Where connection events go; the program prints them, tests collect them.
-pub type EventSink = Arc<dyn Fn(ConnectionEvent) + Send + Sync>;
-
 /// How long a refused client gets to read its `503` before the socket closes.
 const REFUSAL_LINGER: Duration = Duration::from_secs(1);
 
@@ -103,7 +91,7 @@ impl Acceptor {
             metrics,
             events,
         } = self;
-        let emit = |event: ConnectionEvent| {
+        let emit = |event: ServerEvent| {
             if let Some(events) = &events {
                 events(event);
             }
@@ -132,7 +120,7 @@ impl Acceptor {
                 Ok(accepted) => accepted,
                 Err(error) => {
                     if !is_connection_error(&error) {
-                        emit(ConnectionEvent::AcceptFailed {
+                        emit(ServerEvent::AcceptFailed {
                             error: error.to_string(),
                         });
                         // Out of descriptors: retrying at once would spin.
@@ -148,7 +136,7 @@ impl Acceptor {
                     .connections_refused
                     .fetch_add(1, Ordering::Relaxed);
                 if let Some(count) = refusals.note() {
-                    emit(ConnectionEvent::Refused {
+                    emit(ServerEvent::Refused {
                         count,
                         max_connections: limits.max_connections,
                     });

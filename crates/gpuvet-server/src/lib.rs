@@ -22,6 +22,8 @@ mod metrics;
 mod openapi;
 mod pages;
 pub mod pool;
+mod retention;
+mod server_event;
 mod tls;
 
 use std::future::Future;
@@ -32,11 +34,13 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::connections::Acceptor;
-pub use crate::connections::{ConnectionEvent, ConnectionLimits, EventSink};
+pub use crate::connections::ConnectionLimits;
 pub use crate::error::ServerError;
 use crate::metrics::Metrics;
 pub use crate::openapi::document as openapi_document;
 use crate::pool::StorePool;
+pub use crate::retention::Retention;
+pub use crate::server_event::{EventSink, ServerEvent};
 pub use crate::tls::{ServerTls, TlsFiles};
 
 /// The address `gpuvet serve` listens on unless told otherwise: loopback only.
@@ -69,6 +73,7 @@ pub struct Server {
     tls: Option<Arc<ServerTls>>,
     limits: ConnectionLimits,
     events: Option<EventSink>,
+    retention: Option<Retention>,
     /// Kept to build the router again with settings given after binding.
     state: AppState,
 }
@@ -111,6 +116,7 @@ impl Server {
             tls: None,
             limits: ConnectionLimits::default(),
             events: None,
+            retention: None,
         })
     }
 
@@ -129,9 +135,15 @@ impl Server {
         self
     }
 
-    /// Sends what happens to connections (refusals over the cap, failed accepts) to
-    /// `events`; a library does not print.
-    pub fn on_connection_event(mut self, events: EventSink) -> Server {
+    /// Deletes what is older than `retention` says while serving.
+    pub fn with_retention(mut self, retention: Retention) -> Server {
+        self.retention = Some(retention);
+        self
+    }
+
+    /// Sends what the server reports (refusals over the cap, failed accepts, what
+    /// retention deleted) to `events`; a library does not print.
+    pub fn on_event(mut self, events: EventSink) -> Server {
         self.events = Some(events);
         self
     }
@@ -159,6 +171,13 @@ impl Server {
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
     ) -> Result<(), ServerError> {
+        let pruning = self.retention.map(|retention| {
+            tokio::spawn(retention::run(
+                self.state.clone(),
+                retention,
+                self.events.clone(),
+            ))
+        });
         Acceptor {
             listener: self.listener,
             router: self.router,
@@ -169,6 +188,9 @@ impl Server {
         }
         .run(shutdown)
         .await;
+        if let Some(pruning) = pruning {
+            pruning.abort();
+        }
         Ok(())
     }
 }

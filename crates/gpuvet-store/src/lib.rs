@@ -8,8 +8,8 @@
 //!
 //! SQLite: one file, in WAL mode with a busy timeout, so that several gpuvet processes
 //! on one node (the sanity checks, the runtime check, a `gpuvet check` by hand) write
-//! to it at once. PostgreSQL: one connection per handle, without TLS (for a private
-//! network or a local socket). Every write that spans rows runs in one transaction: a
+//! to it at once. PostgreSQL: one connection per handle, with TLS when the URL asks
+//! for it (`sslmode`, `pg/tls.rs`). Every write that spans rows runs in one transaction: a
 //! report is stored whole or not at all, two handles or processes never get the same
 //! attempt number, and an item stored twice under its id (a retried push, or two
 //! servers receiving it at once) is stored once.
@@ -39,6 +39,7 @@ mod outbox;
 mod overview;
 #[cfg(feature = "postgres")]
 mod pg;
+mod retention;
 mod schema;
 #[cfg(feature = "postgres")]
 mod schema_pg;
@@ -60,6 +61,7 @@ pub use crate::error::StoreError;
 pub use crate::open::{StoreLocation, default_path};
 pub use crate::outbox::{FIRST_RETRY_MS, MAX_RETRY_MS, OutboxEntry, OutboxKind, next_try_delay_ms};
 pub use crate::overview::{RunFilter, StoredRun};
+pub use crate::retention::Pruned;
 pub use crate::schema::SCHEMA_VERSION;
 use crate::value::params;
 

@@ -27,7 +27,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 4] = [V1, V2, V3, V4];
+const MIGRATIONS: [&str; 5] = [V1, V2, V3, V4, V5];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -127,6 +127,12 @@ CREATE TABLE outbox (
     UNIQUE (kind, item_id)
 );
 CREATE INDEX outbox_by_next_try ON outbox (next_try_at_ms);
+";
+
+/// Retention (`retention.rs`) deletes the oldest attempts first, a batch at a time:
+/// each batch finds them by when they began.
+const V5: &str = "
+CREATE INDEX attempts_by_start ON attempts (started_at_ms);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

@@ -28,12 +28,15 @@ use crate::{SCHEMA_VERSION, StoreError};
 /// `application_id`. (Ids are locked in the two-key space, which is separate.)
 const MIGRATION_LOCK: i64 = 0x6770_7674;
 
-const MIGRATIONS: [(u32, &str); 1] = [(4, V4)];
+const MIGRATIONS: [(u32, &str); 2] = [(4, V4), (5, V5)];
 
 const _: () = assert!(
     MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION,
     "PostgreSQL's migrations reach SQLite's schema version"
 );
+
+/// `schema.rs`'s V5: the index retention finds the oldest attempts by.
+const V5: &str = "CREATE INDEX attempts_by_start ON attempts (started_at_ms);";
 
 /// SQLite's schema after its migrations 1 to 4; see `schema.rs` for what each part is.
 const V4: &str = r#"

@@ -53,6 +53,7 @@ pub(super) struct RawSettings {
     pub(super) store: Option<String>,
     pub(super) report_to: Option<String>,
     pub(super) report_ca: Option<String>,
+    pub(super) keep_days: Option<u32>,
     pub(super) rebuild_hook: Option<RawCommand>,
     pub(super) cpu_devices: Option<u32>,
     pub(super) gemm: Option<RawGemm>,

@@ -279,6 +279,9 @@ fn gpuvet_settings_parse() {
     .settings;
     assert_eq!(tls.report_to.as_deref(), Some("https://gpuvet-server:9470"));
     assert_eq!(tls.report_ca, Some("/etc/gpuvet/ca.pem".into()));
+    assert_eq!(tls.keep_days, None);
+    let kept = Config::from_json(r#"{"gpuvet": {"keep_days": 30}}"#).unwrap();
+    assert_eq!(kept.settings.keep_days, Some(30));
     assert_eq!(
         (s.cpu_devices, s.gemm_dtype, s.gemm_size),
         (Some(4), Dtype::Fp32, Some(512))
@@ -351,6 +354,11 @@ fn bad_gpuvet_settings_name_their_path() {
             r#"{"report_to": "https://user:pw@server:9470"}"#,
             "gpuvet.report_to",
             "the address holds credentials, which would be written to logs and reports",
+        ),
+        (
+            r#"{"keep_days": 0}"#,
+            "gpuvet.keep_days",
+            "`0` would delete everything as it arrives",
         ),
         (
             r#"{"report_to": "https://server", "report_ca": " "}"#,

@@ -297,6 +297,9 @@ pub struct Settings {
     /// The CA that signs the server's certificate, when `report_to` is `https://`
     /// (`gpuvet.report_ca`, a PEM file); `None`: the system's CAs.
     pub report_ca: Option<std::path::PathBuf>,
+    /// How many days a fleet server keeps attempts, reports and events
+    /// (`gpuvet.keep_days`); `None`: forever. Read by `gpuvet serve` only.
+    pub keep_days: Option<u32>,
     /// The command run when `fail_action` is `rebuild`; never empty.
     pub rebuild_hook: Option<Vec<String>>,
     pub cpu_devices: Option<u32>,

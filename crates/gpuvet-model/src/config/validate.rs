@@ -231,6 +231,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         store: None,
         report_to: None,
         report_ca: None,
+        keep_days: None,
         rebuild_hook: None,
         cpu_devices: None,
         gemm: None,
@@ -283,6 +284,13 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .as_deref()
         .map(validate_report_to)
         .transpose()?;
+    if raw.keep_days == Some(0) {
+        return Err(ConfigError::invalid(
+            "gpuvet.keep_days",
+            "`0` would delete everything as it arrives",
+        )
+        .with_hint("give at least 1 day, or leave the key out to keep everything"));
+    }
     let report_ca = match raw.report_ca {
         Some(path) if path.trim().is_empty() => {
             return Err(ConfigError::invalid(
@@ -362,6 +370,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         store,
         report_to,
         report_ca,
+        keep_days: raw.keep_days,
         rebuild_hook,
         cpu_devices,
         gemm_dtype,

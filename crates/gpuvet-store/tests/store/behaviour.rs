@@ -60,6 +60,7 @@ macro_rules! behaviours {
             a_failed_send_waits_longer_each_time_and_a_sent_entry_leaves_the_outbox,
             a_failed_send_of_an_entry_not_in_the_outbox_is_an_error,
             an_attempt_begun_with_queueing_on_is_queued_and_a_pushed_one_is_recorded_once,
+            pruning_takes_old_attempts_with_their_reports_and_old_events_a_batch_at_a_time,
         }
     };
 }
@@ -1411,4 +1412,64 @@ pub fn an_attempt_begun_with_queueing_on_is_queued_and_a_pushed_one_is_recorded_
     server.record_report(&pushed.attempt, &report).unwrap();
     let now = server.instance("job-pushed", "n0", None).unwrap().unwrap();
     assert_eq!(now.status(), "failed");
+}
+
+pub fn pruning_takes_old_attempts_with_their_reports_and_old_events_a_batch_at_a_time(
+    fixture: &Fixture,
+) {
+    let mut store = fixture.open();
+    for (node, started) in [
+        ("n0", 100),
+        ("n1", 101),
+        ("n2", 102),
+        ("n3", 103),
+        ("n4", 104),
+    ] {
+        let attempt = store.begin_attempt("old", node, "pod", started).unwrap();
+        store
+            .record_report(&attempt, &report(&attempt, started))
+            .unwrap();
+        if node == "n0" {
+            for time in [50, 60, 70] {
+                store
+                    .record_event(&attempt, &event(time, EventKind::InstanceStarted, "old"))
+                    .unwrap();
+            }
+        }
+    }
+    for node in ["n0", "n1"] {
+        let attempt = store.begin_attempt("new", node, "pod", 10_000).unwrap();
+        store
+            .record_report(&attempt, &report(&attempt, 10_000))
+            .unwrap();
+        store
+            .record_event(&attempt, &event(20_000, EventKind::InstanceStarted, "new"))
+            .unwrap();
+    }
+    assert_eq!(fixture.count("check_results"), 21);
+
+    let mut batches = Vec::new();
+    loop {
+        let pruned = store.prune_batch(1_000, 2).unwrap();
+        batches.push((pruned.attempts, pruned.events));
+        if pruned.done(2) {
+            break;
+        }
+    }
+    assert_eq!(batches, [(2, 2), (2, 1), (1, 0)]);
+    assert_eq!(fixture.count("attempts"), 2);
+    assert_eq!(
+        fixture.count("runs"),
+        2,
+        "the reports went with their attempts"
+    );
+    assert_eq!(fixture.count("check_results"), 6);
+    assert_eq!(fixture.count("events"), 2);
+    assert_eq!(store.latest_attempt("old").unwrap(), None);
+    assert_eq!(store.latest_attempt("new").unwrap(), Some(1));
+    // Nothing older is left: another call deletes nothing.
+    assert_eq!(
+        store.prune_batch(1_000, 2).unwrap(),
+        gpuvet_store::Pruned::default()
+    );
 }

@@ -16,7 +16,7 @@ use clap::Parser;
 use gpuvet_model::diagnostics::render_error;
 use gpuvet_model::exit_codes;
 use gpuvet_server::pool::StorePool;
-use gpuvet_server::{ConnectionEvent, Server, ServerTls};
+use gpuvet_server::{Server, ServerEvent, ServerTls};
 
 use crate::settings::{Args, Failure, Settings};
 
@@ -55,7 +55,10 @@ fn serve(args: Args) -> Result<(), Failure> {
             })?
             .with_read_token(settings.read_token.as_deref())
             .with_limits(settings.limits)
-            .on_connection_event(Arc::new(report_connection_event));
+            .on_event(Arc::new(report_event));
+        if let Some(retention) = settings.retention {
+            server = server.with_retention(retention);
+        }
         if let Some(tls) = &settings.tls {
             server = server.with_tls(tls.clone());
             tokio::spawn(reload_on_sighup(tls.clone()));
@@ -110,17 +113,27 @@ async fn reload_on_sighup(tls: Arc<ServerTls>) {
     }
 }
 
-fn report_connection_event(event: ConnectionEvent) {
+fn report_event(event: ServerEvent) {
     match event {
-        ConnectionEvent::Refused {
+        ServerEvent::Refused {
             count,
             max_connections,
         } => stderr(&format!(
             "warning: refused {count} connection(s) with 503: `{max_connections}` were open, the limit (`--max-connections`)\n"
         )),
-        ConnectionEvent::AcceptFailed { error } => {
+        ServerEvent::AcceptFailed { error } => {
             stderr(&format!("warning: cannot accept a connection: {error}\n"));
         }
+        ServerEvent::Pruned {
+            attempts,
+            events,
+            keep_days,
+        } => stderr(&format!(
+            "gpuvet serve: deleted {attempts} attempt(s) with their reports and {events} event(s) older than {keep_days} days (`--keep-days`)\n"
+        )),
+        ServerEvent::PruneFailed { error } => stderr(&format!(
+            "warning: deleting what is older than `--keep-days` failed, and will be tried again: {error}\n"
+        )),
         _ => {}
     }
 }

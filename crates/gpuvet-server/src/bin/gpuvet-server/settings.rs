@@ -13,7 +13,7 @@ use clap::Parser;
 use gpuvet_model::config::Config;
 use gpuvet_model::env_vars::{READ_TOKEN, REPORT_TOKEN};
 use gpuvet_model::exit_codes;
-use gpuvet_server::{ConnectionLimits, ServerTls, TlsFiles};
+use gpuvet_server::{ConnectionLimits, Retention, ServerTls, TlsFiles};
 use gpuvet_store::{StoreError, StoreLocation};
 
 /// Serves a gpuvet store over HTTP: a JSON API under /api/v1, web pages and /metrics.
@@ -46,6 +46,11 @@ pub struct Args {
     /// Close a connection on which no byte has moved for this many seconds.
     #[arg(long, value_name = "SECS", default_value_t = ConnectionLimits::DEFAULT_IDLE_TIMEOUT.as_secs_f64())]
     pub idle_timeout: f64,
+    /// Delete attempts (with their reports) and events older than this many days, a
+    /// batch at a time while serving [default: the config's `gpuvet.keep_days`, else
+    /// keep everything].
+    #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u32).range(1..))]
+    pub keep_days: Option<u32>,
     /// Connections open at once; one more is answered 503 with `Retry-After`.
     #[arg(long, value_name = "N", default_value_t = ConnectionLimits::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
@@ -67,6 +72,8 @@ pub struct Settings {
     pub limits: ConnectionLimits,
     /// `None`: reads are open.
     pub read_token: Option<String>,
+    /// `None`: keep everything.
+    pub retention: Option<Retention>,
 }
 
 impl Settings {
@@ -128,6 +135,10 @@ impl Settings {
             tls,
             limits,
             read_token: env(READ_TOKEN).filter(|t| !t.is_empty()),
+            retention: args
+                .keep_days
+                .or(config.settings.keep_days)
+                .map(Retention::days),
         })
     }
 
@@ -266,6 +277,7 @@ mod tests {
             read_token: read_token.map(str::to_owned),
             tls: None,
             limits: ConnectionLimits::default(),
+            retention: None,
         }
     }
 
