@@ -285,6 +285,25 @@ fn the_watch_daemonset_and_the_server_run_their_commands() {
     assert_eq!(spec.automount_service_account_token, Some(false));
     let serve = gpuvet_container(&spec);
     assert_eq!(serve.args.as_ref().unwrap()[0], "serve");
+    // Two replicas, so on a store they share: PostgreSQL's URL from its Secret, never
+    // an SQLite file, which one server alone may write.
+    assert_eq!(deployment.spec.as_ref().unwrap().replicas, Some(2));
+    let store = serve
+        .env
+        .iter()
+        .flatten()
+        .find(|var| var.name == "GPUVET_STORE")
+        .and_then(|var| var.value_from.as_ref()?.secret_key_ref.as_ref())
+        .expect("the store's URL from a Secret");
+    assert_eq!(
+        (store.name.as_str(), store.key.as_str()),
+        ("gpuvet-store", "url")
+    );
+    assert!(
+        !serve.args.iter().flatten().any(|arg| arg == "--store"),
+        "{:?}",
+        serve.args
+    );
     let service = &parsed.services[0];
     let selector = service.spec.as_ref().unwrap().selector.clone().unwrap();
     let labels = deployment

@@ -130,6 +130,8 @@ impl ServerReader {
             status,
             message,
             hint,
+            // A reader asks once and says what it got; it waits for nobody.
+            retry_after: None,
         })
     }
 

@@ -13,14 +13,21 @@
 //! (no answer, a 5xx, a refusal) keeps it, with the error and a later next try, so
 //! nothing is lost; the server stores each report and event once by its own id, so
 //! nothing is stored twice when a reply is lost and the entry is sent again.
+//!
+//! A [`Pusher`] may know several replicas of one server (on one PostgreSQL store). It
+//! sends to one at a time and stays with it; only a failure another replica might not
+//! share ([`after_failure`]: no connection, a timeout, a 5xx) moves it to the next in
+//! its list. A server that asks a node to slow down (`429`, `Retry-After`) is obeyed,
+//! not dodged by asking a peer.
 
 pub mod fetch;
 mod sender;
 mod tls;
 
-use std::time::Duration;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, SystemTime};
 
-use gpuvet_store::{OutboxEntry, OutboxKind, Store, StoreError};
+use gpuvet_store::{MAX_RETRY_MS, OutboxEntry, OutboxKind, Store, StoreError, next_try_delay_ms};
 
 pub use crate::sender::Sender;
 pub use crate::tls::Trust;
@@ -52,7 +59,13 @@ pub enum PushError {
         /// The server's own message, or the start of what it sent.
         message: String,
         hint: Option<String>,
+        /// How long the server asked to be left alone (`Retry-After`), at most
+        /// `MAX_RETRY_MS`.
+        retry_after: Option<Duration>,
     },
+    /// Every replica tried failed; each one's failure, in the order tried.
+    #[error("no server took it: {}", list_failures(.failures))]
+    NoServerTook { failures: Vec<PushError> },
     /// The answer broke off, or is larger than any the server sends.
     #[error("cannot read the answer of `{url}`")]
     Body {
@@ -98,6 +111,7 @@ impl PushError {
                 "set `gpuvet.report_ca` (or `GPUVET_REPORT_CA`) to the PEM file of the CA that signed the server's certificate",
             ),
             PushError::Refused { hint, .. } => hint.as_deref(),
+            PushError::NoServerTook { failures } => failures.last().and_then(PushError::hint),
             PushError::Body { .. } => Some("retry; if it fails again, check the server's log"),
             PushError::Decode { .. } => Some(
                 "the server may run another gpuvet version; read the attempt with the `gpuvet` of the server's version",
@@ -107,51 +121,183 @@ impl PushError {
             }
         }
     }
+
+    /// How long the server asked to be left alone (`Retry-After`); of several replicas,
+    /// the longest any asked for.
+    pub fn retry_after(&self) -> Option<Duration> {
+        match self {
+            PushError::Refused { retry_after, .. } => *retry_after,
+            PushError::NoServerTook { failures } => {
+                failures.iter().filter_map(PushError::retry_after).max()
+            }
+            _ => None,
+        }
+    }
 }
 
-/// A client of one server.
+/// Each failure with its causes, one after the other.
+fn list_failures(failures: &[PushError]) -> String {
+    failures
+        .iter()
+        .map(|failure| gpuvet_model::diagnostics::with_causes(failure))
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
+/// What a failed send means for the other replicas of the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AfterFailure {
+    /// This replica is down, unreachable, too slow or failing (a 5xx, `408`): the next
+    /// one may take the entry.
+    TryNext,
+    /// Every replica would answer the same (a refused token or body: `400`, `401`,
+    /// `409`, …), or the server asked the node to slow down (`429`), which a node
+    /// obeys rather than asking a peer: the entry waits in the outbox.
+    Stop,
+}
+
+/// Whether a failed send moves on to the next replica.
+pub fn after_failure(error: &PushError) -> AfterFailure {
+    match error {
+        PushError::Unreachable { .. } => AfterFailure::TryNext,
+        PushError::Refused { status, .. } if *status == 408 || (500..600).contains(status) => {
+            AfterFailure::TryNext
+        }
+        _ => AfterFailure::Stop,
+    }
+}
+
+/// A `Retry-After` value as a wait from `now`: seconds, or an HTTP date (RFC 9110,
+/// section 10.2.3); at most the outbox's longest backoff, so that a wrong clock or a
+/// broken server cannot silence a node for long.
+pub fn retry_after(value: &str, now: SystemTime) -> Option<Duration> {
+    let value = value.trim();
+    let wait = match value.parse::<u64>() {
+        Ok(seconds) => Duration::from_secs(seconds),
+        Err(_) => httpdate::parse_http_date(value)
+            .ok()?
+            .duration_since(now)
+            .unwrap_or_default(),
+    };
+    Some(wait.min(Duration::from_millis(MAX_RETRY_MS)))
+}
+
+/// A client of one server, or of the replicas of one server: each entry goes to the
+/// replica that answered last, and to the next in the list only when that one fails in
+/// a way another might not ([`after_failure`]).
 #[derive(Debug)]
 pub struct Pusher {
-    base_url: String,
+    /// Never empty.
+    base_urls: Vec<String>,
+    /// The replica tried first: the one that answered last.
+    current: AtomicUsize,
     authorization: Option<String>,
     agent: ureq::Agent,
 }
 
 impl Pusher {
-    /// A client of the server at `base_url` (`http://HOST[:PORT][/PATH]`, as
+    /// A client of the server at `base_url` (`http[s]://HOST[:PORT][/PATH]`, as
     /// `gpuvet.report_to` is validated), sending `token` when there is one.
     pub fn new(base_url: &str, token: Option<&str>) -> Pusher {
-        Pusher {
-            base_url: base_url.trim_end_matches('/').to_owned(),
+        Pusher::to_any_of(&[base_url], token).expect("one address")
+    }
+
+    /// A client of the replicas at `base_urls`, tried in that order from the first;
+    /// `None` when there is none.
+    pub fn to_any_of(base_urls: &[impl AsRef<str>], token: Option<&str>) -> Option<Pusher> {
+        if base_urls.is_empty() {
+            return None;
+        }
+        Some(Pusher {
+            base_urls: base_urls
+                .iter()
+                .map(|url| url.as_ref().trim_end_matches('/').to_owned())
+                .collect(),
+            current: AtomicUsize::new(0),
             authorization: token
                 .filter(|t| !t.is_empty())
                 .map(|t| format!("Bearer {t}")),
             agent: agent(SEND_TIMEOUT, None),
-        }
+        })
+    }
+
+    /// Starts at the replica [`start_index`] picks for `key` (the node's name), so that
+    /// the nodes of a fleet sharing one list spread over its replicas, each sticking
+    /// to its own.
+    pub fn starting_with(self, key: &str) -> Pusher {
+        self.current
+            .store(start_index(key, self.base_urls.len()), Ordering::Relaxed);
+        self
     }
 
     /// Checks an `https://` server's certificate against `trust` (the system's CAs
     /// otherwise); an error when the CAs cannot be read.
     pub fn with_trust(mut self, trust: &Trust) -> Result<Pusher, PushError> {
-        if is_https(&self.base_url) {
+        if self.base_urls.iter().any(|url| is_https(url)) {
             self.agent = agent(SEND_TIMEOUT, Some(tls::config(trust)?));
         }
         Ok(self)
     }
 
-    /// The server's address, for messages.
+    /// The address of the replica tried first: the one that answered last.
     pub fn base_url(&self) -> &str {
-        &self.base_url
+        &self.base_urls[self.current_index()]
     }
 
-    /// Sends one entry; `Ok` when the server accepted it (stored now or before).
+    /// Every replica's address, in the order they are tried after the first.
+    pub fn base_urls(&self) -> &[String] {
+        &self.base_urls
+    }
+
+    /// The server for messages: its address, or the replicas' in their order.
+    pub fn describe(&self) -> String {
+        match self.base_urls.as_slice() {
+            [one] => one.clone(),
+            several => format!("one of {}", several.join(", ")),
+        }
+    }
+
+    fn current_index(&self) -> usize {
+        self.current.load(Ordering::Relaxed) % self.base_urls.len()
+    }
+
+    /// Sends one entry; `Ok` when a replica accepted it (stored now or before). Tries
+    /// the replica that answered last, then the others in turn while each fails in a
+    /// way the next might not; stays with the first that answers.
     pub fn send(&self, entry: &OutboxEntry) -> Result<(), PushError> {
+        let count = self.base_urls.len();
+        let first = self.current_index();
+        let mut failures = Vec::new();
+        for index in (0..count).map(|step| (first + step) % count) {
+            match self.send_to(&self.base_urls[index], entry) {
+                Ok(()) => {
+                    self.current.store(index, Ordering::Relaxed);
+                    return Ok(());
+                }
+                Err(error) => {
+                    let next = after_failure(&error);
+                    failures.push(error);
+                    if next == AfterFailure::Stop {
+                        // It answered: it is up, and the others would answer the same.
+                        self.current.store(index, Ordering::Relaxed);
+                        break;
+                    }
+                }
+            }
+        }
+        Err(match failures.len() {
+            1 => failures.remove(0),
+            _ => PushError::NoServerTook { failures },
+        })
+    }
+
+    fn send_to(&self, base_url: &str, entry: &OutboxEntry) -> Result<(), PushError> {
         let path = match entry.kind {
             OutboxKind::Attempt => "/api/v1/attempts",
             OutboxKind::Report => "/api/v1/reports",
             OutboxKind::Event => "/api/v1/events",
         };
-        let url = format!("{}{path}", self.base_url);
+        let url = format!("{base_url}{path}");
         let mut request = self
             .agent
             .post(&url)
@@ -170,14 +316,29 @@ impl Pusher {
         if (200..300).contains(&status) {
             return Ok(());
         }
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| retry_after(value, SystemTime::now()));
         let (message, hint) = error_body(&mut response);
         Err(PushError::Refused {
             url,
             status,
             message,
             hint,
+            retry_after,
         })
     }
+}
+
+/// The replica a node starts with: a hash of `key` (FNV-1a, the same on every
+/// platform and build) modulo the number of replicas.
+pub fn start_index(key: &str, replicas: usize) -> usize {
+    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0000_0100_0000_01b3)
+    });
+    usize::try_from(hash % replicas.max(1) as u64).expect("below the number of replicas")
 }
 
 /// The agent every client of a server uses: bounded times (`timeout` for the whole of
@@ -243,11 +404,16 @@ pub struct Drained {
     pub waiting: u64,
     /// The last send's error, when one failed.
     pub last_error: Option<String>,
+    /// How long the server asked to be left alone (`Retry-After`), when the last
+    /// failure said so: no entry should be sent before then.
+    pub retry_after: Option<Duration>,
 }
 
 /// Sends the entries due at `now_ms` (every entry with `all`, whatever its next try),
-/// oldest first; stops at the first failure, since the server is then most likely
-/// unreachable for the rest too, and that failure's next try is pushed back.
+/// oldest first; stops at the first failure (after every replica was tried, where the
+/// failure lets the next one be), since the server is then most likely unreachable or
+/// refusing for the rest too, and that failure's next try is pushed back: by the
+/// backoff, and to at least the server's `Retry-After` when it sent one.
 pub fn drain(
     store: &mut Store,
     pusher: &Pusher,
@@ -268,11 +434,21 @@ pub fn drain(
                     drained.sent += 1;
                 }
                 Err(error) => {
+                    let retry_after = error.retry_after();
                     // The outbox keeps the failure as text, causes and all.
-                    let error = gpuvet_model::diagnostics::with_causes(&error);
-                    store.outbox_failed(entry.id, &error, now_ms())?;
+                    let text = gpuvet_model::diagnostics::with_causes(&error);
+                    let now = now_ms();
+                    // The store adds the backoff to the time given: shifting it makes
+                    // the next try the later of the backoff and `Retry-After`.
+                    let failed_at = retry_after.map_or(now, |wait| {
+                        let wait_ms = u64::try_from(wait.as_millis()).unwrap_or(u64::MAX);
+                        let backoff = next_try_delay_ms(entry.tries.saturating_add(1));
+                        now.saturating_add(wait_ms.saturating_sub(backoff))
+                    });
+                    store.outbox_failed(entry.id, &text, failed_at)?;
                     drained.failed += 1;
-                    drained.last_error = Some(error);
+                    drained.last_error = Some(text);
+                    drained.retry_after = retry_after;
                     break 'rounds;
                 }
             }

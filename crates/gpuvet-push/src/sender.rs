@@ -1,8 +1,9 @@
-//! [`Sender`]: drains the outbox on a thread of its own until it is stopped.
+//! [`Sender`]: drains the outbox on a thread of its own until it is stopped, and sends
+//! nothing while a server's `Retry-After` lasts.
 
 use std::sync::mpsc::{self, RecvTimeoutError};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use gpuvet_model::time::unix_now_ms;
 use gpuvet_store::{Store, StoreError};
@@ -41,6 +42,8 @@ impl Sender {
                     }
                 };
                 let mut store: Option<Store> = None;
+                // No send before this: the server's `Retry-After`.
+                let mut held_until: Option<Instant> = None;
                 loop {
                     if store.is_none() {
                         match open() {
@@ -50,15 +53,27 @@ impl Sender {
                             }
                         }
                     }
-                    let wait = match store.as_mut() {
-                        Some(handle) => send_due(handle, &pusher, &mut report),
-                        None => POLL,
+                    let held =
+                        held_until.map(|until| until.saturating_duration_since(Instant::now()));
+                    let wait = match (store.as_mut(), held) {
+                        (_, Some(left)) if !left.is_zero() => left.min(POLL),
+                        (Some(handle), _) => {
+                            let round = send_due(handle, &pusher, &mut report);
+                            held_until = round.retry_after.map(|wait| Instant::now() + wait);
+                            round
+                                .wait
+                                .max(round.retry_after.unwrap_or_default())
+                                .min(POLL)
+                        }
+                        (None, _) => POLL,
                     };
                     match stopped.recv_timeout(wait) {
                         Err(RecvTimeoutError::Timeout) => {}
-                        // Stopped: one last round for what became due meanwhile.
+                        // Stopped: one last round for what became due meanwhile, unless
+                        // the server asked for a pause that still lasts.
                         Ok(()) | Err(RecvTimeoutError::Disconnected) => {
-                            if let Some(handle) = store.as_mut() {
+                            let holding = held_until.is_some_and(|until| until > Instant::now());
+                            if let (Some(handle), false) = (store.as_mut(), holding) {
                                 send_due(handle, &pusher, &mut report);
                             }
                             return;
@@ -78,23 +93,39 @@ impl Sender {
     }
 }
 
-/// One round of sending; returns how long to sleep before the next.
-fn send_due(store: &mut Store, pusher: &Pusher, report: &mut impl FnMut(String)) -> Duration {
+/// What one round of sending says about the next.
+struct Round {
+    /// Until the next entry is due (within `50 ms..=POLL`).
+    wait: Duration,
+    /// The server's `Retry-After`, when the round stopped on one.
+    retry_after: Option<Duration>,
+}
+
+/// One round of sending.
+fn send_due(store: &mut Store, pusher: &Pusher, report: &mut impl FnMut(String)) -> Round {
+    let mut retry_after = None;
     match drain(store, pusher, unix_now_ms, false) {
         Ok(drained) => {
             if let Some(error) = drained.last_error {
+                let servers: Vec<String> = pusher
+                    .base_urls()
+                    .iter()
+                    .map(|url| format!("`{url}`"))
+                    .collect();
                 report(format!(
-                    "cannot send to `{}` ({} waiting in the outbox, retried with backoff): {error}",
-                    pusher.base_url(),
+                    "cannot send to {} ({} waiting in the outbox, retried with backoff): {error}",
+                    servers.join(" or "),
                     drained.waiting
                 ));
             }
+            retry_after = drained.retry_after;
         }
         Err(error) => report(format!("cannot send the outbox: {error}")),
     }
     let next = store.outbox_next_try_ms().ok().flatten();
-    next.map_or(POLL, |at| {
+    let wait = next.map_or(POLL, |at| {
         Duration::from_millis(at.saturating_sub(unix_now_ms()))
             .clamp(Duration::from_millis(50), POLL)
-    })
+    });
+    Round { wait, retry_after }
 }

@@ -348,9 +348,11 @@ pub struct PushArgs {
     /// Config file; its `gpuvet.report_to` names the server.
     #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
-    /// The server's address (`http://HOST:PORT`); replaces `gpuvet.report_to`.
+    /// The server's address (`https://HOST:PORT`); replaces `gpuvet.report_to`. Repeat
+    /// it for replicas of one server: each entry goes to the one that answered last,
+    /// and to the next only when that one cannot be reached or fails (5xx).
     #[arg(long, value_name = "URL")]
-    pub to: Option<String>,
+    pub to: Vec<String>,
     #[command(flatten)]
     pub store: ReadStoreArgs,
 }

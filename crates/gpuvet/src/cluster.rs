@@ -20,11 +20,12 @@ use crate::cli::UntaintArgs;
 #[cfg(not(feature = "k8s"))]
 use crate::failure::Failure;
 
-/// The page of an instance on the configured `gpuvet serve`, for the Events' link.
+/// The page of an instance on the configured `gpuvet serve` (the first of its
+/// replicas: they show the same store), for the Events' link.
 // Only a gpuvet with `k8s` links to reports; the tests use it in both builds.
 #[cfg_attr(not(feature = "k8s"), allow(dead_code))]
 pub fn report_url(config: &Config, attempt: &Attempt) -> Option<String> {
-    let base = config.settings.report_to.as_deref()?;
+    let base = config.settings.report_to.first()?;
     Some(format!(
         "{base}/instances/{}/{}",
         path_segment(&attempt.job_id),
@@ -351,7 +352,7 @@ mod tests {
             instance: "vllm-0".into(),
         };
         assert_eq!(report_url(&config, &attempt), None);
-        config.settings.report_to = Some("http://gpuvet-serve:9470".into());
+        config.settings.report_to = vec!["http://gpuvet-serve:9470".into()];
         assert_eq!(
             report_url(&config, &attempt).as_deref(),
             Some("http://gpuvet-serve:9470/instances/vllm%2F0%20a/gpu-7")

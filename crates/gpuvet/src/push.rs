@@ -4,30 +4,52 @@
 
 use std::path::{Path, PathBuf};
 
-use gpuvet_model::config::Config;
+use gpuvet_model::config::{Config, ConfigError, server_addresses};
 use gpuvet_model::env_vars::{REPORT_CA, REPORT_TOKEN as TOKEN_ENV};
 use gpuvet_push::{Pusher, Sender, Trust};
 use gpuvet_store::Store;
 
 use crate::failure::{Failure, warn};
 
-/// The client of `to` (else the config's `gpuvet.report_to`), with the token from
-/// `GPUVET_REPORT_TOKEN` and, for `https://`, the CAs `gpuvet.report_ca` (or
-/// `GPUVET_REPORT_CA`) names; `None` when nothing is to be pushed.
-pub fn pusher(config: &Config, to: Option<&str>) -> Result<Option<Pusher>, Failure> {
-    let Some(base) = to.or(config.settings.report_to.as_deref()) else {
-        return Ok(None);
+/// The client of the servers `to` names (`--to`, repeated for replicas), else the
+/// config's `gpuvet.report_to`, with the token from `GPUVET_REPORT_TOKEN` and, for
+/// `https://`, the CAs `gpuvet.report_ca` (or `GPUVET_REPORT_CA`) names; `None` when
+/// nothing is to be pushed. Of several replicas, `node` picks the one it starts with.
+pub fn pusher(config: &Config, to: &[String], node: &str) -> Result<Option<Pusher>, Failure> {
+    let urls = if to.is_empty() {
+        config.settings.report_to.clone()
+    } else {
+        server_addresses(to, "--to").map_err(|error| match error {
+            ConfigError::Invalid {
+                path,
+                message,
+                hint,
+            } => {
+                let failure = Failure::usage(format!("invalid `{path}`: {message}"));
+                match hint {
+                    Some(hint) => failure.with_hint(hint),
+                    None => failure,
+                }
+            }
+            other => Failure::from(other),
+        })?
     };
     let token = std::env::var(TOKEN_ENV).ok();
+    let Some(pusher) = Pusher::to_any_of(&urls, token.as_deref()) else {
+        return Ok(None);
+    };
     if token.as_deref().is_none_or(str::is_empty) {
         warn(format!(
             "`gpuvet.report_to` is set but `{TOKEN_ENV}` is not; the server will refuse what is pushed until it is"
         ));
     }
-    if let Some(warning) = cleartext_warning(base) {
-        warn(warning);
+    for url in &urls {
+        if let Some(warning) = cleartext_warning(url) {
+            warn(warning);
+        }
     }
-    Pusher::new(base, token.as_deref())
+    pusher
+        .starting_with(node)
         .with_trust(&trust(config))
         .map(Some)
         .map_err(|error| Failure::new(gpuvet_model::exit_codes::USAGE, error))

@@ -38,12 +38,13 @@ impl Recording {
     ) -> Result<Recording, Failure> {
         let config = load_config(config_file)?;
         let store = (!store.no_store).then(|| store_path(store.store.as_deref(), &config));
+        let identity = Identity::resolve(identity);
         let pusher = match &store {
-            Some(_) => push::pusher(&config, None)?,
+            Some(_) => push::pusher(&config, &[], &identity.node)?,
             None => None,
         };
         Ok(Recording {
-            identity: Identity::resolve(identity),
+            identity,
             config,
             store,
             queue_pushes: pusher.is_some(),

@@ -19,6 +19,7 @@ use std::time::Duration;
 use crate::catalog::DEFAULT_CHECKS;
 
 use self::raw::RawFile;
+pub use self::validate::server_addresses;
 use self::validate::validate;
 
 pub use types::*;

@@ -51,7 +51,8 @@ pub(super) struct RawSettings {
     pub(super) tolerance_pct: Option<f64>,
     pub(super) baselines: Option<BTreeMap<String, RawLimit>>,
     pub(super) store: Option<String>,
-    pub(super) report_to: Option<String>,
+    /// One address or a list of them; read by hand to name what else was given.
+    pub(super) report_to: Option<serde_json::Value>,
     pub(super) report_ca: Option<String>,
     pub(super) keep_days: Option<u32>,
     pub(super) rebuild_hook: Option<RawCommand>,

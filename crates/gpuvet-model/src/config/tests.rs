@@ -270,14 +270,14 @@ fn gpuvet_settings_parse() {
     assert_eq!(s.baselines[&CheckName::GemmFlops], Limit::Floor(1000.0));
     assert_eq!(s.baselines[&CheckName::KernelLaunch], Limit::Ceiling(20.0));
     assert_eq!(s.rebuild_hook.unwrap(), ["/bin/sh", "-c", "echo rebuild"]);
-    assert_eq!(s.report_to.as_deref(), Some("http://gpuvet-server:9470"));
+    assert_eq!(s.report_to, ["http://gpuvet-server:9470"]);
     assert_eq!(s.report_ca, None);
     let tls = Config::from_json(
         r#"{"gpuvet": {"report_to": "https://gpuvet-server:9470/", "report_ca": "/etc/gpuvet/ca.pem"}}"#,
     )
     .unwrap()
     .settings;
-    assert_eq!(tls.report_to.as_deref(), Some("https://gpuvet-server:9470"));
+    assert_eq!(tls.report_to, ["https://gpuvet-server:9470"]);
     assert_eq!(tls.report_ca, Some("/etc/gpuvet/ca.pem".into()));
     assert_eq!(tls.keep_days, None);
     let kept = Config::from_json(r#"{"gpuvet": {"keep_days": 30}}"#).unwrap();
@@ -290,6 +290,54 @@ fn gpuvet_settings_parse() {
     assert_eq!((sim.seed, sim.devices, sim.noise), (3, 4, 0.02));
     assert_eq!(sim.speed[&2], 0.9);
     assert_eq!(sim.faults, [(CheckName::GemmFlops, 1, SimFault::Hang)]);
+}
+
+#[test]
+fn report_to_takes_one_address_or_a_list_of_replicas_in_order() {
+    let settings = |json: &str| Config::from_json(json).unwrap().settings;
+    let listed = settings(
+        r#"{"gpuvet": {"report_to": [" https://gpuvet-b:9470/ ", "http://127.0.0.1:9470", "https://gpuvet-a:9470/fleet"]}}"#,
+    );
+    assert_eq!(
+        listed.report_to,
+        [
+            "https://gpuvet-b:9470",
+            "http://127.0.0.1:9470",
+            "https://gpuvet-a:9470/fleet"
+        ],
+        "trimmed, without trailing slashes, in the order given"
+    );
+    assert_eq!(
+        settings(r#"{"gpuvet": {"report_to": ["http://gpuvet:9470"]}}"#).report_to,
+        settings(r#"{"gpuvet": {"report_to": "http://gpuvet:9470/"}}"#).report_to,
+        "a list of one is one address"
+    );
+    assert!(settings(r#"{"gpuvet": {}}"#).report_to.is_empty());
+    // Paths are compared exactly, hosts without case.
+    assert_eq!(
+        settings(r#"{"gpuvet": {"report_to": ["http://g:9470/a", "http://g:9470/A"]}}"#)
+            .report_to
+            .len(),
+        2
+    );
+}
+
+#[test]
+fn an_empty_or_doubled_list_of_servers_is_refused_with_a_hint() {
+    let (path, message, hint) = invalid(r#"{"gpuvet": {"report_to": []}}"#);
+    assert_eq!(
+        (path.as_str(), message.as_str()),
+        ("gpuvet.report_to", "the list of servers is empty")
+    );
+    assert!(hint.unwrap().contains("leave the key out"));
+    let (_, _, hint) = invalid(r#"{"gpuvet": {"report_to": ["http://g:9470", "http://G:9470"]}}"#);
+    assert!(hint.unwrap().contains("list each replica once"));
+    // What a flag of the same addresses is checked with names the flag.
+    let error = server_addresses(&["http://g:9470".into(), "g:1".into()], "--to").unwrap_err();
+    assert_eq!(
+        error.to_string(),
+        "invalid config at `--to[1]`: `g:1` is not an `https://` or `http://` address"
+    );
 }
 
 #[test]
@@ -374,6 +422,41 @@ fn bad_gpuvet_settings_name_their_path() {
             r#"{"report_to": "http://user:pw@server:9470"}"#,
             "gpuvet.report_to",
             "the address holds credentials, which would be written to logs and reports",
+        ),
+        (
+            r#"{"report_to": "http://a:9470,http://b:9470"}"#,
+            "gpuvet.report_to",
+            "`http://a:9470,http://b:9470` holds a comma, which no host name does",
+        ),
+        (
+            r#"{"report_to": []}"#,
+            "gpuvet.report_to",
+            "the list of servers is empty",
+        ),
+        (
+            r#"{"report_to": ["https://a:9470", "ftp://b:9470"]}"#,
+            "gpuvet.report_to[1]",
+            "`ftp://b:9470` is not an `https://` or `http://` address",
+        ),
+        (
+            r#"{"report_to": ["https://a:9470", "https://b:9470", "https://A:9470/"]}"#,
+            "gpuvet.report_to[2]",
+            "`https://A:9470/` is listed twice (also at `gpuvet.report_to[0]`)",
+        ),
+        (
+            r#"{"report_to": ["https://a:9470/x", "https://b:9470", "https://b:9470/"]}"#,
+            "gpuvet.report_to[2]",
+            "`https://b:9470/` is listed twice (also at `gpuvet.report_to[1]`)",
+        ),
+        (
+            r#"{"report_to": ["http://a:9470", 7]}"#,
+            "gpuvet.report_to[1]",
+            "expected a server's address or a list of addresses",
+        ),
+        (
+            r#"{"report_to": {"url": "http://a:9470"}}"#,
+            "gpuvet.report_to",
+            "expected a server's address or a list of addresses",
         ),
         (
             r#"{"report_to": "http://server:9470/?x=1"}"#,

@@ -291,9 +291,10 @@ pub struct Settings {
     pub tolerance: Option<f64>,
     pub baselines: BTreeMap<CheckName, Limit>,
     pub store: Option<String>,
-    /// The base address of a `gpuvet serve` that reports and events are pushed to
-    /// (`gpuvet.report_to`), without a trailing slash; `None`: nothing is pushed.
-    pub report_to: Option<String>,
+    /// The base addresses of the `gpuvet serve` replicas that reports and events are
+    /// pushed to (`gpuvet.report_to`, one address or a list), each without a trailing
+    /// slash, in the order given, none twice; empty: nothing is pushed.
+    pub report_to: Vec<String>,
     /// The CA that signs the server's certificate, when `report_to` is `https://`
     /// (`gpuvet.report_ca`, a PEM file); `None`: the system's CAs.
     pub report_ca: Option<std::path::PathBuf>,

@@ -182,10 +182,76 @@ fn validate_runtime(raw: RawRuntime) -> Result<RuntimeConfig, ConfigError> {
     }
 }
 
-/// `gpuvet.report_to`: the base address of a `gpuvet serve`, as
-/// `http[s]://HOST[:PORT][/PATH]`, without a trailing slash.
-fn validate_report_to(text: &str) -> Result<String, ConfigError> {
-    const FIELD: &str = "gpuvet.report_to";
+/// The config key that names the servers pushed to.
+const REPORT_TO: &str = "gpuvet.report_to";
+
+/// `gpuvet.report_to`: one server's address, or a list of replicas' (see
+/// [`server_addresses`]).
+fn validate_report_to(raw: serde_json::Value) -> Result<Vec<String>, ConfigError> {
+    let not_an_address = |path: &str| {
+        ConfigError::invalid(path, "expected a server's address or a list of addresses")
+            .with_hint("e.g. `\"https://gpuvet:9470\"`, or `[\"https://gpuvet-a:9470\", \"https://gpuvet-b:9470\"]` for replicas")
+    };
+    match raw {
+        // One address, never split: a URL may hold a comma.
+        serde_json::Value::String(text) => Ok(vec![server_address(&text, REPORT_TO)?]),
+        serde_json::Value::Array(items) => {
+            let items = items
+                .into_iter()
+                .enumerate()
+                .map(|(index, item)| match item {
+                    serde_json::Value::String(text) => Ok(text),
+                    _ => Err(not_an_address(&format!("{REPORT_TO}[{index}]"))),
+                })
+                .collect::<Result<Vec<String>, ConfigError>>()?;
+            server_addresses(&items, REPORT_TO)
+        }
+        _ => Err(not_an_address(REPORT_TO)),
+    }
+}
+
+/// The addresses of a server's replicas, as `field` (`gpuvet.report_to`, or a flag)
+/// lists them: each as one address is checked, at least one, none twice. The order is
+/// kept: it is the order a sender tries them in.
+pub fn server_addresses(items: &[String], field: &str) -> Result<Vec<String>, ConfigError> {
+    if items.is_empty() {
+        return Err(ConfigError::invalid(field, "the list of servers is empty").with_hint(
+            "list at least one server, e.g. `[\"https://gpuvet-a:9470\", \"https://gpuvet-b:9470\"]`, or leave the key out to push nowhere",
+        ));
+    }
+    let mut addresses: Vec<String> = Vec::with_capacity(items.len());
+    for (index, item) in items.iter().enumerate() {
+        let path = format!("{field}[{index}]");
+        let address = server_address(item, &path)?;
+        if let Some(first) = addresses.iter().position(|a| same_server(a, &address)) {
+            return Err(ConfigError::invalid(
+                &path,
+                format!("`{item}` is listed twice (also at `{field}[{first}]`)"),
+            )
+            .with_hint("list each replica once: a sender moves to the next one when one fails"));
+        }
+        addresses.push(address);
+    }
+    Ok(addresses)
+}
+
+/// Whether two checked addresses name one server: scheme and host compared without
+/// case, as URLs do, the path exactly.
+fn same_server(a: &str, b: &str) -> bool {
+    fn split(address: &str) -> (&str, &str) {
+        let after_scheme = address.find("://").map_or(0, |i| i + 3);
+        let path_at = address[after_scheme..]
+            .find('/')
+            .map_or(address.len(), |i| after_scheme + i);
+        address.split_at(path_at)
+    }
+    let ((a_origin, a_path), (b_origin, b_path)) = (split(a), split(b));
+    a_origin.eq_ignore_ascii_case(b_origin) && a_path == b_path
+}
+
+/// One server's base address at `field`, as `http[s]://HOST[:PORT][/PATH]`, without a
+/// trailing slash.
+fn server_address(text: &str, field: &str) -> Result<String, ConfigError> {
     let trimmed = text.trim();
     let Some((scheme, rest)) = ["https://", "http://"].into_iter().find_map(|scheme| {
         trimmed
@@ -193,18 +259,27 @@ fn validate_report_to(text: &str) -> Result<String, ConfigError> {
             .map(|rest| (scheme, rest.trim_end_matches('/')))
     }) else {
         return Err(ConfigError::invalid(
-            FIELD,
+            field,
             format!("`{text}` is not an `https://` or `http://` address"),
         )
         .with_hint("give the server's base address, e.g. `https://gpuvet-server:9470`"));
     };
     let authority = rest.split('/').next().unwrap_or_default();
     if authority.is_empty() {
-        return Err(ConfigError::invalid(FIELD, format!("`{text}` has no host")));
+        return Err(ConfigError::invalid(field, format!("`{text}` has no host")));
+    }
+    if authority.contains(',') {
+        return Err(ConfigError::invalid(
+            field,
+            format!("`{text}` holds a comma, which no host name does"),
+        )
+        .with_hint(
+            "list several replicas as a JSON list: `[\"https://gpuvet-a:9470\", \"https://gpuvet-b:9470\"]`",
+        ));
     }
     if authority.contains('@') {
         return Err(ConfigError::invalid(
-            FIELD,
+            field,
             "the address holds credentials, which would be written to logs and reports",
         )
         .with_hint(format!(
@@ -214,7 +289,7 @@ fn validate_report_to(text: &str) -> Result<String, ConfigError> {
     }
     if rest.contains(['?', '#', ' ']) {
         return Err(ConfigError::invalid(
-            FIELD,
+            field,
             format!(
                 "`{text}` has a query, a fragment or a space; expected `https://HOST[:PORT][/PATH]`"
             ),
@@ -281,9 +356,9 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
     };
     let report_to = raw
         .report_to
-        .as_deref()
         .map(validate_report_to)
-        .transpose()?;
+        .transpose()?
+        .unwrap_or_default();
     if raw.keep_days == Some(0) {
         return Err(ConfigError::invalid(
             "gpuvet.keep_days",

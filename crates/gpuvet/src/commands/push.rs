@@ -7,13 +7,13 @@ use gpuvet_store::Store;
 
 use crate::cli::PushArgs;
 use crate::failure::Failure;
-use crate::identity::{load_config, store_path};
+use crate::identity::{load_config, store_path, this_node};
 use crate::output;
 use crate::push::pusher;
 
 pub fn push(args: PushArgs) -> Result<i32, Failure> {
     let config = load_config(args.config.as_deref())?;
-    let Some(pusher) = pusher(&config, args.to.as_deref())? else {
+    let Some(pusher) = pusher(&config, &args.to, &this_node())? else {
         return Err(Failure::usage("there is no server to push to")
             .with_hint("set `gpuvet.report_to` in the config, or pass `--to http://HOST:PORT`"));
     };
@@ -31,7 +31,7 @@ pub fn push(args: PushArgs) -> Result<i32, Failure> {
     let mut text = format!(
         "sent {} to {}; {} waiting in the outbox\n",
         drained.sent,
-        pusher.base_url(),
+        pusher.describe(),
         drained.waiting
     );
     if let Some(error) = &drained.last_error {

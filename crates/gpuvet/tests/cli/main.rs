@@ -21,6 +21,7 @@ mod loopback;
 mod orphans;
 mod output_snapshots;
 mod redaction;
+mod replicas;
 mod run;
 mod runtime;
 mod serve_cli;
