@@ -1,13 +1,14 @@
 //! How `gpuvet serve` holds up: 64 clients push 1,000 reports at once (each report
 //! stored once, even when every one is sent twice), and the pages of a 1,024-node job
-//! render. `cargo run --release -p gpuvet-server --example serve_load [--store URL]`.
+//! render. `cargo run --release -p gpuvet-server --example serve_load [--store S]...`.
 //!
-//! The server runs in this process over a fresh SQLite store in a temp directory (or
-//! the PostgreSQL database `--store postgres://…` names, which must be empty), on a
-//! loopback port, and the clients are real HTTP clients on their own threads. Each
-//! figure is printed beside a reference taken in the same run, since this machine's
-//! speed varies: recording the same report straight into the store, without HTTP, and
-//! `GET /api/v1/health`. The figures are in docs/benchmarks.md.
+//! Each `--store` is served in turn, in this process, on a loopback port: `sqlite` (the
+//! default) a fresh SQLite store in a temp directory, a path an SQLite file, and
+//! `postgres://…` a PostgreSQL database, which must be empty. The clients are real HTTP
+//! clients on their own threads. Each figure is printed beside a reference taken in
+//! the same run, since this machine's speed varies: recording the same report
+//! straight into an SQLite store, without HTTP, and `GET /api/v1/health`; a summary of
+//! every store ends the run. The figures are in docs/benchmarks.md.
 
 #[path = "../../gpuvet-html/tests/support/mod.rs"]
 mod support;
@@ -94,15 +95,82 @@ fn time_get(url: &str) -> (f64, usize) {
     (times[PAGE_RUNS / 2], bytes)
 }
 
+/// What one store's push load measured, for the summary.
+struct PushFigures {
+    store: String,
+    wall_s: f64,
+    p50: f64,
+    p99: f64,
+    max: f64,
+    transactions: Option<u64>,
+    direct_ms: f64,
+}
+
+/// A counter of the server's `/metrics`; `None` when it has none of that name.
+fn metric(base: &str, name: &str) -> Option<u64> {
+    let mut response = agent().get(&format!("{base}/metrics")).call().ok()?;
+    let text = response.body_mut().read_to_string().ok()?;
+    text.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
 // A benchmark's output is its result.
 #[allow(clippy::print_stdout)]
 fn main() {
     let dir = tempfile::tempdir().unwrap();
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let location = match args.iter().position(|a| a == "--store") {
-        Some(at) => StoreLocation::parse(args.get(at + 1).expect("--store takes a URL or path")),
-        None => StoreLocation::Sqlite(dir.path().join("server.db")),
-    };
+    let mut stores = Vec::new();
+    let mut args = std::env::args().skip(1);
+    while let Some(arg) = args.next() {
+        assert_eq!(
+            arg, "--store",
+            "usage: serve_load [--store sqlite|PATH|postgres://…]..."
+        );
+        stores.push(
+            args.next()
+                .expect("--store takes `sqlite`, a path or a URL"),
+        );
+    }
+    if stores.is_empty() {
+        stores.push("sqlite".to_owned());
+    }
+    let mut figures = Vec::new();
+    for (i, store) in stores.iter().enumerate() {
+        let location = match store.as_str() {
+            "sqlite" => StoreLocation::Sqlite(dir.path().join(format!("server-{i}.db"))),
+            other => StoreLocation::parse(other),
+        };
+        figures.push(load_one_store(
+            &location,
+            &dir.path().join(format!("direct-{i}.db")),
+        ));
+    }
+    println!("summary (ratios against the same run's straight-into-SQLite reference):");
+    println!(
+        "  store         wall     req/s   p50 ms  p99 ms  max ms  pushes/tx  p50/ref  p99/ref"
+    );
+    for f in &figures {
+        let requests = (REPORTS * 2) as f64;
+        let per_tx = f.transactions.map_or("-".to_owned(), |t| {
+            format!("{:.1}", requests / t.max(1) as f64)
+        });
+        println!(
+            "  {:<12} {:>5.2} s {:>8.0} {:>8.1} {:>7.1} {:>7.1} {:>10} {:>8.0} {:>8.0}",
+            f.store,
+            f.wall_s,
+            requests / f.wall_s,
+            f.p50,
+            f.p99,
+            f.max,
+            per_tx,
+            f.p50 / f.direct_ms,
+            f.p99 / f.direct_ms,
+        );
+    }
+}
+
+/// Serves `location`, pushes the load and the 1,024-node job, and times the pages.
+#[allow(clippy::print_stdout)]
+fn load_one_store(location: &StoreLocation, direct_path: &std::path::Path) -> PushFigures {
     let pool = StorePool::new(location.clone()).unwrap();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -125,7 +193,7 @@ fn main() {
         .iter()
         .map(|r| serde_json::to_string(r).unwrap())
         .collect();
-    let mut direct = Store::open(&dir.path().join("direct.db")).unwrap();
+    let mut direct = Store::open(direct_path).unwrap();
     let start = Instant::now();
     for report in &reports {
         direct.record_report(&attempt_of(report), report).unwrap();
@@ -134,6 +202,7 @@ fn main() {
 
     // The load: CLIENTS threads take reports from one queue; every report is sent
     // twice (the second as a retry after a lost reply would be).
+    let transactions_before = metric(&base, "gpuvet_server_write_transactions_total");
     let queue = Arc::new(Mutex::new((0..REPORTS * 2).rev().collect::<Vec<usize>>()));
     let bodies = Arc::new(bodies);
     let url = format!("{base}/api/v1/reports");
@@ -161,7 +230,10 @@ fn main() {
         .collect();
     let wall = start.elapsed().as_secs_f64();
     latencies.sort_by(f64::total_cmp);
-    let stored = Store::open_location(&location)
+    let transactions = metric(&base, "gpuvet_server_write_transactions_total")
+        .zip(transactions_before)
+        .map(|(after, before)| after - before);
+    let stored = Store::open_location(location)
         .unwrap()
         .runs(&gpuvet_store::RunFilter::default())
         .unwrap()
@@ -169,18 +241,24 @@ fn main() {
     let (health_ms, _) = time_get(&format!("{base}/api/v1/health"));
     let p50 = percentile(&latencies, 0.50);
     let p99 = percentile(&latencies, 0.99);
-    println!("store: {}", location);
+    let max = latencies[latencies.len() - 1];
+    println!("store: {location}");
     println!(
-        "push: {CLIENTS} clients, {REPORTS} reports each sent twice ({} requests) in {wall:.2} s; stored {stored} (expected {REPORTS})",
-        latencies.len()
+        "push: {CLIENTS} clients, {REPORTS} reports each sent twice ({} requests) in {wall:.2} s ({:.0} a second); stored {stored} (expected {REPORTS})",
+        latencies.len(),
+        latencies.len() as f64 / wall,
     );
+    println!("  latency p50 {p50:.1} ms, p99 {p99:.1} ms, max {max:.1} ms");
+    if let Some(transactions) = transactions {
+        println!(
+            "  {transactions} write transactions, {:.1} pushes each",
+            latencies.len() as f64 / transactions.max(1) as f64
+        );
+    }
     println!(
-        "  latency p50 {p50:.1} ms, p99 {p99:.1} ms, max {:.1} ms",
-        latencies[latencies.len() - 1]
-    );
-    println!(
-        "  reference: one report straight into an SQLite store, no HTTP, {direct_ms:.2} ms (p50 is {:.1}x); GET /api/v1/health {health_ms:.2} ms (p50 is {:.1}x)",
+        "  reference: one report straight into an SQLite store, no HTTP, {direct_ms:.2} ms (p50 is {:.1}x, p99 {:.1}x); GET /api/v1/health {health_ms:.2} ms (p50 is {:.1}x)",
         p50 / direct_ms,
+        p99 / direct_ms,
         p50 / health_ms
     );
     assert_eq!(stored, REPORTS, "every report stored once");
@@ -219,4 +297,19 @@ fn main() {
         "  the same instances as JSON              {json_ms:.1} ms, {json_bytes} bytes ({:.1}x health)",
         json_ms / health_ms
     );
+    drop(runtime);
+    PushFigures {
+        store: if location.is_postgres() {
+            "PostgreSQL"
+        } else {
+            "SQLite"
+        }
+        .to_owned(),
+        wall_s: wall,
+        p50,
+        p99,
+        max,
+        transactions,
+        direct_ms,
+    }
 }

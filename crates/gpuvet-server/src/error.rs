@@ -33,7 +33,7 @@ pub enum ServerError {
 }
 
 /// An error answer of the API.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub(crate) struct ApiError {
     pub status: StatusCode,
     pub message: String,

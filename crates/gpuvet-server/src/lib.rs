@@ -9,8 +9,10 @@
 //! Every report and event carries its own id, so a node that pushes one twice (a
 //! retry after a lost reply) has it stored once.
 //!
-//! The store is synchronous (SQLite or PostgreSQL handles), so each request borrows a
-//! handle from a small [`pool`] on tokio's blocking threads.
+//! The store is synchronous (SQLite or PostgreSQL handles), so each read borrows a
+//! handle from a small [`pool`] on tokio's blocking threads. Pushes are queued and
+//! stored by a writer task, those that queued meanwhile in one transaction (group
+//! commit, `writer.rs`), and each is answered once its transaction committed.
 
 mod access;
 mod api;
@@ -25,6 +27,7 @@ pub mod pool;
 mod retention;
 mod server_event;
 mod tls;
+mod writer;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -53,10 +56,11 @@ pub const MAX_BODY_BYTES: usize = 64 << 20;
 #[derive(Debug, Clone)]
 pub(crate) struct AppState {
     pub pool: Arc<StorePool>,
-    /// Writes take turns here rather than in the database: SQLite lets one writer in at
-    /// a time and makes the others sleep and retry, which is what a burst of pushes
-    /// would otherwise spend its time on.
-    pub writers: Arc<tokio::sync::Semaphore>,
+    /// Pushes are stored through its queue, many in one transaction (group commit),
+    /// rather than each taking a turn of its own: SQLite lets one writer in at a time
+    /// and makes the others sleep and retry, and a commit each is what a burst of
+    /// pushes would otherwise spend its time on.
+    pub writer: writer::Writer,
     /// `None`: the server takes no writes.
     pub token: Option<Arc<str>>,
     /// `None`: reads are open.
@@ -101,12 +105,14 @@ impl Server {
                 addr: listen,
                 error,
             })?;
+        let pool = Arc::new(pool);
+        let metrics = Arc::new(Metrics::default());
         let state = AppState {
-            writers: Arc::new(tokio::sync::Semaphore::new(pool.concurrent_writers())),
-            pool: Arc::new(pool),
+            writer: writer::Writer::start(Arc::clone(&pool), Arc::clone(&metrics)),
+            pool,
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
             read: None,
-            metrics: Arc::new(Metrics::default()),
+            metrics,
         };
         Ok(Server {
             listener,

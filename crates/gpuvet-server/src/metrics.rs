@@ -24,6 +24,12 @@ pub(crate) struct Metrics {
     pub events_accepted: AtomicU64,
     /// Writes refused for their content (400, 409) or their token (401).
     pub writes_refused: AtomicU64,
+    /// Transactions of pushes committed (each holds the pushes queued meanwhile).
+    pub write_transactions: AtomicU64,
+    /// Pushes queued for the next transaction now.
+    pub pushes_waiting: AtomicU64,
+    /// Pushes in a transaction not yet committed now.
+    pub pushes_storing: AtomicU64,
     /// Connections open now.
     pub connections_open: AtomicU64,
     /// Connections answered `503` over the cap.
@@ -84,6 +90,11 @@ impl Metrics {
                 &self.writes_refused,
             ),
             (
+                "gpuvet_server_write_transactions_total",
+                "Transactions committed to store pushes; each holds every push that queued while the one before it was stored.",
+                &self.write_transactions,
+            ),
+            (
                 "gpuvet_server_connections_refused_total",
                 "Connections answered 503 because the server had its maximum open.",
                 &self.connections_refused,
@@ -97,11 +108,26 @@ impl Metrics {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             let _ = writeln!(out, "{name} {}", counter.load(Ordering::Relaxed));
         }
-        let _ = writeln!(
-            out,
-            "# HELP gpuvet_server_connections_open Connections open now.\n# TYPE gpuvet_server_connections_open gauge\ngpuvet_server_connections_open {}",
-            self.connections_open.load(Ordering::Relaxed)
-        );
+        for (name, help, gauge) in [
+            (
+                "gpuvet_server_connections_open",
+                "Connections open now.",
+                &self.connections_open,
+            ),
+            (
+                "gpuvet_server_pushes_waiting",
+                "Pushes queued for the next write transaction now.",
+                &self.pushes_waiting,
+            ),
+            (
+                "gpuvet_server_pushes_storing",
+                "Pushes in a write transaction that has not committed yet, now.",
+                &self.pushes_storing,
+            ),
+        ] {
+            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            let _ = writeln!(out, "{name} {}", gauge.load(Ordering::Relaxed));
+        }
         out
     }
 }

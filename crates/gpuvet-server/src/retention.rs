@@ -1,8 +1,8 @@
 //! Retention while serving (`--keep-days N`): every so often, the attempts (with their
 //! reports and check results) begun more than N days ago and the events from before
-//! then are deleted, a bounded batch per write. Each batch waits for its turn among
-//! the writers like a push does, so pruning a long history never holds pushes back
-//! for more than one batch at a time.
+//! then are deleted, a bounded batch per write. Each batch is a short transaction of
+//! its own beside the pushes' writer task (`writer.rs`), so pruning a long history
+//! never holds pushes back for more than one batch at a time.
 
 use std::time::Duration;
 
@@ -65,7 +65,7 @@ async fn round(state: &AppState, cutoff_ms: u64, batch: usize) -> Result<Pruned,
     let mut total = Pruned::default();
     loop {
         let pruned = state
-            .store_write(move |store| store.prune_batch(cutoff_ms, batch))
+            .store(move |store| store.prune_batch(cutoff_ms, batch))
             .await
             .map_err(|error| error.message)?;
         total.attempts += pruned.attempts;

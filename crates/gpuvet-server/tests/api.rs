@@ -3,7 +3,9 @@
 //! endpoint, its filters, and its 400, 401, 404 and 409 answers; pushes stored once;
 //! the pages (an attempt's timeline among them) and `/metrics`; and, with a read
 //! token, every read refused without it, pushes taken without it, and a browser signed
-//! in by a one-time link.
+//! in by a one-time link. Group commit: concurrent pushes with repeats each answered
+//! and stored once, pushes queued meanwhile sharing one transaction, and none answered
+//! before its transaction committed.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -153,6 +155,64 @@ impl Running {
 
     fn store(&self) -> Store {
         Store::open_location(&self.location).unwrap()
+    }
+
+    /// Runs SQL on the server's database beside it: `sqlite` on SQLite, `postgres` on
+    /// PostgreSQL.
+    fn execute(&self, sqlite: &str, postgres: &str) {
+        match &self._backing {
+            Backing::Sqlite(_) => self.sqlite().execute_batch(sqlite).unwrap(),
+            Backing::Postgres(db) => db.client().batch_execute(postgres).unwrap(),
+        }
+    }
+
+    fn sqlite(&self) -> rusqlite::Connection {
+        let StoreLocation::Sqlite(path) = &self.location else {
+            panic!("not an SQLite store");
+        };
+        rusqlite::Connection::open(path).unwrap()
+    }
+
+    /// Holds the store's write lock (SQLite's one writer, PostgreSQL's table of runs)
+    /// until the returned function is called: the server's writes wait meanwhile (on
+    /// SQLite, for up to the store's busy timeout of 10 s).
+    fn hold_write_lock(&self) -> Box<dyn FnOnce()> {
+        match &self._backing {
+            Backing::Sqlite(_) => {
+                let conn = self.sqlite();
+                conn.execute_batch("BEGIN IMMEDIATE").unwrap();
+                Box::new(move || conn.execute_batch("COMMIT").unwrap())
+            }
+            Backing::Postgres(db) => {
+                let mut client = db.client();
+                client
+                    .batch_execute("BEGIN; LOCK TABLE runs IN EXCLUSIVE MODE")
+                    .unwrap();
+                Box::new(move || client.batch_execute("COMMIT").unwrap())
+            }
+        }
+    }
+
+    /// A counter or gauge of `/metrics`.
+    fn metric(&self, name: &str) -> u64 {
+        let (status, text) = self.get("/metrics");
+        assert_eq!(status, 200);
+        text.lines()
+            .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+            .unwrap_or_else(|| panic!("no `{name}` in /metrics"))
+    }
+
+    /// Waits until the metric `name` is `value`.
+    fn wait_for_metric(&self, name: &str, value: u64) {
+        // A bound only so that a broken server fails the test instead of hanging it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while self.metric(name) != value {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "`{name}` never became {value}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     /// `method path` with `headers`: the status, the headers and the body as text.
@@ -1365,6 +1425,257 @@ fn the_openapi_document_names_the_read_token_on_the_reads_of_a_guarded_server(ba
     }
 }
 
+// Group commit: pushes share transactions, and are answered once theirs committed.
+
+/// The answers to the pushes behind a held lock: the blockers', the batch's, and how
+/// many transactions committed.
+type HeldLockAnswers = (Vec<(u16, Value)>, Vec<(u16, Value)>, u64);
+
+/// Pushes `blockers` (one per writer task of the server) and then `batch`, with the
+/// store's write lock held: each blocker waits in a transaction of its own, so that
+/// `batch` queues whole, and goes into the one transaction after them once the lock is
+/// let go. Returns the answers in order, and how many transactions committed.
+fn push_behind_held_lock(
+    server: &Running,
+    blockers: &[RunReport],
+    batch: &[RunReport],
+) -> HeldLockAnswers {
+    let tasks = StorePool::new(server.location.clone())
+        .unwrap()
+        .writer_tasks();
+    assert_eq!(blockers.len(), tasks, "one blocker per writer task");
+    let committed_before = server.metric("gpuvet_server_write_transactions_total");
+    let release = server.hold_write_lock();
+    std::thread::scope(|scope| {
+        let mut first = Vec::new();
+        for (taken, report) in blockers.iter().enumerate() {
+            first.push(scope.spawn(move || push_report(server, report)));
+            server.wait_for_metric("gpuvet_server_pushes_storing", taken as u64 + 1);
+        }
+        let rest: Vec<_> = batch
+            .iter()
+            .map(|report| scope.spawn(move || push_report(server, report)))
+            .collect();
+        server.wait_for_metric("gpuvet_server_pushes_waiting", batch.len() as u64);
+        release();
+        let first = first.into_iter().map(|t| t.join().unwrap()).collect();
+        let rest = rest.into_iter().map(|t| t.join().unwrap()).collect();
+        let committed = server.metric("gpuvet_server_write_transactions_total") - committed_before;
+        (first, rest, committed)
+    })
+}
+
+/// The ids of the reports the store holds, in order.
+fn stored_report_ids(server: &Running) -> Vec<String> {
+    let store = server.store();
+    let mut ids: Vec<String> = store
+        .runs(&gpuvet_store::RunFilter::default())
+        .unwrap()
+        .into_iter()
+        .map(|run| store.run(run.run.run_id).unwrap().unwrap().1.report_id)
+        .collect();
+    ids.sort();
+    ids
+}
+
+fn concurrent_pushes_with_repeats_are_each_answered_and_stored_once(backing: Backing) {
+    const CLIENTS: usize = 64;
+    let server = Running::start(backing, Some(TOKEN));
+    let earlier = report(&attempt("job-c", "n-earlier", 1), "r-earlier", false);
+    assert_eq!(push_report(&server, &earlier).0, 200);
+    let mut conflicting = earlier.clone();
+    conflicting.duration_secs += 1.0;
+
+    // Two clients send each attempt, report and event (a retry racing the first
+    // send), and every 16th client also a report under a stored id with other content.
+    let barrier = std::sync::Barrier::new(CLIENTS);
+    let answers: Vec<(usize, Vec<(u16, Value)>)> = std::thread::scope(|scope| {
+        let clients: Vec<_> = (0..CLIENTS)
+            .map(|client| {
+                let (server, barrier, conflicting) = (&server, &barrier, &conflicting);
+                scope.spawn(move || {
+                    let node = client % (CLIENTS / 2);
+                    let own = attempt("job-c", &format!("n{node:02}"), 1);
+                    let start = gpuvet_model::events::AttemptStart {
+                        attempt: own.clone(),
+                        started_at_ms: 1_000 + node as u64,
+                    };
+                    let sent = report(&own, &format!("r-{node:02}"), node.is_multiple_of(3));
+                    let record = event(
+                        &own,
+                        &format!("e-{node:02}"),
+                        2_000 + node as u64,
+                        EventKind::SanityCheckFailed,
+                    );
+                    barrier.wait();
+                    let mut answers = vec![
+                        server.post(
+                            "/api/v1/attempts",
+                            Some(TOKEN),
+                            &serde_json::to_string(&start).unwrap(),
+                        ),
+                        push_report(server, &sent),
+                        push_event(server, &record),
+                    ];
+                    if client % 16 == 0 {
+                        answers.push(push_report(server, conflicting));
+                    }
+                    (node, answers)
+                })
+            })
+            .collect();
+        clients.into_iter().map(|c| c.join().unwrap()).collect()
+    });
+
+    let mut run_ids = BTreeMap::new();
+    let mut event_ids = BTreeMap::new();
+    for (node, answers) in &answers {
+        for (status, body) in &answers[..3] {
+            assert_eq!(*status, 200, "node {node}: {body}");
+        }
+        // Both senders of one report or event were answered with the same row.
+        let run = answers[1].1["run_id"].as_i64().unwrap();
+        assert_eq!(*run_ids.entry(node).or_insert(run), run, "node {node}");
+        let id = answers[2].1["id"].as_i64().unwrap();
+        assert_eq!(*event_ids.entry(node).or_insert(id), id, "node {node}");
+        if let Some((status, body)) = answers.get(3) {
+            assert_eq!(*status, 409, "{body}");
+        }
+    }
+    assert_eq!(answers.iter().filter(|(_, a)| a.len() == 4).count(), 4);
+    let distinct: std::collections::BTreeSet<_> = run_ids.values().collect();
+    assert_eq!(distinct.len(), CLIENTS / 2);
+
+    // Each stored once: 32 reports and the earlier one, 32 events, 33 attempts.
+    let mut expected: Vec<String> = (0..CLIENTS / 2).map(|n| format!("r-{n:02}")).collect();
+    expected.push("r-earlier".to_owned());
+    assert_eq!(stored_report_ids(&server), expected);
+    let store = server.store();
+    assert_eq!(
+        store
+            .count_events(&gpuvet_store::EventFilter::default())
+            .unwrap(),
+        (CLIENTS / 2) as u64
+    );
+    let instances = store.instances("job-c", None).unwrap();
+    assert_eq!(instances.len(), CLIENTS / 2 + 1);
+    // A pushed attempt keeps the start time it was pushed with, not its report's.
+    let n05 = instances.iter().find(|i| i.attempt.node == "n05").unwrap();
+    assert_eq!(n05.attempt_started_at_ms, 1_005);
+    assert_eq!(store.reports("job-c", 1).unwrap().len(), CLIENTS / 2 + 1);
+    assert!(
+        store
+            .reports("job-c", 1)
+            .unwrap()
+            .iter()
+            .all(|r| r.report_id != "r-earlier" || *r == earlier)
+    );
+}
+
+fn pushes_queued_while_a_transaction_runs_share_the_next_one(backing: Backing) {
+    let server = Running::start(backing, Some(TOKEN));
+    let tasks = StorePool::new(server.location.clone())
+        .unwrap()
+        .writer_tasks();
+    let blockers: Vec<RunReport> = (0..tasks)
+        .map(|i| {
+            report(
+                &attempt("job-q", &format!("b{i}"), 1),
+                &format!("r-b{i}"),
+                false,
+            )
+        })
+        .collect();
+    // Ten pushes, one of them twice.
+    let mut batch: Vec<RunReport> = (0..9)
+        .map(|i| {
+            report(
+                &attempt("job-q", &format!("n{i}"), 1),
+                &format!("r-n{i}"),
+                false,
+            )
+        })
+        .collect();
+    batch.push(batch[4].clone());
+
+    let (first, rest, committed) = push_behind_held_lock(&server, &blockers, &batch);
+    for (status, body) in first.iter().chain(&rest) {
+        assert_eq!(*status, 200, "{body}");
+    }
+    assert_eq!(rest[4].1["run_id"], rest[9].1["run_id"]);
+    // One transaction per blocker, and one for all ten queued behind them.
+    assert_eq!(committed, tasks as u64 + 1);
+    assert_eq!(stored_report_ids(&server).len(), tasks + 9);
+    assert_eq!(server.metric("gpuvet_server_pushes_waiting"), 0);
+    assert_eq!(server.metric("gpuvet_server_pushes_storing"), 0);
+}
+
+fn a_push_is_answered_only_once_its_transaction_committed(backing: Backing) {
+    let server = Running::start(backing, Some(TOKEN));
+    // Every statement of a report `doomed-…` succeeds; the commit of its transaction
+    // fails (a deferred foreign key on SQLite, a deferred trigger on PostgreSQL).
+    server.execute(
+        "CREATE TABLE commit_guard (
+             attempt_id INTEGER REFERENCES attempts (id) DEFERRABLE INITIALLY DEFERRED);
+         CREATE TRIGGER refuse_commit AFTER INSERT ON runs
+         WHEN NEW.report_id LIKE 'doomed-%'
+         BEGIN INSERT INTO commit_guard VALUES (-1); END;",
+        "CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql
+         AS $$ BEGIN RAISE EXCEPTION 'commit refused by test'; END $$;
+         CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT ON runs
+         DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+         WHEN (NEW.report_id LIKE 'doomed-%') EXECUTE FUNCTION refuse_commit();",
+    );
+    let tasks = StorePool::new(server.location.clone())
+        .unwrap()
+        .writer_tasks();
+    let blockers: Vec<RunReport> = (0..tasks)
+        .map(|i| {
+            report(
+                &attempt("job-d", &format!("b{i}"), 1),
+                &format!("r-b{i}"),
+                false,
+            )
+        })
+        .collect();
+    let batch: Vec<RunReport> = ["r-n0", "doomed-1", "r-n2", "doomed-3", "r-n4"]
+        .iter()
+        .enumerate()
+        .map(|(i, id)| report(&attempt("job-d", &format!("n{i}"), 1), id, i == 2))
+        .collect();
+
+    let (first, rest, committed) = push_behind_held_lock(&server, &blockers, &batch);
+    for (status, body) in &first {
+        assert_eq!(*status, 200, "{body}");
+    }
+    // Every push of the failed transaction is answered with its error, the innocent
+    // ones too, and none of it was stored.
+    for (status, body) in &rest {
+        assert_eq!(*status, 500, "{body}");
+        let hint = body["error"]["hint"].as_str().unwrap();
+        assert!(hint.contains("nothing of this push was stored"), "{hint}");
+    }
+    assert_eq!(committed, tasks as u64);
+    let blocker_ids: Vec<String> = blockers.iter().map(|r| r.report_id.clone()).collect();
+    assert_eq!(stored_report_ids(&server), blocker_ids);
+    assert!(
+        server
+            .store()
+            .instances("job-d", None)
+            .unwrap()
+            .iter()
+            .all(|i| i.attempt.node.starts_with('b')),
+        "no attempt of the failed transaction"
+    );
+
+    // Sent again without the doomed ones, they are stored.
+    for report in batch.iter().filter(|r| !r.report_id.starts_with("doomed")) {
+        let (status, body) = push_report(&server, report);
+        assert_eq!(status, 200, "{body}");
+    }
+    assert_eq!(stored_report_ids(&server).len(), tasks + 3);
+}
+
 /// Each test above, once on SQLite and once on PostgreSQL.
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
@@ -1401,4 +1712,7 @@ on_both_stores!(
     a_one_time_link_signs_a_browser_in_once_and_its_cookie_grants_the_reads,
     a_server_without_a_read_token_has_open_reads_and_no_sign_in,
     the_openapi_document_names_the_read_token_on_the_reads_of_a_guarded_server,
+    concurrent_pushes_with_repeats_are_each_answered_and_stored_once,
+    pushes_queued_while_a_transaction_runs_share_the_next_one,
+    a_push_is_answered_only_once_its_transaction_committed,
 );

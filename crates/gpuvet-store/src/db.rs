@@ -11,6 +11,8 @@
 //!   parameter sent as the type PostgreSQL inferred for it: `value.rs`;
 //! - how a write transaction begins, the locks PostgreSQL needs where SQLite has one
 //!   writer, and how `LIMIT` says "all": the "dialect" block below;
+//! - a batch of writes in one transaction ([`Db::each_apart`]): savepoints, which both
+//!   spell alike, keep one item's failure from undoing its neighbours;
 //! - in the shared SQL, one spelling: `CAST(SUM(…) AS BIGINT)`, since PostgreSQL's sum
 //!   of a `BIGINT` is a `NUMERIC` (`overview.rs`).
 
@@ -40,11 +42,14 @@ impl fmt::Debug for Db {
     }
 }
 
-/// Which ids [`Db::lock_ids`] locks: reports' and events' ids are separate namespaces.
-#[derive(Debug, Clone, Copy)]
+/// Which ids [`Db::lock_ids`] locks: reports', events' and attempts' ids are separate
+/// namespaces.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum IdSpace {
     Report = 1,
     Event = 2,
+    /// An attempt's job, node and number ([`crate::write::attempt_key`]).
+    Attempt = 3,
 }
 
 impl Db {
@@ -123,6 +128,34 @@ impl Db {
         Ok(value)
     }
 
+    /// Inside a write: runs `body` on each of `items` in turn, each behind a savepoint
+    /// of its own, so that an item whose body fails undoes only its own changes and
+    /// the others stay in the transaction. Returns each item's outcome; an error of
+    /// its own when the savepoints themselves fail (a broken connection, or a
+    /// transaction the database already ended), which leaves nothing to keep.
+    pub(crate) fn each_apart<I, T>(
+        &self,
+        action: &'static str,
+        items: impl IntoIterator<Item = I>,
+        mut body: impl FnMut(&Db, I) -> Result<T, StoreError>,
+    ) -> Result<Vec<Result<T, StoreError>>, StoreError> {
+        // One savepoint, renewed after each item that succeeds (one round trip on
+        // PostgreSQL), and rolled back to (which keeps it) after each that fails.
+        self.batch("SAVEPOINT item").during(action)?;
+        let mut outcomes = Vec::new();
+        for item in items {
+            let outcome = body(self, item);
+            let next = if outcome.is_ok() {
+                "RELEASE SAVEPOINT item; SAVEPOINT item"
+            } else {
+                "ROLLBACK TO SAVEPOINT item"
+            };
+            self.batch(next).during(action)?;
+            outcomes.push(outcome);
+        }
+        Ok(outcomes)
+    }
+
     /// Runs SQL without parameters or rows (transaction control).
     fn batch(&self, sql: &str) -> Result<(), DbError> {
         match self {
@@ -162,29 +195,43 @@ impl Db {
     /// Inside a write, before looking up items by their own ids: a writer of the same
     /// id waits until this transaction ends, so "look it up, else insert it" holds for
     /// two servers receiving one report at once. On PostgreSQL, a transaction-level
-    /// advisory lock per id (its 32-bit hash, taken in order, so two writers never
-    /// wait on each other in a circle; a collision only makes one wait).
+    /// advisory lock per id (its 32-bit hash), all taken in one statement and in one
+    /// order (by namespace, then hash), so that two writers, each holding some ids of
+    /// a batch, never wait on each other in a circle; a collision only makes one wait.
+    /// Call it once per transaction, before any item's rows: a lock taken later, after
+    /// rows of other items, could close such a circle.
     #[cfg_attr(not(feature = "postgres"), expect(unused_variables))]
     pub(crate) fn lock_ids<'a>(
         &self,
-        space: IdSpace,
-        ids: impl IntoIterator<Item = &'a str>,
+        ids: impl IntoIterator<Item = (IdSpace, &'a str)>,
     ) -> Result<(), DbError> {
         match self {
             // One writer at a time: nothing to lock.
             Db::Sqlite(_) => Ok(()),
             #[cfg(feature = "postgres")]
             Db::Postgres(_) => {
-                let mut keys: Vec<i32> = ids.into_iter().map(crate::pg::id_hash).collect();
+                let mut keys: Vec<(IdSpace, i32)> = ids
+                    .into_iter()
+                    .map(|(space, id)| (space, crate::pg::id_hash(id)))
+                    .collect();
+                if keys.is_empty() {
+                    return Ok(());
+                }
                 keys.sort_unstable();
                 keys.dedup();
-                for key in keys {
-                    self.execute(
-                        "SELECT pg_advisory_xact_lock(?, ?)",
-                        &[Value::Int(space as i64), Value::Int(key.into())],
-                    )?;
-                }
-                Ok(())
+                // The keys are numbers this function made, so they are written into
+                // the text (as a simple query, which is not kept as a prepared
+                // statement per list of keys).
+                let rows = keys
+                    .iter()
+                    .map(|(space, key)| format!("({}, {key})", *space as i32))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                self.batch(&format!(
+                    "SELECT pg_advisory_xact_lock(space, key)
+                     FROM (SELECT space, key FROM (VALUES {rows}) AS ids (space, key)
+                           ORDER BY space, key) AS in_order"
+                ))
             }
         }
     }

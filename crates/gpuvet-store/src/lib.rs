@@ -21,7 +21,9 @@
 //!
 //! Each query is written once, for both databases, against `db.rs`'s `Db`; the
 //! schemas are in `schema.rs` (SQLite) and `schema_pg.rs` (PostgreSQL), and what only
-//! PostgreSQL needs is in `pg/`.
+//! PostgreSQL needs is in `pg/`. The writes of pushed attempts, reports and events are
+//! in `write.rs`: one at a time, or many in one transaction ([`Store::record_batch`],
+//! a fleet server's group commit), each write kept or refused on its own.
 //!
 //! ```no_run
 //! # use gpuvet_store::{Store, StoreLocation, EventFilter};
@@ -44,6 +46,7 @@ mod schema;
 #[cfg(feature = "postgres")]
 mod schema_pg;
 mod value;
+mod write;
 
 use std::path::PathBuf;
 
@@ -64,6 +67,7 @@ pub use crate::overview::{RunFilter, StoredRun};
 pub use crate::retention::Pruned;
 pub use crate::schema::SCHEMA_VERSION;
 use crate::value::params;
+pub use crate::write::{PreparedWrite, Written};
 
 /// Which events to read. Every field that is set must match; `limit` keeps the first
 /// events in time order (the last ones with `newest_first`).
@@ -172,181 +176,6 @@ impl Store {
         })
     }
 
-    /// Records an attempt another store began (one a node pushed) with its start time.
-    /// An attempt already recorded is left as it is, so sending it twice keeps it once.
-    pub fn record_attempt(&mut self, start: &AttemptStart) -> Result<(), StoreError> {
-        const ACTION: &str = "record an attempt in the store";
-        let attempt = &start.attempt;
-        self.db.write(ACTION, |db| {
-            db.execute(
-                "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (job_id, node, attempt) DO NOTHING",
-                &params![
-                    attempt.job_id.as_str(),
-                    attempt.node.as_str(),
-                    attempt.instance.as_str(),
-                    attempt.attempt,
-                    start.started_at_ms
-                ],
-            )
-            .during(ACTION)?;
-            Ok(())
-        })
-    }
-
-    /// Records a report and each of its check results, all or nothing; returns the
-    /// run's id.
-    ///
-    /// A report with an id (`report_id`) that is already stored is not stored again:
-    /// the stored run's id is returned when the content is the same, and
-    /// [`StoreError::IdConflict`] when it differs. A report without an id (from before
-    /// ids) is always added.
-    ///
-    /// The report must belong to `attempt` (same job, attempt, node and instance). An
-    /// attempt this store has not begun (a report pushed from another node) is added.
-    /// A report whose JSON would not read back (e.g. a NaN where a number is required)
-    /// is refused, so that one bad row never breaks later queries.
-    pub fn record_report(
-        &mut self,
-        attempt: &Attempt,
-        report: &RunReport,
-    ) -> Result<i64, StoreError> {
-        const ACTION: &str = "record a report in the store";
-        check_belongs(attempt, report)?;
-        let report_json = encode("report", report)?;
-        if let Err(e) = serde_json::from_str::<RunReport>(&report_json) {
-            return Err(StoreError::Encode {
-                what: "report",
-                message: format!("its JSON does not read back: {e}"),
-            });
-        }
-        let check_jsons = report
-            .checks
-            .iter()
-            .map(|c| encode("check result", c))
-            .collect::<Result<Vec<_>, _>>()?;
-
-        let queue = self.queue_pushes;
-        self.db.write(ACTION, |db| {
-            let report_id = non_empty(&report.report_id);
-            if let Some(id) = report_id {
-                db.lock_ids(IdSpace::Report, [id]).during(ACTION)?;
-                let stored = db
-                    .query_opt(
-                        "SELECT id, report_json FROM runs WHERE report_id = ?1",
-                        &params![id],
-                    )
-                    .and_then(|row| {
-                        row.map(|mut row| Ok((row.get::<i64>(0)?, row.get::<String>(1)?)))
-                            .transpose()
-                    })
-                    .during(ACTION)?;
-                if let Some((run_id, stored_json)) = stored {
-                    return if same_json(&stored_json, &report_json) {
-                        Ok(run_id)
-                    } else {
-                        Err(StoreError::IdConflict {
-                            what: "report",
-                            id: id.to_owned(),
-                        })
-                    };
-                }
-            }
-            db.execute(
-                "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
-                 VALUES (?1, ?2, ?3, ?4, ?5)
-                 ON CONFLICT (job_id, node, attempt) DO NOTHING",
-                &params![
-                    &attempt.job_id,
-                    &attempt.node,
-                    &attempt.instance,
-                    attempt.attempt,
-                    report.started_at_ms
-                ],
-            )
-            .during(ACTION)?;
-            let attempt_id: i64 = db
-                .query_one(
-                    "SELECT id FROM attempts WHERE job_id = ?1 AND node = ?2 AND attempt = ?3",
-                    &params![&attempt.job_id, &attempt.node, attempt.attempt],
-                )
-                .and_then(|mut row| row.get(0))
-                .during(ACTION)?;
-            let run_id: i64 = db
-                .query_one(
-                    "INSERT INTO runs (attempt_id, gpuvet_version, backend, outcome, started_at_ms,
-                                       duration_secs, timeout_secs, report_json, report_id)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)
-                     RETURNING id",
-                    &params![
-                        attempt_id,
-                        &report.gpuvet_version,
-                        &report.backend,
-                        report.outcome.as_str(),
-                        report.started_at_ms,
-                        report.duration_secs,
-                        report.timeout_secs,
-                        &report_json,
-                        report_id,
-                    ],
-                )
-                .and_then(|mut row| row.get(0))
-                .during(ACTION)?;
-            if let (true, Some(id)) = (queue, report_id) {
-                outbox::enqueue(
-                    db,
-                    OutboxKind::Report,
-                    id,
-                    &report_json,
-                    unix_now_ms(),
-                    ACTION,
-                )?;
-            }
-            for (position, (check, json)) in report.checks.iter().zip(&check_jsons).enumerate() {
-                db.execute(
-                    "INSERT INTO check_results (run_id, position, check_name, status, duration_secs,
-                                                median_value, unit, findings, result_json)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)",
-                    &params![
-                        run_id,
-                        position,
-                        check.name.as_str(),
-                        check.status.as_str(),
-                        check.duration_secs,
-                        check.median_value(),
-                        &check.metric.unit,
-                        check.findings().count(),
-                        json,
-                    ],
-                )
-                .during(ACTION)?;
-            }
-            Ok(run_id)
-        })
-    }
-
-    /// Records an event of `attempt` and returns it as stored, with its id.
-    pub fn record_event(
-        &mut self,
-        attempt: &Attempt,
-        event: &NewEvent,
-    ) -> Result<Event, StoreError> {
-        const ACTION: &str = "record an event in the store";
-        let details = encode("event details", &event.details)?;
-        let queue = self.queue_pushes;
-        let id = self.db.write(ACTION, |db| {
-            db.lock_ids(IdSpace::Event, non_empty(&event.event_id))
-                .during(ACTION)?;
-            insert_event(db, attempt, event, &details, queue, ACTION)
-        })?;
-        Ok(Event {
-            id,
-            attempt: attempt.clone(),
-            event: event.clone(),
-        })
-    }
-
     /// Records runtime events of `attempt` and, when given, replaces the runtime
     /// check's saved state of its job and node, in one transaction: a state that says
     /// a finding was reported is never stored without the finding's event, nor the
@@ -369,8 +198,10 @@ impl Store {
         let queue = self.queue_pushes;
         self.db.write(ACTION, |db| {
             db.lock_ids(
-                IdSpace::Event,
-                events.iter().filter_map(|e| non_empty(&e.event_id)),
+                events
+                    .iter()
+                    .filter_map(|e| non_empty(&e.event_id))
+                    .map(|id| (IdSpace::Event, id)),
             )
             .during(ACTION)?;
             let mut stored = Vec::with_capacity(events.len());

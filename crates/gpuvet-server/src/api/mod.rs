@@ -62,20 +62,6 @@ impl AppState {
             )),
         }
     }
-
-    /// Like [`AppState::store`], for a write: it waits for its turn among writers.
-    pub(crate) async fn store_write<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&mut Store) -> Result<T, StoreError> + Send + 'static,
-    ) -> Result<T, ApiError> {
-        let _turn = self.writers.acquire().await.map_err(|closed| {
-            ApiError::new(
-                axum::http::StatusCode::SERVICE_UNAVAILABLE,
-                format!("the server is shutting down: {closed}"),
-            )
-        })?;
-        self.store(work).await
-    }
 }
 
 pub(crate) fn limit(limit: Option<usize>) -> Result<usize, ApiError> {

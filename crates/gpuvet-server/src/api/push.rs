@@ -1,6 +1,8 @@
 //! The API's writes: nodes push the attempts they begin, their reports and their
 //! events, with the server's token. Each carries its own id (an attempt its job, node
-//! and number), so one sent twice is stored once.
+//! and number), so one sent twice is stored once. Each is checked and encoded here,
+//! then stored by the writer (`writer.rs`) with the others queued at the same time,
+//! and answered once stored.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -9,6 +11,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use gpuvet_model::events::{Attempt, AttemptStart, EventRecord};
 use gpuvet_model::results::RunReport;
+use gpuvet_store::{PreparedWrite, Written};
 use serde::Serialize;
 use utoipa::ToSchema;
 
@@ -76,10 +79,11 @@ pub(crate) async fn push_report(
             instance: report.instance.clone(),
         };
         let report_id = report.report_id.clone();
-        let run_id = state
-            .store_write(move |store| store.record_report(&attempt, &report))
-            .await?;
-        Ok(Json(ReportAccepted { run_id, report_id }))
+        let write = prepare_report(attempt, report, &headers).await?;
+        match state.writer.write(write).await? {
+            Written::Report { run_id } => Ok(Json(ReportAccepted { run_id, report_id })),
+            other => Err(not_what_was_written("report", other)),
+        }
     }
     .await;
     state.count_write(&result, &state.metrics.reports_accepted);
@@ -102,11 +106,14 @@ pub(crate) async fn push_attempt(
         let start: AttemptStart = decode_body(body, "attempt")?;
         first_attempt_is_one(start.attempt.attempt)?;
         storable_time("started_at_ms", start.started_at_ms)?;
-        let recorded = start.clone();
-        state
-            .store_write(move |store| store.record_attempt(&recorded))
-            .await?;
-        Ok(Json(start))
+        match state
+            .writer
+            .write(PreparedWrite::attempt(start.clone()))
+            .await?
+        {
+            Written::Attempt => Ok(Json(start)),
+            other => Err(not_what_was_written("attempt", other)),
+        }
     }
     .await;
     state.count_write(&result, &state.metrics.attempts_accepted);
@@ -143,17 +150,52 @@ pub(crate) async fn push_event(
         first_attempt_is_one(record.attempt.attempt)?;
         storable_time("time_ms", record.event.time_ms)?;
         let event_id = record.event.event_id.clone();
-        let stored = state
-            .store_write(move |store| store.record_event(&record.attempt, &record.event))
-            .await?;
-        Ok(Json(EventAccepted {
-            id: stored.id,
-            event_id,
-        }))
+        match state.writer.write(PreparedWrite::event(record)?).await? {
+            Written::Event { id } => Ok(Json(EventAccepted { id, event_id })),
+            other => Err(not_what_was_written("event", other)),
+        }
     }
     .await;
     state.count_write(&result, &state.metrics.events_accepted);
     result
+}
+
+/// Pushed bodies larger than this (or of unknown length) are encoded on a blocking
+/// thread: a 1,024-node group report (about 3 MB) takes milliseconds to encode and read
+/// back, which would hold up the connections served on the same thread. A one-node
+/// report (about 6 kB) is encoded in place: the move to another thread would cost
+/// more (a tenth of the throughput in `serve_load`, docs/benchmarks.md).
+const ENCODE_IN_PLACE_BYTES: u64 = 256 << 10;
+
+/// Checks and encodes a pushed report for the writer.
+async fn prepare_report(
+    attempt: Attempt,
+    report: RunReport,
+    headers: &HeaderMap,
+) -> Result<PreparedWrite, ApiError> {
+    let length = headers
+        .get(axum::http::header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if length.is_some_and(|n| n <= ENCODE_IN_PLACE_BYTES) {
+        return Ok(PreparedWrite::report(attempt, report)?);
+    }
+    tokio::task::spawn_blocking(move || PreparedWrite::report(attempt, report))
+        .await
+        .map_err(|join| {
+            ApiError::new(
+                axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+                format!("encoding the report failed: {join}"),
+            )
+        })?
+        .map_err(ApiError::from)
+}
+
+/// The writer answered a push with what another kind of push writes: a bug.
+fn not_what_was_written(pushed: &str, written: Written) -> ApiError {
+    ApiError::new(
+        axum::http::StatusCode::INTERNAL_SERVER_ERROR,
+        format!("the store answered a pushed {pushed} with `{written:?}`"),
+    )
 }
 
 /// Attempts are numbered from 1.
@@ -194,5 +236,66 @@ impl AppState {
             Err(_) => return,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use axum::http::header::CONTENT_LENGTH;
+    use gpuvet_model::results::Outcome;
+
+    use super::*;
+
+    fn report(duration_secs: f64) -> RunReport {
+        RunReport {
+            report_id: "r-1".to_owned(),
+            gpuvet_version: "0.1.0".to_owned(),
+            job_id: "job".to_owned(),
+            attempt: 1,
+            node: "n0".to_owned(),
+            instance: "pod-0".to_owned(),
+            backend: "sim".to_owned(),
+            devices: Vec::new(),
+            started_at_ms: 1,
+            duration_secs,
+            timeout_secs: 300.0,
+            outcome: Outcome::of(&[]),
+            checks: Vec::new(),
+            group: None,
+            context: None,
+            diagnosis: None,
+        }
+    }
+
+    fn attempt() -> Attempt {
+        Attempt {
+            job_id: "job".to_owned(),
+            attempt: 1,
+            node: "n0".to_owned(),
+            instance: "pod-0".to_owned(),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_report_is_prepared_in_place_or_on_a_blocking_thread_with_the_same_refusals() {
+        let large = (ENCODE_IN_PLACE_BYTES + 1).to_string();
+        for length in [Some("6000"), Some(large.as_str()), None] {
+            let mut headers = HeaderMap::new();
+            if let Some(length) = length {
+                headers.insert(CONTENT_LENGTH, length.parse().unwrap());
+            }
+            let prepared = prepare_report(attempt(), report(2.0), &headers).await;
+            assert!(prepared.is_ok(), "{length:?}: {prepared:?}");
+            // A NaN is written as `null`, which does not read back as a number.
+            let error = prepare_report(attempt(), report(f64::NAN), &headers)
+                .await
+                .unwrap_err();
+            assert_eq!(error.status, axum::http::StatusCode::BAD_REQUEST);
+            assert!(
+                error.message.contains("does not read back"),
+                "{length:?}: {}",
+                error.message
+            );
+        }
     }
 }

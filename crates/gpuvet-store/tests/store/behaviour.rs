@@ -61,10 +61,23 @@ macro_rules! behaviours {
             a_failed_send_of_an_entry_not_in_the_outbox_is_an_error,
             an_attempt_begun_with_queueing_on_is_queued_and_a_pushed_one_is_recorded_once,
             pruning_takes_old_attempts_with_their_reports_and_old_events_a_batch_at_a_time,
+            a_batch_stores_each_write_and_answers_each_in_order,
+            a_write_refused_in_a_batch_leaves_its_neighbours_stored,
+            writes_of_one_id_in_one_batch_are_stored_once,
+            a_batch_whose_commit_fails_stores_none_of_its_writes,
+            batches_from_several_handles_at_once_store_each_id_once,
         }
     };
 }
 pub(crate) use behaviours;
+
+pub use crate::batch::{
+    a_batch_stores_each_write_and_answers_each_in_order,
+    a_batch_whose_commit_fails_stores_none_of_its_writes,
+    a_write_refused_in_a_batch_leaves_its_neighbours_stored,
+    batches_from_several_handles_at_once_store_each_id_once,
+    writes_of_one_id_in_one_batch_are_stored_once,
+};
 
 pub fn attempts_start_at_one_and_count_per_job_and_node(fixture: &Fixture) {
     let mut store = fixture.open();

@@ -214,6 +214,30 @@ impl Fixture {
     }
 }
 
+impl Fixture {
+    /// Makes the database refuse to commit a transaction that added a run whose
+    /// `report_id` is `report_id`: every statement succeeds, and `COMMIT` fails (a
+    /// deferred foreign key on SQLite, a deferred constraint trigger on PostgreSQL).
+    pub fn refuse_commit_of_report(&self, report_id: &str) {
+        self.execute(&match self {
+            Fixture::Sqlite { .. } => format!(
+                "CREATE TABLE commit_guard (
+                     attempt_id INTEGER REFERENCES attempts (id) DEFERRABLE INITIALLY DEFERRED);
+                 CREATE TRIGGER refuse_commit AFTER INSERT ON runs
+                 WHEN NEW.report_id = '{report_id}'
+                 BEGIN INSERT INTO commit_guard VALUES (-1); END;"
+            ),
+            Fixture::Postgres(_) => format!(
+                "CREATE FUNCTION refuse_commit() RETURNS trigger LANGUAGE plpgsql
+                 AS $$ BEGIN RAISE EXCEPTION 'commit refused by test'; END $$;
+                 CREATE CONSTRAINT TRIGGER refuse_commit AFTER INSERT ON runs
+                 DEFERRABLE INITIALLY DEFERRED FOR EACH ROW
+                 WHEN (NEW.report_id = '{report_id}') EXECUTE FUNCTION refuse_commit();"
+            ),
+        });
+    }
+}
+
 /// `url` with `param=value` added to its query.
 pub fn with_param(url: &str, param: &str) -> String {
     let joiner = if url.contains('?') { '&' } else { '?' };
