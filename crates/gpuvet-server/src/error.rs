@@ -38,6 +38,8 @@ pub(crate) struct ApiError {
     pub status: StatusCode,
     pub message: String,
     pub hint: Option<String>,
+    /// Seconds for a `Retry-After` header (a `429`).
+    pub retry_after_secs: Option<u64>,
 }
 
 /// The JSON body of an error.
@@ -62,6 +64,7 @@ impl ApiError {
             status,
             message: message.into(),
             hint: None,
+            retry_after_secs: None,
         }
     }
 
@@ -91,6 +94,7 @@ impl From<StoreError> for ApiError {
             status,
             hint: error.hint().map(str::to_owned),
             message: error.to_string(),
+            retry_after_secs: None,
         }
     }
 }
@@ -104,6 +108,13 @@ impl IntoResponse for ApiError {
                 hint: self.hint,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from(secs),
+            );
+        }
+        response
     }
 }

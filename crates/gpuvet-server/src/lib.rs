@@ -19,6 +19,7 @@ mod api;
 mod auth;
 mod connections;
 mod error;
+mod event_limit;
 mod extract;
 mod metrics;
 mod openapi;
@@ -39,6 +40,7 @@ use tokio::net::TcpListener;
 use crate::connections::Acceptor;
 pub use crate::connections::ConnectionLimits;
 pub use crate::error::ServerError;
+pub use crate::event_limit::EventLimits;
 use crate::metrics::Metrics;
 pub use crate::openapi::document as openapi_document;
 use crate::pool::StorePool;
@@ -66,6 +68,8 @@ pub(crate) struct AppState {
     /// `None`: reads are open.
     pub read: Option<Arc<access::ReadAccess>>,
     pub metrics: Arc<Metrics>,
+    /// Each node's budget of pushed events.
+    pub event_limit: Arc<event_limit::EventLimiter>,
 }
 
 /// A server bound to its address, ready to run: plain HTTP with the default
@@ -113,6 +117,7 @@ impl Server {
             token: token.filter(|t| !t.is_empty()).map(Arc::from),
             read: None,
             metrics,
+            event_limit: Arc::new(event_limit::EventLimiter::new(EventLimits::default())),
         };
         Ok(Server {
             listener,
@@ -138,6 +143,13 @@ impl Server {
     /// Holds every connection to `limits`.
     pub fn with_limits(mut self, limits: ConnectionLimits) -> Server {
         self.limits = limits;
+        self
+    }
+
+    /// Holds each node to `limits` of pushed events (the default otherwise).
+    pub fn with_event_limits(mut self, limits: EventLimits) -> Server {
+        self.state.event_limit = Arc::new(event_limit::EventLimiter::new(limits));
+        self.router = router(self.state.clone());
         self
     }
 

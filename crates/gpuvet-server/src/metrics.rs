@@ -30,6 +30,8 @@ pub(crate) struct Metrics {
     pub pushes_waiting: AtomicU64,
     /// Pushes in a transaction not yet committed now.
     pub pushes_storing: AtomicU64,
+    /// Events answered `429`: their node was over its budget.
+    pub events_limited: AtomicU64,
     /// Connections open now.
     pub connections_open: AtomicU64,
     /// Connections answered `503` over the cap.
@@ -93,6 +95,11 @@ impl Metrics {
                 "gpuvet_server_write_transactions_total",
                 "Transactions committed to store pushes; each holds every push that queued while the one before it was stored.",
                 &self.write_transactions,
+            ),
+            (
+                "gpuvet_server_events_limited_total",
+                "Pushed events answered 429 because their node was over its budget.",
+                &self.events_limited,
             ),
             (
                 "gpuvet_server_connections_refused_total",

@@ -93,6 +93,15 @@ impl Program {
         panic!("no line with `{text}`; the server said:\n{}", self.said());
     }
 
+    /// Bytes of the server's SQLite store (its WAL included).
+    fn store_bytes(&self) -> u64 {
+        std::fs::read_dir(self._dir.path())
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.metadata().ok())
+            .map(|meta| meta.len())
+            .sum()
+    }
+
     fn signal(&self, signal: i32) {
         // SAFETY: kill(2) on our own child's pid.
         unsafe { libc::kill(self.child.id() as i32, signal) };
@@ -147,7 +156,8 @@ fn event_body(node: &str, id: &str) -> String {
     .unwrap()
 }
 
-/// Pushes `count` events; each push's time. Every push must be taken.
+/// Pushes `count` events, from 50 nodes in turn; each push's time. Every push must be
+/// taken.
 fn push_events(program: &Program, agent: &ureq::Agent, tag: &str, count: usize) -> Vec<Duration> {
     (0..count)
         .map(|i| {
@@ -156,7 +166,10 @@ fn push_events(program: &Program, agent: &ureq::Agent, tag: &str, count: usize) 
                 .post(&program.url("/api/v1/events"))
                 .header("authorization", &format!("Bearer {TOKEN}"))
                 .header("content-type", "application/json")
-                .send(event_body("n0", &format!("{tag}-{i}")))
+                .send(event_body(
+                    &format!("{tag}-{}", i % 50),
+                    &format!("{tag}-{i}"),
+                ))
                 .unwrap();
             let took = started.elapsed();
             let status = response.status().as_u16();
@@ -507,4 +520,72 @@ fn plain_http_beyond_loopback_is_warned_about() {
         "{said}"
     );
     assert!(said.contains("--tls-cert"), "{said}");
+}
+
+#[test]
+#[allow(clippy::print_stderr)] // the push times and the store's growth are worth seeing
+fn a_node_that_floods_events_is_held_to_its_budget_and_the_others_keep_pushing() {
+    let program = Program::start(&["--event-rate", "10", "--event-burst", "20"]);
+    let calm = agent(None);
+    let quiet = push_events(&program, &calm, "quiet", 200);
+    let before = program.store_bytes();
+
+    // One node sends 100 events a second for 5 s, as a flapping source would.
+    let url = program.url("/api/v1/events");
+    let flood = std::thread::spawn(move || {
+        let agent = agent(None);
+        let started = Instant::now();
+        let (mut taken, mut limited) = (0u64, 0u64);
+        for i in 0..500 {
+            let mut response = agent
+                .post(&url)
+                .header("authorization", &format!("Bearer {TOKEN}"))
+                .header("content-type", "application/json")
+                .send(event_body("flapping", &format!("flood-{i}")))
+                .unwrap();
+            match response.status().as_u16() {
+                200 => taken += 1,
+                429 => {
+                    limited += 1;
+                    let wait: u64 = response.headers()["retry-after"]
+                        .to_str()
+                        .unwrap()
+                        .parse()
+                        .unwrap();
+                    assert!(wait >= 1, "Retry-After {wait}");
+                    let body = response.body_mut().read_to_string().unwrap();
+                    assert!(
+                        body.contains("node `flapping` pushes more than 10 events a second"),
+                        "{body}"
+                    );
+                }
+                other => panic!("flood push {i}: {other}"),
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        (taken, limited, started.elapsed())
+    });
+    let busy = push_events(&program, &calm, "busy", 200);
+    let (taken, limited, flooded) = flood.join().unwrap();
+
+    // No more than the burst and the rate over the time it lasted were stored.
+    let allowed = 20 + (10.0 * (flooded.as_secs_f64() + 1.0)) as u64;
+    assert!(
+        taken <= allowed,
+        "{taken} of the flood taken, at most {allowed}"
+    );
+    assert_eq!(taken + limited, 500);
+    assert_eq!(
+        metric(&program, "gpuvet_server_events_limited_total"),
+        limited
+    );
+    let grown = program.store_bytes().saturating_sub(before);
+    eprintln!(
+        "flood of 500 events in {flooded:?}: {taken} stored, {limited} answered 429; store grew {grown} bytes \
+         ({:.0} KB a minute, with the calm nodes' 200); calm push p99 {:?} quiet, {:?} during ({:.2}x)",
+        grown as f64 / 1024.0 * 60.0 / flooded.as_secs_f64(),
+        p99(quiet.clone()),
+        p99(busy.clone()),
+        p99(busy).as_secs_f64() / p99(quiet).as_secs_f64()
+    );
 }

@@ -134,7 +134,11 @@ pub(crate) struct EventAccepted {
     responses((status = 200, description = "Stored, or already stored under its id", body = EventAccepted),
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 409, description = "Another event is stored under this id", body = ErrorBody),
-              (status = 415, description = "The body is not `application/json`", body = ErrorBody)))]
+              (status = 415, description = "The body is not `application/json`", body = ErrorBody),
+              (status = 429, description = "The node has pushed more events than its budget (`--event-rate`, `--event-burst`); nothing was stored: send it again after `Retry-After`", body = ErrorBody,
+               headers(("Retry-After" = u64, description = "Seconds to wait before sending it again"))),
+              (status = 500, description = "The store failed; nothing of this push was stored", body = ErrorBody),
+              (status = 503, description = "The store is busy, or the server has its maximum of connections open", body = ErrorBody)))]
 pub(crate) async fn push_event(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -149,6 +153,7 @@ pub(crate) async fn push_event(
         }
         first_attempt_is_one(record.attempt.attempt)?;
         storable_time("time_ms", record.event.time_ms)?;
+        within_budget(&state, &record.attempt.node)?;
         let event_id = record.event.event_id.clone();
         match state.writer.write(PreparedWrite::event(record)?).await? {
             Written::Event { id } => Ok(Json(EventAccepted { id, event_id })),
@@ -158,6 +163,25 @@ pub(crate) async fn push_event(
     .await;
     state.count_write(&result, &state.metrics.events_accepted);
     result
+}
+
+/// Takes one event of `node`'s budget, or refuses it with `429` and when to come back.
+fn within_budget(state: &AppState, node: &str) -> Result<(), ApiError> {
+    let Err(wait) = state.event_limit.take(node, std::time::Instant::now()) else {
+        return Ok(());
+    };
+    state.metrics.events_limited.fetch_add(1, Ordering::Relaxed);
+    let limits = state.event_limit.limits();
+    let mut error = ApiError::new(
+        axum::http::StatusCode::TOO_MANY_REQUESTS,
+        format!(
+            "node `{node}` pushes more than {} events a second (a burst of {}); this one was not stored",
+            limits.rate_per_sec, limits.burst
+        ),
+    )
+    .with_hint("it stays in the node's outbox and goes again after `Retry-After`; a source that sends this many events a second should be fixed on the node");
+    error.retry_after_secs = Some(wait.as_secs_f64().ceil().max(1.0) as u64);
+    Err(error)
 }
 
 /// Pushed bodies larger than this (or of unknown length) are encoded on a blocking

@@ -55,7 +55,8 @@ fn serve(args: Args) -> Result<(), Failure> {
             })?
             .with_read_token(settings.read_token.as_deref())
             .with_limits(settings.limits)
-            .on_event(Arc::new(report_event));
+            .on_event(Arc::new(report_event))
+            .with_event_limits(settings.event_limits);
         if let Some(retention) = settings.retention {
             server = server.with_retention(retention);
         }

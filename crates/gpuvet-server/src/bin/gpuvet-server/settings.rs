@@ -13,7 +13,7 @@ use clap::Parser;
 use gpuvet_model::config::Config;
 use gpuvet_model::env_vars::{READ_TOKEN, REPORT_TOKEN};
 use gpuvet_model::exit_codes;
-use gpuvet_server::{ConnectionLimits, Retention, ServerTls, TlsFiles};
+use gpuvet_server::{ConnectionLimits, EventLimits, Retention, ServerTls, TlsFiles};
 use gpuvet_store::{StoreError, StoreLocation};
 
 /// Serves a gpuvet store over HTTP: a JSON API under /api/v1, web pages and /metrics.
@@ -51,6 +51,13 @@ pub struct Args {
     /// keep everything].
     #[arg(long, value_name = "DAYS", value_parser = clap::value_parser!(u32).range(1..))]
     pub keep_days: Option<u32>,
+    /// Events a second each node may push, sustained; past its budget an event is
+    /// answered 429 with `Retry-After` and stays in the node's outbox.
+    #[arg(long, value_name = "N", default_value_t = EventLimits::DEFAULT_RATE)]
+    pub event_rate: f64,
+    /// Events each node may push at once after a quiet spell.
+    #[arg(long, value_name = "N", default_value_t = EventLimits::DEFAULT_BURST)]
+    pub event_burst: f64,
     /// Connections open at once; one more is answered 503 with `Retry-After`.
     #[arg(long, value_name = "N", default_value_t = ConnectionLimits::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
@@ -74,6 +81,7 @@ pub struct Settings {
     pub read_token: Option<String>,
     /// `None`: keep everything.
     pub retention: Option<Retention>,
+    pub event_limits: EventLimits,
 }
 
 impl Settings {
@@ -102,6 +110,22 @@ impl Settings {
             )
             .with_hint("pass at least 1; the default is 8192"));
         }
+        for (flag, value) in [
+            ("--event-rate", args.event_rate),
+            ("--event-burst", args.event_burst),
+        ] {
+            if !(value.is_finite() && value >= 1.0) {
+                return Err(Failure::new(
+                    exit_codes::USAGE,
+                    format!("`{flag} {value}` is not a number of events of at least 1"),
+                )
+                .with_hint(format!("pass a number like `{flag} 10`")));
+            }
+        }
+        let event_limits = EventLimits {
+            rate_per_sec: args.event_rate,
+            burst: args.event_burst,
+        };
         let open_files = raise_open_files_limit();
         if let Some(open_files) = open_files
             && (limits.max_connections as u64).saturating_add(RESERVED_FILES) > open_files
@@ -139,6 +163,7 @@ impl Settings {
                 .keep_days
                 .or(config.settings.keep_days)
                 .map(Retention::days),
+            event_limits,
         })
     }
 
@@ -278,6 +303,7 @@ mod tests {
             tls: None,
             limits: ConnectionLimits::default(),
             retention: None,
+            event_limits: EventLimits::default(),
         }
     }
 
