@@ -6,7 +6,9 @@
 //! finding rows with 8 and with 64 GPUs a node), the events filtered to
 //! `SanityCheckFailed`, and the timeline, whose first-error label covers no lane, on
 //! a server that guards its reads and speaks HTTPS (a CA made in the test), into which
-//! Chromium signs in with a one-time link followed from another site.
+//! Chromium signs in with a one-time link followed from another site; and the same
+//! pages read from one of two replicas on one PostgreSQL database, after the other
+//! was stopped and the nodes failed over.
 
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -253,14 +255,14 @@ const ISSUE_30_CHECKS: &str = "gemm_flops,all_reduce_1,all_reduce_2,kernel_launc
 const MOST_FINDING_ROWS: usize = 12;
 
 /// `run --local-nodes 4` of job `job` on `devices` sim GPUs a node, `local-2` at 60 %,
-/// pushing to `server` (over HTTPS, trusting the CA in `ca`); the start refused.
-fn run_slow_node_group(scratch: &Scratch, server: &Serve, ca: &Path, job: &str, devices: u32) {
+/// pushing to `report_to` (JSON: one address or a list; over HTTPS, trusting the CA in
+/// `ca`); the start refused.
+fn run_slow_node_group(scratch: &Scratch, report_to: &str, ca: &Path, job: &str, devices: u32) {
     let config = scratch.config(
         &format!("slow-{devices}.json"),
         &format!(
             r#"{{"aimaster": {{"sanity_check": {{"fail_action": "fail", "micro_benchmarks": "{ISSUE_30_CHECKS}", "timeout": 100}}}},
-               "gpuvet": {{"backend": "sim", "report_to": "{}", "report_ca": "{}", "sim": {{"devices": {devices}, "node_speed": {{"local-2": 0.6}}}}}}}}"#,
-            server.url(""),
+               "gpuvet": {{"backend": "sim", "report_to": {report_to}, "report_ca": "{}", "sim": {{"devices": {devices}, "node_speed": {{"local-2": 0.6}}}}}}}}"#,
             ca.display()
         ),
     );
@@ -302,12 +304,59 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
     assert!(server.url("").starts_with("https://"));
     // Four local agents of 8 GPUs share the config; `local-2` runs at 60 %. The same
     // with 64 GPUs a node, whose instance page must not have more rows.
-    run_slow_node_group(&scratch, &server, &ca_file, "job-e2e", 8);
-    run_slow_node_group(&scratch, &server, &ca_file, "job-e2e-64", 64);
+    let report_to = format!("\"{}\"", server.url(""));
+    run_slow_node_group(&scratch, &report_to, &ca_file, "job-e2e", 8);
+    run_slow_node_group(&scratch, &report_to, &ca_file, "job-e2e-64", 64);
+    browse(&server, &files.spki_sha256, &ca_file, "serve-e2e");
+}
+
+/// The same pages, read from the second of two replicas on one PostgreSQL database
+/// after the first was stopped: the nodes of the first run pushed through either, the
+/// second run's failed over to the replica still up (`report_to` lists both).
+#[test]
+#[ignore = "needs chromium, node with playwright-core, and PostgreSQL (GPUVET_TEST_POSTGRES_URL)"]
+fn chromium_reads_from_one_replica_what_two_replicas_took() {
+    browser_prerequisites();
+    let _turn = crate::common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let database = gpuvet_testkit::postgres::TestDatabase::create();
+    let ca = TestCa::new("fleet CA");
+    let files = ca.server_files(&scratch.path(""), "server", &["127.0.0.1"]);
+    let ca_file = ca.write_cert(&scratch.path(""), "ca.pem");
+    let replica = || {
+        Serve::start_replica(
+            gpuvet_store::StoreLocation::Postgres(database.url.clone()),
+            TlsFiles {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+            },
+        )
+    };
+    let (first, second) = (replica(), replica());
+    let both = format!("[\"{}\", \"{}\"]", first.url(""), second.url(""));
+    run_slow_node_group(&scratch, &both, &ca_file, "job-e2e", 8);
+    first.stop();
+    run_slow_node_group(&scratch, &both, &ca_file, "job-e2e-64", 64);
+    let mut jobs: Vec<String> = second
+        .get_json("/api/v1/jobs")
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| job["job_id"].as_str().unwrap().to_owned())
+        .collect();
+    jobs.sort();
+    assert_eq!(jobs, ["job-e2e", "job-e2e-64"]);
+    browse(&second, &files.spki_sha256, &ca_file, "serve-e2e-replicas");
+}
+
+/// Chromium through `server`'s pages (`tests/browser/serve_pages.mjs`), trusting the
+/// server key `spki` and, for the script's own requests, the CA in `ca`; screenshots
+/// under the test target's `shots` directory.
+fn browse(server: &Serve, spki: &str, ca: &Path, shots: &str) {
     let wide = server.get_json("/api/v1/jobs/job-e2e-64/instances");
     let node = wide[0]["node"].as_str().expect("the 64-GPU run's instance");
 
-    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join("serve-e2e");
+    let shots = Path::new(env!("CARGO_TARGET_TMPDIR")).join(shots);
     std::fs::create_dir_all(&shots).unwrap();
     let output = Command::new("node")
         .arg(repo_root().join("tests/browser/serve_pages.mjs"))
@@ -317,9 +366,9 @@ fn chromium_finds_the_slow_node_of_a_pushed_group_run_and_its_failed_event() {
         .arg(MOST_FINDING_ROWS.to_string())
         .arg(format!("/instances/job-e2e-64/{node}"))
         .env("GPUVET_SIGN_IN_PATH", server.sign_in_link())
-        .env("GPUVET_TEST_TRUSTED_SPKI", &files.spki_sha256)
+        .env("GPUVET_TEST_TRUSTED_SPKI", spki)
         // The script's own requests (Playwright's, from node) trust the CA.
-        .env("NODE_EXTRA_CA_CERTS", &ca_file)
+        .env("NODE_EXTRA_CA_CERTS", ca)
         .output()
         .expect("running node");
     assert!(

@@ -32,35 +32,42 @@ impl Serve {
     /// Starts a server on `listen` (port 0: any free one) over `store`, with
     /// [`TOKEN`], and waits until it listens.
     pub fn start(store: &Path, listen: &str) -> Serve {
-        Serve::start_with(store, listen, None, None)
+        Serve::start_with(sqlite(store), listen, None, None)
     }
 
     /// As [`Serve::start`], with reads that need [`READ_TOKEN`].
     pub fn start_guarded(store: &Path, listen: &str) -> Serve {
-        Serve::start_with(store, listen, Some(READ_TOKEN), None)
+        Serve::start_with(sqlite(store), listen, Some(READ_TOKEN), None)
     }
 
     /// As [`Serve::start`], over HTTPS with the certificate and key in `files`.
     pub fn start_tls(store: &Path, listen: &str, files: TlsFiles) -> Serve {
         let tls = Arc::new(ServerTls::load(files).expect("the TLS files"));
-        Serve::start_with(store, listen, None, Some(tls))
+        Serve::start_with(sqlite(store), listen, None, Some(tls))
     }
 
     /// As [`Serve::start_guarded`], over HTTPS with the certificate and key in `files`.
     pub fn start_tls_guarded(store: &Path, listen: &str, files: TlsFiles) -> Serve {
         let tls = Arc::new(ServerTls::load(files).expect("the TLS files"));
-        Serve::start_with(store, listen, Some(READ_TOKEN), Some(tls))
+        Serve::start_with(sqlite(store), listen, Some(READ_TOKEN), Some(tls))
+    }
+
+    /// One replica of a fleet server on the shared `store` (PostgreSQL): HTTPS with
+    /// `files`, reads that need [`READ_TOKEN`].
+    pub fn start_replica(store: StoreLocation, files: TlsFiles) -> Serve {
+        let tls = Arc::new(ServerTls::load(files).expect("the TLS files"));
+        Serve::start_with(store, "127.0.0.1:0", Some(READ_TOKEN), Some(tls))
     }
 
     fn start_with(
-        store: &Path,
+        store: StoreLocation,
         listen: &str,
         read_token: Option<&'static str>,
         tls: Option<Arc<ServerTls>>,
     ) -> Serve {
         let scheme = if tls.is_some() { "https" } else { "http" };
         let listen: SocketAddr = listen.parse().expect("an address to listen on");
-        let pool = StorePool::new(StoreLocation::Sqlite(store.to_owned())).expect("the store");
+        let pool = StorePool::new(store).expect("the store");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let (bound, addr) = std::sync::mpsc::channel();
         let thread = std::thread::spawn(move || {
@@ -163,6 +170,10 @@ impl Drop for Serve {
     fn drop(&mut self) {
         self.shut_down();
     }
+}
+
+fn sqlite(path: &Path) -> StoreLocation {
+    StoreLocation::Sqlite(path.to_owned())
 }
 
 /// A loopback address with a port that nothing listens on (just now).
