@@ -103,12 +103,10 @@ impl Server {
         pool: StorePool,
         token: Option<String>,
     ) -> Result<Server, ServerError> {
-        let listener = TcpListener::bind(listen)
-            .await
-            .map_err(|error| ServerError::Bind {
-                addr: listen,
-                error,
-            })?;
+        let listener = listen_on(listen).map_err(|error| ServerError::Bind {
+            addr: listen,
+            error,
+        })?;
         let pool = Arc::new(pool);
         let metrics = Arc::new(Metrics::default());
         let state = AppState {
@@ -211,6 +209,22 @@ impl Server {
         }
         Ok(())
     }
+}
+
+/// The kernel's queue of connections not yet accepted. tokio's default (1,024) made a
+/// burst of 5,000 connects trickle in over the SYN-ACK retries (at most 757 open at
+/// once in `tests/connections.rs`); the kernel caps it at `net.core.somaxconn`.
+const LISTEN_BACKLOG: u32 = 8_192;
+
+fn listen_on(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    // As std's `TcpListener::bind` does on Unix: a restarted server binds at once.
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 fn router(state: AppState) -> Router {
