@@ -76,13 +76,12 @@ pub(crate) struct AppState {
 /// [`ConnectionLimits`] unless told otherwise.
 pub struct Server {
     listener: TcpListener,
-    router: Router,
-    metrics: Arc<Metrics>,
     tls: Option<Arc<ServerTls>>,
     limits: ConnectionLimits,
     events: Option<EventSink>,
     retention: Option<Retention>,
-    /// Kept to build the router again with settings given after binding.
+    /// What the routes share; the router is built from it when the server runs, once
+    /// every setting is given.
     state: AppState,
 }
 
@@ -119,8 +118,6 @@ impl Server {
         };
         Ok(Server {
             listener,
-            metrics: state.metrics.clone(),
-            router: router(state.clone()),
             state,
             tls: None,
             limits: ConnectionLimits::default(),
@@ -147,7 +144,6 @@ impl Server {
     /// Holds each node to `limits` of pushed events (the default otherwise).
     pub fn with_event_limits(mut self, limits: EventLimits) -> Server {
         self.state.event_limit = Arc::new(event_limit::EventLimiter::new(limits));
-        self.router = router(self.state.clone());
         self
     }
 
@@ -173,7 +169,6 @@ impl Server {
         if let (Some(read), Some(_)) = (&self.state.read, &self.tls) {
             read.set_secure();
         }
-        self.router = router(self.state.clone());
         self
     }
 
@@ -196,10 +191,10 @@ impl Server {
         });
         Acceptor {
             listener: self.listener,
-            router: self.router,
+            metrics: self.state.metrics.clone(),
+            router: router(self.state),
             tls: self.tls,
             limits: self.limits,
-            metrics: self.metrics,
             events: self.events,
         }
         .run(shutdown)

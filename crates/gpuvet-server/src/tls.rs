@@ -129,40 +129,46 @@ fn load_key(files: &TlsFiles) -> Result<CertifiedKey, ServerError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gpuvet_testkit::tls::TestCa;
+    use gpuvet_testkit::tls::{ServerFiles, TestCa};
 
-    #[test]
-    fn a_certificate_and_its_key_load_and_reload() {
-        let dir = tempfile::tempdir().unwrap();
-        let ca = TestCa::new("test CA");
-        let files = ca.server_files(dir.path(), "server", &["localhost"]);
+    /// A certificate for `localhost` from `ca` in `dir`, loaded.
+    fn loaded(ca: &TestCa, dir: &Path) -> (ServerTls, ServerFiles) {
+        let files = ca.server_files(dir, "server", &["localhost"]);
         let tls = ServerTls::load(TlsFiles {
             cert: files.cert.clone(),
             key: files.key.clone(),
         })
         .unwrap();
-        let before = tls.resolver.0.read().unwrap().cert[0].clone();
+        (tls, files)
+    }
+
+    /// The certificate every new handshake gets.
+    fn served(tls: &ServerTls) -> CertificateDer<'static> {
+        tls.resolver.0.read().unwrap().cert[0].clone()
+    }
+
+    #[test]
+    fn a_certificate_and_its_key_load_and_reload() {
+        let dir = tempfile::tempdir().unwrap();
+        let ca = TestCa::new("test CA");
+        let (tls, _) = loaded(&ca, dir.path());
+        let before = served(&tls);
         ca.server_files(dir.path(), "server", &["localhost"]);
         tls.reload().unwrap();
-        assert_ne!(tls.resolver.0.read().unwrap().cert[0], before);
+        assert_ne!(served(&tls), before);
     }
 
     #[test]
     fn a_broken_reload_keeps_the_key_in_use_and_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let ca = TestCa::new("test CA");
-        let files = ca.server_files(dir.path(), "server", &["localhost"]);
-        let tls = ServerTls::load(TlsFiles {
-            cert: files.cert.clone(),
-            key: files.key.clone(),
-        })
-        .unwrap();
-        let before = tls.resolver.0.read().unwrap().cert[0].clone();
+        let (tls, files) = loaded(&ca, dir.path());
+        let before = served(&tls);
         std::fs::write(&files.cert, "half a file").unwrap();
         let error = tls.reload().unwrap_err().to_string();
         assert!(error.contains(&files.cert.display().to_string()), "{error}");
         assert!(error.contains("BEGIN CERTIFICATE"), "{error}");
-        assert_eq!(tls.resolver.0.read().unwrap().cert[0], before);
+        assert_eq!(served(&tls), before);
     }
 
     #[test]
