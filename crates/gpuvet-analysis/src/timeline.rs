@@ -581,7 +581,11 @@ fn from_event(event: &Event, clocks: &Clocks, notes: &mut Vec<String>) -> Vec<En
         },
         lane: event.event.lane,
         role: Role::Context,
-        detail: event.event.message.clone(),
+        // A row that counts repeats says so: `… (×5, last …)`.
+        detail: match event.repeats_note() {
+            Some(note) => format!("{} ({note})", event.event.message),
+            None => event.event.message.clone(),
+        },
     };
     if event.event.kind != EventKind::RuntimeCheckFailed {
         return vec![base];

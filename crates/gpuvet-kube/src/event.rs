@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use gpuvet_model::event_fold::RepeatKey;
 use gpuvet_model::events::EventKind;
 use gpuvet_model::results::Lane;
 use k8s_openapi::api::core::v1::ObjectReference;
@@ -84,8 +85,13 @@ pub fn event_name(pod: &PodRef, regarding: Regarding, spec: &EventSpec) -> Strin
         Regarding::Pod => (pod.name.as_str(), "pod"),
         Regarding::Node => (pod.node.as_str(), "node"),
     };
-    let lane = spec.lane.map(Lane::as_str).unwrap_or("");
-    let hash = fnv1a(&[kind, object, spec.kind.as_str(), lane, &spec.key, &pod.name]);
+    // The rule the stores fold repeats by, too (`gpuvet_model::event_fold`).
+    let key = RepeatKey {
+        kind: spec.kind,
+        lane: spec.lane,
+        subject: spec.key.as_str().into(),
+    };
+    let hash = key.hash(&[kind, object], &pod.name);
     let reason = spec.kind.as_str().to_ascii_lowercase();
     let object: String = object.chars().take(200).collect();
     format!("{object}.{reason}.{hash:016x}")
@@ -185,19 +191,6 @@ fn truncate(mut text: String, max: usize) -> String {
     text.truncate(end);
     text.push('…');
     text
-}
-
-/// FNV-1a over the parts, with a separator: stable across processes and Rust
-/// versions, unlike `std`'s hasher.
-fn fnv1a(parts: &[&str]) -> u64 {
-    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
-    for part in parts {
-        for byte in part.bytes().chain([0xff]) {
-            hash ^= u64::from(byte);
-            hash = hash.wrapping_mul(0x0100_0000_01b3);
-        }
-    }
-    hash
 }
 
 #[cfg(test)]

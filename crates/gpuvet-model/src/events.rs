@@ -108,6 +108,25 @@ pub struct Event {
     pub attempt: Attempt,
     #[serde(flatten)]
     pub event: NewEvent,
+    /// How many times it happened: its repeats ([`crate::event_fold`]) are counted
+    /// here, not stored apart. 1 for an event never repeated.
+    #[serde(default = "one")]
+    #[cfg_attr(feature = "openapi", schema(minimum = 1))]
+    pub count: u64,
+    /// Unix milliseconds of its last repeat; absent for an event never repeated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seen_ms: Option<u64>,
+}
+
+impl Event {
+    /// `×5, last …` for an event counted more than once ([`crate::event_fold::repeats_note`]).
+    pub fn repeats_note(&self) -> Option<String> {
+        crate::event_fold::repeats_note(self.count, self.last_seen_ms)
+    }
+}
+
+fn one() -> u64 {
+    1
 }
 
 /// An attempt as it begins: what a node sends to a central `gpuvet serve`, so that the

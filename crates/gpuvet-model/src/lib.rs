@@ -18,6 +18,7 @@ pub mod config;
 pub mod diagnosis;
 pub mod diagnostics;
 pub mod env_vars;
+pub mod event_fold;
 pub mod events;
 pub mod exit_codes;
 pub mod gpu_health;

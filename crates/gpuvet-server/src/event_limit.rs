@@ -8,13 +8,64 @@
 //! name's budget, and writes still need the token. The table of buckets is bounded:
 //! past [`MAX_NODES`] names, the full buckets (nodes that have been quiet) are dropped,
 //! since a dropped bucket comes back full.
+//!
+//! A repeat of an event stored lately (`gpuvet_model::event_fold`: same attempt, kind,
+//! lane and subject, within the window) costs no budget: the store counts it on that
+//! event's row and adds none, so a source that repeats one event is never refused,
+//! while one that makes up new events still is. Which events were stored lately is
+//! [`RecentEvents`]'s guess, kept from the store's answers; a wrong guess costs at
+//! most one row that spent no budget, and the table is bounded ([`MAX_RECENT`]).
 
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use gpuvet_model::event_fold::{FOLD_WINDOW_MS, folds_into};
+
 /// Names kept before the quiet ones are dropped.
 pub const MAX_NODES: usize = 65_536;
+
+/// Repeat keys [`RecentEvents`] keeps before it drops the ones past their window.
+pub const MAX_RECENT: usize = 65_536;
+
+/// The repeat keys (`RepeatKey::in_attempt`) of events stored lately, with the first
+/// and last times seen of each: whether a pushed event will be counted as a repeat.
+#[derive(Debug, Default)]
+pub(crate) struct RecentEvents {
+    keys: Mutex<HashMap<String, (u64, u64)>>,
+}
+
+impl RecentEvents {
+    /// Whether an event of `key` at `time_ms` folds into one stored lately.
+    pub fn folds(&self, key: &str, time_ms: u64) -> bool {
+        let keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        keys.get(key)
+            .is_some_and(|&(first, last)| folds_into(first, last, time_ms))
+    }
+
+    /// The store took an event of `key` at `time_ms`.
+    pub fn stored(&self, key: &str, time_ms: u64) {
+        let mut keys = self.keys.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((first, last)) = keys.get_mut(key) {
+            if folds_into(*first, *last, time_ms) {
+                *first = (*first).min(time_ms);
+                *last = (*last).max(time_ms);
+            } else {
+                // A row of its own now.
+                (*first, *last) = (time_ms, time_ms);
+            }
+            return;
+        }
+        if keys.len() >= MAX_RECENT {
+            keys.retain(|_, &mut (_, last)| last.saturating_add(FOLD_WINDOW_MS) >= time_ms);
+            if keys.len() >= MAX_RECENT {
+                // Forgetting costs each key one more event of its node's budget.
+                keys.clear();
+            }
+        }
+        keys.insert(key.to_owned(), (time_ms, time_ms));
+    }
+}
 
 /// How many events a node may push.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -138,6 +189,47 @@ mod tests {
         }
         assert!(limiter.take("flood", now).is_err());
         assert!(limiter.take("calm", now).is_ok());
+    }
+
+    #[test]
+    fn an_event_folds_when_its_key_was_stored_within_the_window() {
+        let recent = RecentEvents::default();
+        let t0 = 1_700_000_000_000;
+        assert!(!recent.folds("k", t0), "nothing stored yet");
+        recent.stored("k", t0);
+        assert!(recent.folds("k", t0 + 1));
+        assert!(!recent.folds("other", t0 + 1));
+        // The window slides with each repeat stored.
+        recent.stored("k", t0 + FOLD_WINDOW_MS);
+        assert!(recent.folds("k", t0 + 2 * FOLD_WINDOW_MS));
+        assert!(!recent.folds("k", t0 + 2 * FOLD_WINDOW_MS + 1));
+        // Past it, the store began a row of its own: the window starts there.
+        recent.stored("k", t0 + 5 * FOLD_WINDOW_MS);
+        assert!(!recent.folds("k", t0 + 2 * FOLD_WINDOW_MS));
+        assert!(recent.folds("k", t0 + 5 * FOLD_WINDOW_MS + 1));
+    }
+
+    #[test]
+    fn past_the_most_keys_those_past_their_window_go_first() {
+        let recent = RecentEvents::default();
+        let t0 = 1_700_000_000_000;
+        for i in 0..MAX_RECENT - 1 {
+            recent.stored(&format!("old-{i}"), t0);
+        }
+        let later = t0 + 2 * FOLD_WINDOW_MS;
+        recent.stored("busy", later);
+        recent.stored("new", later);
+        assert_eq!(recent.keys.lock().unwrap().len(), 2, "the old keys went");
+        assert!(recent.folds("busy", later + 1) && recent.folds("new", later + 1));
+        // Full of keys all within their window: all go (each costs one event of
+        // budget again), and the new one is kept.
+        for i in 0..MAX_RECENT - 2 {
+            recent.stored(&format!("fresh-{i}"), later);
+        }
+        assert_eq!(recent.keys.lock().unwrap().len(), MAX_RECENT);
+        recent.stored("last", later);
+        assert_eq!(recent.keys.lock().unwrap().len(), 1);
+        assert!(recent.folds("last", later) && !recent.folds("busy", later));
     }
 
     #[test]

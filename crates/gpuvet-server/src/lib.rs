@@ -70,6 +70,8 @@ pub(crate) struct AppState {
     pub metrics: Arc<Metrics>,
     /// Each node's budget of pushed events.
     pub event_limit: Arc<event_limit::EventLimiter>,
+    /// Events stored lately, whose repeats spend no budget.
+    pub recent_events: Arc<event_limit::RecentEvents>,
 }
 
 /// A server bound to its address, ready to run: plain HTTP with the default
@@ -115,6 +117,7 @@ impl Server {
             read: None,
             metrics,
             event_limit: Arc::new(event_limit::EventLimiter::new(EventLimits::default())),
+            recent_events: Arc::default(),
         };
         Ok(Server {
             listener,

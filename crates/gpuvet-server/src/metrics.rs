@@ -32,6 +32,8 @@ pub(crate) struct Metrics {
     pub pushes_storing: AtomicU64,
     /// Events answered `429`: their node was over its budget.
     pub events_limited: AtomicU64,
+    /// Pushed events counted as a repeat on an event's row (`gpuvet_model::event_fold`).
+    pub events_folded: AtomicU64,
     /// Connections open now.
     pub connections_open: AtomicU64,
     /// Connections answered `503` over the cap.
@@ -100,6 +102,11 @@ impl Metrics {
                 "gpuvet_server_events_limited_total",
                 "Pushed events answered 429 because their node was over its budget.",
                 &self.events_limited,
+            ),
+            (
+                "gpuvet_server_events_folded_total",
+                "Pushed events counted as a repeat on the row of an event stored before, not stored apart.",
+                &self.events_folded,
             ),
             (
                 "gpuvet_server_connections_refused_total",

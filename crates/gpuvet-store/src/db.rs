@@ -50,6 +50,8 @@ pub(crate) enum IdSpace {
     Event = 2,
     /// An attempt's job, node and number ([`crate::write::attempt_key`]).
     Attempt = 3,
+    /// An event's repeat key: two repeats stored at once fold into one row.
+    Repeat = 4,
 }
 
 impl Db {

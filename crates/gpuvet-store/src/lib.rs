@@ -51,6 +51,7 @@ mod write;
 use std::path::PathBuf;
 
 use gpuvet_model::catalog::CheckName;
+use gpuvet_model::event_fold::{self, RepeatKey};
 use gpuvet_model::events::{Attempt, AttemptStart, Event, EventKind, EventRecord, NewEvent};
 use gpuvet_model::record::JobRecord;
 use gpuvet_model::results::{CheckResult, Lane, RunReport};
@@ -192,6 +193,10 @@ impl Store {
             .iter()
             .map(|e| encode("event details", &e.details))
             .collect::<Result<Vec<_>, _>>()?;
+        let keys: Vec<String> = events
+            .iter()
+            .map(|e| RepeatKey::of_event(e).in_attempt(attempt))
+            .collect();
         let state_json = state
             .map(|s| encode("runtime check state", s))
             .transpose()?;
@@ -201,17 +206,16 @@ impl Store {
                 events
                     .iter()
                     .filter_map(|e| non_empty(&e.event_id))
-                    .map(|id| (IdSpace::Event, id)),
+                    .map(|id| (IdSpace::Event, id))
+                    .chain(keys.iter().map(|key| (IdSpace::Repeat, key.as_str()))),
             )
             .during(ACTION)?;
             let mut stored = Vec::with_capacity(events.len());
-            for (event, details) in events.iter().zip(&details) {
-                let id = insert_event(db, attempt, event, details, queue, ACTION)?;
-                stored.push(Event {
-                    id,
-                    attempt: attempt.clone(),
-                    event: event.clone(),
-                });
+            for ((event, details), key) in events.iter().zip(&details).zip(&keys) {
+                stored.push(
+                    insert_event(db, attempt, event, details, key, queue, ACTION)?
+                        .into_event(attempt, event),
+                );
             }
             if let Some(json) = &state_json {
                 db.execute(
@@ -260,7 +264,7 @@ impl Store {
         const ACTION: &str = "read events from the store";
         let mut query = Query::new(
             "SELECT id, time_ms, job_id, attempt, node, instance, kind, lane, message, details,
-                    event_id
+                    event_id, count, last_seen_ms
              FROM events",
         );
         event_conditions(&mut query, filter);
@@ -385,75 +389,117 @@ impl Store {
     }
 }
 
-/// Inserts one event row (its details already encoded) and returns its id, and queues
-/// it in the outbox when `queue` is set. An event whose id is already stored is not
-/// stored again: the stored row's id is returned when it is the same event, and
-/// [`StoreError::IdConflict`] when it is not. Runs inside the caller's write, which
-/// holds the lock of the event's id.
+/// An event row as one write left it: its id, and how many times it has happened.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct StoredEvent {
+    pub id: i64,
+    pub count: u64,
+    pub last_seen_ms: Option<u64>,
+}
+
+impl StoredEvent {
+    fn into_event(self, attempt: &Attempt, event: &NewEvent) -> Event {
+        Event {
+            id: self.id,
+            attempt: attempt.clone(),
+            event: event.clone(),
+            count: self.count,
+            last_seen_ms: self.last_seen_ms,
+        }
+    }
+}
+
+/// Stores one event (its details already encoded, `repeat_key` its
+/// [`RepeatKey::in_attempt`]) and queues it in the outbox when `queue` is set. Runs
+/// inside the caller's write, which holds the locks of the event's id and key.
+///
+/// - An event whose id is already stored is not stored again: its row is returned
+///   when it is the same event, and [`StoreError::IdConflict`] when it is not. A
+///   repeat's id counted before returns the row it was counted on.
+/// - A repeat of an event stored within [`event_fold::FOLD_WINDOW_MS`] of that
+///   event's sightings adds one to its row's count, moves its first (`time_ms`) or
+///   last (`last_seen_ms`) sighting, and, when it is the latest, brings its message
+///   and details (a finding that escalated says so), as a Kubernetes Event's series
+///   does.
+/// - Anything else is a new row.
 fn insert_event(
     db: &Db,
     attempt: &Attempt,
     event: &NewEvent,
     details: &str,
+    repeat_key: &str,
     queue: bool,
     action: &'static str,
-) -> Result<i64, StoreError> {
+) -> Result<StoredEvent, StoreError> {
     let event_id = non_empty(&event.event_id);
-    if let Some(id) = event_id {
-        let stored = db
-            .query_opt(
-                "SELECT id, time_ms, job_id, attempt, node, instance, kind, lane, message, details
-                 FROM events WHERE event_id = ?1",
-                &params![id],
-            )
-            .and_then(|row| {
-                row.map(|mut row| {
-                    let same = row.get::<u64>(1)? == event.time_ms
-                        && row.get::<String>(2)? == attempt.job_id
-                        && row.get::<u32>(3)? == attempt.attempt
-                        && row.get::<String>(4)? == attempt.node
-                        && row.get::<String>(5)? == attempt.instance
-                        && row.get::<String>(6)? == event.kind.as_str()
-                        && row.get::<Option<String>>(7)?.as_deref() == event.lane.map(Lane::as_str)
-                        && row.get::<String>(8)? == event.message
-                        && same_json(&row.get::<String>(9)?, details);
-                    Ok((row.get::<i64>(0)?, same))
-                })
-                .transpose()
-            })
-            .during(action)?;
-        match stored {
-            Some((row_id, true)) => return Ok(row_id),
-            Some((_, false)) => {
-                return Err(StoreError::IdConflict {
-                    what: "event",
-                    id: id.to_owned(),
-                });
-            }
-            None => {}
-        }
+    if let Some(id) = event_id
+        && let Some(stored) = stored_under_id(db, attempt, event, details, id, action)?
+    {
+        return Ok(stored);
     }
-    let row_id = db
-        .query_one(
-            "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane, message,
-                                 details, event_id)
-             VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
-             RETURNING id",
-            &params![
-                event.time_ms,
-                &attempt.job_id,
-                attempt.attempt,
-                &attempt.node,
-                &attempt.instance,
-                event.kind.as_str(),
-                event.lane.map(Lane::as_str),
-                &event.message,
-                details,
-                event_id,
-            ],
-        )
-        .and_then(|mut row| row.get(0))
-        .during(action)?;
+    let stored = match fold_into(db, event, repeat_key, action)? {
+        Some((row, first_ms, last_ms, count)) => {
+            let first_ms = first_ms.min(event.time_ms);
+            let last_seen_ms = last_ms.max(event.time_ms);
+            if event.time_ms >= last_ms {
+                db.execute(
+                    "UPDATE events SET count = count + 1, time_ms = ?2, last_seen_ms = ?3,
+                                       message = ?4, details = ?5
+                     WHERE id = ?1",
+                    &params![row, first_ms, last_seen_ms, &event.message, details],
+                )
+            } else {
+                db.execute(
+                    "UPDATE events SET count = count + 1, time_ms = ?2, last_seen_ms = ?3
+                     WHERE id = ?1",
+                    &params![row, first_ms, last_seen_ms],
+                )
+            }
+            .during(action)?;
+            if let Some(id) = event_id {
+                db.execute(
+                    "INSERT INTO event_repeats (event_id, event_row) VALUES (?1, ?2)",
+                    &params![id, row],
+                )
+                .during(action)?;
+            }
+            StoredEvent {
+                id: row,
+                count: count + 1,
+                last_seen_ms: Some(last_seen_ms),
+            }
+        }
+        None => {
+            let row_id = db
+                .query_one(
+                    "INSERT INTO events (time_ms, job_id, attempt, node, instance, kind, lane,
+                                         message, details, event_id, repeat_key)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                     RETURNING id",
+                    &params![
+                        event.time_ms,
+                        &attempt.job_id,
+                        attempt.attempt,
+                        &attempt.node,
+                        &attempt.instance,
+                        event.kind.as_str(),
+                        event.lane.map(Lane::as_str),
+                        &event.message,
+                        details,
+                        event_id,
+                        repeat_key,
+                    ],
+                )
+                .and_then(|mut row| row.get(0))
+                .during(action)?;
+            StoredEvent {
+                id: row_id,
+                count: 1,
+                last_seen_ms: None,
+            }
+        }
+    };
+    // A repeat is queued too: the server it goes to counts it on its own row.
     if let (true, Some(id)) = (queue, event_id) {
         let record = EventRecord {
             attempt: attempt.clone(),
@@ -462,7 +508,115 @@ fn insert_event(
         let body = encode("event", &record)?;
         outbox::enqueue(db, OutboxKind::Event, id, &body, unix_now_ms(), action)?;
     }
-    Ok(row_id)
+    Ok(stored)
+}
+
+/// The row that already holds the event under `id`: its own row, or the row it was
+/// counted on as a repeat. [`StoreError::IdConflict`] when its own row says another
+/// thing (a row that counted repeats carries the first time and the latest message
+/// and details of them all, so only the rest is compared).
+fn stored_under_id(
+    db: &Db,
+    attempt: &Attempt,
+    event: &NewEvent,
+    details: &str,
+    id: &str,
+    action: &'static str,
+) -> Result<Option<StoredEvent>, StoreError> {
+    let own = db
+        .query_opt(
+            "SELECT id, time_ms, job_id, attempt, node, instance, kind, lane, message, details,
+                    count, last_seen_ms
+             FROM events WHERE event_id = ?1",
+            &params![id],
+        )
+        .and_then(|row| {
+            row.map(|mut row| {
+                let count = row.get::<u64>(10)?;
+                let same = (count > 1 || row.get::<u64>(1)? == event.time_ms)
+                    && row.get::<String>(2)? == attempt.job_id
+                    && row.get::<u32>(3)? == attempt.attempt
+                    && row.get::<String>(4)? == attempt.node
+                    && row.get::<String>(5)? == attempt.instance
+                    && row.get::<String>(6)? == event.kind.as_str()
+                    && row.get::<Option<String>>(7)?.as_deref() == event.lane.map(Lane::as_str)
+                    && (count > 1
+                        || (row.get::<String>(8)? == event.message
+                            && same_json(&row.get::<String>(9)?, details)));
+                let stored = StoredEvent {
+                    id: row.get(0)?,
+                    count,
+                    last_seen_ms: row.get(11)?,
+                };
+                Ok((stored, same))
+            })
+            .transpose()
+        })
+        .during(action)?;
+    match own {
+        Some((stored, true)) => return Ok(Some(stored)),
+        Some((_, false)) => {
+            return Err(StoreError::IdConflict {
+                what: "event",
+                id: id.to_owned(),
+            });
+        }
+        None => {}
+    }
+    db.query_opt(
+        "SELECT e.id, e.count, e.last_seen_ms
+         FROM event_repeats r JOIN events e ON e.id = r.event_row
+         WHERE r.event_id = ?1",
+        &params![id],
+    )
+    .and_then(|row| {
+        row.map(|mut row| {
+            Ok(StoredEvent {
+                id: row.get(0)?,
+                count: row.get(1)?,
+                last_seen_ms: row.get(2)?,
+            })
+        })
+        .transpose()
+    })
+    .during(action)
+}
+
+/// The row an event with `repeat_key` at its time folds into, if any: the latest of
+/// its key begun no later than a window after it, when the event is within the window
+/// of that row's sightings (rows of one key are more than a window apart, so no other
+/// can be). Its id, first and last sightings and count.
+fn fold_into(
+    db: &Db,
+    event: &NewEvent,
+    repeat_key: &str,
+    action: &'static str,
+) -> Result<Option<(i64, u64, u64, u64)>, StoreError> {
+    let latest = db
+        .query_opt(
+            "SELECT id, time_ms, COALESCE(last_seen_ms, time_ms), count FROM events
+             WHERE repeat_key = ?1 AND time_ms <= ?2
+             ORDER BY time_ms DESC, id DESC LIMIT 1",
+            &params![
+                repeat_key,
+                event.time_ms.saturating_add(event_fold::FOLD_WINDOW_MS)
+            ],
+        )
+        .and_then(|row| {
+            row.map(|mut row| {
+                Ok((
+                    row.get::<i64>(0)?,
+                    row.get::<u64>(1)?,
+                    row.get::<u64>(2)?,
+                    row.get::<u64>(3)?,
+                ))
+            })
+            .transpose()
+        })
+        .during(action)?;
+    Ok(latest.filter(|&(_, first_ms, last_ms, _)| {
+        event_fold::folds_into(first_ms, last_ms, event.time_ms)
+    }))
 }
 
 /// The conditions of an event filter, all but its limit and order.
@@ -598,6 +752,8 @@ struct RawEvent {
     details: String,
     /// NULL for events from before ids.
     event_id: Option<String>,
+    count: u64,
+    last_seen_ms: Option<u64>,
 }
 
 impl RawEvent {
@@ -616,6 +772,8 @@ impl RawEvent {
             message: row.get(8)?,
             details: row.get(9)?,
             event_id: row.get(10)?,
+            count: row.get(11)?,
+            last_seen_ms: row.get(12)?,
         })
     }
 
@@ -645,6 +803,8 @@ impl RawEvent {
                 message: self.message,
                 details,
             },
+            count: self.count,
+            last_seen_ms: self.last_seen_ms,
         })
     }
 }

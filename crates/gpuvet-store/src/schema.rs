@@ -27,7 +27,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 5] = [V1, V2, V3, V4, V5];
+const MIGRATIONS: [&str; 6] = [V1, V2, V3, V4, V5, V6];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -133,6 +133,23 @@ CREATE INDEX outbox_by_next_try ON outbox (next_try_at_ms);
 /// each batch finds them by when they began.
 const V5: &str = "
 CREATE INDEX attempts_by_start ON attempts (started_at_ms);
+";
+
+/// A repeat of an event (`gpuvet_model::event_fold`: same attempt, kind, lane and
+/// subject, within ten minutes of the last) is counted on the first row, not stored as
+/// a row: `repeat_key` finds that row, `count` and `last_seen_ms` say how many and
+/// when the last. A repeat's own id goes in `event_repeats`, so that one pushed twice
+/// is counted once; it goes with its row. Rows from before keep no key and never fold.
+const V6: &str = "
+ALTER TABLE events ADD COLUMN repeat_key TEXT;
+ALTER TABLE events ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
+ALTER TABLE events ADD COLUMN last_seen_ms INTEGER;
+CREATE INDEX events_by_repeat_key ON events (repeat_key, time_ms) WHERE repeat_key IS NOT NULL;
+CREATE TABLE event_repeats (
+    event_id  TEXT    PRIMARY KEY,
+    event_row INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE
+) WITHOUT ROWID;
+CREATE INDEX event_repeats_by_row ON event_repeats (event_row);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

@@ -28,7 +28,7 @@ use crate::{SCHEMA_VERSION, StoreError};
 /// `application_id`. (Ids are locked in the two-key space, which is separate.)
 const MIGRATION_LOCK: i64 = 0x6770_7674;
 
-const MIGRATIONS: [(u32, &str); 2] = [(4, V4), (5, V5)];
+const MIGRATIONS: [(u32, &str); 3] = [(4, V4), (5, V5), (6, V6)];
 
 const _: () = assert!(
     MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION,
@@ -37,6 +37,19 @@ const _: () = assert!(
 
 /// `schema.rs`'s V5: the index retention finds the oldest attempts by.
 const V5: &str = "CREATE INDEX attempts_by_start ON attempts (started_at_ms);";
+
+/// `schema.rs`'s V6: a repeat of an event is counted on its first row.
+const V6: &str = r#"
+ALTER TABLE events ADD COLUMN repeat_key TEXT COLLATE "C";
+ALTER TABLE events ADD COLUMN count BIGINT NOT NULL DEFAULT 1;
+ALTER TABLE events ADD COLUMN last_seen_ms BIGINT;
+CREATE INDEX events_by_repeat_key ON events (repeat_key, time_ms) WHERE repeat_key IS NOT NULL;
+CREATE TABLE event_repeats (
+    event_id  TEXT COLLATE "C" PRIMARY KEY,
+    event_row BIGINT NOT NULL REFERENCES events (id) ON DELETE CASCADE
+);
+CREATE INDEX event_repeats_by_row ON event_repeats (event_row);
+"#;
 
 /// SQLite's schema after its migrations 1 to 4; see `schema.rs` for what each part is.
 const V4: &str = r#"

@@ -19,6 +19,7 @@
 //! row, so that two batches (two writer tasks, or two servers on one PostgreSQL) never
 //! wait on each other in a circle.
 
+use gpuvet_model::event_fold::RepeatKey;
 use gpuvet_model::events::{Attempt, AttemptStart, Event, EventRecord, NewEvent};
 use gpuvet_model::results::RunReport;
 use gpuvet_model::time::unix_now_ms;
@@ -53,6 +54,8 @@ enum Item {
     Event {
         record: EventRecord,
         details: String,
+        /// Its [`RepeatKey::in_attempt`].
+        repeat_key: String,
     },
 }
 
@@ -63,8 +66,10 @@ pub enum Written {
     Attempt,
     /// The report was stored, or was already under its id: the store's id of its run.
     Report { run_id: i64 },
-    /// The event was stored, or was already under its id: the store's id of its row.
-    Event { id: i64 },
+    /// The event was stored, or was already under its id, or was counted as a repeat
+    /// (`gpuvet_model::event_fold`): the store's id of its row, and how many times the
+    /// row's event has happened.
+    Event { id: i64, count: u64 },
 }
 
 impl PreparedWrite {
@@ -92,10 +97,25 @@ impl PreparedWrite {
     /// An event of an attempt.
     pub fn event(record: EventRecord) -> Result<PreparedWrite, StoreError> {
         let details = encode("event details", &record.event.details)?;
+        let repeat_key = RepeatKey::of_event(&record.event).in_attempt(&record.attempt);
         Ok(PreparedWrite {
             attempt_key: None,
-            item: Item::Event { record, details },
+            item: Item::Event {
+                record,
+                details,
+                repeat_key,
+            },
         })
+    }
+
+    /// An event's repeat key (`gpuvet_model::event_fold::RepeatKey::in_attempt`): the
+    /// events of one key within the fold window are counted on one row. `None` for an
+    /// attempt or a report.
+    pub fn repeat_key(&self) -> Option<&str> {
+        match &self.item {
+            Item::Event { repeat_key, .. } => Some(repeat_key),
+            Item::Attempt(_) | Item::Report { .. } => None,
+        }
     }
 
     /// About how many bytes the write stores: its JSON and its names. A batch is
@@ -107,28 +127,32 @@ impl PreparedWrite {
             Item::Report {
                 attempt, encoded, ..
             } => names(attempt) + encoded.size(),
-            Item::Event { record, details } => {
-                names(&record.attempt) + record.event.message.len() + details.len()
-            }
+            Item::Event {
+                record, details, ..
+            } => names(&record.attempt) + record.event.message.len() + details.len(),
         }
     }
 
     /// The ids this write looks up or adds, to lock before any row is written.
     fn ids(&self) -> impl Iterator<Item = (IdSpace, &str)> {
-        let own = match &self.item {
-            Item::Attempt(_) => None,
-            Item::Report { report, .. } => {
-                non_empty(&report.report_id).map(|id| (IdSpace::Report, id))
-            }
-            Item::Event { record, .. } => {
-                non_empty(&record.event.event_id).map(|id| (IdSpace::Event, id))
-            }
+        let (own, repeat) = match &self.item {
+            Item::Attempt(_) => (None, None),
+            Item::Report { report, .. } => (
+                non_empty(&report.report_id).map(|id| (IdSpace::Report, id)),
+                None,
+            ),
+            Item::Event {
+                record, repeat_key, ..
+            } => (
+                non_empty(&record.event.event_id).map(|id| (IdSpace::Event, id)),
+                Some((IdSpace::Repeat, repeat_key.as_str())),
+            ),
         };
         let attempt = self
             .attempt_key
             .as_deref()
             .map(|key| (IdSpace::Attempt, key));
-        own.into_iter().chain(attempt)
+        own.into_iter().chain(repeat).chain(attempt)
     }
 
     /// Stores the write inside the caller's transaction, which holds its ids' locks.
@@ -144,15 +168,23 @@ impl PreparedWrite {
                 encoded,
             } => store_report(db, attempt, report, encoded, queue)
                 .map(|run_id| Written::Report { run_id }),
-            Item::Event { record, details } => insert_event(
+            Item::Event {
+                record,
+                details,
+                repeat_key,
+            } => insert_event(
                 db,
                 &record.attempt,
                 &record.event,
                 details,
+                repeat_key,
                 queue,
                 EVENT_ACTION,
             )
-            .map(|id| Written::Event { id }),
+            .map(|stored| Written::Event {
+                id: stored.id,
+                count: stored.count,
+            }),
         }
     }
 }
@@ -206,24 +238,36 @@ impl Store {
         })
     }
 
-    /// Records an event of `attempt` and returns it as stored, with its id.
+    /// Records an event of `attempt` and returns it as stored, with its id: a repeat
+    /// of one stored within the fold window (`gpuvet_model::event_fold`) is counted on
+    /// that event's row, whose id, count and last sighting it returns.
     pub fn record_event(
         &mut self,
         attempt: &Attempt,
         event: &NewEvent,
     ) -> Result<Event, StoreError> {
         let details = encode("event details", &event.details)?;
+        let repeat_key = RepeatKey::of_event(event).in_attempt(attempt);
         let queue = self.queue_pushes;
-        let id = self.db.write(EVENT_ACTION, |db| {
-            db.lock_ids(non_empty(&event.event_id).map(|id| (IdSpace::Event, id)))
-                .during(EVENT_ACTION)?;
-            insert_event(db, attempt, event, &details, queue, EVENT_ACTION)
+        let stored = self.db.write(EVENT_ACTION, |db| {
+            db.lock_ids(
+                non_empty(&event.event_id)
+                    .map(|id| (IdSpace::Event, id))
+                    .into_iter()
+                    .chain([(IdSpace::Repeat, repeat_key.as_str())]),
+            )
+            .during(EVENT_ACTION)?;
+            insert_event(
+                db,
+                attempt,
+                event,
+                &details,
+                &repeat_key,
+                queue,
+                EVENT_ACTION,
+            )
         })?;
-        Ok(Event {
-            id,
-            attempt: attempt.clone(),
-            event: event.clone(),
-        })
+        Ok(stored.into_event(attempt, event))
     }
 
     /// Stores `writes` in one transaction, in their order, and returns what each did

@@ -18,6 +18,7 @@ use std::time::Duration;
 use gpuvet_analysis::diagnose::diagnose_runtime;
 use gpuvet_model::config::{NcclRas, WatchSettings};
 use gpuvet_model::diagnosis::TERMINAL_WIDTH;
+use gpuvet_model::event_fold::runtime_subject;
 use gpuvet_model::events::{Attempt, EventKind, NewEvent};
 use gpuvet_store::Store;
 use gpuvet_watch::finding::{RuntimeFinding, Severity};
@@ -357,10 +358,7 @@ fn spawn_recorder(
                 // same GPU adds to that Event's series.
                 if let Some(cluster) = &cluster {
                     for finding in &step.findings {
-                        let key = match &finding.gpu {
-                            Some(gpu) => format!("{}:{gpu:?}", finding.check),
-                            None => finding.check.to_string(),
-                        };
+                        let key = runtime_subject(&finding.check, finding.gpu.as_ref());
                         cluster.publish(
                             EventKind::RuntimeCheckFailed,
                             Some(finding.lane),

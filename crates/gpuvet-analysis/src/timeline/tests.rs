@@ -117,6 +117,8 @@ pub(crate) fn event(
             message: format!("{kind} on {node}"),
             details,
         },
+        count: 1,
+        last_seen_ms: None,
     }
 }
 
@@ -327,6 +329,38 @@ fn a_runtime_xid_is_placed_by_its_nodes_clock_and_can_be_the_first_error() {
     );
     // n2's clock is 2 s behind the coordinator's.
     assert_eq!(first.time_ms, T0 + 7_000);
+}
+
+#[test]
+fn an_event_counted_many_times_says_how_often_and_when_last() {
+    let report = group_report(vec![passed(CheckName::GemmFlops)], GroupSummary::default());
+    let mut xid = event(
+        "n2",
+        T0 + 5_000,
+        EventKind::RuntimeCheckFailed,
+        serde_json::json!({"source": "kmsg", "check": "xid", "xid": 79, "lane": "host"}),
+    );
+    xid.count = 40;
+    xid.last_seen_ms = Some(1_796_011_506_789);
+    let once = event(
+        "n1",
+        T0 + 6_000,
+        EventKind::InstanceExited,
+        serde_json::json!({}),
+    );
+    let timeline = assemble(&record(report, vec![xid, once]));
+    let counted = timeline.first().unwrap();
+    assert_eq!(
+        counted.detail,
+        "RuntimeCheckFailed on n2 (×40, last 2026-11-30T04:05:06.789Z)"
+    );
+    let exited = timeline
+        .entries
+        .iter()
+        .find(|e| e.node == "n1" && matches!(e.what, What::Event { .. }))
+        .unwrap();
+    assert_eq!(exited.detail, "InstanceExited on n1");
+    assert!(render(&timeline).contains("(×40, last 2026-11-30T04:05:06.789Z)"));
 }
 
 #[test]

@@ -119,6 +119,8 @@ fn group_record(nodes: usize, samples: usize) -> JobRecord {
                     message: format!("started on {node} with token {SECRET}"),
                     details: serde_json::json!({"command": ["serve", SECRET]}),
                 },
+                count: 1,
+                last_seen_ms: None,
             })
         })
         .collect();

@@ -65,8 +65,9 @@ fn filter_form(kind: Option<EventKind>, job: Option<&str>, node: Option<&str>) -
     out
 }
 
-/// One row per event: time (UTC), kind, job, attempt, node, lane, message. The job
-/// links to its instances, the node to the instance page of the event's attempt.
+/// One row per event: time (UTC), kind, job, attempt, node, lane, message (and
+/// `×N, last …` for one counted N times). The job links to its instances, the node to
+/// the instance page of the event's attempt.
 pub(crate) fn events_table(events: &[Event]) -> String {
     let mut out = String::from(
         "<table class=\"events\">\n<thead><tr><th>time (UTC)</th><th>type</th><th>job</th><th>attempt</th><th>node</th><th>lane</th><th>message</th></tr></thead>\n<tbody>\n",
@@ -77,8 +78,11 @@ pub(crate) fn events_table(events: &[Event]) -> String {
         let lane = event.event.lane.map_or_else(String::new, |lane| {
             format!("<span class=\"lane\">{lane}</span>")
         });
+        let repeats = event.repeats_note().map_or_else(String::new, |note| {
+            format!(" <span class=\"repeats\">{}</span>", escape(&note))
+        });
         out.push_str(&format!(
-            "<tr data-kind=\"{kind}\" data-node=\"{node}\"><td>{}</td><td><span class=\"kind {kind}\">{kind}</span></td><td><a href=\"{}\">{job}</a></td><td>{}</td><td><a href=\"{}\">{node}</a></td><td>{lane}</td><td>{}</td></tr>\n",
+            "<tr data-kind=\"{kind}\" data-node=\"{node}\"><td>{}</td><td><span class=\"kind {kind}\">{kind}</span></td><td><a href=\"{}\">{job}</a></td><td>{}</td><td><a href=\"{}\">{node}</a></td><td>{lane}</td><td>{}{repeats}</td></tr>\n",
             when::utc(event.event.time_ms),
             escape(&href::instances(Some(&who.job_id))),
             who.attempt,
@@ -156,6 +160,22 @@ mod tests {
         assert!(html.contains("<a href=\"/instances/job-7/node-3?attempt=2\">node-3</a>"));
         assert!(html.contains("<span class=\"lane\">host</span>"), "{html}");
         assert!(html.contains("<p class=\"count\">2 events</p>"), "{html}");
+    }
+
+    #[test]
+    fn an_event_counted_many_times_says_how_often_and_when_last() {
+        let mut folded = event(1, EventKind::RuntimeCheckFailed, "job-7", 1, "node-3");
+        folded.count = 5;
+        folded.last_seen_ms = Some(1_796_011_506_789);
+        let once = event(2, EventKind::InstanceStarted, "job-7", 1, "node-4");
+        let html = events_page(&[folded, once], None, None, None, 2);
+        assert!(
+            html.contains(
+                "RuntimeCheckFailed on node-3 <span class=\"repeats\">×5, last 2026-11-30T04:05:06.789Z</span></td>"
+            ),
+            "{html}"
+        );
+        assert_eq!(html.matches("class=\"repeats\"").count(), 1, "{html}");
     }
 
     #[test]

@@ -55,6 +55,8 @@ pub fn event(id: i64, kind: EventKind, job: &str, attempt_no: u32, node: &str) -
             message: format!("{kind} on {node}"),
             details: serde_json::Value::Null,
         },
+        count: 1,
+        last_seen_ms: None,
     }
 }
 
@@ -246,6 +248,8 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
             message: format!("{kind} on {}", names[i]),
             details,
         },
+        count: 1,
+        last_seen_ms: None,
     };
     let last = count - 1;
     let mut events = vec![event_at(

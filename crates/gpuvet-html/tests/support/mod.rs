@@ -284,6 +284,8 @@ pub fn node_events(rank: usize) -> Vec<Event> {
             message: message.to_owned(),
             details: serde_json::Value::Null,
         },
+        count: 1,
+        last_seen_ms: None,
     })
     .collect()
 }

@@ -123,9 +123,14 @@ pub(crate) async fn push_attempt(
 /// A pushed event, as stored.
 #[derive(Debug, Serialize, ToSchema)]
 pub(crate) struct EventAccepted {
-    /// The store's id of the event.
+    /// The store's id of the event: of the event it repeats, when it was counted as a
+    /// repeat (same attempt, kind, lane and subject within ten minutes).
     id: i64,
     event_id: String,
+    /// How many times the stored event has happened, this one included: more than 1
+    /// when this push was counted as a repeat.
+    #[schema(minimum = 1)]
+    count: u64,
 }
 
 #[utoipa::path(post, path = "/api/v1/events", tag = "push",
@@ -135,7 +140,7 @@ pub(crate) struct EventAccepted {
               (status = 400, body = ErrorBody), (status = 401, body = ErrorBody),
               (status = 409, description = "Another event is stored under this id", body = ErrorBody),
               (status = 415, description = "The body is not `application/json`", body = ErrorBody),
-              (status = 429, description = "The node has pushed more events than its budget (`--event-rate`, `--event-burst`); nothing was stored: send it again after `Retry-After`", body = ErrorBody,
+              (status = 429, description = "The node has pushed more events than its budget (`--event-rate`, `--event-burst`); nothing was stored: send it again after `Retry-After`. A repeat of an event stored within ten minutes is counted on its row and spends no budget", body = ErrorBody,
                headers(("Retry-After" = u64, description = "Seconds to wait before sending it again"))),
               (status = 500, description = "The store failed; nothing of this push was stored", body = ErrorBody),
               (status = 503, description = "The store is busy, or the server has its maximum of connections open", body = ErrorBody)))]
@@ -153,10 +158,27 @@ pub(crate) async fn push_event(
         }
         first_attempt_is_one(record.attempt.attempt)?;
         storable_time("time_ms", record.event.time_ms)?;
-        within_budget(&state, &record.attempt.node)?;
         let event_id = record.event.event_id.clone();
-        match state.writer.write(PreparedWrite::event(record)?).await? {
-            Written::Event { id } => Ok(Json(EventAccepted { id, event_id })),
+        let time_ms = record.event.time_ms;
+        let node = record.attempt.node.clone();
+        let write = PreparedWrite::event(record)?;
+        let repeat_key = write.repeat_key().unwrap_or_default().to_owned();
+        // A repeat adds no row, so it spends no budget.
+        if !state.recent_events.folds(&repeat_key, time_ms) {
+            within_budget(&state, &node)?;
+        }
+        match state.writer.write(write).await? {
+            Written::Event { id, count } => {
+                state.recent_events.stored(&repeat_key, time_ms);
+                if count > 1 {
+                    state.metrics.events_folded.fetch_add(1, Ordering::Relaxed);
+                }
+                Ok(Json(EventAccepted {
+                    id,
+                    event_id,
+                    count,
+                }))
+            }
             other => Err(not_what_was_written("event", other)),
         }
     }

@@ -54,7 +54,7 @@ fn run_id(outcome: &Result<Written, StoreError>) -> i64 {
 
 fn event_id(outcome: &Result<Written, StoreError>) -> i64 {
     match outcome {
-        Ok(Written::Event { id }) => *id,
+        Ok(Written::Event { id, .. }) => *id,
         other => panic!("not a stored event: {other:?}"),
     }
 }
@@ -293,7 +293,7 @@ pub fn batches_from_several_handles_at_once_store_each_id_once(fixture: &Fixture
                         .filter(|o| !matches!(o, Ok(Written::Attempt)))
                         .map(|o| match o {
                             Ok(Written::Report { run_id }) => *run_id,
-                            Ok(Written::Event { id }) => *id,
+                            Ok(Written::Event { id, .. }) => *id,
                             other => panic!("{other:?}"),
                         });
                     let mut named: Vec<(String, i64)> = names.into_iter().zip(ids).collect();

@@ -66,6 +66,13 @@ macro_rules! behaviours {
             writes_of_one_id_in_one_batch_are_stored_once,
             a_batch_whose_commit_fails_stores_none_of_its_writes,
             batches_from_several_handles_at_once_store_each_id_once,
+            repeats_within_the_window_are_counted_on_the_first_row,
+            only_the_same_attempt_kind_lane_and_subject_fold,
+            a_repeat_pushed_twice_is_counted_once,
+            repeats_from_several_handles_at_once_fold_into_one_row_each_counted_once,
+            a_late_repeat_is_counted_and_the_latest_message_stays,
+            with_queueing_on_every_repeat_is_queued_for_the_server_to_count,
+            pruning_a_counted_row_takes_its_repeats_ids,
         }
     };
 }
@@ -77,6 +84,13 @@ pub use crate::batch::{
     a_write_refused_in_a_batch_leaves_its_neighbours_stored,
     batches_from_several_handles_at_once_store_each_id_once,
     writes_of_one_id_in_one_batch_are_stored_once,
+};
+pub use crate::fold::{
+    a_late_repeat_is_counted_and_the_latest_message_stays, a_repeat_pushed_twice_is_counted_once,
+    only_the_same_attempt_kind_lane_and_subject_fold, pruning_a_counted_row_takes_its_repeats_ids,
+    repeats_from_several_handles_at_once_fold_into_one_row_each_counted_once,
+    repeats_within_the_window_are_counted_on_the_first_row,
+    with_queueing_on_every_repeat_is_queued_for_the_server_to_count,
 };
 
 pub fn attempts_start_at_one_and_count_per_job_and_node(fixture: &Fixture) {
@@ -1445,7 +1459,10 @@ pub fn pruning_takes_old_attempts_with_their_reports_and_old_events_a_batch_at_a
         if node == "n0" {
             for time in [50, 60, 70] {
                 store
-                    .record_event(&attempt, &event(time, EventKind::InstanceStarted, "old"))
+                    .record_event(
+                        &attempt,
+                        &event(time, EventKind::InstanceStarted, &format!("old {time}")),
+                    )
                     .unwrap();
             }
         }

@@ -334,10 +334,16 @@ pub fn event(time_ms: u64, kind: EventKind, message: &str) -> NewEvent {
     }
 }
 
+/// An event with an id, whose message names it: events of one kind and message in
+/// one attempt would be repeats (`gpuvet_model::event_fold`), counted on one row.
 pub fn event_with_id(time_ms: u64, id: &str) -> NewEvent {
     NewEvent {
         event_id: id.to_owned(),
-        ..event(time_ms, EventKind::SanityCheckFailed, "failed")
+        ..event(
+            time_ms,
+            EventKind::SanityCheckFailed,
+            &format!("failed: {id}"),
+        )
     }
 }
 
