@@ -117,6 +117,13 @@ pub fn repeats_note(count: u64, last_seen_ms: Option<u64>) -> Option<String> {
     })
 }
 
+/// A 64-bit hash of an event's id, under which a store remembers a repeat it counted.
+/// Two repeats of one event whose ids share it (odds of about n²/2⁶⁵ for n repeats)
+/// would be counted once.
+pub fn id_hash(event_id: &str) -> i64 {
+    fnv1a([event_id]) as i64
+}
+
 /// FNV-1a over the parts, each followed by a byte no UTF-8 text holds.
 fn fnv1a<'p>(parts: impl IntoIterator<Item = &'p str>) -> u64 {
     let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
@@ -264,6 +271,8 @@ mod tests {
             fnv1a(["pod", "vllm-0", "SanityCheckFailed", "host", "", "vllm-0"])
         );
         assert_eq!(fnv1a([]), 0xcbf2_9ce4_8422_2325);
+        assert_eq!(id_hash("x"), fnv1a(["x"]) as i64);
+        assert_ne!(id_hash("e-1"), id_hash("e-2"));
         assert_ne!(fnv1a(["ab", ""]), fnv1a(["a", "b"]));
     }
 }

@@ -32,7 +32,8 @@ pub(crate) struct Metrics {
     pub pushes_storing: AtomicU64,
     /// Events answered `429`: their node was over its budget.
     pub events_limited: AtomicU64,
-    /// Pushed events counted as a repeat on an event's row (`gpuvet_model::event_fold`).
+    /// Pushed events answered with a count above 1: repeats counted on an earlier
+    /// event's row (`gpuvet_model::event_fold`), and such a repeat sent again.
     pub events_folded: AtomicU64,
     /// Connections open now.
     pub connections_open: AtomicU64,
@@ -105,7 +106,7 @@ impl Metrics {
             ),
             (
                 "gpuvet_server_events_folded_total",
-                "Pushed events counted as a repeat on the row of an event stored before, not stored apart.",
+                "Pushed events answered with a count above 1: repeats counted on the row of an event stored before, not stored apart.",
                 &self.events_folded,
             ),
             (

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 
 use gpuvet_model::catalog::CheckName;
-use gpuvet_model::events::{Attempt, EventKind, EventRecord, NewEvent};
+use gpuvet_model::events::{Attempt, AttemptStart, EventKind, EventRecord, NewEvent};
 use gpuvet_model::record::{CheckSpan, CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
 use gpuvet_model::results::{
     CheckResult, CheckStatus, Entity, EntityResult, Evidence, GroupIncident, GroupSummary,
@@ -1496,7 +1496,7 @@ fn concurrent_pushes_with_repeats_are_each_answered_and_stored_once(backing: Bac
                 scope.spawn(move || {
                     let node = client % (CLIENTS / 2);
                     let own = attempt("job-c", &format!("n{node:02}"), 1);
-                    let start = gpuvet_model::events::AttemptStart {
+                    let start = AttemptStart {
                         attempt: own.clone(),
                         started_at_ms: 1_000 + node as u64,
                     };
@@ -1677,6 +1677,90 @@ fn a_push_is_answered_only_once_its_transaction_committed(backing: Backing) {
 }
 
 /// Each test above, once on SQLite and once on PostgreSQL.
+/// An XID on GPU 3 of `attempt`, as the runtime check pushes it: its message counts
+/// the sightings, so repeats differ by their message.
+fn xid(attempt: &Attempt, id: &str, time_ms: u64, seen: u64) -> EventRecord {
+    EventRecord {
+        attempt: attempt.clone(),
+        event: NewEvent {
+            event_id: id.to_owned(),
+            time_ms,
+            kind: EventKind::RuntimeCheckFailed,
+            lane: Some(Lane::Host),
+            message: format!("xid 79 on gpu 3, seen {seen} times"),
+            details: json!({ "source": "kmsg", "check": "xid", "gpu": { "index": 3 }, "xid": 79 }),
+        },
+    }
+}
+
+fn repeats_of_a_pushed_event_are_counted_once_each_and_read_back_with_their_count(
+    backing: Backing,
+) {
+    let server = Running::start(backing, Some(TOKEN));
+    let n0 = attempt("job-f", "n0", 1);
+    let t0 = 1_796_011_500_000;
+    let start = AttemptStart {
+        attempt: n0.clone(),
+        started_at_ms: t0 - 1_000,
+    };
+    let (status, body) = server.post(
+        "/api/v1/attempts",
+        Some(TOKEN),
+        &serde_json::to_string(&start).unwrap(),
+    );
+    assert_eq!(status, 200, "{body}");
+    let mut row = None;
+    for i in 0..5u64 {
+        let (status, body) =
+            push_event(&server, &xid(&n0, &format!("x-{i}"), t0 + i * 1_000, i + 1));
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["count"], i + 1, "{body}");
+        assert_eq!(body["event_id"], format!("x-{i}"));
+        // Every repeat answers with the first one's row.
+        assert_eq!(*row.get_or_insert(body["id"].clone()), body["id"]);
+    }
+    // A repeat sent again (its answer was lost) is counted once.
+    let (status, again) = push_event(&server, &xid(&n0, "x-3", t0 + 3_000, 4));
+    assert_eq!((status, again["count"].as_u64()), (200, Some(5)), "{again}");
+    // Another GPU's XID is an event of its own.
+    let mut other = xid(&n0, "y-0", t0 + 500, 1);
+    other.event.details["gpu"]["index"] = json!(4);
+    let (_, other) = push_event(&server, &other);
+    assert_eq!(other["count"], 1);
+    assert_ne!(other["id"], row.clone().unwrap());
+
+    let (status, events) = server.get_json("/api/v1/events?job=job-f");
+    assert_eq!(status, 200);
+    let events = events.as_array().unwrap();
+    assert_eq!(events.len(), 2, "{events:?}");
+    let counted = &events[0];
+    assert_eq!(counted["event_id"], "x-0");
+    assert_eq!(counted["time_ms"], t0);
+    assert_eq!(counted["count"], 5);
+    assert_eq!(counted["last_seen_ms"], t0 + 4_000);
+    assert_eq!(counted["message"], "xid 79 on gpu 3, seen 5 times");
+    assert_eq!(events[1]["count"], 1);
+    assert!(events[1].get("last_seen_ms").is_none(), "{}", events[1]);
+    assert_eq!(server.metric("gpuvet_server_events_folded_total"), 5);
+
+    let (status, page) = server.get("/events?job=job-f");
+    assert_eq!(status, 200);
+    assert!(
+        page.contains("<span class=\"repeats\">×5, last 2026-11-30T04:05:04.000Z</span>"),
+        "{page}"
+    );
+    let (status, timeline) = server.get_json("/api/v1/jobs/job-f/timeline");
+    assert_eq!(status, 200);
+    assert!(
+        timeline
+            .to_string()
+            .contains("(×5, last 2026-11-30T04:05:04.000Z)"),
+        "{timeline}"
+    );
+    let (_, page) = server.get("/jobs/job-f/timeline");
+    assert!(page.contains("×5, last 2026-11-30T04:05:04.000Z"), "{page}");
+}
+
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1715,4 +1799,5 @@ on_both_stores!(
     concurrent_pushes_with_repeats_are_each_answered_and_stored_once,
     pushes_queued_while_a_transaction_runs_share_the_next_one,
     a_push_is_answered_only_once_its_transaction_committed,
+    repeats_of_a_pushed_event_are_counted_once_each_and_read_back_with_their_count,
 );

@@ -93,6 +93,20 @@ impl Program {
         panic!("no line with `{text}`; the server said:\n{}", self.said());
     }
 
+    /// Bytes of data in the server's SQLite store: its pages in use as SQLite counts
+    /// them, those only in the WAL yet included, whatever size the WAL file has (it is
+    /// reused after each checkpoint, not grown).
+    fn store_data_bytes(&self) -> u64 {
+        let conn = rusqlite::Connection::open(self._dir.path().join("server.db")).unwrap();
+        let pages: u64 = conn
+            .query_row("PRAGMA page_count", [], |row| row.get(0))
+            .unwrap();
+        let page_size: u64 = conn
+            .query_row("PRAGMA page_size", [], |row| row.get(0))
+            .unwrap();
+        pages * page_size
+    }
+
     /// Bytes of the server's SQLite store (its WAL included).
     fn store_bytes(&self) -> u64 {
         std::fs::read_dir(self._dir.path())
@@ -149,11 +163,77 @@ fn event_body(node: &str, id: &str) -> String {
             time_ms: 1_700_000_000_000,
             kind: EventKind::SanityCheckSucceeded,
             lane: None,
-            message: "passed".to_owned(),
+            // Its id in its message: each a distinct event, none a repeat of another.
+            message: format!("passed ({id})"),
             details: serde_json::json!({}),
         },
     })
     .unwrap()
+}
+
+/// An XID on `gpu` of node `node`, as the runtime check pushes it: repeats of one GPU's
+/// differ only in their message, which counts the sightings.
+fn xid_body(node: &str, id: &str, gpu: u32, time_ms: u64, seen: u64) -> String {
+    serde_json::to_string(&EventRecord {
+        attempt: Attempt {
+            job_id: "job-c".to_owned(),
+            attempt: 1,
+            node: node.to_owned(),
+            instance: format!("pod-{node}"),
+        },
+        event: NewEvent {
+            event_id: id.to_owned(),
+            time_ms,
+            kind: EventKind::RuntimeCheckFailed,
+            lane: Some(gpuvet_model::results::Lane::Host),
+            message: format!("xid 79 on gpu {gpu}, seen {seen} times"),
+            details: serde_json::json!({
+                "source": "kmsg", "check": "xid", "gpu": { "index": gpu }, "xid": 79
+            }),
+        },
+    })
+    .unwrap()
+}
+
+/// Pushes one event every `every` from 50 nodes in turn while `go_on` says so; each
+/// push's time. Every push must be taken.
+fn push_paced(
+    program: &Program,
+    agent: &ureq::Agent,
+    tag: &str,
+    every: Duration,
+    go_on: impl Fn() -> bool,
+) -> Vec<Duration> {
+    let started = Instant::now();
+    let mut times = Vec::new();
+    for i in 0.. {
+        if !go_on() {
+            break;
+        }
+        let sent = Instant::now();
+        let mut response = agent
+            .post(&program.url("/api/v1/events"))
+            .header("authorization", &format!("Bearer {TOKEN}"))
+            .header("content-type", "application/json")
+            .send(event_body(
+                &format!("{tag}-{}", i % 50),
+                &format!("{tag}-{i}"),
+            ))
+            .unwrap();
+        times.push(sent.elapsed());
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string().unwrap();
+        assert_eq!(status, 200, "push {tag}-{i}: {body}");
+        if let Some(wait) = (started + every * (i + 1)).checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+    }
+    times
+}
+
+fn p50(mut times: Vec<Duration>) -> Duration {
+    times.sort();
+    times[times.len() / 2]
 }
 
 /// Pushes `count` events, from 50 nodes in turn; each push's time. Every push must be
@@ -604,5 +684,118 @@ fn a_node_that_floods_events_is_held_to_its_budget_and_the_others_keep_pushing()
         p99(quiet.clone()),
         p99(busy.clone()),
         p99(busy).as_secs_f64() / p99(quiet).as_secs_f64()
+    );
+}
+
+#[test]
+#[allow(clippy::print_stderr)] // the growth and the push times under the flood are worth seeing
+fn a_node_that_repeats_its_events_100_times_a_second_is_counted_not_refused_and_the_others_keep_pushing()
+ {
+    const FLOOD: Duration = Duration::from_secs(20);
+    const CALM_EVERY: Duration = Duration::from_millis(50);
+    let program = Program::start(&["--event-rate", "10", "--event-burst", "20"]);
+    let calm = agent(None);
+    // The other nodes alone: 20 pushes a second for 10 s.
+    let quiet_start = program.store_data_bytes();
+    let started = Instant::now();
+    let quiet = push_paced(&program, &calm, "quiet", CALM_EVERY, || {
+        started.elapsed() < Duration::from_secs(10)
+    });
+    let quiet_secs = started.elapsed().as_secs_f64();
+    let before = program.store_data_bytes();
+    let before_files = program.store_bytes();
+
+    // One node: XIDs on three GPUs in turn, 100 a second, each with an id of its own;
+    // every 25th sent again, as after a lost answer.
+    let url = program.url("/api/v1/events");
+    let flood = std::thread::spawn(move || {
+        let agent = agent(None);
+        let send = |body: &str| {
+            let mut response = agent
+                .post(&url)
+                .header("authorization", &format!("Bearer {TOKEN}"))
+                .header("content-type", "application/json")
+                .send(body)
+                .unwrap();
+            let status = response.status().as_u16();
+            let answer = response.body_mut().read_to_string().unwrap();
+            assert_eq!(status, 200, "{answer}");
+            serde_json::from_str::<serde_json::Value>(&answer).unwrap()
+        };
+        let started = Instant::now();
+        let mut sent: Vec<(u32, u64)> = Vec::new();
+        let mut resent = 0u64;
+        while started.elapsed() < FLOOD {
+            let i = sent.len() as u64;
+            let gpu = (i % 3) as u32;
+            let time_ms = gpuvet_model::time::unix_now_ms();
+            let body = xid_body("flapping", &format!("flap-{i}"), gpu, time_ms, i / 3 + 1);
+            let answer = send(&body);
+            assert_eq!(answer["count"], i / 3 + 1, "{answer}");
+            if i % 25 == 24 {
+                assert_eq!(send(&body)["count"], i / 3 + 1, "sent again: counted once");
+                resent += 1;
+            }
+            sent.push((gpu, time_ms));
+            if let Some(wait) = (started + Duration::from_millis(10 * (i + 1)))
+                .checked_duration_since(Instant::now())
+            {
+                std::thread::sleep(wait);
+            }
+        }
+        (sent, resent, started.elapsed())
+    });
+    let busy = push_paced(&program, &calm, "busy", CALM_EVERY, || !flood.is_finished());
+    let (sent, resent, flooded) = flood.join().unwrap();
+
+    // Each GPU's XID is one row, counting every one of its pushes once, none refused.
+    let mut response = agent(None)
+        .get(&program.url("/api/v1/events?node=flapping"))
+        .call()
+        .unwrap();
+    let rows: Vec<serde_json::Value> =
+        serde_json::from_str(&response.body_mut().read_to_string().unwrap()).unwrap();
+    assert_eq!(rows.len(), 3, "{rows:#?}");
+    for (gpu, row) in rows.iter().enumerate() {
+        let times: Vec<u64> = sent
+            .iter()
+            .filter(|(g, _)| *g as usize == gpu)
+            .map(|(_, t)| *t)
+            .collect();
+        assert_eq!(row["event_id"], format!("flap-{gpu}"), "{row}");
+        assert_eq!(row["count"], times.len() as u64, "{row}");
+        assert_eq!(row["time_ms"], times[0], "{row}");
+        assert_eq!(row["last_seen_ms"], *times.last().unwrap(), "{row}");
+    }
+    assert_eq!(metric(&program, "gpuvet_server_events_limited_total"), 0);
+    assert_eq!(
+        metric(&program, "gpuvet_server_events_folded_total"),
+        sent.len() as u64 - 3 + resent
+    );
+
+    let grown = program.store_data_bytes().saturating_sub(before);
+    let per_minute = grown as f64 * 60.0 / flooded.as_secs_f64();
+    let calm_per_minute = before.saturating_sub(quiet_start) as f64 * 60.0 / quiet_secs;
+    eprintln!(
+        "flood of {} repeats of 3 events ({resent} sent twice) in {flooded:?}: 3 rows; the store's \
+         data grew {grown} bytes, {:.0} KB a minute of flood with the calm nodes' {} pushes \
+         (alone they add {:.0} KB a minute; the files grew {} bytes, the WAL included); calm \
+         push p50 {:?} / p99 {:?} quiet ({} pushes), {:?} / {:?} during ({} pushes, p99 {:.2}x)",
+        sent.len(),
+        per_minute / 1024.0,
+        busy.len(),
+        calm_per_minute / 1024.0,
+        program.store_bytes().saturating_sub(before_files),
+        p50(quiet.clone()),
+        p99(quiet.clone()),
+        quiet.len(),
+        p50(busy.clone()),
+        p99(busy.clone()),
+        busy.len(),
+        p99(busy).as_secs_f64() / p99(quiet).as_secs_f64()
+    );
+    assert!(
+        per_minute < 1024.0 * 1024.0,
+        "the store grew {per_minute:.0} bytes a minute of flood"
     );
 }

@@ -415,7 +415,7 @@ impl StoredEvent {
 ///
 /// - An event whose id is already stored is not stored again: its row is returned
 ///   when it is the same event, and [`StoreError::IdConflict`] when it is not. A
-///   repeat's id counted before returns the row it was counted on.
+///   repeat counted before returns the row it was counted on, unchanged.
 /// - A repeat of an event stored within [`event_fold::FOLD_WINDOW_MS`] of that
 ///   event's sightings adds one to its row's count, moves its first (`time_ms`) or
 ///   last (`last_seen_ms`) sighting, and, when it is the latest, brings its message
@@ -437,7 +437,19 @@ fn insert_event(
     {
         return Ok(stored);
     }
-    let stored = match fold_into(db, event, repeat_key, action)? {
+    let fold = fold_into(db, event, repeat_key, action)?;
+    if let (Some((row, _, last_ms, count)), Some(id)) = (fold, event_id)
+        && counted_on(db, row, id, action)?
+    {
+        // A repeat counted before, sent again: its row as it is. (A repeat is counted
+        // on the row its key and time lead to, so a resent one finds the same row.)
+        return Ok(StoredEvent {
+            id: row,
+            count,
+            last_seen_ms: (count > 1).then_some(last_ms),
+        });
+    }
+    let stored = match fold {
         Some((row, first_ms, last_ms, count)) => {
             let first_ms = first_ms.min(event.time_ms);
             let last_seen_ms = last_ms.max(event.time_ms);
@@ -458,8 +470,8 @@ fn insert_event(
             .during(action)?;
             if let Some(id) = event_id {
                 db.execute(
-                    "INSERT INTO event_repeats (event_id, event_row) VALUES (?1, ?2)",
-                    &params![id, row],
+                    "INSERT INTO event_repeats (event_row, id_hash) VALUES (?1, ?2)",
+                    &params![row, event_fold::id_hash(id)],
                 )
                 .during(action)?;
             }
@@ -511,10 +523,9 @@ fn insert_event(
     Ok(stored)
 }
 
-/// The row that already holds the event under `id`: its own row, or the row it was
-/// counted on as a repeat. [`StoreError::IdConflict`] when its own row says another
-/// thing (a row that counted repeats carries the first time and the latest message
-/// and details of them all, so only the rest is compared).
+/// The row stored under `id`, the event's own. [`StoreError::IdConflict`] when it says
+/// another thing (a row that counted repeats carries the first time and the latest
+/// message and details of them all, so only the rest is compared).
 fn stored_under_id(
     db: &Db,
     attempt: &Attempt,
@@ -554,32 +565,24 @@ fn stored_under_id(
         })
         .during(action)?;
     match own {
-        Some((stored, true)) => return Ok(Some(stored)),
-        Some((_, false)) => {
-            return Err(StoreError::IdConflict {
-                what: "event",
-                id: id.to_owned(),
-            });
-        }
-        None => {}
+        Some((stored, true)) => Ok(Some(stored)),
+        Some((_, false)) => Err(StoreError::IdConflict {
+            what: "event",
+            id: id.to_owned(),
+        }),
+        None => Ok(None),
     }
-    db.query_opt(
-        "SELECT e.id, e.count, e.last_seen_ms
-         FROM event_repeats r JOIN events e ON e.id = r.event_row
-         WHERE r.event_id = ?1",
-        &params![id],
-    )
-    .and_then(|row| {
-        row.map(|mut row| {
-            Ok(StoredEvent {
-                id: row.get(0)?,
-                count: row.get(1)?,
-                last_seen_ms: row.get(2)?,
-            })
-        })
-        .transpose()
-    })
-    .during(action)
+}
+
+/// Whether the repeat with `id` was counted on `row` already.
+fn counted_on(db: &Db, row: i64, id: &str, action: &'static str) -> Result<bool, StoreError> {
+    let found = db
+        .query_opt(
+            "SELECT 1 FROM event_repeats WHERE event_row = ?1 AND id_hash = ?2",
+            &params![row, event_fold::id_hash(id)],
+        )
+        .during(action)?;
+    Ok(found.is_some())
 }
 
 /// The row an event with `repeat_key` at its time folds into, if any: the latest of

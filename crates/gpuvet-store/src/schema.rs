@@ -138,18 +138,19 @@ CREATE INDEX attempts_by_start ON attempts (started_at_ms);
 /// A repeat of an event (`gpuvet_model::event_fold`: same attempt, kind, lane and
 /// subject, within ten minutes of the last) is counted on the first row, not stored as
 /// a row: `repeat_key` finds that row, `count` and `last_seen_ms` say how many and
-/// when the last. A repeat's own id goes in `event_repeats`, so that one pushed twice
-/// is counted once; it goes with its row. Rows from before keep no key and never fold.
+/// when the last. Each repeat counted leaves a 64-bit hash of its id under its row in
+/// `event_repeats` (about 20 bytes, not a row of its own), so that one pushed twice is
+/// counted once; they go with their row. Rows from before keep no key and never fold.
 const V6: &str = "
 ALTER TABLE events ADD COLUMN repeat_key TEXT;
 ALTER TABLE events ADD COLUMN count INTEGER NOT NULL DEFAULT 1;
 ALTER TABLE events ADD COLUMN last_seen_ms INTEGER;
 CREATE INDEX events_by_repeat_key ON events (repeat_key, time_ms) WHERE repeat_key IS NOT NULL;
 CREATE TABLE event_repeats (
-    event_id  TEXT    PRIMARY KEY,
-    event_row INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE
+    event_row INTEGER NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    id_hash   INTEGER NOT NULL,
+    PRIMARY KEY (event_row, id_hash)
 ) WITHOUT ROWID;
-CREATE INDEX event_repeats_by_row ON event_repeats (event_row);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

@@ -45,10 +45,10 @@ ALTER TABLE events ADD COLUMN count BIGINT NOT NULL DEFAULT 1;
 ALTER TABLE events ADD COLUMN last_seen_ms BIGINT;
 CREATE INDEX events_by_repeat_key ON events (repeat_key, time_ms) WHERE repeat_key IS NOT NULL;
 CREATE TABLE event_repeats (
-    event_id  TEXT COLLATE "C" PRIMARY KEY,
-    event_row BIGINT NOT NULL REFERENCES events (id) ON DELETE CASCADE
+    event_row BIGINT NOT NULL REFERENCES events (id) ON DELETE CASCADE,
+    id_hash   BIGINT NOT NULL,
+    PRIMARY KEY (event_row, id_hash)
 );
-CREATE INDEX event_repeats_by_row ON event_repeats (event_row);
 "#;
 
 /// SQLite's schema after its migrations 1 to 4; see `schema.rs` for what each part is.
