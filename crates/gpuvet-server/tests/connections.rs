@@ -777,11 +777,12 @@ fn a_node_that_repeats_its_events_100_times_a_second_is_counted_not_refused_and_
     let per_minute = grown as f64 * 60.0 / flooded.as_secs_f64();
     let calm_per_minute = before.saturating_sub(quiet_start) as f64 * 60.0 / quiet_secs;
     eprintln!(
-        "flood of {} repeats of 3 events ({resent} sent twice) in {flooded:?}: 3 rows; the store's \
+        "flood of {} repeats of 3 events ({resent} sent twice) in {flooded:?}: {} rows; the store's \
          data grew {grown} bytes, {:.0} KB a minute of flood with the calm nodes' {} pushes \
          (alone they add {:.0} KB a minute; the files grew {} bytes, the WAL included); calm \
          push p50 {:?} / p99 {:?} quiet ({} pushes), {:?} / {:?} during ({} pushes, p99 {:.2}x)",
         sent.len(),
+        rows.len(),
         per_minute / 1024.0,
         busy.len(),
         calm_per_minute / 1024.0,

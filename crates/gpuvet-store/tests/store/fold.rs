@@ -217,6 +217,41 @@ pub fn repeats_from_several_handles_at_once_fold_into_one_row_each_counted_once(
     assert_eq!(fixture.count("event_repeats"), 20 + 4 * 10 - 1);
 }
 
+pub fn first_sightings_from_several_handles_at_once_make_one_row(fixture: &Fixture) {
+    fixture.open();
+    let n0 = attempt("n0");
+    // No row yet, and no id in common to hold one batch behind another: only the
+    // lock of the repeat key keeps two of them from each adding a row.
+    for round in 0..5u64 {
+        let base = T0 + round * 10 * FOLD_WINDOW_MS;
+        let barrier = std::sync::Barrier::new(4);
+        thread::scope(|scope| {
+            for t in 0..4u64 {
+                let (n0, barrier) = (&n0, &barrier);
+                scope.spawn(move || {
+                    let batch: Vec<PreparedWrite> = (0..5)
+                        .map(|i| {
+                            PreparedWrite::event(EventRecord {
+                                attempt: n0.clone(),
+                                event: xid(&format!("r{round}-{t}-{i}"), base + t * 10 + i, 3, i),
+                            })
+                            .unwrap()
+                        })
+                        .collect();
+                    let mut store = fixture.open();
+                    barrier.wait();
+                    for outcome in store.record_batch(&batch).unwrap() {
+                        outcome.unwrap();
+                    }
+                });
+            }
+        });
+    }
+    let read = all_events(fixture);
+    assert_eq!(read.len(), 5, "one row a round: {read:#?}");
+    assert!(read.iter().all(|e| e.count == 20), "{read:#?}");
+}
+
 pub fn a_late_repeat_is_counted_and_the_latest_message_stays(fixture: &Fixture) {
     let mut store = fixture.open();
     let n0 = attempt("n0");
