@@ -12,7 +12,8 @@
 //! for it (`sslmode`, `pg/tls.rs`). Every write that spans rows runs in one transaction: a
 //! report is stored whole or not at all, two handles or processes never get the same
 //! attempt number, and an item stored twice under its id (a retried push, or two
-//! servers receiving it at once) is stored once.
+//! servers receiving it at once) is stored once. A repeat of an event
+//! ([`gpuvet_model::event_fold`]) is counted on the event's row, not stored as one.
 //!
 //! Reports, check results and event details are kept as the JSON of the core types
 //! (their serialized form is API) and decoded on the way out; a row that no longer
