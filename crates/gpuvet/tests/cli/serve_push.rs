@@ -1,7 +1,8 @@
 //! Pushing to `gpuvet serve` end to end, with real processes: what `check` and `run`
 //! record while the server is down waits in the outbox and arrives once it is up,
 //! with nothing lost and nothing stored twice, also when a reply is lost and an entry
-//! is sent again. And the browser test of the served pages: Chromium opens the failed
+//! is sent again; repeats of one event that a node's store counted on one row are
+//! counted once each by the server, resent or not. And the browser test of the served pages: Chromium opens the failed
 //! instance of a `--local-nodes` group with a slow node (its verdict, at most 12 folded
 //! finding rows with 8 and with 64 GPUs a node), the events filtered to
 //! `SanityCheckFailed`, and the timeline, whose first-error label covers no lane, on
@@ -143,6 +144,57 @@ fn what_is_recorded_while_the_server_is_down_arrives_once_when_it_is_up() {
     let jobs = server.get_json("/api/v1/jobs/job-test/instances");
     assert_eq!(jobs[0]["node"], "node-test");
     assert_eq!(jobs[0]["attempt"], 2, "check was attempt 1, run attempt 2");
+}
+
+#[test]
+fn repeats_a_node_counted_on_one_row_are_counted_once_each_by_the_server() {
+    let scratch = Scratch::temp();
+    let addr = free_loopback_addr().to_string();
+    let kmsg = scratch.path("kmsg.log");
+    let config = scratch.config(
+        "watch-push.json",
+        &format!(
+            r#"{{"aimaster": {{"runtime_check": {{"fail_action": "retain", "micro_benchmarks": "c4d"}}}},
+               "gpuvet": {{"backend": "sim", "report_to": "http://{addr}",
+                          "watch": {{"kmsg": "{}", "nvml": false, "interval_ms": 200}}}}}}"#,
+            kmsg.display()
+        ),
+    );
+    // XID 119 on one GPU twice, 100 s apart: reported, then escalated. One XID on one
+    // GPU: the node's store counts both on one row, and queues both.
+    let xid =
+        |s: u64| format!("[ {s}.000000] NVRM: Xid (PCI:0000:3b:00): 119, pid=1, test error\n");
+    std::fs::write(&kmsg, format!("{}{}", xid(100), xid(200))).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let watch = with_token(scratch.gpuvet())
+        .args(["watch", "--json", "--duration", "2", "--config"])
+        .arg(&config)
+        .env("GPUVET_KMSG_BOOT_TIME_MS", (now - 3_600_000).to_string())
+        .output()
+        .unwrap();
+    assert_eq!(watch.status.code(), Some(0), "{}", stderr(&watch));
+    assert_eq!(stdout(&watch).lines().count(), 2, "{}", stdout(&watch));
+    let local = scratch.events();
+    assert_eq!(local.len(), 1, "{local:#?}");
+    assert_eq!(local[0]["count"], 2, "{local:#?}");
+
+    // Sent while the server is up, and again from a copy, as if every reply was lost.
+    let copy = scratch.path("copy.db");
+    std::fs::copy(scratch.store(), &copy).unwrap();
+    let server = Serve::start(&scratch.path("server.db"), &addr);
+    for store in [scratch.store(), copy] {
+        let sent = push(&scratch, &config, &store);
+        assert_eq!(sent.status.code(), Some(0), "{}", stderr(&sent));
+    }
+    let on_server = server.get_json("/api/v1/events");
+    let on_server = on_server.as_array().unwrap();
+    assert_eq!(on_server.len(), 1, "{on_server:#?}");
+    for field in ["event_id", "time_ms", "count", "last_seen_ms", "message"] {
+        assert_eq!(on_server[0][field], local[0][field], "{field}");
+    }
 }
 
 /// A server (whose reads need [`READ_TOKEN`] when `guarded`), and a node's
