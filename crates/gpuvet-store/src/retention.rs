@@ -1,8 +1,9 @@
 //! Forgetting what a fleet server no longer needs to keep: attempts begun before a
 //! cutoff, with their reports and check results (the schema deletes those with their
-//! attempt), and events from before it. In bounded batches, each its own short write,
-//! so that pruning a year of history never holds the writer long enough to delay a
-//! push: the caller calls again until a batch comes back short.
+//! attempt), and events from before it (an event that counts repeats, by its last
+//! one). In bounded batches, each its own short write, so that pruning a year of
+//! history never holds the writer long enough to delay a push: the caller calls again
+//! until a batch comes back short.
 //!
 //! The outbox is never pruned here: an entry leaves it only once the server took it.
 
@@ -42,10 +43,12 @@ impl Store {
                     &[before.clone(), limit.clone()],
                 )
                 .during(ACTION)?;
+            // An event that still repeats is kept while its last sighting is.
             let events = db
                 .execute(
                     "DELETE FROM events WHERE id IN (
-                         SELECT id FROM events WHERE time_ms < ?1
+                         SELECT id FROM events
+                         WHERE time_ms < ?1 AND COALESCE(last_seen_ms, time_ms) < ?1
                          ORDER BY time_ms LIMIT ?2)",
                     &[before.clone(), limit.clone()],
                 )

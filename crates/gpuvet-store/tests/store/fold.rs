@@ -320,4 +320,9 @@ pub fn pruning_a_counted_row_takes_its_repeats_ids(fixture: &Fixture) {
     // Gone with its row, a repeat's id comes back as a new event.
     let again = store.record_event(&n0, &xid("e-3", 103, 3, 3)).unwrap();
     assert_eq!(again.count, 1);
+    // A row first seen before the cutoff but still repeating after it stays.
+    store.record_event(&n0, &xid("late", 2_000, 3, 4)).unwrap();
+    assert_eq!(store.prune_batch(1_000, 10).unwrap().events, 0);
+    assert_eq!(all_events(fixture)[0].count, 2);
+    assert_eq!(store.prune_batch(2_001, 10).unwrap().events, 1);
 }
