@@ -225,6 +225,7 @@ pub(crate) fn verdict_name(verdict: Verdict) -> &'static str {
         Verdict::Slow => "slow",
         Verdict::Faulty => "faulty",
         Verdict::Skipped => "skipped",
+        Verdict::Degraded => "degraded",
     }
 }
 

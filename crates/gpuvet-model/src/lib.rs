@@ -22,6 +22,7 @@ pub mod events;
 pub mod exit_codes;
 pub mod gpu_health;
 pub mod hex;
+pub mod history;
 pub mod ids;
 pub mod inventory;
 pub mod inventory_check;

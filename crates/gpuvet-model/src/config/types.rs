@@ -319,6 +319,8 @@ pub struct Settings {
     /// What gpuvet does in a Kubernetes cluster (`gpuvet.kubernetes`), with the binary's
     /// feature `k8s`.
     pub kubernetes: KubernetesSettings,
+    /// How each GPU is judged against its own record (`gpuvet.history`).
+    pub history: crate::history::HistoryPolicy,
 }
 
 /// `gpuvet.kubernetes`: whether a gpuvet built with the feature `k8s` acts on the

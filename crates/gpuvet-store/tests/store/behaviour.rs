@@ -66,6 +66,7 @@ macro_rules! behaviours {
             writes_of_one_id_in_one_batch_are_stored_once,
             a_batch_whose_commit_fails_stores_none_of_its_writes,
             batches_from_several_handles_at_once_store_each_id_once,
+            a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt,
         }
     };
 }
@@ -1485,4 +1486,58 @@ pub fn pruning_takes_old_attempts_with_their_reports_and_old_events_a_batch_at_a
         store.prune_batch(1_000, 2).unwrap(),
         gpuvet_store::Pruned::default()
     );
+}
+
+/// Each GPU's record (`gpuvet.history`): its `ok` values newest first, at most `runs`,
+/// each attempt's result once, and when its present run of `degraded` results began.
+pub fn a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt(fixture: &Fixture) {
+    use gpuvet_model::results::Verdict;
+    let mut store = fixture.open();
+    let with_gpu0 = |attempt: &Attempt, at: u64, value: f64, verdict: Verdict| {
+        let mut report = report(attempt, at);
+        let gpu0 = &mut report.checks[0].entities[0];
+        gpu0.measurement.value = Some(value);
+        gpu0.verdict = verdict;
+        report
+    };
+    for i in 1..=4u64 {
+        let attempt = store.begin_attempt("job", "n0", "pod-0", i * 1000).unwrap();
+        let report = with_gpu0(&attempt, i * 1000, 700.0 + i as f64, Verdict::Ok);
+        store.record_report(&attempt, &report).unwrap();
+        // The same attempt's result again (as a group's coordinator reports it): once.
+        let again = with_gpu0(&attempt, i * 1000 + 1, 1.0, Verdict::Ok);
+        store.record_report(&attempt, &again).unwrap();
+    }
+    let wanted = [
+        ("n0/dev0".to_owned(), CheckName::GemmFlops),
+        ("n0/dev2".to_owned(), CheckName::GemmFlops),
+        ("n9/dev0".to_owned(), CheckName::GemmFlops),
+        ("n0/dev0".to_owned(), CheckName::KernelLaunch),
+    ];
+    let records = store.gpu_records(&wanted, 3).unwrap();
+    // dev2 was only ever slow, n9 never measured, kernel_launch never run: no record.
+    assert_eq!(records.len(), 1, "{records:?}");
+    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    assert_eq!(gpu0.values, [704.0, 703.0, 702.0]);
+    assert_eq!(gpu0.first_at_ms, 2000);
+    assert_eq!(gpu0.degraded_since_ms, None);
+
+    // Two degraded runs: the record keeps its ok past and says since when.
+    for i in 5..=6u64 {
+        let attempt = store.begin_attempt("job", "n0", "pod-0", i * 1000).unwrap();
+        let report = with_gpu0(&attempt, i * 1000, 600.0, Verdict::Degraded);
+        store.record_report(&attempt, &report).unwrap();
+    }
+    let records = store.gpu_records(&wanted[..1], 3).unwrap();
+    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    assert_eq!(gpu0.values, [704.0, 703.0, 702.0]);
+    assert_eq!(gpu0.degraded_since_ms, Some(5000));
+    // An ok result ends the degradation.
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 7000).unwrap();
+    let report = with_gpu0(&attempt, 7000, 705.0, Verdict::Ok);
+    store.record_report(&attempt, &report).unwrap();
+    let records = store.gpu_records(&wanted[..1], 3).unwrap();
+    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    assert_eq!(gpu0.values, [705.0, 704.0, 703.0]);
+    assert_eq!(gpu0.degraded_since_ms, None);
 }

@@ -64,6 +64,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
             &sanity,
             &attempt,
             std::io::stderr().is_terminal(),
+            recorder.store.as_deref(),
         )?;
         // The app owns stdout; gpuvet's report goes to stderr.
         output::stderr(&render::table(

@@ -15,13 +15,15 @@ use gpuvet_model::baselines::{self, DEFAULT_FRACTION, Workload};
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
 use gpuvet_model::events::Attempt;
+use gpuvet_model::history::{self, HistoryPolicy};
 use gpuvet_model::ids::new_id;
 use gpuvet_model::redact;
 use gpuvet_model::results::{Outcome, RunContext, RunReport, Verdict};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
+use gpuvet_store::Store;
 
 use crate::cli::SanityArgs;
-use crate::failure::{Failure, note};
+use crate::failure::{Failure, note, warn};
 use crate::identity::known_secrets;
 use crate::output::Progress;
 use gpuvet_model::time::unix_now_ms;
@@ -131,9 +133,11 @@ pub fn own_executable() -> Result<std::path::PathBuf, Failure> {
 }
 
 /// Runs the checks, on this node or across its group as the group flags and the
-/// launcher's environment say, with progress on stderr when `show_progress`. The
-/// report gets its id here: it is this node's report from now on, in the store, the
-/// JSON and the files, whichever way the run went.
+/// launcher's environment say, with progress on stderr when `show_progress`, then
+/// judges each GPU against its own record in `store` (`gpuvet.history`). The report
+/// gets its id here: it is this node's report from now on, in the store, the JSON and
+/// the files, whichever way the run went.
+#[allow(clippy::too_many_arguments)]
 pub fn execute(
     args: &SanityArgs,
     mode: group::Mode,
@@ -142,14 +146,40 @@ pub fn execute(
     sanity: &SanityConfig,
     attempt: &Attempt,
     show_progress: bool,
+    store: Option<&Store>,
 ) -> Result<RunReport, Failure> {
     let mut report = run_checks(args, mode, backend, config, sanity, attempt, show_progress)?;
+    if let Some(store) = store {
+        judge_against_records(&mut report, store, &config.settings.history);
+    }
     report.report_id = new_id();
     report.context = Some(run_context(args));
     if report.outcome != Outcome::Passed {
         report.diagnosis = gpuvet_analysis::diagnose::diagnose_report(&report);
     }
     Ok(report)
+}
+
+/// Judges each GPU of the report against its own record in the store. A record that
+/// cannot be read is a warning, never a failed start: the verdicts of the peers and the
+/// baseline stand without it.
+fn judge_against_records(report: &mut RunReport, store: &Store, policy: &HistoryPolicy) {
+    if !policy.enabled {
+        return;
+    }
+    let wanted = history::wanted(report);
+    if wanted.is_empty() {
+        return;
+    }
+    match store.gpu_records(&wanted, policy.runs) {
+        Ok(records) => {
+            history::judge_report(report, &records, policy, unix_now_ms());
+        }
+        Err(err) => warn(format!(
+            "the GPUs were not judged against their own records: {}",
+            gpuvet_backend::with_causes(&err)
+        )),
+    }
 }
 
 /// What this run was started with, for the team a fault is handed to: the config file
