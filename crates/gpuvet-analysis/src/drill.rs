@@ -118,7 +118,7 @@ impl Expectation {
             }
             Expectation::Acts { action } => action.as_str().to_owned(),
             Expectation::AllDegraded { gpus } => {
-                format!("all {gpus} GPUs are named degraded against their own record, lane host")
+                format!("all {gpus} GPUs are named degraded, lane host")
             }
         }
     }

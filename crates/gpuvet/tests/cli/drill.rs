@@ -42,6 +42,12 @@ fn every_scenario_in_one_process_confirms_every_expectation() {
         "{}",
         evidence("bad-rail")
     );
+    // Every GPU of a group slowed alike is named degraded against its own record.
+    assert!(
+        evidence("degraded").contains("8 of 8 GPUs named degraded"),
+        "{}",
+        evidence("degraded")
+    );
     // The in-process group says it played its scripted node faults.
     let stderr = stderr(&output);
     assert!(stderr.contains("drill `hung-node` on 4 nodes"), "{stderr}");
