@@ -20,6 +20,7 @@ pub mod diagnostics;
 pub mod env_vars;
 pub mod events;
 pub mod exit_codes;
+pub mod fleet;
 pub mod gpu_health;
 pub mod hex;
 pub mod history;

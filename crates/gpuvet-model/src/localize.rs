@@ -859,6 +859,7 @@ fn node_result(
         deficit_pct: of(|e| e.deficit_pct),
         remeasured: false,
         history: None,
+        baseline_source: None,
     };
     let entity = Entity::Node {
         node: node.to_owned(),

@@ -239,6 +239,9 @@ pub struct Evidence {
     /// Worst acceptable value from the baseline (a floor or a ceiling, by direction).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<f64>,
+    /// Which baseline that was: the config's, the fleet's or the built-in table's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_source: Option<crate::fleet::BaselineSource>,
     /// How far from the peer median counts as slow, in percent (tolerance + noise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threshold_pct: Option<f64>,

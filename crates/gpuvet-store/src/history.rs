@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::Attempt;
+use gpuvet_model::fleet::FleetBaseline;
 use gpuvet_model::history::{GpuRecord, gpu_key, has_records};
 use gpuvet_model::results::{RunReport, Verdict};
 
@@ -142,5 +143,43 @@ impl Store {
             );
         }
         Ok(records)
+    }
+
+    /// The fleet's baseline of every GPU model and check with enough `ok` results
+    /// (`gpuvet_model::fleet`), each learned from its newest `newest` results, by
+    /// model, then check. Only results whose node named its GPUs' model count.
+    pub fn fleet_baselines(&self, newest: usize) -> Result<Vec<FleetBaseline>, StoreError> {
+        const ACTION: &str = "read the fleet's results from the store";
+        let rows = self
+            .db
+            .query(
+                "SELECT model, check_name, value FROM (
+                     SELECT model, check_name, value,
+                            ROW_NUMBER() OVER (PARTITION BY model, check_name
+                                               ORDER BY measured_at_ms DESC, id DESC) AS newness
+                     FROM gpu_results
+                     WHERE verdict = ? AND model IS NOT NULL AND value IS NOT NULL
+                 ) newest
+                 WHERE newness <= ?
+                 ORDER BY model, check_name",
+                &params![Verdict::Ok.as_str(), newest],
+            )
+            .during(ACTION)?;
+        let mut values: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+        for mut row in rows {
+            let model: String = row.get(0).during(ACTION)?;
+            let check: String = row.get(1).during(ACTION)?;
+            values
+                .entry((model, check))
+                .or_default()
+                .push(row.get::<f64>(2).during(ACTION)?);
+        }
+        Ok(values
+            .into_iter()
+            // A check this gpuvet does not know (a newer node's) has no baseline here.
+            .filter_map(|((model, check), values)| {
+                FleetBaseline::learn(&model, check.parse().ok()?, &values)
+            })
+            .collect())
     }
 }

@@ -66,6 +66,7 @@ pub(super) struct RawSettings {
     pub(super) watch: Option<RawWatch>,
     pub(super) kubernetes: Option<RawKubernetes>,
     pub(super) history: Option<RawHistory>,
+    pub(super) baseline_from: Option<String>,
 }
 
 #[derive(Deserialize)]

@@ -930,3 +930,23 @@ fn bad_history_settings_name_the_field() {
     let (_, _, hint) = invalid(r#"{"gpuvet": {"history": {"runs": 10, "min_runs": 11}}}"#);
     assert!(hint.unwrap().contains("`min_runs`"));
 }
+
+#[test]
+fn baselines_come_from_the_table_or_the_server_of_report_to() {
+    assert_eq!(
+        Config::default().settings.baseline_from,
+        BaselineFrom::Builtin
+    );
+    let config = Config::from_json(
+        r#"{"gpuvet": {"baseline_from": "server", "report_to": "http://127.0.0.1:9470"}}"#,
+    )
+    .unwrap();
+    assert_eq!(config.settings.baseline_from, BaselineFrom::Server);
+    let (path, message, hint) = invalid(r#"{"gpuvet": {"baseline_from": "server"}}"#);
+    assert_eq!(path, "gpuvet.baseline_from");
+    assert!(message.contains("`server` needs a server"), "{message}");
+    assert!(hint.unwrap().contains("`gpuvet.report_to`"));
+    let (path, message, _) = invalid(r#"{"gpuvet": {"baseline_from": "fleet"}}"#);
+    assert_eq!(path, "gpuvet.baseline_from");
+    assert!(message.contains("`builtin`, `server`"), "{message}");
+}

@@ -319,6 +319,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         watch: None,
         kubernetes: None,
         history: None,
+        baseline_from: None,
     });
     let backend = match raw.backend.as_deref() {
         None => BackendChoice::Auto,
@@ -445,6 +446,24 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .map(validate_history)
         .transpose()?
         .unwrap_or_default();
+    let baseline_from = match raw.baseline_from.as_deref() {
+        None | Some("builtin") => BaselineFrom::Builtin,
+        Some("server") if report_to.is_empty() => {
+            return Err(ConfigError::invalid(
+                "gpuvet.baseline_from",
+                "`server` needs a server to fetch the fleet's baselines from",
+            )
+            .with_hint("set `gpuvet.report_to` to the fleet server, or leave `baseline_from` out to use the built-in table"));
+        }
+        Some("server") => BaselineFrom::Server,
+        Some(text) => {
+            return Err(unknown_value(
+                "gpuvet.baseline_from",
+                text,
+                &["builtin", "server"],
+            ));
+        }
+    };
     Ok(Settings {
         backend,
         tolerance: raw.tolerance_pct.map(|pct| pct / 100.0),
@@ -465,6 +484,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         watch,
         kubernetes,
         history,
+        baseline_from,
     })
 }
 

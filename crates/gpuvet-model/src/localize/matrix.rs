@@ -201,6 +201,7 @@ impl<'a> Grid<'a> {
                 .map(|d| (d * 10_000.0).round() / 100.0),
             remeasured: false,
             history: None,
+            baseline_source: None,
         }
     }
 

@@ -67,6 +67,7 @@ macro_rules! behaviours {
             a_batch_whose_commit_fails_stores_none_of_its_writes,
             batches_from_several_handles_at_once_store_each_id_once,
             a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt,
+            the_fleet_learns_a_baseline_per_model_and_check_from_its_newest_ok_results,
         }
     };
 }
@@ -1540,4 +1541,41 @@ pub fn a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt(f
     let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
     assert_eq!(gpu0.values, [705.0, 704.0, 703.0]);
     assert_eq!(gpu0.degraded_since_ms, None);
+}
+
+/// The fleet's baselines (`gpuvet.baseline_from: server`): per model and check, from
+/// the newest `ok` results of GPUs whose node named their model, once there are enough.
+pub fn the_fleet_learns_a_baseline_per_model_and_check_from_its_newest_ok_results(
+    fixture: &Fixture,
+) {
+    use gpuvet_model::fleet::MIN_FLEET_RESULTS;
+    let mut store = fixture.open();
+    assert!(store.fleet_baselines(100).unwrap().is_empty());
+    // `report` gives GPU 0 of each node a model name (`Sim H200`) and a value of 700;
+    // GPUs 1 and 2 (another node's, as far as the report knows) have none.
+    for i in 0..(MIN_FLEET_RESULTS as u64 + 5) {
+        let node = format!("n{i}");
+        let attempt = store.begin_attempt("job", &node, "pod", i).unwrap();
+        let mut report = report(&attempt, 1000 + i);
+        // The oldest five are far slower: the newest 20 leave them out.
+        let value = if i < 5 { 100.0 } else { 700.0 + (i % 3) as f64 };
+        report.checks[0].entities[0].measurement.value = Some(value);
+        store.record_report(&attempt, &report).unwrap();
+    }
+    let learned = store.fleet_baselines(MIN_FLEET_RESULTS).unwrap();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    let baseline = &learned[0];
+    assert_eq!(
+        (baseline.model.as_str(), baseline.check),
+        ("Sim H200", CheckName::GemmFlops)
+    );
+    assert_eq!(baseline.results as usize, MIN_FLEET_RESULTS);
+    assert_eq!(baseline.median, 701.0);
+    // Too few of the newest results: nothing learned.
+    assert!(
+        store
+            .fleet_baselines(MIN_FLEET_RESULTS - 1)
+            .unwrap()
+            .is_empty()
+    );
 }

@@ -63,6 +63,7 @@ fn a_database_store_is_at_schema_version_and_shows_no_password() {
             "attempts",
             "check_results",
             "events",
+            "gpu_results",
             "gpuvet_schema",
             "outbox",
             "runs",
@@ -267,7 +268,7 @@ fn the_schema_is_sqlites_after_its_migrations() {
     let db = TestDatabase::create();
     drop(Store::open_location(&StoreLocation::parse(&db.url)).unwrap());
     let expected = sqlite_shapes(&path);
-    assert_eq!(expected.len(), 6, "{expected:#?}");
+    assert_eq!(expected.len(), 7, "{expected:#?}");
     assert_eq!(postgres_shapes(&mut db.client()), expected);
 }
 
