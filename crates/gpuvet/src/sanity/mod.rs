@@ -8,17 +8,20 @@ mod local_gpus;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::sync::Arc;
+use std::time::Duration;
 
 use gpuvet_backend::{Backend, WorkSpec};
 use gpuvet_model::analysis::{Limit, Tolerances};
 use gpuvet_model::baselines::{self, DEFAULT_FRACTION, Workload};
 use gpuvet_model::catalog::CheckName;
-use gpuvet_model::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
+use gpuvet_model::config::{BackendChoice, BaselineFrom, CheckList, Config, SanityConfig, Timeout};
 use gpuvet_model::events::Attempt;
+use gpuvet_model::fleet::{self, BaselineSource, FleetBaseline};
 use gpuvet_model::history::{self, HistoryPolicy};
 use gpuvet_model::ids::new_id;
 use gpuvet_model::redact;
 use gpuvet_model::results::{Outcome, RunContext, RunReport, Verdict};
+use gpuvet_push::fetch::ServerReader;
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
 use gpuvet_store::Store;
 
@@ -236,7 +239,7 @@ fn run_checks(
             .tolerance
             .unwrap_or_else(|| backend.default_tolerance(check))
     });
-    let baselines = limits(&*backend, config, sanity);
+    let (baselines, sources) = limits(&*backend, config, sanity);
     let worker = worker_launcher(args, &*backend, &attempt.node)?;
     let setup = group::Setup {
         args,
@@ -245,64 +248,114 @@ fn run_checks(
         attempt,
         checks: sanity.checks.as_slice().to_vec(),
         timeout: sanity.timeout.duration(),
-        tolerance: tolerance.clone(),
-        baselines: baselines.clone(),
-        worker: worker.clone(),
+        tolerance,
+        baselines,
+        worker,
         show_progress,
     };
-    match mode {
-        group::Mode::Member(rendezvous) => return group::as_member(&rendezvous, &setup),
-        group::Mode::LocalNodes(n) => return group::with_local_nodes(n, &setup),
-        group::Mode::InProcess(n) => return group::in_process(n, &setup),
-        group::Mode::Single => {}
-    }
+    let mut report = match mode {
+        group::Mode::Member(rendezvous) => group::as_member(&rendezvous, &setup)?,
+        group::Mode::LocalNodes(n) => group::with_local_nodes(n, &setup)?,
+        group::Mode::InProcess(n) => group::in_process(n, &setup)?,
+        group::Mode::Single => run_on_this_node(backend, attempt, config, &setup)?,
+    };
+    fleet::mark_sources(&mut report, &sources);
+    Ok(report)
+}
+
+/// Runs the checks on this node alone.
+fn run_on_this_node(
+    backend: Arc<dyn Backend>,
+    attempt: &Attempt,
+    config: &Config,
+    setup: &group::Setup<'_>,
+) -> Result<RunReport, Failure> {
     let plan = RunPlan {
         attempt: attempt.clone(),
         nodes: 1,
         checks: setup.checks.clone(),
         timeout: setup.timeout,
-        tolerance,
-        baselines,
+        tolerance: setup.tolerance.clone(),
+        baselines: setup.baselines.clone(),
         expected_inventory: config.settings.expected_inventory.clone(),
         work: WorkSpec::from_settings(&config.settings),
         started_at_ms: unix_now_ms(),
         hang_grace: HANG_GRACE,
-        worker: Some(worker),
+        worker: Some(setup.worker.clone()),
     };
-    let mut progress = Progress::new(show_progress);
+    let mut progress = Progress::new(setup.show_progress);
     Ok(gpuvet_runner::run(backend, &plan, &mut |event| {
         progress.observe(event)
     }))
 }
 
-/// The limit each check is judged by: the configured one, else the GPU model's
-/// published baseline at `DEFAULT_FRACTION` of it, else none.
+/// The limit each check is judged by, and where it came from: the configured one,
+/// else the fleet's for this node's GPU model (`gpuvet.baseline_from: server`), else
+/// the model's published baseline at `DEFAULT_FRACTION` of it, else none.
 fn limits(
     backend: &dyn Backend,
     config: &Config,
     sanity: &SanityConfig,
-) -> BTreeMap<CheckName, Limit> {
-    let model = baselines::model_of(backend.devices().iter().map(|d| d.name.as_str()));
+) -> (
+    BTreeMap<CheckName, Limit>,
+    BTreeMap<CheckName, BaselineSource>,
+) {
+    let names: Vec<&str> = backend.devices().iter().map(|d| d.name.as_str()).collect();
+    let model = baselines::model_of(names.iter().copied());
+    let device_model = names
+        .first()
+        .filter(|first| names.iter().all(|name| name == *first))
+        .copied();
+    let fleet = match config.settings.baseline_from {
+        BaselineFrom::Builtin => BTreeMap::new(),
+        BaselineFrom::Server => fleet::fleet_limits(&fetch_fleet_baselines(config), device_model),
+    };
     let workload = Workload {
         gemm_dtype: config.settings.gemm_dtype,
         gemm_size: config.settings.gemm_size,
         gpus_per_node: backend.devices().len(),
     };
-    sanity
-        .checks
-        .as_slice()
-        .iter()
-        .filter_map(|&check| {
-            let limit = baselines::effective_limit(
-                check,
-                &config.settings.baselines,
-                model,
-                &workload,
-                DEFAULT_FRACTION,
-            );
-            limit.map(|limit| (check, limit))
-        })
-        .collect()
+    let mut limits = BTreeMap::new();
+    let mut sources = BTreeMap::new();
+    for &check in sanity.checks.as_slice() {
+        let chosen = if let Some(&limit) = config.settings.baselines.get(&check) {
+            Some((limit, BaselineSource::Config))
+        } else if let Some(&limit) = fleet.get(&check) {
+            Some((limit, BaselineSource::Fleet))
+        } else {
+            baselines::effective_limit(check, &BTreeMap::new(), model, &workload, DEFAULT_FRACTION)
+                .map(|limit| (limit, BaselineSource::Builtin))
+        };
+        if let Some((limit, source)) = chosen {
+            limits.insert(check, limit);
+            sources.insert(check, source);
+        }
+    }
+    (limits, sources)
+}
+
+/// How long a node waits for the fleet's baselines before it judges by the built-in
+/// table: the checks wait on it.
+const FLEET_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The fleet's baselines from the first server of `gpuvet.report_to`; none, with a
+/// warning, when it cannot be read: the built-in table judges then.
+fn fetch_fleet_baselines(config: &Config) -> Vec<FleetBaseline> {
+    let Some(url) = config.settings.report_to.first() else {
+        return Vec::new();
+    };
+    let token = std::env::var(gpuvet_model::env_vars::READ_TOKEN).ok();
+    let fetched = ServerReader::new(url, token.as_deref())
+        .with_timeout(FLEET_FETCH_TIMEOUT)
+        .with_trust(&crate::push::trust(config))
+        .and_then(|reader| reader.fleet_baselines());
+    fetched.unwrap_or_else(|err| {
+        warn(format!(
+            "the fleet's baselines could not be read from `{url}`, so the built-in table judges: {}",
+            gpuvet_backend::with_causes(&err)
+        ));
+        Vec::new()
+    })
 }
 
 /// The findings of a report as JSON, for event details and the rebuild hook.
