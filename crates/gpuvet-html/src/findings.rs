@@ -110,7 +110,7 @@ fn every_entity(report: &RunReport) -> String {
 const MAX_DEGRADED_ROWS: usize = 64;
 
 /// GPUs worse than their own record that fail nothing (`gpuvet.history`): one row each,
-/// the worst first, at most [`MAX_DEGRADED_ROWS`]; empty when there are none.
+/// the worst first, at most `MAX_DEGRADED_ROWS`; empty when there are none.
 pub fn degraded_table(report: &RunReport) -> String {
     let mut degraded: Vec<_> = report.degraded().collect();
     if degraded.is_empty() {
