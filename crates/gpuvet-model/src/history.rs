@@ -267,7 +267,7 @@ pub fn judge_entity(
     result.verdict = Verdict::Degraded;
     result.reason = format!(
         "{} {unit} is {:.1}% {worse} its own median {} {unit} over its last {} ok runs \
-         (threshold {:.1}%), {since_text}; its peers agree with it: {}",
+         (threshold {:.1}%), {since_text}; against its peers and baseline: {}",
         fmt_value(value),
         deficit * 100.0,
         fmt_value(summary.median),
