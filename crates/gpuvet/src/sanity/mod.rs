@@ -411,5 +411,15 @@ pub fn summary_line(report: &RunReport) -> String {
     } else if let Some(check) = report.checks.iter().find(|c| c.status.is_failure()) {
         line.push_str(&format!("; {} {}", check.name, check.status));
     }
+    let degraded: Vec<String> = report
+        .degraded()
+        .map(|(check, e)| format!("{} on {}", check.name, e.entity))
+        .collect();
+    if let Some(first) = degraded.first() {
+        line.push_str(&format!(
+            "; {} degraded against their own record (first: {first})",
+            degraded.len()
+        ));
+    }
     line
 }
