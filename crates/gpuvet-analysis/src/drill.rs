@@ -19,7 +19,7 @@ use gpuvet_model::events::EventKind;
 use gpuvet_model::results::Lane;
 
 /// The scenarios, in the order `--all` runs them.
-pub const SCENARIOS: [&str; 13] = [
+pub const SCENARIOS: [&str; 14] = [
     "healthy",
     "slow-gpu-5",
     "slow-gpu-10",
@@ -33,7 +33,12 @@ pub const SCENARIOS: [&str; 13] = [
     "xid-79",
     "inventory-mismatch",
     "two-faults",
+    "degraded",
 ];
+
+/// How many healthy runs the `degraded` drill gives each GPU's record before the run
+/// it judges: the fewest a record may judge from (`gpuvet.history.min_runs`).
+pub const DEGRADED_HISTORY_RUNS: u32 = 3;
 
 /// How a drill's group runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +99,9 @@ pub enum Expectation {
     OnlyNamed { nodes: Vec<String> },
     /// What the platform does.
     Acts { action: Action },
+    /// Every one of the group's `gpus` GPUs is named degraded (below its own record),
+    /// lane host, though its peers agree with it.
+    AllDegraded { gpus: u32 },
 }
 
 impl Expectation {
@@ -109,6 +117,9 @@ impl Expectation {
                 format!("no node but {} is named", list.join(", "))
             }
             Expectation::Acts { action } => action.as_str().to_owned(),
+            Expectation::AllDegraded { gpus } => {
+                format!("all {gpus} GPUs are named degraded, lane host")
+            }
         }
     }
 }
@@ -132,6 +143,18 @@ pub struct Drill {
     /// expectation is not applicable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub not_applicable: Option<String>,
+    /// Runs that build every GPU's record before the judged run, in a store of the
+    /// drill's own (so no earlier run on this machine is part of the record).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryRuns>,
+}
+
+/// The healthy runs a drill makes before the one it judges.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct HistoryRuns {
+    pub runs: u32,
+    /// The config they run with: the drill's, without its fault.
+    pub config: serde_json::Value,
 }
 
 /// The node names `--local-nodes` gives a group of `nodes`.
@@ -351,6 +374,23 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
                 ],
             )
         }
+        "degraded" => {
+            // Every GPU of every node 15 % below its own record: its peers agree with
+            // it, so only the record can tell.
+            checks = vec!["gemm_flops"];
+            sim["speed"] = serde_json::json!({"0": 0.85, "1": 0.85});
+            (
+                "every GPU of every node 15% below its own record (3 healthy runs before)"
+                    .to_owned(),
+                vec![
+                    Expectation::AllDegraded { gpus: nodes * 2 },
+                    Expectation::NothingNamed,
+                    Expectation::Acts {
+                        action: Action::Start,
+                    },
+                ],
+            )
+        }
         _ => return None,
     };
     let mut config = serde_json::json!({
@@ -368,6 +408,16 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
     if let Some(pairing) = pairing {
         config["gpuvet"]["pairing"] = serde_json::json!(pairing);
     }
+    let history = (scenario == "degraded").then(|| {
+        config["gpuvet"]["history"] =
+            serde_json::json!({"runs": 20, "min_runs": DEGRADED_HISTORY_RUNS});
+        let mut healthy = config.clone();
+        healthy["gpuvet"]["sim"]["speed"] = serde_json::json!({});
+        HistoryRuns {
+            runs: DEGRADED_HISTORY_RUNS,
+            config: healthy,
+        }
+    });
     Some(Drill {
         scenario: scenario.to_owned(),
         nodes,
@@ -378,6 +428,7 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
         expectations,
         group,
         not_applicable,
+        history,
     })
 }
 
@@ -406,6 +457,9 @@ pub struct Observed {
     pub events: Vec<EventKind>,
     /// The runtime check stopped the app.
     pub app_stopped: bool,
+    /// Every entity named degraded (below its own record), with its lane.
+    #[serde(default)]
+    pub degraded: Vec<(String, Lane)>,
 }
 
 /// One row of the proof table.
@@ -537,6 +591,25 @@ fn judge_one(expectation: &Expectation, observed: &Observed) -> (Conclusion, Str
                 }),
             named_list(),
         ),
+        Expectation::AllDegraded { gpus } => {
+            let host = observed
+                .degraded
+                .iter()
+                .filter(|(_, lane)| *lane == Lane::Host)
+                .map(|(entity, _)| entity.as_str())
+                .collect::<std::collections::BTreeSet<_>>();
+            found(
+                host.len() == *gpus as usize,
+                format!(
+                    "{} of {gpus} GPUs named degraded{}",
+                    host.len(),
+                    host.iter()
+                        .next()
+                        .map(|first| format!(", e.g. `{first}`"))
+                        .unwrap_or_default()
+                ),
+            )
+        }
         Expectation::Acts { action } => {
             let (ok, what) = match action {
                 Action::Start => (

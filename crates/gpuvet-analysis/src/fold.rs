@@ -153,6 +153,7 @@ pub fn verdict_word(verdict: Verdict) -> &'static str {
         Verdict::Slow => "slow",
         Verdict::Ok => "ok",
         Verdict::Skipped => "skipped",
+        Verdict::Degraded => "degraded",
     }
 }
 

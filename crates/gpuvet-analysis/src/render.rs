@@ -9,7 +9,7 @@ use quick_junit::{NonSuccessKind, Report, TestCase, TestCaseStatus, TestSuite};
 use gpuvet_model::diagnosis::{fmt_quantity, quantity_number, wrap_hanging_into, wrap_into};
 use gpuvet_model::node_list::{MAX_PARTS, fold_node_names};
 use gpuvet_model::repeats::group_repeats;
-use gpuvet_model::results::{CheckResult, CheckStatus, RunReport};
+use gpuvet_model::results::{CheckResult, CheckStatus, EntityResult, RunReport};
 
 pub use crate::diagnose::rank_name;
 use crate::diagnose::status_words;
@@ -156,6 +156,21 @@ pub fn table(report: &RunReport, width: usize, detail: Detail) -> String {
             out.push('\n');
         }
     }
+    let degraded = degraded_lines(report, detail);
+    if !degraded.is_empty() {
+        out.push_str("degraded (below their own record; the start is not refused for it):\n");
+        let mut lines = Vec::new();
+        for text in degraded {
+            match detail {
+                Detail::Brief => wrap_hanging_into(&mut lines, "  ", 4, &text, width, 2),
+                Detail::Full => lines.push(format!("  {text}")),
+            }
+        }
+        for text in lines {
+            out.push_str(&text);
+            out.push('\n');
+        }
+    }
     out.push_str(&format!(
         "outcome: {} ({}) in {:.1}s\n",
         report.outcome.as_str(),
@@ -163,6 +178,49 @@ pub fn table(report: &RunReport, width: usize, detail: Detail) -> String {
         report.duration_secs
     ));
     out
+}
+
+/// The most GPUs a brief line of degraded GPUs names; the rest are counted.
+const BRIEF_DEGRADED: usize = 4;
+
+/// The GPUs worse than their own record that do not fail their check: one line each in
+/// full, one line per check in brief (the worst first, the rest counted), so the table
+/// stays bounded at any GPU count.
+fn degraded_lines(report: &RunReport, detail: Detail) -> Vec<String> {
+    let mut lines = Vec::new();
+    for check in &report.checks {
+        let mut degraded: Vec<&EntityResult> = check.degraded().collect();
+        if degraded.is_empty() {
+            continue;
+        }
+        if detail == Detail::Full {
+            lines.extend(
+                degraded
+                    .iter()
+                    .map(|e| format!("{} degraded on {}: {}", check.name, e.entity, e.reason)),
+            );
+            continue;
+        }
+        let deficit = |e: &EntityResult| e.evidence.history.as_ref().map_or(0.0, |h| h.deficit_pct);
+        degraded.sort_by(|a, b| deficit(b).total_cmp(&deficit(a)));
+        let named: Vec<String> = degraded
+            .iter()
+            .take(BRIEF_DEGRADED)
+            .map(|e| format!("{} {:.1}%", e.entity, deficit(e)))
+            .collect();
+        let more = degraded.len().saturating_sub(BRIEF_DEGRADED);
+        let mut line = format!(
+            "{} on {} GPU(s), worse than their own median by: {}",
+            check.name,
+            degraded.len(),
+            named.join(", ")
+        );
+        if more > 0 {
+            line.push_str(&format!(" and {more} more"));
+        }
+        lines.push(line);
+    }
+    lines
 }
 
 /// The most lines of ranks that only followed the first error.
@@ -204,11 +262,15 @@ fn details_cell(check: &CheckResult, detail: Detail) -> String {
         };
     }
     let bad = check.findings().count();
+    let degraded = check.degraded().count();
     let mut cell = format!(
         "{} of {} ok",
-        check.entities.len() - bad,
+        check.entities.len() - bad - degraded,
         check.entities.len()
     );
+    if degraded > 0 {
+        cell.push_str(&format!(", {degraded} degraded"));
+    }
     let params: Vec<String> = match detail {
         Detail::Full => check
             .params

@@ -564,6 +564,7 @@ pub(crate) fn verdict_word(verdict: Verdict) -> &'static str {
         Verdict::Slow => "slow",
         Verdict::Faulty => "faulty",
         Verdict::Skipped => "skipped",
+        Verdict::Degraded => "degraded",
     }
 }
 

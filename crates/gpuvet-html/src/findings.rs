@@ -104,3 +104,42 @@ fn every_entity(report: &RunReport) -> String {
     out.push_str("</tbody>\n</table>\n</details>\n");
     out
 }
+
+/// The most degraded GPUs the table lists; the rest are counted, so the page stays
+/// bounded at any GPU count.
+const MAX_DEGRADED_ROWS: usize = 64;
+
+/// GPUs worse than their own record that fail nothing (`gpuvet.history`): one row each,
+/// the worst first, at most `MAX_DEGRADED_ROWS`; empty when there are none.
+pub fn degraded_table(report: &RunReport) -> String {
+    let mut degraded: Vec<_> = report.degraded().collect();
+    if degraded.is_empty() {
+        return String::new();
+    }
+    let deficit = |e: &gpuvet_model::results::EntityResult| {
+        e.evidence.history.as_ref().map_or(0.0, |h| h.deficit_pct)
+    };
+    degraded.sort_by(|(_, a), (_, b)| deficit(b).total_cmp(&deficit(a)));
+    let mut out = format!(
+        "<section id=\"degraded\">\n<h2>Degraded ({})</h2>\n<p class=\"count\">Worse than their own record, though their peers agree with them; the start is not refused for it.</p>\n<table class=\"entities degraded\">\n<thead><tr><th>check</th><th>entity</th><th>below its record</th><th>reason</th></tr></thead>\n<tbody>\n",
+        degraded.len()
+    );
+    for (check, entity) in degraded.iter().take(MAX_DEGRADED_ROWS) {
+        out.push_str(&format!(
+            "<tr class=\"degraded\"><td><a href=\"#check-{name}\">{name}</a></td><td>{}</td><td>{:.1}%</td><td>{}</td></tr>\n",
+            escape(&entity.entity.to_string()),
+            deficit(entity),
+            escape(&entity.reason),
+            name = check.name.as_str(),
+        ));
+    }
+    out.push_str("</tbody>\n</table>\n");
+    if degraded.len() > MAX_DEGRADED_ROWS {
+        out.push_str(&format!(
+            "<p class=\"count\">and {} more</p>\n",
+            degraded.len() - MAX_DEGRADED_ROWS
+        ));
+    }
+    out.push_str("</section>\n");
+    out
+}

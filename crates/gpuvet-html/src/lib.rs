@@ -18,7 +18,7 @@ mod findings;
 pub mod site;
 mod verdict;
 
-pub use findings::findings_table;
+pub use findings::{degraded_table, findings_table};
 pub use verdict::verdict_block;
 
 use gpuvet_analysis::diagnose::rank_name;
@@ -71,6 +71,7 @@ pub fn page(report: &RunReport) -> String {
         out.push_str(&group_section(group));
     }
     out.push_str(&findings_table(report));
+    out.push_str(&degraded_table(report));
     out.push_str("<section id=\"checks\">\n<h2>Checks</h2>\n");
     for check in &report.checks {
         out.push_str(&check_panel(check));
@@ -225,6 +226,7 @@ pub(crate) fn verdict_name(verdict: Verdict) -> &'static str {
         Verdict::Slow => "slow",
         Verdict::Faulty => "faulty",
         Verdict::Skipped => "skipped",
+        Verdict::Degraded => "degraded",
     }
 }
 

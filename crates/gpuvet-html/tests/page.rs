@@ -122,3 +122,39 @@ fn a_group_of_1024_nodes_is_drawn_as_distributions_and_lists_every_finding() {
     assert!(html.contains("<summary>node-[0-1023] (all 1024 names)</summary>"));
     assert!(html.contains("first error</strong>: rank 1023 (node-1023) failed"));
 }
+
+/// GPUs degraded against their own record are listed apart from the findings, the
+/// worst first, in a table bounded at any GPU count, with their bars in their colour.
+#[test]
+fn degraded_gpus_have_a_bounded_table_of_their_own() {
+    use gpuvet_model::history::{GpuRecord, HistoryPolicy, judge_report};
+    let html = page(&one_node_report("node-a"));
+    assert!(!html.contains("id=\"degraded\""), "none without a record");
+
+    let mut report = group_report(16);
+    let records = report.checks[0]
+        .entities
+        .iter()
+        .filter_map(|e| {
+            let record = GpuRecord {
+                values: vec![e.measurement.value? * 1.25; 20],
+                first_at_ms: 0,
+                degraded_since_ms: None,
+            };
+            Some(((e.entity.to_string(), report.checks[0].name), record))
+        })
+        .collect();
+    let degraded = judge_report(&mut report, &records, &HistoryPolicy::default(), 1);
+    assert!(degraded > 64, "{degraded}");
+    let html = page(&report);
+    assert!(
+        html.contains(&format!("<h2>Degraded ({degraded})</h2>")),
+        "{html}"
+    );
+    assert_eq!(html.matches("<tr class=\"degraded\">").count(), 64);
+    assert!(
+        html.contains(&format!("and {} more", degraded - 64)),
+        "{html}"
+    );
+    assert!(html.contains(r#"<rect class="bar degraded""#) || html.contains("dot degraded"));
+}

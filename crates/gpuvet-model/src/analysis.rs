@@ -302,10 +302,7 @@ pub fn suspects(results: &[EntityResult]) -> Vec<usize> {
 
 /// The status of a check that ran, from its entities' verdicts.
 pub fn check_status(results: &[EntityResult]) -> CheckStatus {
-    if results
-        .iter()
-        .any(|r| matches!(r.verdict, Verdict::Slow | Verdict::Faulty))
-    {
+    if results.iter().any(EntityResult::fails) {
         CheckStatus::Failed
     } else {
         CheckStatus::Passed

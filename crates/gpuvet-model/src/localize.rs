@@ -405,7 +405,8 @@ fn judge_pair(
     let once = tests.len() == 1;
     let state = match result.verdict {
         Verdict::Ok if once && is_borderline(&result.evidence) => PairState::Borderline,
-        Verdict::Ok | Verdict::Skipped => PairState::Passed,
+        // Pairs have no record of their own: never degraded, counted as passed.
+        Verdict::Ok | Verdict::Skipped | Verdict::Degraded => PairState::Passed,
         Verdict::Slow if once => PairState::Suspect,
         Verdict::Slow => PairState::Failed,
         Verdict::Faulty => PairState::Faulty,
@@ -857,6 +858,8 @@ fn node_result(
         noise_pct: None,
         deficit_pct: of(|e| e.deficit_pct),
         remeasured: false,
+        history: None,
+        baseline_source: None,
     };
     let entity = Entity::Node {
         node: node.to_owned(),

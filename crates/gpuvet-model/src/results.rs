@@ -55,6 +55,37 @@ pub enum Verdict {
     /// Error, hang, zero work or a wrong result.
     Faulty,
     Skipped,
+    /// Works, and its peers and baseline pass it, but it is worse than its own record
+    /// (`gpuvet.history`): see [`crate::history`]. Fails its check only where the
+    /// config says so.
+    Degraded,
+}
+
+impl Verdict {
+    pub const ALL: [Verdict; 5] = [
+        Verdict::Ok,
+        Verdict::Slow,
+        Verdict::Faulty,
+        Verdict::Skipped,
+        Verdict::Degraded,
+    ];
+
+    /// Its name in reports and the API (`degraded`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Slow => "slow",
+            Verdict::Faulty => "faulty",
+            Verdict::Skipped => "skipped",
+            Verdict::Degraded => "degraded",
+        }
+    }
+}
+
+impl fmt::Display for Verdict {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
 }
 
 /// What a measurement is about.
@@ -208,6 +239,9 @@ pub struct Evidence {
     /// Worst acceptable value from the baseline (a floor or a ceiling, by direction).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub baseline: Option<f64>,
+    /// Which baseline that was: the config's, the fleet's or the built-in table's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub baseline_source: Option<crate::fleet::BaselineSource>,
     /// How far from the peer median counts as slow, in percent (tolerance + noise).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub threshold_pct: Option<f64>,
@@ -220,6 +254,9 @@ pub struct Evidence {
     /// True when the entity was a suspect and this is its second measurement.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub remeasured: bool,
+    /// The entity against its own record (`gpuvet.history`), where it has enough of one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<crate::history::HistoryEvidence>,
 }
 
 /// A measurement with its verdict.
@@ -233,6 +270,18 @@ pub struct EntityResult {
     pub reason: String,
     pub evidence: Evidence,
     pub measurement: Measurement,
+}
+
+impl EntityResult {
+    /// Whether this verdict fails its check: slow, faulty, or degraded where the config
+    /// makes a degradation fail (`gpuvet.history.fail_on_degraded`).
+    pub fn fails(&self) -> bool {
+        match self.verdict {
+            Verdict::Slow | Verdict::Faulty => true,
+            Verdict::Degraded => self.evidence.history.as_ref().is_some_and(|h| h.fails),
+            Verdict::Ok | Verdict::Skipped => false,
+        }
+    }
 }
 
 /// How one check ended.
@@ -351,11 +400,17 @@ impl CheckResult {
         }
     }
 
-    /// Entities whose verdict is slow or faulty.
+    /// Entities whose verdict fails the check ([`EntityResult::fails`]).
     pub fn findings(&self) -> impl Iterator<Item = &EntityResult> {
+        self.entities.iter().filter(|e| e.fails())
+    }
+
+    /// Entities worse than their own record that do not fail the check: told, not acted
+    /// on.
+    pub fn degraded(&self) -> impl Iterator<Item = &EntityResult> {
         self.entities
             .iter()
-            .filter(|e| matches!(e.verdict, Verdict::Slow | Verdict::Faulty))
+            .filter(|e| e.verdict == Verdict::Degraded && !e.fails())
     }
 
     /// The median of the headline values that were measured.
@@ -657,11 +712,18 @@ pub struct GroupIncident {
 }
 
 impl RunReport {
-    /// Every slow or faulty entity across checks, in check order.
+    /// Every entity that fails its check, across checks, in check order.
     pub fn findings(&self) -> impl Iterator<Item = (&CheckResult, &EntityResult)> {
         self.checks
             .iter()
             .flat_map(|check| check.findings().map(move |f| (check, f)))
+    }
+
+    /// Every degraded entity that does not fail its check, in check order.
+    pub fn degraded(&self) -> impl Iterator<Item = (&CheckResult, &EntityResult)> {
+        self.checks
+            .iter()
+            .flat_map(|check| check.degraded().map(move |f| (check, f)))
     }
 
     /// The lane of the first problem: the first finding, else the first check that

@@ -1,6 +1,6 @@
 //! One attempt of a job read back from a fleet server over its API: the timeline, the
 //! explanation, or the fault bundle, as `gpuvet timeline|explain|bundle --server URL`
-//! show them. The server's read token (`GPUVET_READ_TOKEN`) is sent when there is one;
+//! show them; and the fleet's baselines a node judges by (`gpuvet.baseline_from`). The server's read token (`GPUVET_READ_TOKEN`) is sent when there is one;
 //! never the push token, which grants no reads (and would go to whatever `--server`
 //! names). A server that asks for a token it was not given is a 401 whose hint says
 //! which variable to set.
@@ -11,6 +11,7 @@ use std::time::Duration;
 use gpuvet_analysis::explain::Explanation;
 use gpuvet_analysis::timeline::Timeline;
 use gpuvet_model::env_vars::READ_TOKEN;
+use gpuvet_model::fleet::FleetBaseline;
 use serde::de::DeserializeOwned;
 
 use crate::PushError;
@@ -30,6 +31,7 @@ pub struct ServerReader {
     base_url: String,
     authorization: Option<String>,
     agent: ureq::Agent,
+    timeout: Duration,
 }
 
 impl ServerReader {
@@ -42,14 +44,23 @@ impl ServerReader {
                 .filter(|t| !t.is_empty())
                 .map(|t| format!("Bearer {t}")),
             agent: crate::agent(FETCH_TIMEOUT, None),
+            timeout: FETCH_TIMEOUT,
         }
+    }
+
+    /// The same reader giving up on a read after `timeout` instead of
+    /// [`FETCH_TIMEOUT`].
+    pub fn with_timeout(mut self, timeout: Duration) -> ServerReader {
+        self.timeout = timeout;
+        self.agent = crate::agent(timeout, None);
+        self
     }
 
     /// Checks an `https://` server's certificate against `trust`; an error when the
     /// CAs cannot be read.
     pub fn with_trust(mut self, trust: &crate::Trust) -> Result<ServerReader, PushError> {
         if crate::is_https(&self.base_url) {
-            self.agent = crate::agent(FETCH_TIMEOUT, Some(crate::tls::config(trust)?));
+            self.agent = crate::agent(self.timeout, Some(crate::tls::config(trust)?));
         }
         Ok(self)
     }
@@ -62,6 +73,11 @@ impl ServerReader {
     /// The attempt's explanation: first error, lane, team, next step, hypotheses.
     pub fn explanation(&self, job: &str, attempt: Option<u32>) -> Result<Explanation, PushError> {
         self.json(&self.url(job, "explain", attempt))
+    }
+
+    /// The fleet's baseline of each GPU model and check (`GET /api/v1/baselines`).
+    pub fn fleet_baselines(&self) -> Result<Vec<FleetBaseline>, PushError> {
+        self.json(&format!("{}/api/v1/baselines", self.base_url))
     }
 
     /// Copies the attempt's bundle into `out`; returns its size in bytes.

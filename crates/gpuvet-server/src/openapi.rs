@@ -43,6 +43,7 @@ const OPEN_PATHS: [&str; 1] = ["/api/v1/health"];
         api::read::list_runs,
         api::read::get_run,
         api::read::list_results,
+        api::read::list_baselines,
         api::read::list_events,
         api::push::push_attempt,
         api::push::push_report,

@@ -383,6 +383,38 @@ fn populated(backing: Backing) -> Running {
     server
 }
 
+/// `gpuvet.baseline_from: server`: the fleet's baseline of a model and check, learned
+/// from the GPUs whose reports named their model, once it has enough results.
+fn the_fleet_baselines_are_learned_from_the_pushed_reports(backing: Backing) {
+    use gpuvet_model::fleet::MIN_FLEET_RESULTS;
+    use gpuvet_model::results::DeviceInfo;
+    let server = Running::start(backing, Some(TOKEN));
+    let (status, baselines) = server.get_json("/api/v1/baselines");
+    assert_eq!((status, baselines), (200, json!([])));
+    for i in 0..MIN_FLEET_RESULTS {
+        let node = attempt("job-f", &format!("n{i}"), 1);
+        let mut report = report(&node, &format!("r-f-{i}"), false);
+        // GPU 0 names its model; GPU 1 does not, and is left out.
+        report.devices.push(DeviceInfo {
+            index: 0,
+            name: "NVIDIA H200".to_owned(),
+            memory_bytes: None,
+            facts: Default::default(),
+            details: Default::default(),
+        });
+        assert_eq!(push_report(&server, &report).0, 200);
+    }
+    let (status, baselines) = server.get_json("/api/v1/baselines");
+    assert_eq!(status, 200);
+    assert_eq!(baselines.as_array().unwrap().len(), 1, "{baselines}");
+    let baseline = &baselines[0];
+    assert_eq!(baseline["model"], "NVIDIA H200");
+    assert_eq!(baseline["check"], "gemm_flops");
+    assert_eq!(baseline["results"], MIN_FLEET_RESULTS);
+    assert_eq!(baseline["median"], 700.0);
+    assert_eq!(baseline["limit"], 630.0);
+}
+
 fn jobs_attempts_and_instances_read_back_and_unknown_ones_are_404(backing: Backing) {
     let server = populated(backing);
     let (status, jobs) = server.get_json("/api/v1/jobs");
@@ -1059,6 +1091,7 @@ fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint
         .collect();
     let expected = BTreeMap::from([
         ("/api/v1/attempts", vec!["post"]),
+        ("/api/v1/baselines", vec!["get"]),
         ("/api/v1/events", vec!["get", "post"]),
         ("/api/v1/health", vec!["get"]),
         ("/api/v1/jobs", vec!["get"]),
@@ -1784,6 +1817,7 @@ macro_rules! on_both_stores {
 }
 
 on_both_stores!(
+    the_fleet_baselines_are_learned_from_the_pushed_reports,
     jobs_attempts_and_instances_read_back_and_unknown_ones_are_404,
     runs_results_and_events_filter_and_bad_filters_are_400,
     a_push_needs_the_token_and_is_stored_once_under_its_id,

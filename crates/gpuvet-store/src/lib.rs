@@ -37,6 +37,7 @@
 
 mod db;
 mod error;
+mod history;
 mod open;
 mod outbox;
 mod overview;

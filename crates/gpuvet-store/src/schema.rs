@@ -27,7 +27,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 6] = [V1, V2, V3, V4, V5, V6];
+const MIGRATIONS: [&str; 7] = [V1, V2, V3, V4, V5, V6, V7_GPU_RESULTS];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -151,6 +151,29 @@ CREATE TABLE event_repeats (
     id_hash   INTEGER NOT NULL,
     PRIMARY KEY (event_row, id_hash)
 ) WITHOUT ROWID;
+";
+
+/// Each GPU's result of each check, one row per GPU, check and attempt, for its
+/// record (`gpuvet.history`, `gpuvet_model::history`): read newest first by GPU and
+/// check. A GPU is its key (`uuid:UUID`, or `node/devN`); a result reported twice for
+/// one attempt (by its node and by its group's coordinator) is kept once. Pruned with
+/// its run.
+const V7_GPU_RESULTS: &str = "
+CREATE TABLE gpu_results (
+    id             INTEGER PRIMARY KEY,
+    run_id         INTEGER NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    gpu            TEXT    NOT NULL,
+    check_name     TEXT    NOT NULL,
+    job_id         TEXT    NOT NULL,
+    attempt        INTEGER NOT NULL,
+    verdict        TEXT    NOT NULL,
+    value          REAL,
+    model          TEXT,
+    measured_at_ms INTEGER NOT NULL,
+    UNIQUE (gpu, check_name, job_id, attempt)
+);
+CREATE INDEX gpu_results_by_gpu ON gpu_results (gpu, check_name, measured_at_ms);
+CREATE INDEX gpu_results_by_run ON gpu_results (run_id);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

@@ -28,7 +28,7 @@ use crate::{SCHEMA_VERSION, StoreError};
 /// `application_id`. (Ids are locked in the two-key space, which is separate.)
 const MIGRATION_LOCK: i64 = 0x6770_7674;
 
-const MIGRATIONS: [(u32, &str); 3] = [(4, V4), (5, V5), (6, V6)];
+const MIGRATIONS: [(u32, &str); 4] = [(4, V4), (5, V5), (6, V6), (7, V7_GPU_RESULTS)];
 
 const _: () = assert!(
     MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION,
@@ -49,6 +49,25 @@ CREATE TABLE event_repeats (
     id_hash   BIGINT NOT NULL,
     PRIMARY KEY (event_row, id_hash)
 );
+"#;
+
+/// `schema.rs`'s `V7_GPU_RESULTS`: each GPU's result of each check, for its record.
+const V7_GPU_RESULTS: &str = r#"
+CREATE TABLE gpu_results (
+    id             BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    run_id         BIGINT NOT NULL REFERENCES runs (id) ON DELETE CASCADE,
+    gpu            TEXT COLLATE "C" NOT NULL,
+    check_name     TEXT COLLATE "C" NOT NULL,
+    job_id         TEXT COLLATE "C" NOT NULL,
+    attempt        BIGINT NOT NULL,
+    verdict        TEXT COLLATE "C" NOT NULL,
+    value          DOUBLE PRECISION,
+    model          TEXT COLLATE "C",
+    measured_at_ms BIGINT NOT NULL,
+    UNIQUE (gpu, check_name, job_id, attempt)
+);
+CREATE INDEX gpu_results_by_gpu ON gpu_results (gpu, check_name, measured_at_ms);
+CREATE INDEX gpu_results_by_run ON gpu_results (run_id);
 "#;
 
 /// SQLite's schema after its migrations 1 to 4; see `schema.rs` for what each part is.

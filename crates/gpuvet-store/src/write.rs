@@ -479,5 +479,6 @@ fn store_report(
         )
         .during(ACTION)?;
     }
+    crate::history::store_gpu_results(db, run_id, attempt, report, ACTION)?;
     Ok(run_id)
 }

@@ -53,6 +53,22 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
     let cannot = |what: &str, path: &Path, err: std::io::Error| {
         Failure::io(format!("cannot {what} `{}`", path.display()), err).with_hint(TMPDIR_HINT)
     };
+    // A drill with a history builds its GPUs' records in a store of its own first.
+    let own_store = dir.path().join("history.db");
+    let store = match &drill.history {
+        Some(history) => {
+            for run in 1..=history.runs {
+                let job = format!("{job_id}-history-{run}");
+                if let Some(why) =
+                    run_group(drill, &history.config, &[], &own_store, &job, dir.path())?
+                {
+                    return Ok(unobserved(drill, &format!("history run {run}: {why}")));
+                }
+            }
+            own_store.as_path()
+        }
+        None => store,
+    };
     let kmsg = dir.path().join("kmsg.log");
     let mut config = drill.config.clone();
     let mut app = vec!["true".to_owned()];
@@ -73,10 +89,36 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
             )])
             .collect();
     }
-    let config_path = dir.path().join("drill.json");
+    if let Some(why) = run_group(drill, &config, &app, store, job_id, dir.path())? {
+        return Ok(unobserved(drill, &why));
+    }
+    observe(drill, store, job_id, &dir.path().join("stderr.log"))
+}
+
+/// Runs the drill's group once with `config` and the app `app` (`true` when empty),
+/// disrupting it as the drill says, into `store` under `job_id`. `Some(why)` when the
+/// run could not be observed: a disruption that failed, or a group that hung.
+fn run_group(
+    drill: &Drill,
+    config: &serde_json::Value,
+    app: &[String],
+    store: &Path,
+    job_id: &str,
+    dir: &Path,
+) -> Result<Option<String>, Failure> {
+    let cannot = |what: &str, path: &Path, err: std::io::Error| {
+        Failure::io(format!("cannot {what} `{}`", path.display()), err).with_hint(TMPDIR_HINT)
+    };
+    let default_app = ["true".to_owned()];
+    let app = if app.is_empty() {
+        &default_app[..]
+    } else {
+        app
+    };
+    let config_path = dir.join("drill.json");
     std::fs::write(&config_path, config.to_string())
         .map_err(|err| cannot("write the drill's config", &config_path, err))?;
-    let stderr_path = dir.path().join("stderr.log");
+    let stderr_path = dir.join("stderr.log");
     let stderr = File::create(&stderr_path)
         .map_err(|err| cannot("create the drill's log", &stderr_path, err))?;
     let exe = crate::sanity::own_executable()?;
@@ -95,7 +137,7 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
         .arg("--store")
         .arg(store)
         .arg("--")
-        .args(&app)
+        .args(app)
         .env("GPUVET_JOB_ID", job_id)
         .env_remove("GPUVET_CONFIG")
         .stdin(Stdio::null())
@@ -123,15 +165,14 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
         }
     }
     if let Err(why) = disrupted {
-        return Ok(unobserved(drill, &with_causes(&why)));
+        return Ok(Some(with_causes(&why)));
     }
     if !ended {
-        return Ok(unobserved(
-            drill,
-            &format!("the group did not end within {RUN_LIMIT:?}: gpuvet hung"),
-        ));
+        return Ok(Some(format!(
+            "the group did not end within {RUN_LIMIT:?}: gpuvet hung"
+        )));
     }
-    observe(drill, store, job_id, &stderr_path)
+    Ok(None)
 }
 
 /// Why a drill could not disrupt its group: the drill then reports its fault as not
@@ -226,8 +267,18 @@ fn observe(
     let named = report
         .map(|r| {
             r.findings()
-                .filter(|(_, f)| matches!(f.verdict, Verdict::Slow | Verdict::Faulty))
+                .filter(|(_, f)| f.fails())
                 .map(|(_, f)| (f.entity.to_string(), f.lane))
+                .collect()
+        })
+        .unwrap_or_default();
+    let degraded = report
+        .map(|r| {
+            r.checks
+                .iter()
+                .flat_map(|c| c.entities.iter())
+                .filter(|e| e.verdict == Verdict::Degraded)
+                .map(|e| (e.entity.to_string(), e.lane))
                 .collect()
         })
         .unwrap_or_default();
@@ -241,6 +292,7 @@ fn observe(
         named,
         events,
         app_stopped,
+        degraded,
     };
     Ok(judge(drill, &observed))
 }

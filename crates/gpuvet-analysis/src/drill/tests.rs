@@ -121,6 +121,7 @@ fn a_run_that_shows_what_was_expected_confirms_each_expectation() {
             EventKind::InstanceStartupFailed,
         ],
         app_stopped: false,
+        degraded: Vec::new(),
     };
     let proofs = judge(&drill, &observed);
     assert!(
@@ -144,6 +145,7 @@ fn a_wrong_node_or_lane_or_action_leaves_the_evidence_missing_and_says_what_was_
         named: vec![("local-1".into(), Lane::Network)],
         events: vec![EventKind::InstanceStarted],
         app_stopped: false,
+        degraded: Vec::new(),
     };
     let proofs = judge(&drill, &observed);
     assert!(
@@ -175,6 +177,7 @@ fn the_runtime_checks_first_error_is_on_the_coordinators_node() {
         named: Vec::new(),
         events: vec![EventKind::InstanceStarted, EventKind::RuntimeCheckFailed],
         app_stopped: true,
+        degraded: Vec::new(),
     };
     let proofs = judge(&drill, &observed);
     assert_eq!(
@@ -184,5 +187,57 @@ fn the_runtime_checks_first_error_is_on_the_coordinators_node() {
     assert!(
         proofs.iter().all(|p| p.conclusion == Conclusion::Confirmed),
         "{proofs:#?}"
+    );
+}
+
+#[test]
+fn the_degraded_drill_builds_a_healthy_record_then_slows_every_gpu_alike() {
+    let drill = drill("degraded", 4, GroupKind::InProcess).unwrap();
+    let history = drill.history.clone().unwrap();
+    assert_eq!(history.runs, DEGRADED_HISTORY_RUNS);
+    assert_eq!(
+        drill.config["gpuvet"]["sim"]["speed"],
+        serde_json::json!({"0": 0.85, "1": 0.85})
+    );
+    assert_eq!(
+        history.config["gpuvet"]["sim"]["speed"],
+        serde_json::json!({})
+    );
+    let history_config = Config::from_json(&history.config.to_string()).unwrap();
+    assert_eq!(history_config.settings.history.min_runs, 3);
+    assert!(
+        drill
+            .expectations
+            .contains(&Expectation::AllDegraded { gpus: 8 })
+    );
+
+    let observed = |degraded: Vec<(String, Lane)>| Observed {
+        coordinator: "local-0".into(),
+        explanation: explanation(None),
+        named: Vec::new(),
+        events: vec![EventKind::SanityCheckSucceeded, EventKind::InstanceStarted],
+        app_stopped: false,
+        degraded,
+    };
+    let all: Vec<(String, Lane)> = (0..4)
+        .flat_map(|n| (0..2).map(move |d| (format!("local-{n}/dev{d}"), Lane::Host)))
+        .collect();
+    let proofs = judge(&drill, &observed(all.clone()));
+    assert!(
+        proofs.iter().all(|p| p.conclusion == Conclusion::Confirmed),
+        "{proofs:#?}"
+    );
+    // One GPU short, or the same GPU twice, is not every GPU.
+    let mut short = all[1..].to_vec();
+    let proofs = judge(&drill, &observed(short.clone()));
+    assert_eq!(proofs[0].conclusion, Conclusion::EvidenceMissing);
+    assert_eq!(
+        proofs[0].evidence,
+        "7 of 8 GPUs named degraded, e.g. `local-0/dev1`"
+    );
+    short.push(all[1].clone());
+    assert_eq!(
+        judge(&drill, &observed(short))[0].conclusion,
+        Conclusion::EvidenceMissing
     );
 }

@@ -232,3 +232,57 @@ fn a_failed_run_leads_with_its_verdict_and_folds_its_findings() {
         );
     }
 }
+
+#[test]
+fn degraded_gpus_are_told_apart_from_findings_and_a_brief_line_stays_bounded() {
+    use gpuvet_model::history::{GpuRecord, HistoryPolicy, judge_report};
+    let mut report = sample_report();
+    let gemm = &mut report.checks[0];
+    gemm.status = CheckStatus::Passed;
+    gemm.entities = (0..8)
+        .map(|index| {
+            let entity = Entity::Device {
+                node: "node-a".into(),
+                index,
+            };
+            let value = 85.0 - index as f64 * 0.1;
+            EntityResult {
+                entity: entity.clone(),
+                verdict: gpuvet_model::results::Verdict::Ok,
+                lane: gpuvet_model::results::Lane::Host,
+                reason: "within 0.5% of the peer median (threshold 5.0%)".into(),
+                evidence: Default::default(),
+                measurement: Measurement::ok(entity, value, Vec::new()),
+            }
+        })
+        .collect();
+    let records = (0..8)
+        .map(|i| {
+            let record = GpuRecord {
+                values: vec![100.0; 20],
+                first_at_ms: 0,
+                degraded_since_ms: None,
+            };
+            ((format!("node-a/dev{i}"), CheckName::GemmFlops), record)
+        })
+        .collect();
+    judge_report(&mut report, &records, &HistoryPolicy::default(), 1);
+    let brief = table(&report, 100, Detail::Brief);
+    assert!(
+        brief.contains("degraded (below their own record; the start is not refused for it):"),
+        "{brief}"
+    );
+    assert!(
+        brief.contains("gemm_flops on 8 GPU(s), worse than their own median by: node-a/dev7 15.7%")
+            && brief.contains("node-a/dev4 15.4% and 4 more"),
+        "{brief}"
+    );
+    assert!(brief.contains("0 of 8 ok, 8 degraded"), "{brief}");
+    assert!(!brief.contains("findings:"), "{brief}");
+    let full = table(&report, 100, Detail::Full);
+    assert_eq!(
+        full.matches("gemm_flops degraded on node-a/dev").count(),
+        8,
+        "{full}"
+    );
+}

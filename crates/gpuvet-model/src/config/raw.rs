@@ -65,6 +65,18 @@ pub(super) struct RawSettings {
     pub(super) sim: Option<RawSim>,
     pub(super) watch: Option<RawWatch>,
     pub(super) kubernetes: Option<RawKubernetes>,
+    pub(super) history: Option<RawHistory>,
+    pub(super) baseline_from: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawHistory {
+    pub(super) enabled: Option<bool>,
+    pub(super) runs: Option<u32>,
+    pub(super) min_runs: Option<u32>,
+    pub(super) tolerance_pct: Option<f64>,
+    pub(super) fail_on_degraded: Option<bool>,
 }
 
 #[derive(Deserialize)]

@@ -872,3 +872,81 @@ fn a_reader_is_read_only_up_to_the_bound_and_must_hold_text() {
         "the config cannot be read: the disk went away"
     );
 }
+
+#[test]
+fn history_settings_parse_and_default() {
+    use crate::history::HistoryPolicy;
+    assert_eq!(Config::default().settings.history, HistoryPolicy::default());
+    let config = Config::from_json(
+        r#"{"gpuvet": {"history": {"runs": 30, "min_runs": 5, "tolerance_pct": 10,
+            "fail_on_degraded": true}}}"#,
+    )
+    .unwrap();
+    let history = config.settings.history;
+    assert_eq!((history.runs, history.min_runs), (30, 5));
+    assert_eq!(history.tolerance, 0.1);
+    assert!(history.fail_on_degraded && history.enabled);
+    // A short record lowers the default least number of runs with it.
+    let config = Config::from_json(r#"{"gpuvet": {"history": {"runs": 4}}}"#).unwrap();
+    assert_eq!(config.settings.history.min_runs, 4);
+    let config = Config::from_json(r#"{"gpuvet": {"history": {"enabled": false}}}"#).unwrap();
+    assert!(!config.settings.history.enabled);
+}
+
+#[test]
+fn bad_history_settings_name_the_field() {
+    for (bad, field, words) in [
+        (
+            r#"{"runs": 2}"#,
+            "gpuvet.history.runs",
+            "expected 3 to 1000",
+        ),
+        (
+            r#"{"runs": 1001}"#,
+            "gpuvet.history.runs",
+            "expected 3 to 1000",
+        ),
+        (
+            r#"{"runs": 10, "min_runs": 11}"#,
+            "gpuvet.history.min_runs",
+            "expected 3 to 10",
+        ),
+        (
+            r#"{"tolerance_pct": 0}"#,
+            "gpuvet.history.tolerance_pct",
+            "out of range",
+        ),
+        (
+            r#"{"tolerance_pct": 100}"#,
+            "gpuvet.history.tolerance_pct",
+            "out of range",
+        ),
+        (r#"{"window": 3}"#, "gpuvet.history.window", "unknown field"),
+    ] {
+        let (path, message, _) = invalid(&format!(r#"{{"gpuvet": {{"history": {bad}}}}}"#));
+        assert_eq!(path, field, "{bad}");
+        assert!(message.contains(words), "{bad}: {message}");
+    }
+    let (_, _, hint) = invalid(r#"{"gpuvet": {"history": {"runs": 10, "min_runs": 11}}}"#);
+    assert!(hint.unwrap().contains("`min_runs`"));
+}
+
+#[test]
+fn baselines_come_from_the_table_or_the_server_of_report_to() {
+    assert_eq!(
+        Config::default().settings.baseline_from,
+        BaselineFrom::Builtin
+    );
+    let config = Config::from_json(
+        r#"{"gpuvet": {"baseline_from": "server", "report_to": "http://127.0.0.1:9470"}}"#,
+    )
+    .unwrap();
+    assert_eq!(config.settings.baseline_from, BaselineFrom::Server);
+    let (path, message, hint) = invalid(r#"{"gpuvet": {"baseline_from": "server"}}"#);
+    assert_eq!(path, "gpuvet.baseline_from");
+    assert!(message.contains("`server` needs a server"), "{message}");
+    assert!(hint.unwrap().contains("`gpuvet.report_to`"));
+    let (path, message, _) = invalid(r#"{"gpuvet": {"baseline_from": "fleet"}}"#);
+    assert_eq!(path, "gpuvet.baseline_from");
+    assert!(message.contains("`builtin`, `server`"), "{message}");
+}

@@ -319,6 +319,20 @@ pub struct Settings {
     /// What gpuvet does in a Kubernetes cluster (`gpuvet.kubernetes`), with the binary's
     /// feature `k8s`.
     pub kubernetes: KubernetesSettings,
+    /// How each GPU is judged against its own record (`gpuvet.history`).
+    pub history: crate::history::HistoryPolicy,
+    /// Where the baselines not in `baselines` come from (`gpuvet.baseline_from`).
+    pub baseline_from: BaselineFrom,
+}
+
+/// `gpuvet.baseline_from`: the built-in table of published figures (`builtin`, the
+/// default), or the fleet's, learned by the server of `report_to` (`server`), with the
+/// built-in table where the fleet has none or the server cannot be reached.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum BaselineFrom {
+    #[default]
+    Builtin,
+    Server,
 }
 
 /// `gpuvet.kubernetes`: whether a gpuvet built with the feature `k8s` acts on the

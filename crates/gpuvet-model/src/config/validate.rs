@@ -9,6 +9,7 @@ use super::types::*;
 use super::*;
 use crate::analysis::Limit;
 use crate::catalog::{CheckName, Direction, RUNTIME_CHECK_C4D, closest};
+use crate::history::HistoryPolicy;
 use crate::inventory::ExpectedInventory;
 use crate::pairing::PairingMode;
 
@@ -317,6 +318,8 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         sim: None,
         watch: None,
         kubernetes: None,
+        history: None,
+        baseline_from: None,
     });
     let backend = match raw.backend.as_deref() {
         None => BackendChoice::Auto,
@@ -438,6 +441,29 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .map(validate_kubernetes)
         .transpose()?
         .unwrap_or_default();
+    let history = raw
+        .history
+        .map(validate_history)
+        .transpose()?
+        .unwrap_or_default();
+    let baseline_from = match raw.baseline_from.as_deref() {
+        None | Some("builtin") => BaselineFrom::Builtin,
+        Some("server") if report_to.is_empty() => {
+            return Err(ConfigError::invalid(
+                "gpuvet.baseline_from",
+                "`server` needs a server to fetch the fleet's baselines from",
+            )
+            .with_hint("set `gpuvet.report_to` to the fleet server, or leave `baseline_from` out to use the built-in table"));
+        }
+        Some("server") => BaselineFrom::Server,
+        Some(text) => {
+            return Err(unknown_value(
+                "gpuvet.baseline_from",
+                text,
+                &["builtin", "server"],
+            ));
+        }
+    };
     Ok(Settings {
         backend,
         tolerance: raw.tolerance_pct.map(|pct| pct / 100.0),
@@ -457,6 +483,49 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         sim,
         watch,
         kubernetes,
+        history,
+        baseline_from,
+    })
+}
+
+/// `gpuvet.history`: a record of 3 to 1,000 runs, judging from `min_runs` (3 up to
+/// `runs`) on, with a tolerance above 0 and below 100 %.
+fn validate_history(raw: RawHistory) -> Result<HistoryPolicy, ConfigError> {
+    let defaults = HistoryPolicy::default();
+    let runs = match raw.runs {
+        Some(runs) => in_range("gpuvet.history.runs", runs, 3, 1000)? as usize,
+        None => defaults.runs,
+    };
+    let min_runs = match raw.min_runs {
+        Some(min) => in_range("gpuvet.history.min_runs", min, 3, runs as u32).map_err(|err| {
+            err.with_hint(
+                "a record judges once it holds `min_runs` results, and holds at most `runs`",
+            )
+        })? as usize,
+        None => defaults.min_runs.min(runs),
+    };
+    let tolerance = match raw.tolerance_pct {
+        Some(pct) if !(pct.is_finite() && pct > 0.0 && pct < 100.0) => {
+            return Err(ConfigError::invalid(
+                "gpuvet.history.tolerance_pct",
+                format!(
+                    "`{pct}` is out of range; expected a percentage greater than 0 and below 100"
+                ),
+            )
+            .with_hint(format!(
+                "the default, {}, keeps false alarms below 1 in 10,000 GPU-runs at 2% noise",
+                crate::history::DEFAULT_TOLERANCE_PCT
+            )));
+        }
+        Some(pct) => pct / 100.0,
+        None => defaults.tolerance,
+    };
+    Ok(HistoryPolicy {
+        enabled: raw.enabled.unwrap_or(defaults.enabled),
+        runs,
+        min_runs,
+        tolerance,
+        fail_on_degraded: raw.fail_on_degraded.unwrap_or(defaults.fail_on_degraded),
     })
 }
 

@@ -200,6 +200,8 @@ impl<'a> Grid<'a> {
                 .filter(|d| d.is_finite())
                 .map(|d| (d * 10_000.0).round() / 100.0),
             remeasured: false,
+            history: None,
+            baseline_source: None,
         }
     }
 

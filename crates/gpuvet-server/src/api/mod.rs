@@ -37,6 +37,7 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/api/v1/runs", get(read::list_runs))
         .route("/api/v1/runs/{run_id}", get(read::get_run))
         .route("/api/v1/results", get(read::list_results))
+        .route("/api/v1/baselines", get(read::list_baselines))
         .route(
             "/api/v1/events",
             get(read::list_events).post(push::push_event),

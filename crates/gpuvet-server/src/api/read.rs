@@ -11,6 +11,7 @@ use gpuvet_analysis::explain::{Explanation, explain};
 use gpuvet_analysis::timeline::{Timeline, assemble};
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::{Attempt, Event, EventKind};
+use gpuvet_model::fleet::FleetBaseline;
 use gpuvet_model::overview::{InstanceSummary, JobSummary};
 use gpuvet_model::record::JobRecord;
 use gpuvet_model::results::{Outcome, RunReport};
@@ -438,6 +439,22 @@ pub(crate) async fn list_results(
     };
     Ok(Json(
         state.store(move |store| store.results(&filter)).await?,
+    ))
+}
+
+/// The newest `ok` results of each GPU model and check a fleet baseline is learned
+/// from: a month of a daily run on 32 GPUs, bounding the read at any fleet size.
+const FLEET_RESULTS: usize = 1000;
+
+#[utoipa::path(get, path = "/api/v1/baselines", tag = "runs",
+    responses((status = 200, description = "The fleet's baseline of each GPU model and check, learned from its newest ok results (`gpuvet.baseline_from: server`)", body = [FleetBaseline])))]
+pub(crate) async fn list_baselines(
+    State(state): State<AppState>,
+) -> Result<Json<Vec<FleetBaseline>>, ApiError> {
+    Ok(Json(
+        state
+            .store(|store| store.fleet_baselines(FLEET_RESULTS))
+            .await?,
     ))
 }
 

@@ -74,6 +74,8 @@ macro_rules! behaviours {
             a_late_repeat_is_counted_and_the_latest_message_stays,
             with_queueing_on_every_repeat_is_queued_for_the_server_to_count,
             pruning_a_counted_row_takes_its_repeats_ids,
+            a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt,
+            the_fleet_learns_a_baseline_per_model_and_check_from_its_newest_ok_results,
         }
     };
 }
@@ -1503,5 +1505,96 @@ pub fn pruning_takes_old_attempts_with_their_reports_and_old_events_a_batch_at_a
     assert_eq!(
         store.prune_batch(1_000, 2).unwrap(),
         gpuvet_store::Pruned::default()
+    );
+}
+
+/// Each GPU's record (`gpuvet.history`): its `ok` values newest first, at most `runs`,
+/// each attempt's result once, and when its present run of `degraded` results began.
+pub fn a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt(fixture: &Fixture) {
+    use gpuvet_model::results::Verdict;
+    let mut store = fixture.open();
+    let with_gpu0 = |attempt: &Attempt, at: u64, value: f64, verdict: Verdict| {
+        let mut report = report(attempt, at);
+        let gpu0 = &mut report.checks[0].entities[0];
+        gpu0.measurement.value = Some(value);
+        gpu0.verdict = verdict;
+        report
+    };
+    for i in 1..=4u64 {
+        let attempt = store.begin_attempt("job", "n0", "pod-0", i * 1000).unwrap();
+        let report = with_gpu0(&attempt, i * 1000, 700.0 + i as f64, Verdict::Ok);
+        store.record_report(&attempt, &report).unwrap();
+        // The same attempt's result again (as a group's coordinator reports it): once.
+        let again = with_gpu0(&attempt, i * 1000 + 1, 1.0, Verdict::Ok);
+        store.record_report(&attempt, &again).unwrap();
+    }
+    let wanted = [
+        ("n0/dev0".to_owned(), CheckName::GemmFlops),
+        ("n0/dev2".to_owned(), CheckName::GemmFlops),
+        ("n9/dev0".to_owned(), CheckName::GemmFlops),
+        ("n0/dev0".to_owned(), CheckName::KernelLaunch),
+    ];
+    let records = store.gpu_records(&wanted, 3).unwrap();
+    // dev2 was only ever slow, n9 never measured, kernel_launch never run: no record.
+    assert_eq!(records.len(), 1, "{records:?}");
+    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    assert_eq!(gpu0.values, [704.0, 703.0, 702.0]);
+    assert_eq!(gpu0.first_at_ms, 2000);
+    assert_eq!(gpu0.degraded_since_ms, None);
+
+    // Two degraded runs: the record keeps its ok past and says since when.
+    for i in 5..=6u64 {
+        let attempt = store.begin_attempt("job", "n0", "pod-0", i * 1000).unwrap();
+        let report = with_gpu0(&attempt, i * 1000, 600.0, Verdict::Degraded);
+        store.record_report(&attempt, &report).unwrap();
+    }
+    let records = store.gpu_records(&wanted[..1], 3).unwrap();
+    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    assert_eq!(gpu0.values, [704.0, 703.0, 702.0]);
+    assert_eq!(gpu0.degraded_since_ms, Some(5000));
+    // An ok result ends the degradation.
+    let attempt = store.begin_attempt("job", "n0", "pod-0", 7000).unwrap();
+    let report = with_gpu0(&attempt, 7000, 705.0, Verdict::Ok);
+    store.record_report(&attempt, &report).unwrap();
+    let records = store.gpu_records(&wanted[..1], 3).unwrap();
+    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    assert_eq!(gpu0.values, [705.0, 704.0, 703.0]);
+    assert_eq!(gpu0.degraded_since_ms, None);
+}
+
+/// The fleet's baselines (`gpuvet.baseline_from: server`): per model and check, from
+/// the newest `ok` results of GPUs whose node named their model, once there are enough.
+pub fn the_fleet_learns_a_baseline_per_model_and_check_from_its_newest_ok_results(
+    fixture: &Fixture,
+) {
+    use gpuvet_model::fleet::MIN_FLEET_RESULTS;
+    let mut store = fixture.open();
+    assert!(store.fleet_baselines(100).unwrap().is_empty());
+    // `report` gives GPU 0 of each node a model name (`Sim H200`) and a value of 700;
+    // GPUs 1 and 2 (another node's, as far as the report knows) have none.
+    for i in 0..(MIN_FLEET_RESULTS as u64 + 5) {
+        let node = format!("n{i}");
+        let attempt = store.begin_attempt("job", &node, "pod", i).unwrap();
+        let mut report = report(&attempt, 1000 + i);
+        // The oldest five are far slower: the newest 20 leave them out.
+        let value = if i < 5 { 100.0 } else { 700.0 + (i % 3) as f64 };
+        report.checks[0].entities[0].measurement.value = Some(value);
+        store.record_report(&attempt, &report).unwrap();
+    }
+    let learned = store.fleet_baselines(MIN_FLEET_RESULTS).unwrap();
+    assert_eq!(learned.len(), 1, "{learned:?}");
+    let baseline = &learned[0];
+    assert_eq!(
+        (baseline.model.as_str(), baseline.check),
+        ("Sim H200", CheckName::GemmFlops)
+    );
+    assert_eq!(baseline.results as usize, MIN_FLEET_RESULTS);
+    assert_eq!(baseline.median, 701.0);
+    // Too few of the newest results: nothing learned.
+    assert!(
+        store
+            .fleet_baselines(MIN_FLEET_RESULTS - 1)
+            .unwrap()
+            .is_empty()
     );
 }

@@ -64,6 +64,7 @@ fn a_database_store_is_at_schema_version_and_shows_no_password() {
             "check_results",
             "event_repeats",
             "events",
+            "gpu_results",
             "gpuvet_schema",
             "outbox",
             "runs",

@@ -38,6 +38,7 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
         &sanity,
         &attempt,
         show_progress,
+        store.as_ref(),
     )?;
     if let Some(store) = store.as_mut() {
         store.record_report(&attempt, &report)?;

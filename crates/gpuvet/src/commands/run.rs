@@ -64,6 +64,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
             &sanity,
             &attempt,
             std::io::stderr().is_terminal(),
+            recorder.store.as_deref(),
         )?;
         // The app owns stdout; gpuvet's report goes to stderr.
         output::stderr(&render::table(
@@ -187,6 +188,10 @@ fn sanity_details(report: &RunReport) -> serde_json::Value {
         "backend": report.backend,
         "checks": report.checks.iter().map(|c| json!({"name": c.name, "status": c.status})).collect::<Vec<_>>(),
         "findings": sanity::findings_json(report),
+        "degraded": report
+            .degraded()
+            .map(|(check, e)| json!({"check": check.name, "entity": e.entity.to_string(), "reason": e.reason, "history": e.evidence.history}))
+            .collect::<Vec<_>>(),
     })
 }
 

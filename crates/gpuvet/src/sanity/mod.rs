@@ -8,20 +8,25 @@ mod local_gpus;
 use std::collections::BTreeMap;
 use std::ffi::OsString;
 use std::sync::Arc;
+use std::time::Duration;
 
 use gpuvet_backend::{Backend, WorkSpec};
 use gpuvet_model::analysis::{Limit, Tolerances};
 use gpuvet_model::baselines::{self, DEFAULT_FRACTION, Workload};
 use gpuvet_model::catalog::CheckName;
-use gpuvet_model::config::{BackendChoice, CheckList, Config, SanityConfig, Timeout};
+use gpuvet_model::config::{BackendChoice, BaselineFrom, CheckList, Config, SanityConfig, Timeout};
 use gpuvet_model::events::Attempt;
+use gpuvet_model::fleet::{self, BaselineSource, FleetBaseline};
+use gpuvet_model::history::{self, HistoryPolicy};
 use gpuvet_model::ids::new_id;
 use gpuvet_model::redact;
 use gpuvet_model::results::{Outcome, RunContext, RunReport, Verdict};
+use gpuvet_push::fetch::ServerReader;
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
+use gpuvet_store::Store;
 
 use crate::cli::SanityArgs;
-use crate::failure::{Failure, note};
+use crate::failure::{Failure, note, warn};
 use crate::identity::known_secrets;
 use crate::output::Progress;
 use gpuvet_model::time::unix_now_ms;
@@ -131,9 +136,11 @@ pub fn own_executable() -> Result<std::path::PathBuf, Failure> {
 }
 
 /// Runs the checks, on this node or across its group as the group flags and the
-/// launcher's environment say, with progress on stderr when `show_progress`. The
-/// report gets its id here: it is this node's report from now on, in the store, the
-/// JSON and the files, whichever way the run went.
+/// launcher's environment say, with progress on stderr when `show_progress`, then
+/// judges each GPU against its own record in `store` (`gpuvet.history`). The report
+/// gets its id here: it is this node's report from now on, in the store, the JSON and
+/// the files, whichever way the run went.
+#[allow(clippy::too_many_arguments)]
 pub fn execute(
     args: &SanityArgs,
     mode: group::Mode,
@@ -142,14 +149,40 @@ pub fn execute(
     sanity: &SanityConfig,
     attempt: &Attempt,
     show_progress: bool,
+    store: Option<&Store>,
 ) -> Result<RunReport, Failure> {
     let mut report = run_checks(args, mode, backend, config, sanity, attempt, show_progress)?;
+    if let Some(store) = store {
+        judge_against_records(&mut report, store, &config.settings.history);
+    }
     report.report_id = new_id();
     report.context = Some(run_context(args));
     if report.outcome != Outcome::Passed {
         report.diagnosis = gpuvet_analysis::diagnose::diagnose_report(&report);
     }
     Ok(report)
+}
+
+/// Judges each GPU of the report against its own record in the store. A record that
+/// cannot be read is a warning, never a failed start: the verdicts of the peers and the
+/// baseline stand without it.
+fn judge_against_records(report: &mut RunReport, store: &Store, policy: &HistoryPolicy) {
+    if !policy.enabled {
+        return;
+    }
+    let wanted = history::wanted(report);
+    if wanted.is_empty() {
+        return;
+    }
+    match store.gpu_records(&wanted, policy.runs) {
+        Ok(records) => {
+            history::judge_report(report, &records, policy, unix_now_ms());
+        }
+        Err(err) => warn(format!(
+            "the GPUs were not judged against their own records: {}",
+            gpuvet_backend::with_causes(&err)
+        )),
+    }
 }
 
 /// What this run was started with, for the team a fault is handed to: the config file
@@ -206,7 +239,7 @@ fn run_checks(
             .tolerance
             .unwrap_or_else(|| backend.default_tolerance(check))
     });
-    let baselines = limits(&*backend, config, sanity);
+    let (baselines, sources) = limits(&*backend, config, sanity);
     let worker = worker_launcher(args, &*backend, &attempt.node)?;
     let setup = group::Setup {
         args,
@@ -215,64 +248,114 @@ fn run_checks(
         attempt,
         checks: sanity.checks.as_slice().to_vec(),
         timeout: sanity.timeout.duration(),
-        tolerance: tolerance.clone(),
-        baselines: baselines.clone(),
-        worker: worker.clone(),
+        tolerance,
+        baselines,
+        worker,
         show_progress,
     };
-    match mode {
-        group::Mode::Member(rendezvous) => return group::as_member(&rendezvous, &setup),
-        group::Mode::LocalNodes(n) => return group::with_local_nodes(n, &setup),
-        group::Mode::InProcess(n) => return group::in_process(n, &setup),
-        group::Mode::Single => {}
-    }
+    let mut report = match mode {
+        group::Mode::Member(rendezvous) => group::as_member(&rendezvous, &setup)?,
+        group::Mode::LocalNodes(n) => group::with_local_nodes(n, &setup)?,
+        group::Mode::InProcess(n) => group::in_process(n, &setup)?,
+        group::Mode::Single => run_on_this_node(backend, attempt, config, &setup)?,
+    };
+    fleet::mark_sources(&mut report, &sources);
+    Ok(report)
+}
+
+/// Runs the checks on this node alone.
+fn run_on_this_node(
+    backend: Arc<dyn Backend>,
+    attempt: &Attempt,
+    config: &Config,
+    setup: &group::Setup<'_>,
+) -> Result<RunReport, Failure> {
     let plan = RunPlan {
         attempt: attempt.clone(),
         nodes: 1,
         checks: setup.checks.clone(),
         timeout: setup.timeout,
-        tolerance,
-        baselines,
+        tolerance: setup.tolerance.clone(),
+        baselines: setup.baselines.clone(),
         expected_inventory: config.settings.expected_inventory.clone(),
         work: WorkSpec::from_settings(&config.settings),
         started_at_ms: unix_now_ms(),
         hang_grace: HANG_GRACE,
-        worker: Some(worker),
+        worker: Some(setup.worker.clone()),
     };
-    let mut progress = Progress::new(show_progress);
+    let mut progress = Progress::new(setup.show_progress);
     Ok(gpuvet_runner::run(backend, &plan, &mut |event| {
         progress.observe(event)
     }))
 }
 
-/// The limit each check is judged by: the configured one, else the GPU model's
-/// published baseline at `DEFAULT_FRACTION` of it, else none.
+/// The limit each check is judged by, and where it came from: the configured one,
+/// else the fleet's for this node's GPU model (`gpuvet.baseline_from: server`), else
+/// the model's published baseline at `DEFAULT_FRACTION` of it, else none.
 fn limits(
     backend: &dyn Backend,
     config: &Config,
     sanity: &SanityConfig,
-) -> BTreeMap<CheckName, Limit> {
-    let model = baselines::model_of(backend.devices().iter().map(|d| d.name.as_str()));
+) -> (
+    BTreeMap<CheckName, Limit>,
+    BTreeMap<CheckName, BaselineSource>,
+) {
+    let names: Vec<&str> = backend.devices().iter().map(|d| d.name.as_str()).collect();
+    let model = baselines::model_of(names.iter().copied());
+    let device_model = names
+        .first()
+        .filter(|first| names.iter().all(|name| name == *first))
+        .copied();
+    let fleet = match config.settings.baseline_from {
+        BaselineFrom::Builtin => BTreeMap::new(),
+        BaselineFrom::Server => fleet::fleet_limits(&fetch_fleet_baselines(config), device_model),
+    };
     let workload = Workload {
         gemm_dtype: config.settings.gemm_dtype,
         gemm_size: config.settings.gemm_size,
         gpus_per_node: backend.devices().len(),
     };
-    sanity
-        .checks
-        .as_slice()
-        .iter()
-        .filter_map(|&check| {
-            let limit = baselines::effective_limit(
-                check,
-                &config.settings.baselines,
-                model,
-                &workload,
-                DEFAULT_FRACTION,
-            );
-            limit.map(|limit| (check, limit))
-        })
-        .collect()
+    let mut limits = BTreeMap::new();
+    let mut sources = BTreeMap::new();
+    for &check in sanity.checks.as_slice() {
+        let chosen = if let Some(&limit) = config.settings.baselines.get(&check) {
+            Some((limit, BaselineSource::Config))
+        } else if let Some(&limit) = fleet.get(&check) {
+            Some((limit, BaselineSource::Fleet))
+        } else {
+            baselines::effective_limit(check, &BTreeMap::new(), model, &workload, DEFAULT_FRACTION)
+                .map(|limit| (limit, BaselineSource::Builtin))
+        };
+        if let Some((limit, source)) = chosen {
+            limits.insert(check, limit);
+            sources.insert(check, source);
+        }
+    }
+    (limits, sources)
+}
+
+/// How long a node waits for the fleet's baselines before it judges by the built-in
+/// table: the checks wait on it.
+const FLEET_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The fleet's baselines from the first server of `gpuvet.report_to`; none, with a
+/// warning, when it cannot be read: the built-in table judges then.
+fn fetch_fleet_baselines(config: &Config) -> Vec<FleetBaseline> {
+    let Some(url) = config.settings.report_to.first() else {
+        return Vec::new();
+    };
+    let token = std::env::var(gpuvet_model::env_vars::READ_TOKEN).ok();
+    let fetched = ServerReader::new(url, token.as_deref())
+        .with_timeout(FLEET_FETCH_TIMEOUT)
+        .with_trust(&crate::push::trust(config))
+        .and_then(|reader| reader.fleet_baselines());
+    fetched.unwrap_or_else(|err| {
+        warn(format!(
+            "the fleet's baselines could not be read from `{url}`, so the built-in table judges: {}",
+            gpuvet_backend::with_causes(&err)
+        ));
+        Vec::new()
+    })
 }
 
 /// The findings of a report as JSON, for event details and the rebuild hook.
@@ -327,6 +410,16 @@ pub fn summary_line(report: &RunReport) -> String {
         ));
     } else if let Some(check) = report.checks.iter().find(|c| c.status.is_failure()) {
         line.push_str(&format!("; {} {}", check.name, check.status));
+    }
+    let degraded: Vec<String> = report
+        .degraded()
+        .map(|(check, e)| format!("{} on {}", check.name, e.entity))
+        .collect();
+    if let Some(first) = degraded.first() {
+        line.push_str(&format!(
+            "; {} degraded against their own record (first: {first})",
+            degraded.len()
+        ));
     }
     line
 }

@@ -42,6 +42,12 @@ fn every_scenario_in_one_process_confirms_every_expectation() {
         "{}",
         evidence("bad-rail")
     );
+    // Every GPU of a group slowed alike is named degraded against its own record.
+    assert!(
+        evidence("degraded").contains("8 of 8 GPUs named degraded"),
+        "{}",
+        evidence("degraded")
+    );
     // The in-process group says it played its scripted node faults.
     let stderr = stderr(&output);
     assert!(stderr.contains("drill `hung-node` on 4 nodes"), "{stderr}");
@@ -221,4 +227,63 @@ fn a_drill_directory_that_cannot_be_made_is_an_io_error_with_its_cause() {
         "{lines:#?}"
     );
     assert!(stdout(&output).is_empty(), "{}", stdout(&output));
+}
+
+/// A run whose GPUs are all below their own record starts the app, and its
+/// `SanityCheckSucceeded` event says how many GPUs are degraded and lists them.
+#[test]
+fn a_degraded_run_starts_and_its_event_says_which_gpus_are_degraded() {
+    let scratch = Scratch::temp();
+    let config = |name: &str, speed: &str| {
+        scratch.config(
+            name,
+            &format!(
+                r#"{{"aimaster": {{"sanity_check": {{"fail_action": "fail", "micro_benchmarks": "gemm_flops", "timeout": 2}}}},
+                   "gpuvet": {{"backend": "sim", "history": {{"min_runs": 3}},
+                               "sim": {{"devices": 2, "noise_pct": 0.5, "seed": 7, "speed": {speed}}}}}}}"#
+            ),
+        )
+    };
+    let healthy = config("healthy.json", "{}");
+    let slowed = config("slowed.json", r#"{"0": 0.85, "1": 0.85}"#);
+    for _ in 0..3 {
+        let run = scratch
+            .gpuvet()
+            .args(["run", "--config"])
+            .arg(&healthy)
+            .args(["--", "true"])
+            .output()
+            .unwrap();
+        assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    }
+    let run = scratch
+        .gpuvet()
+        .args(["run", "--config"])
+        .arg(&slowed)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(0), "{}", stderr(&run));
+    assert!(
+        stderr(&run).contains("0 of 2 ok, 2 degraded"),
+        "{}",
+        stderr(&run)
+    );
+    let events = scratch
+        .gpuvet()
+        .args(["events", "--json", "--type", "SanityCheckSucceeded"])
+        .output()
+        .unwrap();
+    let events = json(&events);
+    let last = events.as_array().unwrap().last().unwrap().clone();
+    let message = last["message"].as_str().unwrap();
+    assert!(
+        message.contains("; 2 degraded against their own record (first: gemm_flops on"),
+        "{message}"
+    );
+    assert_eq!(
+        last["details"]["degraded"].as_array().unwrap().len(),
+        2,
+        "{last:#}"
+    );
 }

@@ -552,3 +552,67 @@ fn the_instance_page_of_a_running_attempt_reloads_itself_when_the_report_arrives
         stderr(&output)
     );
 }
+
+/// `gpuvet.baseline_from: server` (issue 33, item 2): three pushed runs of 8 sim GPUs
+/// teach the server the model's baseline, and the next run is judged by it and says
+/// so; with the server down, the run warns and goes on with the built-in table.
+#[test]
+fn a_node_judges_by_the_fleets_baseline_from_the_server_and_says_so() {
+    let scratch = Scratch::temp();
+    let server = Serve::start(&scratch.path("server.db"), "127.0.0.1:0");
+    let addr = server.addr.to_string();
+    // `pushing_config` gives 2 devices; 8 here, so three runs make 24 results.
+    let config = pushing_config(&scratch, &addr, "");
+    let config = scratch.config(
+        "fleet.json",
+        &std::fs::read_to_string(&config)
+            .unwrap()
+            .replace(r#""devices": 2"#, r#""devices": 8"#),
+    );
+    for _ in 0..3 {
+        let check = with_token(scratch.gpuvet())
+            .args(["check", "--json", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    }
+    let baselines = server.get_json("/api/v1/baselines");
+    assert_eq!(baselines[0]["check"], "gemm_flops", "{baselines}");
+    assert_eq!(baselines[0]["results"], 24, "{baselines}");
+    let limit = baselines[0]["limit"].as_f64().unwrap();
+
+    let from_server = scratch.config(
+        "from-server.json",
+        &std::fs::read_to_string(&config).unwrap().replace(
+            r#""backend": "sim","#,
+            r#""backend": "sim", "baseline_from": "server","#,
+        ),
+    );
+    let check = with_token(scratch.gpuvet())
+        .args(["check", "--json", "--config"])
+        .arg(&from_server)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+    let report = crate::common::json(&check);
+    let evidence = &report["checks"][0]["entities"][0]["evidence"];
+    assert_eq!(evidence["baseline_source"], "fleet", "{evidence}");
+    assert_eq!(evidence["baseline"].as_f64(), Some(limit), "{evidence}");
+
+    drop(server);
+    let down = with_token(scratch.gpuvet())
+        .args(["check", "--json", "--config"])
+        .arg(&from_server)
+        .output()
+        .unwrap();
+    assert_eq!(down.status.code(), Some(0), "{}", stderr(&down));
+    assert!(
+        stderr(&down).contains("the fleet's baselines could not be read from"),
+        "{}",
+        stderr(&down)
+    );
+    let report = crate::common::json(&down);
+    let evidence = &report["checks"][0]["entities"][0]["evidence"];
+    assert_ne!(evidence["baseline_source"], "fleet", "{evidence}");
+}

@@ -1,0 +1,286 @@
+//! Each GPU judged against its own past (`gpuvet.history`): a GPU that its peers and
+//! the model's baseline pass, but that runs below its own record, is `degraded`.
+//!
+//! A GPU's record, per check, is the headline values of its last `runs` results that
+//! were `ok` (the store keeps them, by UUID where the backend reads one, else by node
+//! and index: [`gpu_key`]). Its summary is robust: the median, and the spread as the
+//! median absolute deviation scaled to a standard deviation (× 1.4826) relative to the
+//! median, so one odd run moves neither. A value is `degraded` when it is worse than
+//! the median by more than the larger of the tolerance and [`SPREAD_SIGMAS`] spreads
+//! (widened by √(1 + 1/n) for the median's own error): a GPU whose results scatter
+//! widely is held to what its scatter allows, and a steady one to the tolerance.
+//! `docs/benchmarks.md` ("A GPU against its own record") measures the false alarms
+//! this gives.
+//!
+//! Off for a GPU with fewer than `min_runs` results in its record. A degraded GPU
+//! fails its check only when the config says so (`fail_on_degraded`); otherwise the
+//! verdict informs and the start goes ahead.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::analysis::{deficit, fmt_value};
+use crate::catalog::{CheckName, Scope};
+use crate::results::{CheckResult, CheckStatus, Entity, EntityResult, Outcome, RunReport, Verdict};
+
+/// How many spreads below its median a GPU may fall before it is degraded.
+pub const SPREAD_SIGMAS: f64 = 4.0;
+/// MAD × this estimates a normal distribution's standard deviation.
+const MAD_TO_SIGMA: f64 = 1.4826;
+
+/// `gpuvet.history`, validated.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HistoryPolicy {
+    /// Judge against the record at all (`enabled`, default true).
+    pub enabled: bool,
+    /// How many of a GPU's last `ok` results its record holds (`runs`, default 20).
+    pub runs: usize,
+    /// The fewest results a record needs before it judges (`min_runs`, default 10).
+    pub min_runs: usize,
+    /// The smallest deficit that counts, as a fraction (`tolerance_pct`, default 8 %).
+    pub tolerance: f64,
+    /// Whether a degraded GPU fails its check (`fail_on_degraded`, default false).
+    pub fail_on_degraded: bool,
+}
+
+pub const DEFAULT_RUNS: usize = 20;
+pub const DEFAULT_MIN_RUNS: usize = 10;
+pub const DEFAULT_TOLERANCE_PCT: f64 = 8.0;
+
+impl Default for HistoryPolicy {
+    fn default() -> Self {
+        HistoryPolicy {
+            enabled: true,
+            runs: DEFAULT_RUNS,
+            min_runs: DEFAULT_MIN_RUNS,
+            tolerance: DEFAULT_TOLERANCE_PCT / 100.0,
+            fail_on_degraded: false,
+        }
+    }
+}
+
+/// One GPU's record for one check, as the store reads it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRecord {
+    /// Headline values of its last `ok` results, newest first.
+    pub values: Vec<f64>,
+    /// When the first of the results it holds was measured (Unix ms).
+    pub first_at_ms: u64,
+    /// When the earliest result of its current run of `degraded` verdicts was measured:
+    /// the results since its last `ok` one. `None` when its last result was `ok`.
+    pub degraded_since_ms: Option<u64>,
+}
+
+/// What a verdict against the record rests on, kept in the entity's evidence.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct HistoryEvidence {
+    /// How many of its own `ok` results the record holds.
+    pub runs: u32,
+    /// Their median.
+    pub median: f64,
+    /// Their robust spread (1.4826 × MAD), in percent of the median.
+    pub spread_pct: f64,
+    /// How far from the median counts as degraded, in percent.
+    pub threshold_pct: f64,
+    /// How far from the median this value is, in percent (positive is worse).
+    pub deficit_pct: f64,
+    /// Unix ms of the record's first result.
+    pub since_ms: u64,
+    /// Unix ms of the first result of this degradation, when degraded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub degraded_since_ms: Option<u64>,
+    /// True when this degradation fails the check (`gpuvet.history.fail_on_degraded`).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub fails: bool,
+}
+
+/// A record's robust summary.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Summary {
+    pub runs: usize,
+    pub median: f64,
+    /// 1.4826 × MAD / median: a relative standard deviation that outliers barely move.
+    pub spread: f64,
+}
+
+/// The median and relative robust spread of finite `values`; `None` when there are
+/// none or their median is not above zero.
+pub fn summarize(values: &[f64]) -> Option<Summary> {
+    let finite: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+    let median = crate::stats::median(&finite)?;
+    if median <= 0.0 {
+        return None;
+    }
+    let deviations: Vec<f64> = finite.iter().map(|v| (v - median).abs()).collect();
+    let mad = crate::stats::median(&deviations)?;
+    Some(Summary {
+        runs: finite.len(),
+        median,
+        spread: MAD_TO_SIGMA * mad / median,
+    })
+}
+
+/// How far below the median (a fraction) a value may be before it is degraded.
+pub fn threshold(summary: &Summary, tolerance: f64) -> f64 {
+    let n = summary.runs as f64;
+    tolerance.max(SPREAD_SIGMAS * summary.spread * (1.0 + 1.0 / n).sqrt())
+}
+
+/// The key a GPU's record is kept under: `uuid:UUID` where the report's devices give
+/// this entity's UUID (its own node's GPUs on cuda), else `node/devN`.
+pub fn gpu_key(report: &RunReport, entity: &Entity) -> Option<String> {
+    let Entity::Device { node, index } = entity else {
+        return None;
+    };
+    let uuid = (node == &report.node)
+        .then(|| report.devices.iter().find(|d| d.index == *index))
+        .flatten()
+        .and_then(|d| d.facts.uuid.as_deref())
+        .filter(|uuid| !uuid.is_empty());
+    Some(match uuid {
+        Some(uuid) => format!("uuid:{uuid}"),
+        None => entity.to_string(),
+    })
+}
+
+/// Whether a check's results are judged against records: one value per GPU.
+pub fn has_records(check: CheckName) -> bool {
+    check.spec().scope == Scope::EachDevice
+}
+
+/// The records a report needs: the key of every GPU measured by a check that has
+/// them, with the check.
+pub fn wanted(report: &RunReport) -> Vec<(String, CheckName)> {
+    report
+        .checks
+        .iter()
+        .filter(|check| has_records(check.name))
+        .flat_map(|check| {
+            check
+                .entities
+                .iter()
+                .filter_map(|e| gpu_key(report, &e.entity))
+                .map(|key| (key, check.name))
+        })
+        .collect()
+}
+
+/// Judges every GPU the peers and baseline passed against its record, where it has
+/// enough of one: `ok` becomes `degraded` below the threshold, and the evidence keeps
+/// the record either way. With `fail_on_degraded`, a degraded GPU fails its check and
+/// the outcome follows. Returns how many GPUs it found degraded.
+pub fn judge_report(
+    report: &mut RunReport,
+    records: &BTreeMap<(String, CheckName), GpuRecord>,
+    policy: &HistoryPolicy,
+    now_ms: u64,
+) -> usize {
+    if !policy.enabled {
+        return 0;
+    }
+    let mut degraded = 0;
+    let keys: Vec<Vec<Option<String>>> = report
+        .checks
+        .iter()
+        .map(|check| {
+            check
+                .entities
+                .iter()
+                .map(|e| gpu_key(report, &e.entity))
+                .collect()
+        })
+        .collect();
+    for (check, keys) in report.checks.iter_mut().zip(keys) {
+        if !has_records(check.name) {
+            continue;
+        }
+        for (result, key) in check.entities.iter_mut().zip(keys) {
+            let Some(record) = key.and_then(|key| records.get(&(key, check.name))) else {
+                continue;
+            };
+            if judge_entity(check.name, result, record, policy, now_ms) {
+                degraded += 1;
+            }
+        }
+        fail_if_degraded(check);
+    }
+    report.outcome = Outcome::of(&report.checks);
+    degraded
+}
+
+/// A check that passed fails when one of its GPUs' degradation fails it.
+fn fail_if_degraded(check: &mut CheckResult) {
+    if check.status == CheckStatus::Passed && check.entities.iter().any(EntityResult::fails) {
+        check.status = CheckStatus::Failed;
+    }
+}
+
+/// Judges one entity against its record; returns whether it is now degraded.
+pub fn judge_entity(
+    check: CheckName,
+    result: &mut EntityResult,
+    record: &GpuRecord,
+    policy: &HistoryPolicy,
+    now_ms: u64,
+) -> bool {
+    let Some(value) = result.measurement.value else {
+        return false;
+    };
+    let taken = record.values.len().min(policy.runs);
+    if result.verdict != Verdict::Ok || taken < policy.min_runs {
+        return false;
+    }
+    let Some(summary) = summarize(&record.values[..taken]) else {
+        return false;
+    };
+    let spec = check.spec();
+    let threshold = threshold(&summary, policy.tolerance);
+    let deficit = deficit(spec.metric.direction, value, summary.median);
+    let is_degraded = deficit > threshold;
+    let degraded_since_ms = is_degraded.then(|| record.degraded_since_ms.unwrap_or(now_ms));
+    result.evidence.history = Some(HistoryEvidence {
+        runs: summary.runs as u32,
+        median: summary.median,
+        spread_pct: round2(summary.spread * 100.0),
+        threshold_pct: round2(threshold * 100.0),
+        deficit_pct: round2(deficit * 100.0),
+        since_ms: record.first_at_ms,
+        degraded_since_ms,
+        fails: is_degraded && policy.fail_on_degraded,
+    });
+    if !is_degraded {
+        return false;
+    }
+    let unit = spec.metric.unit;
+    let worse = match spec.metric.direction {
+        crate::catalog::Direction::HigherIsBetter => "below",
+        crate::catalog::Direction::LowerIsBetter => "above",
+    };
+    let since = degraded_since_ms.unwrap_or(now_ms);
+    let since_text = if since >= now_ms {
+        "since this run".to_owned()
+    } else {
+        format!("since {}", crate::time::format_utc_ms(since))
+    };
+    result.verdict = Verdict::Degraded;
+    result.reason = format!(
+        "{} {unit} is {:.1}% {worse} its own median {} {unit} over its last {} ok runs \
+         (threshold {:.1}%), {since_text}; against its peers and baseline: {}",
+        fmt_value(value),
+        deficit * 100.0,
+        fmt_value(summary.median),
+        summary.runs,
+        threshold * 100.0,
+        result.reason
+    );
+    true
+}
+
+fn round2(value: f64) -> f64 {
+    (value * 100.0).round() / 100.0
+}
+
+#[cfg(test)]
+mod tests;
