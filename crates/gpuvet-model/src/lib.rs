@@ -27,6 +27,7 @@ pub mod inventory;
 pub mod inventory_check;
 pub mod localize;
 pub mod node_list;
+pub mod offenders;
 pub mod overview;
 pub mod pairing;
 pub mod prometheus;

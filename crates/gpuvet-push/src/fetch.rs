@@ -11,6 +11,7 @@ use std::time::Duration;
 use gpuvet_analysis::explain::Explanation;
 use gpuvet_analysis::timeline::Timeline;
 use gpuvet_model::env_vars::READ_TOKEN;
+use gpuvet_store::StoredRun;
 use serde::de::DeserializeOwned;
 
 use crate::PushError;
@@ -62,6 +63,16 @@ impl ServerReader {
     /// The attempt's explanation: first error, lane, team, next step, hypotheses.
     pub fn explanation(&self, job: &str, attempt: Option<u32>) -> Result<Explanation, PushError> {
         self.json(&self.url(job, "explain", attempt))
+    }
+
+    /// The latest `limit` runs of `node` across jobs, the newest first (`GET
+    /// /api/v1/runs?node=…`): what `gpuvet untaint --server` proves a node by.
+    pub fn node_runs(&self, node: &str, limit: usize) -> Result<Vec<StoredRun>, PushError> {
+        self.json(&format!(
+            "{}/api/v1/runs?node={}&limit={limit}",
+            self.base_url,
+            path_segment(node)
+        ))
     }
 
     /// Copies the attempt's bundle into `out`; returns its size in bytes.

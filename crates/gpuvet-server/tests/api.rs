@@ -327,6 +327,7 @@ fn report(attempt: &Attempt, id: &str, slow: bool) -> RunReport {
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 

@@ -341,6 +341,32 @@ pub struct UntaintArgs {
     /// The node's name, as `kubectl get nodes` lists it.
     #[arg(value_name = "NODE")]
     pub node: String,
+    /// Lift the quarantine without a passing run since it began; recorded as a
+    /// `NodeUntainted` event with who and `--reason`.
+    #[arg(long, requires = "reason")]
+    pub force: bool,
+    /// Why, for the record (needed with `--force`).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub source: NodeSourceArgs,
+}
+
+/// Where a node's runs are read: the store on this machine, or a fleet server.
+#[derive(Debug, Args)]
+pub struct NodeSourceArgs {
+    /// Config file: its `gpuvet.store`, `gpuvet.repeat_offender` and `gpuvet.report_to`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The store: an SQLite file [default: the config's `gpuvet.store`, else
+    /// $XDG_STATE_HOME/gpuvet/gpuvet.db].
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
+    pub store: Option<String>,
+    /// Read the node's runs from a fleet server (`gpuvet serve`) at this address
+    /// instead of a store, with the server's read token from `GPUVET_READ_TOKEN` when
+    /// set.
+    #[arg(long, env = "GPUVET_SERVER", value_name = "URL")]
+    pub server: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -10,6 +10,7 @@ mod commands;
 mod drill;
 mod failure;
 mod identity;
+mod node_runs;
 mod output;
 mod push;
 mod record;

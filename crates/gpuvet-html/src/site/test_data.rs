@@ -234,6 +234,7 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
         group: Some(group),
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     };
     let event_at = |id: usize, i: usize, time_ms: u64, kind: EventKind, details| Event {
         id: id as i64,

@@ -111,6 +111,7 @@ fn report(node: &str, devices_per_node: usize, checks: Vec<CheckResult>) -> RunR
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 

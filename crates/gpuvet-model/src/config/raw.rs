@@ -65,6 +65,7 @@ pub(super) struct RawSettings {
     pub(super) sim: Option<RawSim>,
     pub(super) watch: Option<RawWatch>,
     pub(super) kubernetes: Option<RawKubernetes>,
+    pub(super) repeat_offender: Option<RawRepeatOffender>,
 }
 
 #[derive(Deserialize)]
@@ -72,6 +73,13 @@ pub(super) struct RawSettings {
 pub(super) struct RawKubernetes {
     pub(super) enabled: Option<String>,
     pub(super) quarantine: Option<RawQuarantine>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRepeatOffender {
+    pub(super) failures: Option<u32>,
+    pub(super) of_last: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -1,0 +1,400 @@
+//! Repeat offenders and the proof a quarantined node needs to come back, as pure rules
+//! over a node's runs across jobs (newest first, as the store lists them).
+//!
+//! - A node is a repeat offender when at least `failures` of its last `of_last` runs
+//!   failed (`gpuvet.repeat_offender`, default 3 of 5): a node that fails every few days
+//!   is named as such, not treated as new each time.
+//! - A quarantined node may come back only when a run that started after its
+//!   quarantine passed; a repeat offender needs its last two runs since then to pass
+//!   (two in a row). Without a recorded time of the quarantine nothing can be proven.
+
+use serde::{Deserialize, Serialize};
+
+use crate::overview::RunSummary;
+use crate::results::Outcome;
+use crate::time::format_utc_ms;
+
+/// `gpuvet.repeat_offender`: a node that failed `failures` of its last `of_last` runs
+/// is a repeat offender.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RepeatOffenderPolicy {
+    /// K: failed runs that make a repeat offender; 1 to `of_last`. Default 3.
+    pub failures: u32,
+    /// M: how many of the node's latest runs are looked at; 1 to 100. Default 5.
+    pub of_last: u32,
+}
+
+impl Default for RepeatOffenderPolicy {
+    fn default() -> Self {
+        RepeatOffenderPolicy {
+            failures: 3,
+            of_last: 5,
+        }
+    }
+}
+
+/// The largest `of_last`: a longer memory is the history page's job.
+pub const MAX_OF_LAST: u32 = 100;
+
+/// Passing runs since its quarantine that a repeat offender needs, in a row.
+pub const REPEAT_OFFENDER_PASSES: usize = 2;
+
+/// A node flagged as a repeat offender: `failed` of its last `of_last` runs failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RepeatOffender {
+    pub failed: u32,
+    /// How many runs were looked at: the policy's `of_last`, or fewer when the node
+    /// has run fewer times.
+    pub of_last: u32,
+}
+
+impl std::fmt::Display for RepeatOffender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "repeat offender: failed {} of its last {} runs",
+            self.failed, self.of_last
+        )
+    }
+}
+
+/// Whether the runs, newest first, make their node a repeat offender under `policy`.
+pub fn repeat_offender(
+    outcomes_newest_first: impl IntoIterator<Item = Outcome>,
+    policy: &RepeatOffenderPolicy,
+) -> Option<RepeatOffender> {
+    let mut looked = 0;
+    let mut failed = 0;
+    for outcome in outcomes_newest_first
+        .into_iter()
+        .take(policy.of_last as usize)
+    {
+        looked += 1;
+        failed += u32::from(outcome == Outcome::Failed);
+    }
+    (failed >= policy.failures.max(1)).then_some(RepeatOffender {
+        failed,
+        of_last: looked,
+    })
+}
+
+/// What a quarantine's lifting rests on: the passing runs since it began.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Proof {
+    /// The runs that proved it, newest first.
+    pub passing_runs: Vec<i64>,
+    /// Whether two in a row were needed (a repeat offender).
+    pub repeat_offender: Option<RepeatOffender>,
+    /// One line for people: which runs passed, when.
+    pub summary: String,
+}
+
+/// Why a quarantine may not be lifted yet; its `Display` is the reason in words.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unproven {
+    /// The quarantine's time is unknown, so no run can be said to come after it.
+    NoQuarantineTime,
+    /// No run started since the quarantine, or too few for a repeat offender.
+    TooFewRuns {
+        since_ms: u64,
+        runs: usize,
+        needed: usize,
+        repeat_offender: Option<RepeatOffender>,
+    },
+    /// A run since the quarantine did not pass.
+    NotPassed {
+        since_ms: u64,
+        run_id: i64,
+        started_at_ms: u64,
+        outcome: Outcome,
+        needed: usize,
+        repeat_offender: Option<RepeatOffender>,
+    },
+}
+
+impl std::fmt::Display for Unproven {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let needs = |f: &mut std::fmt::Formatter<'_>,
+                     needed: usize,
+                     flag: &Option<RepeatOffender>| {
+            match flag {
+                Some(flag) => write!(f, "; as a {flag}, it needs {needed} passing runs in a row"),
+                None => Ok(()),
+            }
+        };
+        match self {
+            Unproven::NoQuarantineTime => f.write_str(
+                "the quarantine has no readable time, so no run can be shown to come after it",
+            ),
+            Unproven::TooFewRuns {
+                since_ms,
+                runs,
+                needed,
+                repeat_offender,
+            } => {
+                write!(
+                    f,
+                    "{runs} run(s) since the quarantine at `{}`, where {needed} passing one(s) \
+                     are needed",
+                    format_utc_ms(*since_ms)
+                )?;
+                needs(f, *needed, repeat_offender)
+            }
+            Unproven::NotPassed {
+                since_ms,
+                run_id,
+                started_at_ms,
+                outcome,
+                needed,
+                repeat_offender,
+            } => {
+                write!(
+                    f,
+                    "run `{run_id}` at `{}`, after the quarantine at `{}`, {}",
+                    format_utc_ms(*started_at_ms),
+                    format_utc_ms(*since_ms),
+                    match outcome {
+                        Outcome::Passed => "passed",
+                        Outcome::Incomplete => "was incomplete",
+                        Outcome::Failed => "failed",
+                    }
+                )?;
+                needs(f, *needed, repeat_offender)
+            }
+        }
+    }
+}
+
+/// Whether `runs` (the node's, newest first) prove it healthy since its quarantine at
+/// `quarantined_at_ms`: its latest run since then passed, or, for a repeat offender
+/// (flagged at the quarantine, or by its runs before it), its latest two in a row.
+pub fn untaint_proof(
+    runs_newest_first: &[RunSummary],
+    quarantined_at_ms: Option<u64>,
+    flagged_at_quarantine: Option<RepeatOffender>,
+    policy: &RepeatOffenderPolicy,
+) -> Result<Proof, Unproven> {
+    let since_ms = quarantined_at_ms.ok_or(Unproven::NoQuarantineTime)?;
+    let (after, before): (Vec<&RunSummary>, Vec<&RunSummary>) = runs_newest_first
+        .iter()
+        .partition(|run| run.started_at_ms >= since_ms);
+    let repeat_offender = flagged_at_quarantine
+        .or_else(|| repeat_offender(before.iter().map(|run| run.outcome), policy));
+    let needed = if repeat_offender.is_some() {
+        REPEAT_OFFENDER_PASSES
+    } else {
+        1
+    };
+    if let Some(run) = after
+        .iter()
+        .take(needed)
+        .find(|run| run.outcome != Outcome::Passed)
+    {
+        return Err(Unproven::NotPassed {
+            since_ms,
+            run_id: run.run_id,
+            started_at_ms: run.started_at_ms,
+            outcome: run.outcome,
+            needed,
+            repeat_offender,
+        });
+    }
+    if after.len() < needed {
+        return Err(Unproven::TooFewRuns {
+            since_ms,
+            runs: after.len(),
+            needed,
+            repeat_offender,
+        });
+    }
+    let passing: Vec<&RunSummary> = after.into_iter().take(needed).collect();
+    let named: Vec<String> = passing
+        .iter()
+        .map(|run| format!("`{}` at `{}`", run.run_id, format_utc_ms(run.started_at_ms)))
+        .collect();
+    Ok(Proof {
+        passing_runs: passing.iter().map(|run| run.run_id).collect(),
+        repeat_offender,
+        summary: format!(
+            "passed since the quarantine at `{}`: run {}",
+            format_utc_ms(since_ms),
+            named.join(" and ")
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(run_id: i64, started_at_ms: u64, outcome: Outcome) -> RunSummary {
+        RunSummary {
+            run_id,
+            report_id: String::new(),
+            outcome,
+            backend: "sim".into(),
+            started_at_ms,
+            duration_secs: Some(1.0),
+            checks: 1,
+            failed_checks: u32::from(outcome == Outcome::Failed),
+            findings: 0,
+        }
+    }
+
+    use Outcome::{Failed as F, Incomplete as I, Passed as P};
+
+    #[test]
+    fn k_failures_of_the_last_m_runs_flag_a_node() {
+        let policy = RepeatOffenderPolicy::default();
+        assert_eq!(
+            repeat_offender([F, P, F, P, F], &policy),
+            Some(RepeatOffender {
+                failed: 3,
+                of_last: 5
+            })
+        );
+        // Two of five is not three; an incomplete run is not a failure.
+        assert_eq!(repeat_offender([F, P, I, I, F], &policy), None);
+        // Only the last five count: the sixth failure is too old.
+        assert_eq!(repeat_offender([F, P, F, P, P, F, F], &policy), None);
+        // Fewer runs than M still flag a node that failed K of them.
+        assert_eq!(
+            repeat_offender([F, F, F], &policy),
+            Some(RepeatOffender {
+                failed: 3,
+                of_last: 3
+            })
+        );
+        assert_eq!(repeat_offender([], &policy), None);
+        let strict = RepeatOffenderPolicy {
+            failures: 1,
+            of_last: 1,
+        };
+        assert!(repeat_offender([F, P], &strict).is_some());
+        assert!(repeat_offender([P, F], &strict).is_none());
+        assert_eq!(
+            RepeatOffender {
+                failed: 3,
+                of_last: 5
+            }
+            .to_string(),
+            "repeat offender: failed 3 of its last 5 runs"
+        );
+    }
+
+    const TAINT: u64 = 1_764_673_200_000; // 2025-12-02T11:00:00Z
+
+    #[test]
+    fn a_passing_run_after_the_quarantine_proves_a_node() {
+        let policy = RepeatOffenderPolicy::default();
+        let runs = [run(9, TAINT + 60_000, P), run(8, TAINT - 60_000, F)];
+        let proof = untaint_proof(&runs, Some(TAINT), None, &policy).unwrap();
+        assert_eq!(proof.passing_runs, [9]);
+        assert_eq!(proof.repeat_offender, None);
+        assert_eq!(
+            proof.summary,
+            "passed since the quarantine at `2025-12-02T11:00:00.000Z`: run `9` at \
+             `2025-12-02T11:01:00.000Z`"
+        );
+    }
+
+    #[test]
+    fn no_run_since_the_quarantine_or_a_failing_one_proves_nothing() {
+        let policy = RepeatOffenderPolicy::default();
+        // A pass before the taint is no proof.
+        let before = [run(8, TAINT - 1, P)];
+        let refused = untaint_proof(&before, Some(TAINT), None, &policy).unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Unproven::TooFewRuns {
+                    runs: 0,
+                    needed: 1,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert_eq!(
+            refused.to_string(),
+            "0 run(s) since the quarantine at `2025-12-02T11:00:00.000Z`, where 1 passing one(s) \
+             are needed"
+        );
+        // The latest run since failed, even with an older pass since.
+        let failing = [run(10, TAINT + 2, F), run(9, TAINT + 1, P)];
+        let refused = untaint_proof(&failing, Some(TAINT), None, &policy).unwrap_err();
+        assert_eq!(
+            refused.to_string(),
+            "run `10` at `2025-12-02T11:00:00.002Z`, after the quarantine at \
+             `2025-12-02T11:00:00.000Z`, failed"
+        );
+        let incomplete = [run(10, TAINT + 2, I)];
+        assert!(matches!(
+            untaint_proof(&incomplete, Some(TAINT), None, &policy),
+            Err(Unproven::NotPassed {
+                outcome: Outcome::Incomplete,
+                ..
+            })
+        ));
+        assert_eq!(
+            untaint_proof(&[run(9, TAINT + 1, P)], None, None, &policy),
+            Err(Unproven::NoQuarantineTime)
+        );
+    }
+
+    #[test]
+    fn a_repeat_offender_needs_two_passes_in_a_row() {
+        let policy = RepeatOffenderPolicy::default();
+        // Flagged by its runs before the quarantine: F, F, F of the last five.
+        let history = [
+            run(3, TAINT - 3, F),
+            run(2, TAINT - 2, F),
+            run(1, TAINT - 1, F),
+        ];
+        let one_pass: Vec<RunSummary> = [run(4, TAINT + 1, P)]
+            .into_iter()
+            .chain(history.iter().cloned())
+            .collect();
+        let refused = untaint_proof(&one_pass, Some(TAINT), None, &policy).unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                Unproven::TooFewRuns {
+                    runs: 1,
+                    needed: 2,
+                    ..
+                }
+            ),
+            "{refused:?}"
+        );
+        assert!(
+            refused
+                .to_string()
+                .ends_with("; as a repeat offender: failed 3 of its last 3 runs, it needs 2 passing runs in a row"),
+            "{refused}"
+        );
+        // Pass, fail, pass: not two in a row.
+        let broken: Vec<RunSummary> = [run(6, TAINT + 3, P), run(5, TAINT + 2, F)]
+            .into_iter()
+            .chain(one_pass.iter().cloned())
+            .collect();
+        assert!(matches!(
+            untaint_proof(&broken, Some(TAINT), None, &policy),
+            Err(Unproven::NotPassed { run_id: 5, .. })
+        ));
+        let twice: Vec<RunSummary> = [run(7, TAINT + 4, P)]
+            .into_iter()
+            .chain(broken.iter().cloned())
+            .collect();
+        let proof = untaint_proof(&twice, Some(TAINT), None, &policy).unwrap();
+        assert_eq!(proof.passing_runs, [7, 6]);
+        assert!(proof.repeat_offender.is_some());
+        // Flagged at the quarantine, with no history here: two passes still.
+        let flag = RepeatOffender {
+            failed: 3,
+            of_last: 5,
+        };
+        assert!(untaint_proof(&[run(4, TAINT + 1, P)], Some(TAINT), Some(flag), &policy).is_err());
+    }
+}
