@@ -36,6 +36,7 @@
 
 mod db;
 mod error;
+mod nodes;
 mod open;
 mod outbox;
 mod overview;
@@ -61,6 +62,7 @@ use serde::{Deserialize, Serialize};
 use crate::db::{Db, IdSpace, Row, Value};
 use crate::error::During;
 pub use crate::error::StoreError;
+pub use crate::nodes::{CheckPoint, CheckSeries, NodeFailures, NodeFinding, NodeHistory};
 pub use crate::open::{StoreLocation, default_path};
 pub use crate::outbox::{FIRST_RETRY_MS, MAX_RETRY_MS, OutboxEntry, OutboxKind, next_try_delay_ms};
 pub use crate::overview::{RunFilter, StoredRun};

@@ -27,7 +27,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 5] = [V1, V2, V3, V4, V5];
+const MIGRATIONS: [&str; 6] = [V1, V2, V3, V4, V5, V6];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -133,6 +133,13 @@ CREATE INDEX outbox_by_next_try ON outbox (next_try_at_ms);
 /// each batch finds them by when they began.
 const V5: &str = "
 CREATE INDEX attempts_by_start ON attempts (started_at_ms);
+";
+
+/// A node's history across jobs (`nodes.rs`) reads its attempts by node, and its
+/// untaint events by node and kind.
+const V6: &str = "
+CREATE INDEX attempts_by_node ON attempts (node, started_at_ms);
+CREATE INDEX events_by_node ON events (node, kind, time_ms);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

@@ -28,7 +28,7 @@ use crate::{SCHEMA_VERSION, StoreError};
 /// `application_id`. (Ids are locked in the two-key space, which is separate.)
 const MIGRATION_LOCK: i64 = 0x6770_7674;
 
-const MIGRATIONS: [(u32, &str); 2] = [(4, V4), (5, V5)];
+const MIGRATIONS: [(u32, &str); 3] = [(4, V4), (5, V5), (6, V6)];
 
 const _: () = assert!(
     MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION,
@@ -37,6 +37,12 @@ const _: () = assert!(
 
 /// `schema.rs`'s V5: the index retention finds the oldest attempts by.
 const V5: &str = "CREATE INDEX attempts_by_start ON attempts (started_at_ms);";
+
+/// `schema.rs`'s V6: a node's history reads its attempts and events by node.
+const V6: &str = "
+CREATE INDEX attempts_by_node ON attempts (node, started_at_ms);
+CREATE INDEX events_by_node ON events (node, kind, time_ms);
+";
 
 /// SQLite's schema after its migrations 1 to 4; see `schema.rs` for what each part is.
 const V4: &str = r#"

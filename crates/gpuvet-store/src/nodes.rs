@@ -1,0 +1,328 @@
+//! Reads of one node across jobs: the nodes ranked by their failed runs in a window,
+//! and one node's history (every run, each check's figures over time, findings,
+//! quarantines and their lifting), with its repeat-offender flag.
+//!
+//! A node fails every few days and the store holds every attempt; these reads put the
+//! attempts side by side. Figures come from the check rows' columns (the median, the
+//! status); only a check that named something is decoded, for its findings.
+
+use std::collections::BTreeMap;
+
+use gpuvet_model::catalog::CheckName;
+use gpuvet_model::events::{Event, EventKind};
+use gpuvet_model::offenders::{RepeatOffender, RepeatOffenderPolicy, repeat_offender};
+use gpuvet_model::results::{CheckResult, CheckStatus, Outcome, Verdict};
+use serde::{Deserialize, Serialize};
+
+use crate::error::During;
+use crate::value::params;
+use crate::{EventFilter, Query, RunFilter, Store, StoreError, StoredRun, decode};
+
+/// One node's runs in a window, for the ranking of nodes by failures.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeFailures {
+    pub node: String,
+    /// Runs that started in the window, and how they ended.
+    pub runs: u32,
+    pub failed: u32,
+    pub passed: u32,
+    pub incomplete: u32,
+    /// Unix milliseconds of its latest run in the window, and of its latest failed one.
+    pub last_run_at_ms: u64,
+    pub last_failed_at_ms: Option<u64>,
+    /// Set when its latest runs (in or before the window) make it a repeat offender.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_offender: Option<RepeatOffender>,
+}
+
+/// One check's figure in one run of a node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CheckPoint {
+    pub run_id: i64,
+    pub started_at_ms: u64,
+    pub status: CheckStatus,
+    /// The median of its entities' values; `None` when it measured nothing.
+    pub median: Option<f64>,
+}
+
+/// One check's figures on a node over time, the oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CheckSeries {
+    pub check: CheckName,
+    pub unit: String,
+    pub points: Vec<CheckPoint>,
+}
+
+/// One slow or faulty entity a run on the node named.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeFinding {
+    pub run_id: i64,
+    pub job_id: String,
+    pub attempt: u32,
+    pub started_at_ms: u64,
+    pub check: CheckName,
+    pub entity: String,
+    pub verdict: Verdict,
+    pub reason: String,
+}
+
+/// Everything kept about one node across jobs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NodeHistory {
+    pub node: String,
+    /// Its latest runs, the newest first.
+    pub runs: Vec<StoredRun>,
+    /// Each check's figures over those runs, by check name.
+    pub checks: Vec<CheckSeries>,
+    /// What those runs named on it, the newest first.
+    pub findings: Vec<NodeFinding>,
+    /// Its quarantines (the rebuilds that tainted it) and their lifting
+    /// (`NodeUntainted`), the newest first.
+    pub quarantines: Vec<Event>,
+    /// Set when its latest runs make it a repeat offender under the policy asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_offender: Option<RepeatOffender>,
+}
+
+/// The most rebuild events read to find a node's quarantines: they are few, and each
+/// names the nodes it tainted in its details.
+const REBUILDS_READ: usize = 1_000;
+
+impl Store {
+    /// The nodes with a run that started at or after `since_ms`, the most failed runs
+    /// first (then the latest failure, then the name), at most `limit`, each with its
+    /// repeat-offender flag under `policy`.
+    pub fn nodes_by_failures(
+        &self,
+        since_ms: u64,
+        policy: &RepeatOffenderPolicy,
+        limit: usize,
+    ) -> Result<Vec<NodeFailures>, StoreError> {
+        const ACTION: &str = "rank the nodes by failures";
+        let count = |outcome: Outcome| {
+            format!(
+                "CAST(SUM(CASE WHEN r.outcome = '{}' THEN 1 ELSE 0 END) AS BIGINT)",
+                outcome.as_str()
+            )
+        };
+        let sql = format!(
+            "SELECT a.node, COUNT(*), {failed}, {}, {},
+                    MAX(r.started_at_ms),
+                    MAX(CASE WHEN r.outcome = '{}' THEN r.started_at_ms END)
+             FROM runs r JOIN attempts a ON a.id = r.attempt_id
+             WHERE r.started_at_ms >= ?1
+             GROUP BY a.node
+             ORDER BY {failed} DESC, MAX(CASE WHEN r.outcome = '{}' THEN r.started_at_ms END) DESC,
+                      a.node
+             LIMIT ?2",
+            count(Outcome::Passed),
+            count(Outcome::Incomplete),
+            Outcome::Failed.as_str(),
+            Outcome::Failed.as_str(),
+            failed = count(Outcome::Failed),
+        );
+        let since = i64::try_from(since_ms).unwrap_or(i64::MAX);
+        let mut nodes = self
+            .db
+            .query(&sql, &params![since, self.db.limit(Some(limit))])
+            .and_then(|rows| {
+                rows.into_iter()
+                    .map(|mut row| {
+                        Ok(NodeFailures {
+                            node: row.get(0)?,
+                            runs: row.get(1)?,
+                            failed: row.get(2)?,
+                            passed: row.get(3)?,
+                            incomplete: row.get(4)?,
+                            last_run_at_ms: row.get(5)?,
+                            last_failed_at_ms: row.get(6)?,
+                            repeat_offender: None,
+                        })
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .during(ACTION)?;
+        for node in &mut nodes {
+            node.repeat_offender = self.repeat_offender(&node.node, policy)?;
+        }
+        Ok(nodes)
+    }
+
+    /// Whether `node`'s latest runs make it a repeat offender under `policy`.
+    pub fn repeat_offender(
+        &self,
+        node: &str,
+        policy: &RepeatOffenderPolicy,
+    ) -> Result<Option<RepeatOffender>, StoreError> {
+        let runs = self.runs(&RunFilter {
+            node: Some(node.to_owned()),
+            limit: Some(policy.of_last as usize),
+            ..RunFilter::default()
+        })?;
+        Ok(repeat_offender(runs.iter().map(|r| r.run.outcome), policy))
+    }
+
+    /// `node`'s latest `limit` runs across jobs with their figures, findings and
+    /// quarantines; `None` when the store has no run and no quarantine of it.
+    pub fn node_history(
+        &self,
+        node: &str,
+        limit: usize,
+        policy: &RepeatOffenderPolicy,
+    ) -> Result<Option<NodeHistory>, StoreError> {
+        const ACTION: &str = "read a node's history from the store";
+        let runs = self.runs(&RunFilter {
+            node: Some(node.to_owned()),
+            limit: Some(limit),
+            ..RunFilter::default()
+        })?;
+        let quarantines = self.quarantines(node)?;
+        if runs.is_empty() && quarantines.is_empty() {
+            return Ok(None);
+        }
+        let oldest = runs.last().map_or(0, |r| r.run.started_at_ms);
+        let mut query = Query::new(
+            "SELECT c.id, r.id, r.started_at_ms, a.job_id, a.attempt, c.check_name, c.status,
+                    c.median_value, c.unit, c.findings, c.result_json
+             FROM check_results c
+             JOIN runs r ON r.id = c.run_id
+             JOIN attempts a ON a.id = r.attempt_id",
+        );
+        query.filter("a.node", Some(node));
+        query.condition(
+            "r.started_at_ms >= ?",
+            Some(crate::db::Value::Int(
+                i64::try_from(oldest).unwrap_or(i64::MAX),
+            )),
+        );
+        query
+            .sql
+            .push_str(" ORDER BY r.started_at_ms, r.id, c.position");
+        let rows = query
+            .rows(&self.db, |row| {
+                let findings: u32 = row.get(9)?;
+                Ok(RawCheck {
+                    id: row.get(0)?,
+                    run_id: row.get(1)?,
+                    started_at_ms: row.get(2)?,
+                    job_id: row.get(3)?,
+                    attempt: row.get(4)?,
+                    check: row.get(5)?,
+                    status: row.get(6)?,
+                    median: row.get(7)?,
+                    unit: row.get(8)?,
+                    // Decoded only where it named something.
+                    json: if findings > 0 {
+                        Some(row.get(10)?)
+                    } else {
+                        None
+                    },
+                })
+            })
+            .during(ACTION)?;
+        let kept: std::collections::BTreeSet<i64> = runs.iter().map(|r| r.run.run_id).collect();
+        let mut series: BTreeMap<CheckName, CheckSeries> = BTreeMap::new();
+        let mut findings = Vec::new();
+        for raw in rows.into_iter().filter(|raw| kept.contains(&raw.run_id)) {
+            let bad = |message: String| StoreError::Decode {
+                table: "check_results",
+                id: raw.id,
+                message,
+            };
+            let check: CheckName =
+                raw.check
+                    .parse()
+                    .map_err(|e: gpuvet_model::catalog::UnknownCheck| {
+                        bad(format!("unknown check `{}`", e.name))
+                    })?;
+            let status: CheckStatus =
+                serde_json::from_value(serde_json::Value::String(raw.status.clone()))
+                    .map_err(|e| bad(format!("unknown status `{}`: {e}", raw.status)))?;
+            series
+                .entry(check)
+                .or_insert_with(|| CheckSeries {
+                    check,
+                    unit: raw.unit.clone(),
+                    points: Vec::new(),
+                })
+                .points
+                .push(CheckPoint {
+                    run_id: raw.run_id,
+                    started_at_ms: raw.started_at_ms,
+                    status,
+                    median: raw.median.filter(|v| v.is_finite()),
+                });
+            if let Some(json) = &raw.json {
+                let result: CheckResult = decode("check_results", raw.id, json)?;
+                for finding in result.findings() {
+                    findings.push(NodeFinding {
+                        run_id: raw.run_id,
+                        job_id: raw.job_id.clone(),
+                        attempt: raw.attempt,
+                        started_at_ms: raw.started_at_ms,
+                        check,
+                        entity: finding.entity.to_string(),
+                        verdict: finding.verdict,
+                        reason: finding.reason.clone(),
+                    });
+                }
+            }
+        }
+        findings.reverse();
+        let repeat_offender = repeat_offender(runs.iter().map(|r| r.run.outcome), policy);
+        Ok(Some(NodeHistory {
+            node: node.to_owned(),
+            runs,
+            checks: series.into_values().collect(),
+            findings,
+            quarantines,
+            repeat_offender,
+        }))
+    }
+
+    /// The rebuilds that tainted `node` (from any node's event: the pod that tainted it
+    /// may run elsewhere) and the lifting of its quarantines, the newest first.
+    fn quarantines(&self, node: &str) -> Result<Vec<Event>, StoreError> {
+        let newest = |kind: EventKind, node: Option<&str>| EventFilter {
+            kind: Some(kind),
+            node: node.map(str::to_owned),
+            limit: Some(REBUILDS_READ),
+            newest_first: true,
+            ..EventFilter::default()
+        };
+        let mut events: Vec<Event> = self
+            .events(&newest(EventKind::InstanceRebuildRequested, None))?
+            .into_iter()
+            .filter(|event| tainted(event, node))
+            .collect();
+        events.extend(self.events(&newest(EventKind::NodeUntainted, Some(node)))?);
+        events.sort_by(|a, b| (b.event.time_ms, b.id).cmp(&(a.event.time_ms, a.id)));
+        Ok(events)
+    }
+}
+
+/// Whether a rebuild event says it tainted `node` (its Kubernetes details).
+fn tainted(event: &Event, node: &str) -> bool {
+    event.event.details["kubernetes"]["quarantine"]["tainted"]
+        .as_array()
+        .is_some_and(|nodes| nodes.iter().any(|n| n.as_str() == Some(node)))
+}
+
+/// A check row before its name and status are parsed.
+struct RawCheck {
+    id: i64,
+    run_id: i64,
+    started_at_ms: u64,
+    job_id: String,
+    attempt: u32,
+    check: String,
+    status: String,
+    median: Option<f64>,
+    unit: String,
+    json: Option<String>,
+}
