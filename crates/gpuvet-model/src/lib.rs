@@ -26,6 +26,7 @@ pub mod ids;
 pub mod inventory;
 pub mod inventory_check;
 pub mod localize;
+pub mod node_history;
 pub mod node_list;
 pub mod offenders;
 pub mod overview;

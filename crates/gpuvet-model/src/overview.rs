@@ -52,6 +52,16 @@ impl InstanceSummary {
     }
 }
 
+/// One run as listed: the attempt it belongs to and its summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoredRun {
+    #[serde(flatten)]
+    pub attempt: Attempt,
+    #[serde(flatten)]
+    pub run: RunSummary,
+}
+
 /// One stored sanity-check run, without its report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

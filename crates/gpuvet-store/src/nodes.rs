@@ -10,84 +10,13 @@ use std::collections::BTreeMap;
 
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::{Event, EventKind};
+use gpuvet_model::node_history::{CheckPoint, CheckSeries, NodeFailures, NodeFinding, NodeHistory};
 use gpuvet_model::offenders::{RepeatOffender, RepeatOffenderPolicy, repeat_offender};
-use gpuvet_model::results::{CheckResult, CheckStatus, Outcome, Verdict};
-use serde::{Deserialize, Serialize};
+use gpuvet_model::results::{CheckResult, CheckStatus, Outcome};
 
 use crate::error::During;
 use crate::value::params;
-use crate::{EventFilter, Query, RunFilter, Store, StoreError, StoredRun, decode};
-
-/// One node's runs in a window, for the ranking of nodes by failures.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct NodeFailures {
-    pub node: String,
-    /// Runs that started in the window, and how they ended.
-    pub runs: u32,
-    pub failed: u32,
-    pub passed: u32,
-    pub incomplete: u32,
-    /// Unix milliseconds of its latest run in the window, and of its latest failed one.
-    pub last_run_at_ms: u64,
-    pub last_failed_at_ms: Option<u64>,
-    /// Set when its latest runs (in or before the window) make it a repeat offender.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repeat_offender: Option<RepeatOffender>,
-}
-
-/// One check's figure in one run of a node.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CheckPoint {
-    pub run_id: i64,
-    pub started_at_ms: u64,
-    pub status: CheckStatus,
-    /// The median of its entities' values; `None` when it measured nothing.
-    pub median: Option<f64>,
-}
-
-/// One check's figures on a node over time, the oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct CheckSeries {
-    pub check: CheckName,
-    pub unit: String,
-    pub points: Vec<CheckPoint>,
-}
-
-/// One slow or faulty entity a run on the node named.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct NodeFinding {
-    pub run_id: i64,
-    pub job_id: String,
-    pub attempt: u32,
-    pub started_at_ms: u64,
-    pub check: CheckName,
-    pub entity: String,
-    pub verdict: Verdict,
-    pub reason: String,
-}
-
-/// Everything kept about one node across jobs.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct NodeHistory {
-    pub node: String,
-    /// Its latest runs, the newest first.
-    pub runs: Vec<StoredRun>,
-    /// Each check's figures over those runs, by check name.
-    pub checks: Vec<CheckSeries>,
-    /// What those runs named on it, the newest first.
-    pub findings: Vec<NodeFinding>,
-    /// Its quarantines (the rebuilds that tainted it) and their lifting
-    /// (`NodeUntainted`), the newest first.
-    pub quarantines: Vec<Event>,
-    /// Set when its latest runs make it a repeat offender under the policy asked for.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub repeat_offender: Option<RepeatOffender>,
-}
+use crate::{EventFilter, Query, RunFilter, Store, StoreError, decode};
 
 /// The most rebuild events read to find a node's quarantines: they are few, and each
 /// names the nodes it tainted in its details.

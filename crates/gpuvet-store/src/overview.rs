@@ -5,7 +5,7 @@
 //! reads 1,024 small rows.
 
 use gpuvet_model::events::Attempt;
-use gpuvet_model::overview::{InstanceSummary, JobSummary, RunSummary};
+use gpuvet_model::overview::{InstanceSummary, JobSummary, RunSummary, StoredRun};
 use gpuvet_model::results::{CheckStatus, Outcome, RunReport};
 use serde::{Deserialize, Serialize};
 
@@ -23,16 +23,6 @@ pub struct RunFilter {
     pub node: Option<String>,
     pub outcome: Option<Outcome>,
     pub limit: Option<usize>,
-}
-
-/// One run as listed: the attempt it belongs to and its summary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct StoredRun {
-    #[serde(flatten)]
-    pub attempt: Attempt,
-    #[serde(flatten)]
-    pub run: RunSummary,
 }
 
 /// The latest attempt of each node (of one job, or of every job), each with its latest
