@@ -11,6 +11,8 @@ use std::time::Duration;
 use gpuvet_analysis::explain::Explanation;
 use gpuvet_analysis::timeline::Timeline;
 use gpuvet_model::env_vars::READ_TOKEN;
+use gpuvet_model::node_history::NodeHistory;
+use gpuvet_model::offenders::RepeatOffenderPolicy;
 use gpuvet_store::StoredRun;
 use serde::de::DeserializeOwned;
 
@@ -72,6 +74,23 @@ impl ServerReader {
             "{}/api/v1/runs?node={}&limit={limit}",
             self.base_url,
             path_segment(node)
+        ))
+    }
+
+    /// `node`'s history across jobs (`GET /api/v1/nodes/{node}`): its latest `limit`
+    /// runs, their figures, findings and quarantines, flagged under `policy`.
+    pub fn node_history(
+        &self,
+        node: &str,
+        limit: usize,
+        policy: &RepeatOffenderPolicy,
+    ) -> Result<NodeHistory, PushError> {
+        self.json(&format!(
+            "{}/api/v1/nodes/{}?limit={limit}&failures={}&of_last={}",
+            self.base_url,
+            path_segment(node),
+            policy.failures,
+            policy.of_last
         ))
     }
 

@@ -238,18 +238,20 @@ struct NodesPageQuery {
     of_last: Option<String>,
 }
 
-/// A page's number parameter: `None` when absent or empty, a 400 page when not one.
-fn number<T: std::str::FromStr>(name: &str, value: Option<String>) -> Result<Option<T>, Response> {
+/// A page's number parameter: `None` when absent or empty; the message of its 400
+/// page when not a number.
+fn number<T: std::str::FromStr>(name: &str, value: Option<String>) -> Result<Option<T>, String> {
     match given(value) {
         None => Ok(None),
-        Some(text) => text.parse().map(Some).map_err(|_| {
-            html_error(
-                StatusCode::BAD_REQUEST,
-                "Bad parameter",
-                &format!("`{name}` is `{text}`, not a number"),
-            )
-        }),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("`{name}` is `{text}`, not a number")),
     }
+}
+
+fn bad_parameter(message: &str) -> Response {
+    html_error(StatusCode::BAD_REQUEST, "Bad parameter", message)
 }
 
 /// `GET /nodes?days=7&failures=3&of_last=5`: the nodes ranked by failed runs in the
@@ -264,7 +266,9 @@ async fn nodes_page(
         number::<u32>("of_last", query.of_last),
     ) {
         (Ok(days), Ok(failures), Ok(of_last)) => (days, failures, of_last),
-        (Err(page), _, _) | (_, Err(page), _) | (_, _, Err(page)) => return page,
+        (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => {
+            return bad_parameter(&message);
+        }
     };
     let now_ms = unix_now_ms();
     let since_ms = days.map(|days| now_ms.saturating_sub(u64::from(days) * 86_400_000));
@@ -273,9 +277,7 @@ async fn nodes_page(
         Ok((since_ms, policy, nodes)) => {
             Html(site::nodes_page(&nodes, since_ms, &policy, now_ms)).into_response()
         }
-        Err(error) if error.status == StatusCode::BAD_REQUEST => {
-            html_error(error.status, "Bad parameter", &error.message)
-        }
+        Err(error) if error.status == StatusCode::BAD_REQUEST => bad_parameter(&error.message),
         Err(error) => page_error(error),
     }
 }
@@ -297,7 +299,7 @@ async fn node_page(
         number::<u32>("of_last", query.of_last),
     ) {
         (Ok(failures), Ok(of_last)) => (failures, of_last),
-        (Err(page), _) | (_, Err(page)) => return page,
+        (Err(message), _) | (_, Err(message)) => return bad_parameter(&message),
     };
     let asked = crate::api::nodes::HistoryQuery {
         limit: None,
@@ -306,7 +308,7 @@ async fn node_page(
     };
     let policy = match crate::api::nodes::PolicyQuery::new(failures, of_last).policy() {
         Ok(policy) => policy,
-        Err(error) => return html_error(error.status, "Bad parameter", &error.message),
+        Err(error) => return bad_parameter(&error.message),
     };
     match crate::api::nodes::history(&state, node, asked).await {
         Ok(history) => Html(site::node_page(&history, &policy, unix_now_ms())).into_response(),

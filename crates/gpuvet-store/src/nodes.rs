@@ -203,7 +203,8 @@ impl Store {
             }
         }
         findings.reverse();
-        let repeat_offender = repeat_offender(runs.iter().map(|r| r.run.outcome), policy);
+        // From its latest `of_last` runs, however many the history holds.
+        let repeat_offender = self.repeat_offender(node, policy)?;
         Ok(Some(NodeHistory {
             node: node.to_owned(),
             runs,
@@ -230,7 +231,7 @@ impl Store {
             .filter(|event| tainted(event, node))
             .collect();
         events.extend(self.events(&newest(EventKind::NodeUntainted, Some(node)))?);
-        events.sort_by(|a, b| (b.event.time_ms, b.id).cmp(&(a.event.time_ms, a.id)));
+        events.sort_by_key(|event| std::cmp::Reverse((event.event.time_ms, event.id)));
         Ok(events)
     }
 }

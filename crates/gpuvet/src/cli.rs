@@ -65,6 +65,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Send the reports and events waiting in the store's outbox to the server now.
     Push(PushArgs),
+    /// Show one node across jobs: every run, each check's figures over time, its
+    /// findings and quarantines, and whether it is a repeat offender.
+    History(HistoryArgs),
     /// Lift the quarantine taint (`gpuvet.io/unhealthy`) that `fail_action: rebuild` put
     /// on a Kubernetes node, with the kubeconfig's credentials (needs the feature `k8s`).
     Untaint(UntaintArgs),
@@ -348,6 +351,22 @@ pub struct UntaintArgs {
     /// Why, for the record (needed with `--force`).
     #[arg(long, value_name = "TEXT")]
     pub reason: Option<String>,
+    #[command(flatten)]
+    pub source: NodeSourceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The node's name, as its runs recorded it.
+    #[arg(value_name = "NODE")]
+    pub node: String,
+    /// How many of its latest runs to show.
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub runs: u32,
+    /// Print the history as JSON.
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub source: NodeSourceArgs,
 }

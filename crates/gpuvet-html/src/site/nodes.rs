@@ -300,7 +300,7 @@ mod tests {
     use gpuvet_model::events::{Attempt, Event, NewEvent};
     use gpuvet_model::node_history::{CheckPoint, NodeFinding};
     use gpuvet_model::overview::{RunSummary, StoredRun};
-    use gpuvet_model::results::{Outcome, Verdict};
+    use gpuvet_model::results::{CheckStatus, Outcome, Verdict};
 
     const NOW: u64 = 1_764_673_200_000;
     const HOSTILE: &str = "n<1>&\"x\"";

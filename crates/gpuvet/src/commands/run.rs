@@ -56,7 +56,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     };
 
     if let (Some(sanity), Some(backend), Some(mode)) = (sanity, backend, mode) {
-        let report = sanity::execute(
+        let mut report = sanity::execute(
             &args.sanity,
             mode,
             backend,
@@ -64,6 +64,11 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
             &sanity,
             &attempt,
             std::io::stderr().is_terminal(),
+        )?;
+        sanity::flag_repeat_offender(
+            recorder.store.as_deref(),
+            &mut report,
+            &config.settings.repeat_offender,
         )?;
         // The app owns stdout; gpuvet's report goes to stderr.
         output::stderr(&render::table(
@@ -181,13 +186,17 @@ impl Recorder<'_> {
 }
 
 fn sanity_details(report: &RunReport) -> serde_json::Value {
-    json!({
+    let mut details = json!({
         "outcome": report.outcome,
         "summary": report.summary(),
         "backend": report.backend,
         "checks": report.checks.iter().map(|c| json!({"name": c.name, "status": c.status})).collect::<Vec<_>>(),
         "findings": sanity::findings_json(report),
-    })
+    });
+    if let Some(flag) = &report.repeat_offender {
+        details["repeat_offender"] = json!(flag);
+    }
+    details
 }
 
 fn request_rebuild(
