@@ -569,6 +569,7 @@ fn run(run_id: i64, started_at_ms: u64, outcome: Outcome) -> RunSummary {
         checks: 3,
         failed_checks: u32::from(outcome == Outcome::Failed),
         findings: 0,
+        node_failed: false,
     }
 }
 

@@ -16,12 +16,14 @@ use crate::results::{CheckStatus, Verdict};
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeFailures {
     pub node: String,
-    /// Runs that started in the window, and how they ended.
+    /// Runs that started in the window, and how they ended: `failed` because of this
+    /// node ([`crate::offenders::fails_its_node`]), or, in a group, `failed_by_others`.
     pub runs: u32,
     pub failed: u32,
+    pub failed_by_others: u32,
     pub passed: u32,
     pub incomplete: u32,
-    /// Unix milliseconds of its latest run in the window, and of its latest failed one.
+    /// Unix milliseconds of its latest run in the window, and of its latest failure.
     pub last_run_at_ms: u64,
     pub last_failed_at_ms: Option<u64>,
     /// Set when its latest runs (in or before the window) make it a repeat offender.

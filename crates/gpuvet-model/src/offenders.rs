@@ -2,8 +2,10 @@
 //! over a node's runs across jobs (newest first, as the store lists them).
 //!
 //! - A node is a repeat offender when at least `failures` of its last `of_last` runs
-//!   failed (`gpuvet.repeat_offender`, default 3 of 5): a node that fails every few days
-//!   is named as such, not treated as new each time.
+//!   failed because of it (`gpuvet.repeat_offender`, default 3 of 5): a node that fails
+//!   every few days is named as such, not treated as new each time. A group fails as
+//!   one, so in a group only the node its findings or first error name failed
+//!   ([`fails_its_node`]); the others' runs failed too, not because of them.
 //! - A quarantined node may come back only when a run that started after its
 //!   quarantine passed; a repeat offender needs its last two runs since then to pass
 //!   (two in a row). Without a recorded time of the quarantine nothing can be proven.
@@ -11,7 +13,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::overview::RunSummary;
-use crate::results::Outcome;
+use crate::results::{Entity, Outcome, RunReport};
 use crate::time::format_utc_ms;
 
 /// `gpuvet.repeat_offender`: a node that failed `failures` of its last `of_last` runs
@@ -59,19 +61,41 @@ impl std::fmt::Display for RepeatOffender {
     }
 }
 
-/// Whether the runs, newest first, make their node a repeat offender under `policy`.
+/// Whether `report` failed because of its own node: it failed, and, in a group of
+/// two or more, one of its findings names that node (a GPU of it, or it), or the
+/// group's first error is on it. A pair of nodes is a link suspect and names neither.
+pub fn fails_its_node(report: &RunReport) -> bool {
+    if report.outcome != Outcome::Failed {
+        return false;
+    }
+    let Some(group) = report.group.as_ref().filter(|g| g.nodes.len() >= 2) else {
+        return true;
+    };
+    let named = report.findings().any(|(_, finding)| match &finding.entity {
+        Entity::Device { node, .. } | Entity::Node { node } => *node == report.node,
+        Entity::NodePair { .. } => false,
+    });
+    named
+        || group
+            .first_error
+            .as_ref()
+            .is_some_and(|e| e.node == report.node)
+}
+
+/// Whether the runs, newest first, each `true` when it failed because of its node
+/// ([`fails_its_node`]), make their node a repeat offender under `policy`.
 pub fn repeat_offender(
-    outcomes_newest_first: impl IntoIterator<Item = Outcome>,
+    node_failed_newest_first: impl IntoIterator<Item = bool>,
     policy: &RepeatOffenderPolicy,
 ) -> Option<RepeatOffender> {
     let mut looked = 0;
     let mut failed = 0;
-    for outcome in outcomes_newest_first
+    for node_failed in node_failed_newest_first
         .into_iter()
         .take(policy.of_last as usize)
     {
         looked += 1;
-        failed += u32::from(outcome == Outcome::Failed);
+        failed += u32::from(node_failed);
     }
     (failed >= policy.failures.max(1)).then_some(RepeatOffender {
         failed,
@@ -180,7 +204,7 @@ pub fn untaint_proof(
         .iter()
         .partition(|run| run.started_at_ms >= since_ms);
     let repeat_offender = flagged_at_quarantine
-        .or_else(|| repeat_offender(before.iter().map(|run| run.outcome), policy));
+        .or_else(|| repeat_offender(before.iter().map(|run| run.node_failed), policy));
     let needed = if repeat_offender.is_some() {
         REPEAT_OFFENDER_PASSES
     } else {
@@ -239,10 +263,19 @@ mod tests {
             checks: 1,
             failed_checks: u32::from(outcome == Outcome::Failed),
             findings: 0,
+            node_failed: outcome == Outcome::Failed,
         }
     }
 
     use Outcome::{Failed as F, Incomplete as I, Passed as P};
+
+    /// `repeat_offender` of runs that each failed because of their node when failed.
+    fn repeat_offender<const N: usize>(
+        outcomes: [Outcome; N],
+        policy: &RepeatOffenderPolicy,
+    ) -> Option<RepeatOffender> {
+        super::repeat_offender(outcomes.map(|o| o == Outcome::Failed), policy)
+    }
 
     #[test]
     fn k_failures_of_the_last_m_runs_flag_a_node() {
@@ -396,5 +429,68 @@ mod tests {
             of_last: 5,
         };
         assert!(untaint_proof(&[run(4, TAINT + 1, P)], Some(TAINT), Some(flag), &policy).is_err());
+    }
+
+    fn report(
+        node: &str,
+        members: &[&str],
+        slow: Option<&str>,
+        first_error: Option<&str>,
+    ) -> RunReport {
+        use crate::catalog::CheckName;
+        use crate::results::{CheckResult, CheckStatus, EntityResult, GroupIncident, GroupSummary};
+        let entities: Vec<EntityResult> = slow
+            .into_iter()
+            .map(|on| {
+                serde_json::from_value(serde_json::json!({
+                    "entity": { "kind": "device", "node": on, "index": 1 },
+                    "verdict": "slow", "lane": "host", "reason": "40% below", "evidence": {},
+                    "measurement": { "entity": { "kind": "device", "node": on, "index": 1 }, "value": 1.0 },
+                }))
+                .unwrap()
+            })
+            .collect();
+        let mut report: RunReport = serde_json::from_value(serde_json::json!({
+            "gpuvet_version": "0", "job_id": "j", "attempt": 1, "node": node,
+            "instance": "p", "backend": "sim", "devices": [], "started_at_ms": 0,
+            "duration_secs": 1.0, "timeout_secs": 1.0, "outcome": "failed", "checks": [],
+        }))
+        .unwrap();
+        report.checks = vec![CheckResult::judged(
+            CheckName::GemmFlops,
+            CheckStatus::Failed,
+            entities,
+        )];
+        if !members.is_empty() {
+            report.group = Some(GroupSummary {
+                nodes: members.iter().map(|n| (*n).to_owned()).collect(),
+                first_error: first_error.map(|on| GroupIncident {
+                    rank: 1,
+                    node: on.into(),
+                    kind: crate::results::IncidentKind::Crashed,
+                    lane: crate::results::Lane::Host,
+                    time_ms: 0,
+                    detail: "agent exited".into(),
+                }),
+                ..GroupSummary::default()
+            });
+        }
+        report
+    }
+
+    #[test]
+    fn in_a_group_only_the_node_its_findings_or_first_error_name_failed() {
+        let group = ["n1", "n2", "n3"];
+        // n2's slow GPU: n2's run failed because of n2, n1's because of n2.
+        assert!(fails_its_node(&report("n2", &group, Some("n2"), None)));
+        assert!(!fails_its_node(&report("n1", &group, Some("n2"), None)));
+        // n3 crashed first: that counts against n3 alone.
+        assert!(fails_its_node(&report("n3", &group, None, Some("n3"))));
+        assert!(!fails_its_node(&report("n1", &group, None, Some("n3"))));
+        // Alone, a failed run is its node's, whatever it names.
+        assert!(fails_its_node(&report("n1", &[], None, None)));
+        let mut passed = report("n1", &[], None, None);
+        passed.outcome = Outcome::Passed;
+        assert!(!fails_its_node(&passed));
     }
 }

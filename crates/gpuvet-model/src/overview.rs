@@ -82,6 +82,10 @@ pub struct RunSummary {
     pub checks: u32,
     pub failed_checks: u32,
     pub findings: u32,
+    /// Whether the run failed because of its own node
+    /// ([`crate::offenders::fails_its_node`]): what counts against a repeat offender.
+    #[serde(default)]
+    pub node_failed: bool,
 }
 
 #[cfg(test)]
@@ -114,6 +118,7 @@ mod tests {
             checks: 2,
             failed_checks: 1,
             findings: 1,
+            node_failed: false,
         };
         assert_eq!(instance(Some(run)).status(), "failed");
     }

@@ -760,7 +760,7 @@ fn pages_show_instances_the_failed_instance_and_filtered_events(backing: Backing
     );
     assert!(node.contains("n0/dev1"), "the finding: {node}");
     assert!(
-        node.contains("1 of its last 2 runs failed, in 1 job(s)"),
+        node.contains("1 of its last 2 runs failed because of it, in 1 job(s)"),
         "{node}"
     );
     let (status, body) = server.get("/nodes/n9");

@@ -39,21 +39,26 @@ impl Store {
                 outcome.as_str()
             )
         };
+        // Its failures are the runs that failed because of it; a group's other
+        // failed runs are counted apart.
+        let own = crate::overview::node_failed("r");
         let sql = format!(
-            "SELECT a.node, COUNT(*), {failed}, {}, {},
+            "SELECT a.node, COUNT(*), {failed}, {}, {}, {},
                     MAX(r.started_at_ms),
-                    MAX(CASE WHEN r.outcome = '{}' THEN r.started_at_ms END)
+                    MAX(CASE WHEN {own} = 1 THEN r.started_at_ms END)
              FROM runs r JOIN attempts a ON a.id = r.attempt_id
              WHERE r.started_at_ms >= ?1
              GROUP BY a.node
-             ORDER BY {failed} DESC, MAX(CASE WHEN r.outcome = '{}' THEN r.started_at_ms END) DESC,
+             ORDER BY {failed} DESC, MAX(CASE WHEN {own} = 1 THEN r.started_at_ms END) DESC,
                       a.node
              LIMIT ?2",
             count(Outcome::Passed),
             count(Outcome::Incomplete),
-            Outcome::Failed.as_str(),
-            Outcome::Failed.as_str(),
-            failed = count(Outcome::Failed),
+            format!(
+                "CAST(SUM(CASE WHEN r.outcome = '{}' AND {own} = 0 THEN 1 ELSE 0 END) AS BIGINT)",
+                Outcome::Failed.as_str()
+            ),
+            failed = format!("CAST(SUM({own}) AS BIGINT)"),
         );
         let since = i64::try_from(since_ms).unwrap_or(i64::MAX);
         let mut nodes = self
@@ -68,8 +73,9 @@ impl Store {
                             failed: row.get(2)?,
                             passed: row.get(3)?,
                             incomplete: row.get(4)?,
-                            last_run_at_ms: row.get(5)?,
-                            last_failed_at_ms: row.get(6)?,
+                            failed_by_others: row.get(5)?,
+                            last_run_at_ms: row.get(6)?,
+                            last_failed_at_ms: row.get(7)?,
                             repeat_offender: None,
                         })
                     })
@@ -93,7 +99,10 @@ impl Store {
             limit: Some(policy.of_last as usize),
             ..RunFilter::default()
         })?;
-        Ok(repeat_offender(runs.iter().map(|r| r.run.outcome), policy))
+        Ok(repeat_offender(
+            runs.iter().map(|r| r.run.node_failed),
+            policy,
+        ))
     }
 
     /// `node`'s latest `limit` runs across jobs with their figures, findings and

@@ -136,8 +136,11 @@ CREATE INDEX attempts_by_start ON attempts (started_at_ms);
 ";
 
 /// A node's history across jobs (`nodes.rs`) reads its attempts by node, and its
-/// untaint events by node and kind.
+/// untaint events by node and kind. `node_failed`: whether the run failed because of
+/// its own node (`offenders::fails_its_node`), 1 or 0; NULL in runs from before, read
+/// as their outcome.
 const V6: &str = "
+ALTER TABLE runs ADD COLUMN node_failed INTEGER;
 CREATE INDEX attempts_by_node ON attempts (node, started_at_ms);
 CREATE INDEX events_by_node ON events (node, kind, time_ms);
 ";

@@ -38,8 +38,10 @@ const _: () = assert!(
 /// `schema.rs`'s V5: the index retention finds the oldest attempts by.
 const V5: &str = "CREATE INDEX attempts_by_start ON attempts (started_at_ms);";
 
-/// `schema.rs`'s V6: a node's history reads its attempts and events by node.
+/// `schema.rs`'s V6: a node's history reads its attempts and events by node, and
+/// whether each run failed because of its node.
 const V6: &str = "
+ALTER TABLE runs ADD COLUMN node_failed BIGINT;
 CREATE INDEX attempts_by_node ON attempts (node, started_at_ms);
 CREATE INDEX events_by_node ON events (node, kind, time_ms);
 ";

@@ -49,7 +49,7 @@ pub fn nodes_page(
     ));
     body.push_str(
         "<table class=\"nodes-ranked\">\n<thead><tr><th>node</th><th>failed</th><th>runs</th>\
-         <th>passed</th><th>incomplete</th><th>last failure (UTC)</th><th>last run (UTC)</th>\
+         <th>failed by others</th><th>passed</th><th>incomplete</th><th>last failure (UTC)</th><th>last run (UTC)</th>\
          <th>flag</th></tr></thead>\n<tbody>\n",
     );
     for node in nodes {
@@ -62,10 +62,11 @@ pub fn nodes_page(
         };
         body.push_str(&format!(
             "<tr{class} data-node=\"{name}\"><td><a href=\"{}\">{name}</a></td><td>{}</td>\
-             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
+             <td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>\n",
             escape(&href::node(&node.node)),
             node.failed,
             node.runs,
+            node.failed_by_others,
             node.passed,
             node.incomplete,
             node.last_failed_at_ms
@@ -98,19 +99,15 @@ pub fn node_page(history: &NodeHistory, policy: &RepeatOffenderPolicy, now_ms: u
         escape(node),
         flag(history.repeat_offender.as_ref())
     );
-    let failed = history
-        .runs
-        .iter()
-        .filter(|r| r.run.outcome == gpuvet_model::results::Outcome::Failed)
-        .count();
+    let failed = history.runs.iter().filter(|r| r.run.node_failed).count();
     let jobs: std::collections::BTreeSet<&str> = history
         .runs
         .iter()
         .map(|r| r.attempt.job_id.as_str())
         .collect();
     body.push_str(&format!(
-        "<p class=\"summary\">{failed} of its last {} runs failed, in {} job(s); a repeat \
-         offender fails {} of its last {}.</p>\n",
+        "<p class=\"summary\">{failed} of its last {} runs failed because of it, in {} \
+         job(s); a repeat offender fails {} of its last {}.</p>\n",
         history.runs.len(),
         jobs.len(),
         policy.failures,
@@ -378,6 +375,7 @@ mod tests {
                 checks: 1,
                 failed_checks: u32::from(outcome == Outcome::Failed),
                 findings: u32::from(outcome == Outcome::Failed),
+                node_failed: outcome == Outcome::Failed,
             },
         };
         NodeHistory {
@@ -432,7 +430,7 @@ mod tests {
         );
         assert!(html.contains(">repeat offender</span>"), "{html}");
         assert!(
-            html.contains("1 of its last 2 runs failed, in 2 job(s)"),
+            html.contains("1 of its last 2 runs failed because of it, in 2 job(s)"),
             "{html}"
         );
         assert!(
@@ -461,6 +459,7 @@ mod tests {
                 node: HOSTILE.into(),
                 runs: 5,
                 failed: 3,
+                failed_by_others: 0,
                 passed: 2,
                 incomplete: 0,
                 last_run_at_ms: NOW,
@@ -474,6 +473,7 @@ mod tests {
                 node: "n2".into(),
                 runs: 2,
                 failed: 0,
+                failed_by_others: 0,
                 passed: 2,
                 incomplete: 0,
                 last_run_at_ms: NOW,

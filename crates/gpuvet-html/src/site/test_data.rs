@@ -69,6 +69,7 @@ pub fn run(run_id: i64, outcome: Outcome) -> RunSummary {
         checks: 3,
         failed_checks: u32::from(outcome == Outcome::Failed),
         findings: u32::from(outcome == Outcome::Failed) * 2,
+        node_failed: false,
     }
 }
 

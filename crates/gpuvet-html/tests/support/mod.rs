@@ -216,6 +216,7 @@ pub fn run_summary(run_id: i64, outcome: Outcome) -> RunSummary {
         checks: 3,
         failed_checks: u32::from(outcome == Outcome::Failed) * 2,
         findings: u32::from(outcome == Outcome::Failed) * 3,
+        node_failed: false,
     }
 }
 

@@ -1602,6 +1602,35 @@ pub fn a_nodes_history_spans_its_jobs_and_nodes_rank_by_failures(fixture: &Fixtu
     assert_eq!(last_two.repeat_offender, history.repeat_offender);
     assert_eq!(store.node_history("nobody", 100, &policy).unwrap(), None);
 
+    // In a group, n2's run failed because of n0's GPU: not n2's failure.
+    let n2 = store.begin_attempt("j6", "n2", "n2", 6_000).unwrap();
+    let mut group_run = report(&n2, 6_000);
+    for entity in &mut group_run.checks[0].entities {
+        entity.entity = gpuvet_model::results::Entity::Device {
+            node: "n0".into(),
+            index: 2,
+        };
+    }
+    group_run.group = Some(gpuvet_model::results::GroupSummary {
+        nodes: vec!["n0".into(), "n2".into()],
+        ..Default::default()
+    });
+    store.record_report(&n2, &group_run).unwrap();
+    let n2_runs = store
+        .runs(&RunFilter {
+            node: Some("n2".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(n2_runs[0].run.outcome, Outcome::Failed);
+    assert!(!n2_runs[0].run.node_failed);
+    assert!(
+        history
+            .runs
+            .iter()
+            .all(|r| r.run.node_failed == (r.run.outcome == Outcome::Failed))
+    );
+
     let ranked = store.nodes_by_failures(0, &policy, 100).unwrap();
     let rows: Vec<(&str, u32, u32, bool)> = ranked
         .iter()
@@ -1614,7 +1643,11 @@ pub fn a_nodes_history_spans_its_jobs_and_nodes_rank_by_failures(fixture: &Fixtu
             )
         })
         .collect();
-    assert_eq!(rows, [("n0", 5, 3, true), ("n1", 2, 1, false)]);
+    assert_eq!(
+        rows,
+        [("n0", 5, 3, true), ("n1", 2, 1, false), ("n2", 1, 0, false)]
+    );
+    assert_eq!(ranked[2].failed_by_others, 1);
     assert_eq!(ranked[0].last_failed_at_ms, Some(5_000));
     assert_eq!(ranked[1].last_run_at_ms, 3_100);
     // The window counts runs since its start; the flag still reads the latest runs.
@@ -1631,6 +1664,9 @@ pub fn a_nodes_history_spans_its_jobs_and_nodes_rank_by_failures(fixture: &Fixtu
         })
         .collect();
     // One failure each: the later failure ranks first.
-    assert_eq!(rows, [("n0", 2, 1, true), ("n1", 1, 1, false)]);
+    assert_eq!(
+        rows,
+        [("n0", 2, 1, true), ("n1", 1, 1, false), ("n2", 1, 0, false)]
+    );
     assert_eq!(store.nodes_by_failures(0, &policy, 1).unwrap().len(), 1);
 }

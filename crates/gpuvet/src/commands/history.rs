@@ -46,13 +46,9 @@ pub fn history(args: HistoryArgs) -> Result<i32, Failure> {
 /// The history as text: a line on the node, then its checks, runs, findings and
 /// quarantines.
 fn render(history: &NodeHistory) -> String {
-    let failed = history
-        .runs
-        .iter()
-        .filter(|r| r.run.outcome == gpuvet_model::results::Outcome::Failed)
-        .count();
+    let failed = history.runs.iter().filter(|r| r.run.node_failed).count();
     let mut out = format!(
-        "node `{}`: {failed} of its last {} runs failed",
+        "node `{}`: {failed} of its last {} runs failed because of it",
         history.node,
         history.runs.len()
     );

@@ -319,7 +319,9 @@ pub fn summary_line(report: &RunReport) -> String {
 }
 
 /// Flags `report` when its node, with this run, failed `K` of its last `M` runs
-/// (`gpuvet.repeat_offender`), as its store tells: the runs of every job on this node.
+/// (`gpuvet.repeat_offender`), as its store tells: the runs of every job on this node,
+/// each a failure only when it failed because of this node (in a group, when its
+/// findings or first error name it).
 /// Without a store nothing is known of the node's past, and nothing is flagged.
 pub fn flag_repeat_offender(
     store: Option<&gpuvet_store::Store>,
@@ -334,8 +336,9 @@ pub fn flag_repeat_offender(
         limit: Some(policy.of_last.saturating_sub(1) as usize),
         ..gpuvet_store::RunFilter::default()
     })?;
-    let outcomes = std::iter::once(report.outcome).chain(earlier.iter().map(|r| r.run.outcome));
-    report.repeat_offender = gpuvet_model::offenders::repeat_offender(outcomes, policy);
+    let failures = std::iter::once(gpuvet_model::offenders::fails_its_node(report))
+        .chain(earlier.iter().map(|r| r.run.node_failed));
+    report.repeat_offender = gpuvet_model::offenders::repeat_offender(failures, policy);
     if let Some(flag) = &report.repeat_offender {
         note(format!("node `{}` is a {flag}", report.node));
     }

@@ -112,7 +112,9 @@ fn a_node_failing_k_of_its_last_m_runs_across_jobs_is_flagged_and_its_history_sh
     assert_eq!(table.status.code(), Some(0), "{}", stderr(&table));
     let text = stdout(&table);
     assert!(
-        text.starts_with("node `node-test`: 2 of its last 2 runs failed; repeat offender"),
+        text.starts_with(
+            "node `node-test`: 2 of its last 2 runs failed because of it; repeat offender"
+        ),
         "{text}"
     );
     assert!(text.contains("gemm_flops"), "{text}");
