@@ -74,7 +74,8 @@ pub struct NodeHistory {
     pub runs: Vec<StoredRun>,
     /// Each check's figures over those runs, by check name.
     pub checks: Vec<CheckSeries>,
-    /// What those runs named on it, the newest first.
+    /// What those runs named on it (one of its GPUs, it, or a link of it), the newest
+    /// first.
     pub findings: Vec<NodeFinding>,
     /// Its quarantines (the rebuilds that tainted it) and their lifting
     /// (`NodeUntainted`), the newest first.

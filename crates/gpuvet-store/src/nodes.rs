@@ -12,7 +12,7 @@ use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::{Event, EventKind};
 use gpuvet_model::node_history::{CheckPoint, CheckSeries, NodeFailures, NodeFinding, NodeHistory};
 use gpuvet_model::offenders::{RepeatOffender, RepeatOffenderPolicy, repeat_offender};
-use gpuvet_model::results::{CheckResult, CheckStatus, Outcome};
+use gpuvet_model::results::{CheckResult, CheckStatus, Entity, Outcome};
 
 use crate::error::During;
 use crate::value::params;
@@ -197,7 +197,8 @@ impl Store {
                 });
             if let Some(json) = &raw.json {
                 let result: CheckResult = decode("check_results", raw.id, json)?;
-                for finding in result.findings() {
+                // A group's report names its other members too; only this node's.
+                for finding in result.findings().filter(|f| names(&f.entity, node)) {
                     findings.push(NodeFinding {
                         run_id: raw.run_id,
                         job_id: raw.job_id.clone(),
@@ -242,6 +243,14 @@ impl Store {
         events.extend(self.events(&newest(EventKind::NodeUntainted, Some(node)))?);
         events.sort_by_key(|event| std::cmp::Reverse((event.event.time_ms, event.id)));
         Ok(events)
+    }
+}
+
+/// Whether `entity` is `node`, one of its GPUs, or a link of it.
+fn names(entity: &Entity, node: &str) -> bool {
+    match entity {
+        Entity::Device { node: on, .. } | Entity::Node { node: on } => on == node,
+        Entity::NodePair { a, b } => a == node || b == node,
     }
 }
 

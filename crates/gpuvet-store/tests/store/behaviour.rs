@@ -1624,6 +1624,9 @@ pub fn a_nodes_history_spans_its_jobs_and_nodes_rank_by_failures(fixture: &Fixtu
         .unwrap();
     assert_eq!(n2_runs[0].run.outcome, Outcome::Failed);
     assert!(!n2_runs[0].run.node_failed);
+    // n2's history keeps only what names n2: nothing here.
+    let n2_history = store.node_history("n2", 100, &policy).unwrap().unwrap();
+    assert!(n2_history.findings.is_empty(), "{:?}", n2_history.findings);
     assert!(
         history
             .runs
