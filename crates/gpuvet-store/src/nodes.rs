@@ -42,8 +42,14 @@ impl Store {
         // Its failures are the runs that failed because of it; a group's other
         // failed runs are counted apart.
         let own = crate::overview::node_failed("r");
+        let failed = format!("CAST(SUM({own}) AS BIGINT)");
+        let by_others = format!(
+            "CAST(SUM(CASE WHEN r.outcome = '{}' AND {own} = 0 THEN 1 ELSE 0 END) AS BIGINT)",
+            Outcome::Failed.as_str()
+        );
+        let (passed, incomplete) = (count(Outcome::Passed), count(Outcome::Incomplete));
         let sql = format!(
-            "SELECT a.node, COUNT(*), {failed}, {}, {}, {},
+            "SELECT a.node, COUNT(*), {failed}, {passed}, {incomplete}, {by_others},
                     MAX(r.started_at_ms),
                     MAX(CASE WHEN {own} = 1 THEN r.started_at_ms END)
              FROM runs r JOIN attempts a ON a.id = r.attempt_id
@@ -51,14 +57,7 @@ impl Store {
              GROUP BY a.node
              ORDER BY {failed} DESC, MAX(CASE WHEN {own} = 1 THEN r.started_at_ms END) DESC,
                       a.node
-             LIMIT ?2",
-            count(Outcome::Passed),
-            count(Outcome::Incomplete),
-            format!(
-                "CAST(SUM(CASE WHEN r.outcome = '{}' AND {own} = 0 THEN 1 ELSE 0 END) AS BIGINT)",
-                Outcome::Failed.as_str()
-            ),
-            failed = format!("CAST(SUM({own}) AS BIGINT)"),
+             LIMIT ?2"
         );
         let since = i64::try_from(since_ms).unwrap_or(i64::MAX);
         let mut nodes = self
