@@ -46,12 +46,14 @@ pub fn summaries(runs: &[StoredRun]) -> Vec<RunSummary> {
     runs.iter().map(|stored| stored.run.clone()).collect()
 }
 
-/// Who runs this command, for the record: `$USER@host`.
+/// Who runs this command, for the record: `$USER@host`, or `uid N@host` where no
+/// user name is set (a container's shell).
 pub fn who() -> String {
     let user = ["USER", "LOGNAME"]
         .iter()
         .find_map(|var| std::env::var(var).ok().filter(|v| !v.is_empty()))
-        .unwrap_or_else(|| "unknown".to_owned());
+        // SAFETY: getuid(2) cannot fail and touches no memory.
+        .unwrap_or_else(|| format!("uid {}", unsafe { libc::getuid() }));
     format!("{user}@{}", hostname())
 }
 
