@@ -139,13 +139,12 @@ pub enum Unproven {
 
 impl std::fmt::Display for Unproven {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let needs = |f: &mut std::fmt::Formatter<'_>,
-                     needed: usize,
-                     flag: &Option<RepeatOffender>| {
-            match flag {
-                Some(flag) => write!(f, "; as a {flag}, it needs {needed} passing runs in a row"),
-                None => Ok(()),
+        // What a proof takes: one passing run, or two in a row for a repeat offender.
+        let needs = |needed: usize, flag: &Option<RepeatOffender>| match flag {
+            Some(flag) => {
+                format!("as a {flag}, it needs {needed} passing runs in a row since its quarantine")
             }
+            None => "it needs a passing run since its quarantine".to_owned(),
         };
         match self {
             Unproven::NoQuarantineTime => f.write_str(
@@ -157,13 +156,16 @@ impl std::fmt::Display for Unproven {
                 needed,
                 repeat_offender,
             } => {
+                let ran = match runs {
+                    0 => "no run".to_owned(),
+                    n => format!("only {n} run(s)"),
+                };
                 write!(
                     f,
-                    "{runs} run(s) since the quarantine at `{}`, where {needed} passing one(s) \
-                     are needed",
-                    format_utc_ms(*since_ms)
-                )?;
-                needs(f, *needed, repeat_offender)
+                    "{ran} started since the quarantine at `{}`; {}",
+                    format_utc_ms(*since_ms),
+                    needs(*needed, repeat_offender)
+                )
             }
             Unproven::NotPassed {
                 since_ms,
@@ -172,20 +174,18 @@ impl std::fmt::Display for Unproven {
                 outcome,
                 needed,
                 repeat_offender,
-            } => {
-                write!(
-                    f,
-                    "run `{run_id}` at `{}`, after the quarantine at `{}`, {}",
-                    format_utc_ms(*started_at_ms),
-                    format_utc_ms(*since_ms),
-                    match outcome {
-                        Outcome::Passed => "passed",
-                        Outcome::Incomplete => "was incomplete",
-                        Outcome::Failed => "failed",
-                    }
-                )?;
-                needs(f, *needed, repeat_offender)
-            }
+            } => write!(
+                f,
+                "run `{run_id}` at `{}`, after the quarantine at `{}`, {}; {}",
+                format_utc_ms(*started_at_ms),
+                format_utc_ms(*since_ms),
+                match outcome {
+                    Outcome::Passed => "passed",
+                    Outcome::Incomplete => "was incomplete",
+                    Outcome::Failed => "failed",
+                },
+                needs(*needed, repeat_offender)
+            ),
         }
     }
 }
@@ -351,8 +351,8 @@ mod tests {
         );
         assert_eq!(
             refused.to_string(),
-            "0 run(s) since the quarantine at `2025-12-02T11:00:00.000Z`, where 1 passing one(s) \
-             are needed"
+            "no run started since the quarantine at `2025-12-02T11:00:00.000Z`; it needs a \
+             passing run since its quarantine"
         );
         // The latest run since failed, even with an older pass since.
         let failing = [run(10, TAINT + 2, F), run(9, TAINT + 1, P)];
@@ -360,7 +360,7 @@ mod tests {
         assert_eq!(
             refused.to_string(),
             "run `10` at `2025-12-02T11:00:00.002Z`, after the quarantine at \
-             `2025-12-02T11:00:00.000Z`, failed"
+             `2025-12-02T11:00:00.000Z`, failed; it needs a passing run since its quarantine"
         );
         let incomplete = [run(10, TAINT + 2, I)];
         assert!(matches!(
@@ -402,9 +402,10 @@ mod tests {
             "{refused:?}"
         );
         assert!(
-            refused
-                .to_string()
-                .ends_with("; as a repeat offender: failed 3 of its last 3 runs, it needs 2 passing runs in a row"),
+            refused.to_string().ends_with(
+                "; as a repeat offender: failed 3 of its last 3 runs, it needs 2 passing \
+                     runs in a row since its quarantine"
+            ),
             "{refused}"
         );
         // Pass, fail, pass: not two in a row.

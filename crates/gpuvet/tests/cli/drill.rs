@@ -51,7 +51,7 @@ fn every_scenario_in_one_process_confirms_every_expectation() {
     );
     let early = evidence("early-return");
     assert!(
-        early.contains("after a failed start: refused: 0 run(s) since the quarantine"),
+        early.contains("after a failed start: refused: no run started since the quarantine"),
         "{early}"
     );
     assert!(
