@@ -3,8 +3,10 @@
 // MAX_ROWS rows in its folded findings table, and a chart), the events tab filtered to
 // SanityCheckFailed with the page's own form, and the attempt's timeline (the first
 // error marked on the slow node's lane, its label clear of that lane and its bars)
-// with its bundle download; then each further instance page given, held to the same
-// verdict and row bound. Saves a screenshot of each page. With GPUVET_SIGN_IN_PATH
+// with its bundle download; the Nodes tab and the first ranked node's page across
+// jobs (its runs and a drawn sparkline per check; with `--local-nodes` only the
+// coordinator's node keeps a report, so that is the node listed); then each further instance page given, held to the same verdict and row
+// bound. Saves a screenshot of each page. With GPUVET_SIGN_IN_PATH
 // set (a one-time link of a server that guards its reads), it first finds the pages
 // refused, then signs in by following that link from a page of another site, and
 // finds the link refused a second time. Run by crates/gpuvet/tests/cli/serve_push.rs:
@@ -159,7 +161,27 @@ try {
     expect(bundle.headers()['content-type'] === 'application/gzip', 'the bundle is not gzip');
     expect(bytes[0] === 0x1f && bytes[1] === 0x8b, 'the bundle does not start as gzip');
 
-    // 5. Each further instance page: the same verdict and row bound.
+    // 5. The Nodes tab, reached from the nav: the nodes ranked; the first one's page
+    // across jobs, with its runs (one per job pushed) and a drawn sparkline per check.
+    await page.getByRole('link', { name: 'Nodes' }).first().click();
+    await page.waitForLoadState('load');
+    const ranked = await page.locator('table.nodes-ranked tbody tr').evaluateAll(
+      (all) => all.map((row) => row.dataset.node));
+    expect(ranked.length >= 1, 'the nodes page ranks no node');
+    await page.screenshot({ path: join(shots, 'nodes.png'), fullPage: true });
+    await page.locator('table.nodes-ranked tbody tr a').first().click();
+    await page.waitForLoadState('load');
+    const heading = await page.locator('h1').innerText();
+    expect(heading.includes(ranked[0]), `the node page's heading is ${heading}, not ${ranked[0]}`);
+    const nodeRuns = await page.locator('table.node-runs tbody tr').count();
+    expect(nodeRuns >= 1, 'the node page lists no run');
+    const sparks = page.locator('table.checks-over-time svg.spark');
+    expect((await sparks.count()) >= 1, 'the node page draws no sparkline');
+    const sparkBox = await sparks.first().boundingBox();
+    expect(sparkBox && sparkBox.width > 100 && sparkBox.height > 20, `no drawn sparkline (${JSON.stringify(sparkBox)})`);
+    await page.screenshot({ path: join(shots, 'node.png'), fullPage: true });
+
+    // 6. Each further instance page: the same verdict and row bound.
     const counts = [findingRows];
     for (const [i, path] of instancePaths.entries()) {
       await page.goto(base + path, { waitUntil: 'load' });
@@ -168,7 +190,7 @@ try {
     }
 
     expect(errors.length === 0, `script errors on the pages: ${errors}`);
-    console.log(`ok: ${base}: ${signIn ? 'signed in by a one-time link, ' : ''}failed instance with ${slowNode} in its verdict and ${counts.join(', ')} finding row(s), a chart, ${kinds.length} SanityCheckFailed event(s), its timeline with the first-error label clear of its lane, and a ${bytes.length}-byte bundle; screenshots in ${shots}`);
+    console.log(`ok: ${base}: ${signIn ? 'signed in by a one-time link, ' : ''}failed instance with ${slowNode} in its verdict and ${counts.join(', ')} finding row(s), a chart, ${kinds.length} SanityCheckFailed event(s), its timeline with the first-error label clear of its lane, a ${bytes.length}-byte bundle, ${ranked.length} ranked node(s) and ${ranked[0]}'s page with ${nodeRuns} run(s) and ${await sparks.count()} sparkline(s); screenshots in ${shots}`);
   });
 } catch (error) {
   failure = `${error.message} (chromium at ${executablePath})`;

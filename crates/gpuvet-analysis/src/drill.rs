@@ -9,6 +9,11 @@
 //! included), or as real agent processes, where a hung or crashed node is a stopped or
 //! killed process.
 //!
+//! Two scenarios play a node's history rather than one group ([`History`]): a node
+//! that fails start after start (`repeat-offender`, flagged at its K-th failure), and
+//! a quarantined node that tries to come back before a run passes (`early-return`,
+//! refused, then let back after one passing start), as `gpuvet untaint` decides.
+//!
 //! Pure: the binary runs a scenario's [`Drill`] and hands back what it [`Observed`].
 
 use serde::{Deserialize, Serialize};
@@ -19,7 +24,7 @@ use gpuvet_model::events::EventKind;
 use gpuvet_model::results::Lane;
 
 /// The scenarios, in the order `--all` runs them.
-pub const SCENARIOS: [&str; 14] = [
+pub const SCENARIOS: [&str; 16] = [
     "healthy",
     "slow-gpu-5",
     "slow-gpu-10",
@@ -34,11 +39,35 @@ pub const SCENARIOS: [&str; 14] = [
     "inventory-mismatch",
     "two-faults",
     "degraded",
+    "repeat-offender",
+    "early-return",
 ];
 
 /// How many healthy runs the `degraded` drill gives each GPU's record before the run
 /// it judges: the fewest a record may judge from (`gpuvet.history.min_runs`).
 pub const DEGRADED_HISTORY_RUNS: u32 = 3;
+
+/// Starts of one node alone, each a job of its own, in a store of their own: what the
+/// history scenarios play instead of a group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "history", rename_all = "snake_case")]
+pub enum History {
+    /// `starts` failing starts in a row, under a rule of `failures` of the last
+    /// `of_last` (the scenario's config).
+    RepeatOffender { starts: u32 },
+    /// A failing start, then the node's quarantine; a try to lift it; a passing start
+    /// (the node healed: `healed`, the config without its fault); a try again.
+    EarlyReturn { healed: serde_json::Value },
+}
+
+/// One try to lift a node's quarantine, as `gpuvet untaint` decides it (without the
+/// cluster): after what, whether it was let back, and why.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct UntaintTry {
+    pub after: String,
+    pub lifted: bool,
+    pub why: String,
+}
 
 /// How a drill's group runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -102,6 +131,12 @@ pub enum Expectation {
     /// Every one of the group's `gpus` GPUs is named degraded (below its own record),
     /// lane host, though its peers agree with it.
     AllDegraded { gpus: u32 },
+    /// `node` is flagged a repeat offender at its `after`-th failed start, not before.
+    FlaggedAt { node: String, after: u32 },
+    /// `node`'s quarantine is not lifted before a run passes after it.
+    StaysQuarantined { node: String },
+    /// `node`'s quarantine is lifted after one passing run.
+    ComesBack { node: String },
 }
 
 impl Expectation {
@@ -119,6 +154,17 @@ impl Expectation {
             Expectation::Acts { action } => action.as_str().to_owned(),
             Expectation::AllDegraded { gpus } => {
                 format!("all {gpus} GPUs are named degraded, lane host")
+            }
+            Expectation::FlaggedAt { node, after } => {
+                format!(
+                    "`{node}` is flagged a repeat offender at its failed start {after}, not before"
+                )
+            }
+            Expectation::StaysQuarantined { node } => {
+                format!("`{node}` stays quarantined until a run passes after its quarantine")
+            }
+            Expectation::ComesBack { node } => {
+                format!("`{node}` comes back after one passing run")
             }
         }
     }
@@ -146,7 +192,10 @@ pub struct Drill {
     /// Runs that build every GPU's record before the judged run, in a store of the
     /// drill's own (so no earlier run on this machine is part of the record).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history: Option<HistoryRuns>,
+    pub record: Option<HistoryRuns>,
+    /// Set for a scenario of one node's history: it runs that instead of a group.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<History>,
 }
 
 /// The healthy runs a drill makes before the one it judges.
@@ -175,6 +224,8 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
     let mut runtime = None;
     let mut pairing = None;
     let mut not_applicable = None;
+    let mut history = None;
+    let mut repeat_rule = None;
     let in_one_process_only = |what: &str| {
         format!(
             "{what} is scripted only in a group in one process (drop `--local-nodes`); with \
@@ -391,6 +442,44 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
                 ],
             )
         }
+        "repeat-offender" => {
+            // A rule of 2 of the last 3 keeps the drill short; the default is 3 of 5.
+            checks = vec!["gemm_flops"];
+            sim["speed"] = serde_json::json!({"1": 0.6});
+            repeat_rule = Some(serde_json::json!({"failures": 2, "of_last": 3}));
+            history = Some(History::RepeatOffender { starts: 3 });
+            (
+                format!("GPU 1 of `{victim}` at 60 %, three starts in a row, alone"),
+                vec![
+                    Expectation::FlaggedAt {
+                        node: victim.clone(),
+                        after: 2,
+                    },
+                    refused,
+                ],
+            )
+        }
+        "early-return" => {
+            checks = vec!["gemm_flops"];
+            let mut healed = serde_json::json!({});
+            healed["sim"] = sim.clone();
+            sim["speed"] = serde_json::json!({"1": 0.6});
+            history = Some(History::EarlyReturn { healed });
+            (
+                format!(
+                    "GPU 1 of `{victim}` at 60 %: quarantined, it tries to come back, then \
+                     passes once healed"
+                ),
+                vec![
+                    Expectation::StaysQuarantined {
+                        node: victim.clone(),
+                    },
+                    Expectation::ComesBack {
+                        node: victim.clone(),
+                    },
+                ],
+            )
+        }
         _ => return None,
     };
     let mut config = serde_json::json!({
@@ -408,7 +497,7 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
     if let Some(pairing) = pairing {
         config["gpuvet"]["pairing"] = serde_json::json!(pairing);
     }
-    let history = (scenario == "degraded").then(|| {
+    let record = (scenario == "degraded").then(|| {
         config["gpuvet"]["history"] =
             serde_json::json!({"runs": 20, "min_runs": DEGRADED_HISTORY_RUNS});
         let mut healthy = config.clone();
@@ -418,6 +507,15 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
             config: healthy,
         }
     });
+    if let Some(rule) = repeat_rule {
+        config["gpuvet"]["repeat_offender"] = rule;
+    }
+    if let Some(History::EarlyReturn { healed }) = &mut history {
+        // The healed node's config: the same, without its slow GPU.
+        let mut whole = config.clone();
+        whole["gpuvet"]["sim"] = healed["sim"].take();
+        *healed = whole;
+    }
     Some(Drill {
         scenario: scenario.to_owned(),
         nodes,
@@ -428,6 +526,7 @@ pub fn drill(scenario: &str, nodes: u32, group: GroupKind) -> Option<Drill> {
         expectations,
         group,
         not_applicable,
+        record,
         history,
     })
 }
@@ -460,6 +559,13 @@ pub struct Observed {
     /// Every entity named degraded (below its own record), with its lane.
     #[serde(default)]
     pub degraded: Vec<(String, Lane)>,
+    /// A history scenario: whether each start's report flagged its node a repeat
+    /// offender, in order.
+    #[serde(default)]
+    pub flagged: Vec<bool>,
+    /// A history scenario: each try to lift the node's quarantine, in order.
+    #[serde(default)]
+    pub untaint_tries: Vec<UntaintTry>,
 }
 
 /// One row of the proof table.
@@ -607,6 +713,41 @@ fn judge_one(expectation: &Expectation, observed: &Observed) -> (Conclusion, Str
                         .next()
                         .map(|first| format!(", e.g. `{first}`"))
                         .unwrap_or_default()
+                ),
+            )
+        }
+        Expectation::FlaggedAt { after, .. } => {
+            let at = observed.flagged.iter().position(|f| *f).map(|i| i + 1);
+            let words: Vec<&str> = observed
+                .flagged
+                .iter()
+                .map(|f| if *f { "flagged" } else { "not flagged" })
+                .collect();
+            found(
+                at == Some(*after as usize),
+                format!("starts: {}", words.join(", ")),
+            )
+        }
+        Expectation::StaysQuarantined { .. } => {
+            let early = observed.untaint_tries.first();
+            found(
+                early.is_some_and(|t| !t.lifted),
+                early.map_or_else(
+                    || "no try to lift the quarantine".to_owned(),
+                    |t| format!("after {}: {}", t.after, t.why),
+                ),
+            )
+        }
+        Expectation::ComesBack { .. } => {
+            let last = observed
+                .untaint_tries
+                .last()
+                .filter(|_| observed.untaint_tries.len() >= 2);
+            found(
+                last.is_some_and(|t| t.lifted),
+                last.map_or_else(
+                    || "no try after a passing run".to_owned(),
+                    |t| format!("after {}: {}", t.after, t.why),
                 ),
             )
         }

@@ -4,13 +4,17 @@
 use std::time::Duration;
 
 use gpuvet_model::config::QuarantinePolicy;
+use gpuvet_model::offenders::{Proof, RepeatOffenderPolicy, untaint_proof};
+use gpuvet_model::overview::RunSummary;
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde::Serialize;
 
 use crate::event::{EventSpec, Regarding, event_body, event_name, series_patch};
-use crate::quarantine::{Culprit, Decision, decide, taint_patch, untaint_patch};
+use crate::quarantine::{
+    Culprit, Decision, decide, quarantined_at_ms, repeat_offender_flag, taint_patch, untaint_patch,
+};
 use crate::status::{Verdict, annotations_patch, condition_patch};
 use crate::{KubeError, PodRef};
 
@@ -109,11 +113,30 @@ fn reasons(pairs: &[(String, String)]) -> String {
     parts.join("; ")
 }
 
-/// Whether `gpuvet untaint` changed the node.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Whether `gpuvet untaint` changed the node, and on what grounds.
+#[derive(Debug, Clone, PartialEq)]
 pub enum Untainted {
-    Lifted,
+    /// The node's runs since its quarantine proved it healthy.
+    Proven(Proof),
+    /// Lifted without proof, as asked; the quarantine began at this time (Unix
+    /// milliseconds) when it was known.
+    Forced {
+        quarantined_at_ms: Option<u64>,
+    },
     WasNotTainted,
+}
+
+/// What `gpuvet untaint` lifts a quarantine on.
+#[derive(Debug, Clone, Copy)]
+pub enum UntaintGate<'a> {
+    /// The node's runs across jobs, newest first, which must prove it healthy since its
+    /// quarantine ([`gpuvet_model::offenders::untaint_proof`]).
+    Proof {
+        runs: &'a [RunSummary],
+        policy: &'a RepeatOffenderPolicy,
+    },
+    /// No proof: the operator takes it on (`--force`).
+    Force,
 }
 
 /// A client from the pod's service account, with gpuvet's timeouts.
@@ -298,16 +321,41 @@ async fn get_node(nodes: &Api<Node>, name: &str) -> Result<Node, KubeError> {
 }
 
 /// Lifts gpuvet's taint from `node` ([`crate::api::GET_NODE`], then
-/// [`crate::api::PATCH_NODE`]), with its annotations.
-pub async fn untaint(client: &kube::Client, node: &str) -> Result<Untainted, KubeError> {
+/// [`crate::api::PATCH_NODE`]), with its annotations, when `gate` lets it: the
+/// node's runs since the quarantine's time prove it healthy (two in a row for a
+/// repeat offender), or the lift is forced. Refused: [`KubeError::Unproven`], and the
+/// node is left as it was.
+pub async fn untaint(
+    client: &kube::Client,
+    node: &str,
+    gate: UntaintGate<'_>,
+) -> Result<Untainted, KubeError> {
     let nodes: Api<Node> = Api::all(client.clone());
     let current = get_node(&nodes, node).await?;
     let Some(patch) = untaint_patch(&current) else {
         return Ok(Untainted::WasNotTainted);
     };
+    let quarantined_at = quarantined_at_ms(&current);
+    let lifted = match gate {
+        UntaintGate::Force => Untainted::Forced {
+            quarantined_at_ms: quarantined_at,
+        },
+        UntaintGate::Proof { runs, policy } => {
+            let flag = repeat_offender_flag(&current);
+            match untaint_proof(runs, quarantined_at, flag, policy) {
+                Ok(proof) => Untainted::Proven(proof),
+                Err(reason) => {
+                    return Err(KubeError::Unproven {
+                        node: node.to_owned(),
+                        reason,
+                    });
+                }
+            }
+        }
+    };
     nodes
         .patch(node, &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(|err| KubeError::api(format!("lift the taint of node `{node}`"), err))?;
-    Ok(Untainted::Lifted)
+    Ok(lifted)
 }

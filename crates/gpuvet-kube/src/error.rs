@@ -21,6 +21,12 @@ pub enum KubeError {
     /// A node named on the command line does not exist.
     #[error("node `{0}` does not exist")]
     NoSuchNode(String),
+    /// `gpuvet untaint` without a proof that the node is healthy since its quarantine.
+    #[error("node `{node}` stays quarantined: {reason}")]
+    Unproven {
+        node: String,
+        reason: gpuvet_model::offenders::Unproven,
+    },
 }
 
 impl KubeError {
@@ -69,6 +75,12 @@ impl KubeError {
             ),
             KubeError::Api { .. } => None,
             KubeError::NoSuchNode(_) => Some("`kubectl get nodes` lists the node names"),
+            KubeError::Unproven { .. } => Some(
+                "run `gpuvet check` on the node (its pod must tolerate the taint \
+                 `gpuvet.io/unhealthy`) and untaint it once that passes, reading its runs \
+                 where they are kept (`--store`, or `--server` for a fleet server); \
+                 `--force --reason TEXT` lifts it anyway, recorded as an event",
+            ),
         }
     }
 

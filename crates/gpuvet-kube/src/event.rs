@@ -71,6 +71,7 @@ pub fn action(kind: EventKind) -> &'static str {
     match kind {
         EventKind::SanityCheckSucceeded | EventKind::SanityCheckFailed => "SanityCheck",
         EventKind::InstanceRebuildRequested => "Rebuild",
+        EventKind::NodeUntainted => "Untaint",
         EventKind::RuntimeCheckFailed => "RuntimeCheck",
         EventKind::InstanceStarted
         | EventKind::InstanceStartupFailed

@@ -14,10 +14,18 @@
 //!   without a readable time counts as recent). A node is tainted only while the
 //!   quarantined ones, with it, stay within `max_share` of all nodes (rounded down).
 //!   The default, 50 % in 5 minutes, lets two of four nodes go and refuses the third.
+//!   A refusal says when the breaker closes again: when enough of the quarantines it
+//!   counts leave the window (never by itself while one without a time is counted).
+//! - A culprit whose own report flags it as a repeat offender carries the flag on its
+//!   quarantine (annotation `gpuvet.io/repeat-offender`), so that `gpuvet untaint`
+//!   holds it until it passes twice in a row.
+//! - `gpuvet untaint` lifts a quarantine only when the node's runs prove it healthy
+//!   since ([`gpuvet_model::offenders::untaint_proof`]), or when forced.
 
 use std::collections::BTreeMap;
 
 use gpuvet_model::config::QuarantinePolicy;
+use gpuvet_model::offenders::RepeatOffender;
 use gpuvet_model::results::{Entity, Lane, RunReport};
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde::Serialize;
@@ -32,6 +40,8 @@ pub const TAINT_EFFECT: &str = "NoSchedule";
 pub const FINDING_ANNOTATION: &str = "gpuvet.io/quarantine";
 /// Annotation on a quarantined node: when (RFC 3339); the circuit breaker's clock.
 pub const QUARANTINED_AT_ANNOTATION: &str = "gpuvet.io/quarantined-at";
+/// Annotation on a quarantined repeat offender: its flag (JSON, `{"failed":3,"of_last":5}`).
+pub const REPEAT_OFFENDER_ANNOTATION: &str = "gpuvet.io/repeat-offender";
 
 /// A node to quarantine, with the finding that names it.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -40,6 +50,9 @@ pub struct Culprit {
     pub lane: Lane,
     /// What named it: check, entity, verdict, reason.
     pub finding: serde_json::Value,
+    /// Set when the node's own report flags it as a repeat offender.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub repeat_offender: Option<RepeatOffender>,
 }
 
 /// The culprits of a report, or why there are none to taint.
@@ -63,6 +76,8 @@ pub fn culprits(report: &RunReport) -> Culprits {
                 node: node.to_owned(),
                 lane,
                 finding,
+                // Only a node's own store knows its history across jobs.
+                repeat_offender: report.repeat_offender.filter(|_| node == report.node),
             });
         }
     };
@@ -136,21 +151,48 @@ pub fn gpuvet_taint(node: &Node) -> Option<&Taint> {
         .find(|t| t.key == TAINT_KEY)
 }
 
-/// Whether gpuvet quarantined `node` within `window_ms` of `now_ms`.
-fn quarantined_recently(node: &Node, now_ms: u64, window_ms: u64) -> bool {
-    if gpuvet_taint(node).is_none() {
-        return false;
-    }
-    let at = node
-        .metadata
+fn annotation<'a>(node: &'a Node, key: &str) -> Option<&'a str> {
+    node.metadata
         .annotations
-        .as_ref()
-        .and_then(|a| a.get(QUARANTINED_AT_ANNOTATION))
-        .and_then(|text| parse_ms(text));
-    match at {
-        Some(at) => now_ms.saturating_sub(at) < window_ms,
-        None => true,
+        .as_ref()?
+        .get(key)
+        .map(String::as_str)
+}
+
+/// When gpuvet quarantined `node` (Unix milliseconds), if it carries gpuvet's taint
+/// and a readable time.
+pub fn quarantined_at_ms(node: &Node) -> Option<u64> {
+    gpuvet_taint(node)?;
+    parse_ms(annotation(node, QUARANTINED_AT_ANNOTATION)?)
+}
+
+/// The repeat-offender flag its quarantine carries, if any.
+pub fn repeat_offender_flag(node: &Node) -> Option<RepeatOffender> {
+    gpuvet_taint(node)?;
+    serde_json::from_str(annotation(node, REPEAT_OFFENDER_ANNOTATION)?).ok()
+}
+
+/// Whether gpuvet quarantined `node` within the window: `Some(at)` with its time,
+/// `Some(None)` for a gpuvet taint without a readable time (counted as recent), `None`
+/// when not.
+fn recent_quarantine(node: &Node, now_ms: u64, window_ms: u64) -> Option<Option<u64>> {
+    gpuvet_taint(node)?;
+    match quarantined_at_ms(node) {
+        Some(at) if now_ms.saturating_sub(at) >= window_ms => None,
+        at => Some(at),
     }
+}
+
+/// When the breaker admits one more quarantine: once `excess` of the counted ones
+/// (`times`, `None` for those without a time) have left the window. `None`: never by
+/// itself.
+fn closes_at_ms(times: &[Option<u64>], excess: usize, window_ms: u64, limit: usize) -> Option<u64> {
+    if limit == 0 || excess == 0 {
+        return None;
+    }
+    let mut known: Vec<u64> = times.iter().flatten().copied().collect();
+    known.sort_unstable();
+    known.get(excess - 1).map(|at| at.saturating_add(window_ms))
 }
 
 /// The breaker's decision for each culprit, in order, given every node of the cluster.
@@ -163,10 +205,10 @@ pub fn decide(
     let window_ms = u64::try_from(policy.window.as_millis()).unwrap_or(u64::MAX);
     let total = nodes.len();
     let limit = (policy.max_share * total as f64).floor() as usize;
-    let mut recent = nodes
+    let mut recent: Vec<Option<u64>> = nodes
         .iter()
-        .filter(|n| quarantined_recently(n, now_ms, window_ms))
-        .count();
+        .filter_map(|n| recent_quarantine(n, now_ms, window_ms))
+        .collect();
     let by_name: BTreeMap<&str, &Node> = nodes
         .iter()
         .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
@@ -177,17 +219,29 @@ pub fn decide(
             let decision = match by_name.get(culprit.node.as_str()) {
                 None => Decision::NotInCluster,
                 Some(node) if gpuvet_taint(node).is_some() => Decision::AlreadyTainted,
-                Some(_) if recent + 1 > limit => Decision::Refused(format!(
-                    "circuit breaker: quarantining `{}` would make {} of {total} nodes \
-                     quarantined within {}, over the limit of {} % ({limit} node(s)); see \
-                     `gpuvet.kubernetes.quarantine`",
-                    culprit.node,
-                    recent + 1,
-                    minutes(policy),
-                    policy.max_share * 100.0,
-                )),
+                Some(_) if recent.len() + 1 > limit => {
+                    let excess = recent.len() + 1 - limit;
+                    let closes = match closes_at_ms(&recent, excess, window_ms, limit) {
+                        Some(at) => format!("it closes again at `{}`", rfc3339(at)),
+                        None if limit == 0 => format!(
+                            "it never admits one in a cluster of {total} node(s) at this share"
+                        ),
+                        None => "it stays open until `gpuvet untaint` lifts a quarantine \
+                                 without a readable time"
+                            .to_owned(),
+                    };
+                    Decision::Refused(format!(
+                        "circuit breaker: quarantining `{}` would make {} of {total} nodes \
+                         quarantined within {}, over the limit of {} % ({limit} node(s)); \
+                         {closes}; see `gpuvet.kubernetes.quarantine`",
+                        culprit.node,
+                        recent.len() + 1,
+                        minutes(policy),
+                        policy.max_share * 100.0,
+                    ))
+                }
                 Some(_) => {
-                    recent += 1;
+                    recent.push(Some(now_ms));
                     Decision::Taint
                 }
             };
@@ -234,6 +288,9 @@ pub fn taint_patch(node: &Node, culprit: &Culprit, now_ms: u64) -> serde_json::V
             "annotations": {
                 FINDING_ANNOTATION: culprit.finding.to_string(),
                 QUARANTINED_AT_ANNOTATION: rfc3339(now_ms),
+                // `null` removes a flag left from an earlier quarantine.
+                REPEAT_OFFENDER_ANNOTATION: culprit.repeat_offender
+                    .map(|flag| serde_json::to_string(&flag).expect("a flag serializes")),
             }
         },
         "spec": { "taints": taints }
@@ -250,6 +307,7 @@ pub fn untaint_patch(node: &Node) -> Option<serde_json::Value> {
             "annotations": {
                 FINDING_ANNOTATION: null,
                 QUARANTINED_AT_ANNOTATION: null,
+                REPEAT_OFFENDER_ANNOTATION: null,
             }
         },
         "spec": { "taints": other_taints(node) }
@@ -285,6 +343,7 @@ mod tests {
             node: node.into(),
             lane: Lane::Host,
             finding: json!({ "check": "gemm_flops" }),
+            repeat_offender: None,
         }
     }
 
@@ -305,8 +364,106 @@ mod tests {
         assert_eq!(
             why,
             "circuit breaker: quarantining `n3` would make 3 of 4 nodes quarantined within \
-             5 min, over the limit of 50 % (2 node(s)); see `gpuvet.kubernetes.quarantine`"
+             5 min, over the limit of 50 % (2 node(s)); it closes again at \
+             `2025-12-02T11:03:00Z`; see `gpuvet.kubernetes.quarantine`"
         );
+    }
+
+    #[test]
+    fn the_breaker_says_when_it_closes_again() {
+        let policy = QuarantinePolicy::default();
+        let refusal = |nodes: &[Node], culprits: &[Culprit]| -> String {
+            match decide(nodes, culprits, &policy, NOW).pop().unwrap().1 {
+                Decision::Refused(why) => why,
+                other => panic!("{other:?}"),
+            }
+        };
+        // Two of four may go: n1 (10:59) and n2 (10:57) are in the window, and a third
+        // waits for the older to leave it: 10:57 + 5 min.
+        let four = [
+            node("n1", Some("2025-12-02T10:59:00Z")),
+            node("n2", Some("2025-12-02T10:57:00Z")),
+            node("n3", None),
+            node("n4", None),
+        ];
+        let why = refusal(&four, &[culprit("n3")]);
+        assert!(
+            why.contains("it closes again at `2025-12-02T11:02:00Z`"),
+            "{why}"
+        );
+        // Tainted in this same decision, at `NOW`: counted with its time.
+        let fresh = [
+            node("n3", None),
+            node("n4", None),
+            node("n5", None),
+            node("n6", None),
+        ];
+        let why = refusal(&fresh, &[culprit("n3"), culprit("n4"), culprit("n5")]);
+        assert!(
+            why.contains("it closes again at `2025-12-02T11:05:00Z`"),
+            "{why}"
+        );
+        // A quarantine without a time never leaves the window by itself.
+        let untimed = [
+            node("n1", Some("")),
+            node("n2", Some("")),
+            node("n3", None),
+            node("n4", None),
+        ];
+        let why = refusal(&untimed, &[culprit("n3")]);
+        assert!(
+            why.contains(
+                "it stays open until `gpuvet untaint` lifts a quarantine without a \
+                          readable time"
+            ),
+            "{why}"
+        );
+        // A one-node cluster at 50 % admits none, ever.
+        let why = refusal(&[node("n1", None)], &[culprit("n1")]);
+        assert!(
+            why.contains("it never admits one in a cluster of 1 node(s)"),
+            "{why}"
+        );
+    }
+
+    #[test]
+    fn a_quarantine_keeps_its_time_and_repeat_offender_flag() {
+        let flag = RepeatOffender {
+            failed: 3,
+            of_last: 5,
+        };
+        let flagged = Culprit {
+            repeat_offender: Some(flag),
+            ..culprit("n3")
+        };
+        let patch = taint_patch(&node("n3", None), &flagged, NOW);
+        assert_eq!(
+            patch["metadata"]["annotations"]["gpuvet.io/repeat-offender"],
+            "{\"failed\":3,\"of_last\":5}"
+        );
+        // Read back from a node that carries the patch's annotations and the taint.
+        let mut tainted = node("n3", Some("2025-12-02T11:00:00Z"));
+        tainted.metadata.annotations.as_mut().unwrap().insert(
+            REPEAT_OFFENDER_ANNOTATION.to_owned(),
+            patch["metadata"]["annotations"]["gpuvet.io/repeat-offender"]
+                .as_str()
+                .unwrap()
+                .to_owned(),
+        );
+        assert_eq!(quarantined_at_ms(&tainted), Some(NOW));
+        assert_eq!(repeat_offender_flag(&tainted), Some(flag));
+        // Without gpuvet's taint, the annotations mean nothing.
+        tainted
+            .spec
+            .as_mut()
+            .unwrap()
+            .taints
+            .as_mut()
+            .unwrap()
+            .pop();
+        assert_eq!(quarantined_at_ms(&tainted), None);
+        assert_eq!(repeat_offender_flag(&tainted), None);
+        assert_eq!(quarantined_at_ms(&node("n4", Some(""))), None);
     }
 
     #[test]
@@ -376,6 +533,7 @@ mod tests {
                     "annotations": {
                         "gpuvet.io/quarantine": "{\"check\":\"gemm_flops\"}",
                         "gpuvet.io/quarantined-at": "2025-12-02T11:00:00Z",
+                        "gpuvet.io/repeat-offender": null,
                     }
                 },
                 "spec": { "taints": [
@@ -401,6 +559,7 @@ mod tests {
             json!([{ "key": "nvidia.com/gpu", "effect": "NoSchedule" }])
         );
         assert!(lifted["metadata"]["annotations"]["gpuvet.io/quarantine"].is_null());
+        assert!(lifted["metadata"]["annotations"]["gpuvet.io/repeat-offender"].is_null());
         assert_eq!(untaint_patch(&node("n3", None)), None);
     }
 
@@ -478,6 +637,21 @@ mod tests {
         assert_eq!(names, [("n2", Lane::Host), ("n3", Lane::Network)]);
         assert_eq!(found.nodes[0].finding["entity"], "n2/dev3");
         assert_eq!(found.whole_group, None);
+        // A report flags its own node only: the others' history is in their stores.
+        let mut flagged = report(
+            &[
+                (Entity::Node { node: "n1".into() }, Lane::Host),
+                (Entity::Node { node: "n2".into() }, Lane::Host),
+            ],
+            Some(group(&["n1", "n2", "n3"])),
+        );
+        flagged.repeat_offender = Some(RepeatOffender {
+            failed: 3,
+            of_last: 5,
+        });
+        let found = culprits(&flagged);
+        assert!(found.nodes[0].repeat_offender.is_some());
+        assert_eq!(found.nodes[1].repeat_offender, None);
     }
 
     #[test]

@@ -5,14 +5,16 @@
 use std::pin::pin;
 
 use gpuvet_kube::api::{self, User};
-use gpuvet_kube::client::{Published, Quarantine, Untainted, untaint};
+use gpuvet_kube::client::{Published, Quarantine, UntaintGate, Untainted, untaint};
 use gpuvet_kube::event::{EventSpec, Regarding};
 use gpuvet_kube::quarantine::Culprit;
 use gpuvet_kube::status::Verdict;
 use gpuvet_kube::{Kube, KubeError, PodRef};
 use gpuvet_model::config::QuarantinePolicy;
 use gpuvet_model::events::EventKind;
-use gpuvet_model::results::Lane;
+use gpuvet_model::offenders::{RepeatOffenderPolicy, Unproven};
+use gpuvet_model::overview::RunSummary;
+use gpuvet_model::results::{Lane, Outcome};
 use http::{Request, Response, StatusCode};
 use kube::client::Body;
 use serde_json::{Value, json};
@@ -361,6 +363,7 @@ fn culprit(node: &str) -> Culprit {
         node: node.into(),
         lane: Lane::Host,
         finding: json!({ "check": "gemm_flops", "entity": format!("{node}/dev3") }),
+        repeat_offender: None,
     }
 }
 
@@ -371,6 +374,7 @@ fn taint_body(node: &str) -> Value {
             "annotations": {
                 "gpuvet.io/quarantine": format!(r#"{{"check":"gemm_flops","entity":"{node}/dev3"}}"#),
                 "gpuvet.io/quarantined-at": "2025-12-02T11:00:00Z",
+                "gpuvet.io/repeat-offender": null,
             },
         },
         "spec": { "taints": [
@@ -538,15 +542,48 @@ async fn a_refused_list_is_an_error_with_the_rbac_hint() {
     server.await.unwrap();
 }
 
-#[tokio::test]
-async fn untaint_lifts_the_taint_and_its_annotations() {
-    let lifted = json!({
+/// The body that lifts gpuvet's taint and its annotations from a node of [`node`].
+fn lift_body() -> Value {
+    json!({
         "metadata": {
             "resourceVersion": "41",
-            "annotations": { "gpuvet.io/quarantine": null, "gpuvet.io/quarantined-at": null },
+            "annotations": {
+                "gpuvet.io/quarantine": null,
+                "gpuvet.io/quarantined-at": null,
+                "gpuvet.io/repeat-offender": null,
+            },
         },
         "spec": { "taints": [{ "key": "nvidia.com/gpu", "effect": "NoSchedule" }] },
-    });
+    })
+}
+
+/// One run of a node, as the store lists it.
+fn run(run_id: i64, started_at_ms: u64, outcome: Outcome) -> RunSummary {
+    RunSummary {
+        run_id,
+        report_id: String::new(),
+        outcome,
+        backend: "sim".into(),
+        started_at_ms,
+        duration_secs: Some(3.0),
+        checks: 3,
+        failed_checks: u32::from(outcome == Outcome::Failed),
+        findings: 0,
+        node_failed: false,
+    }
+}
+
+/// 2025-12-02T10:00:00Z, when the nodes of these tests were quarantined.
+const TAINTED_AT: u64 = NOW - 3_600_000;
+
+#[tokio::test]
+async fn untaint_lifts_the_taint_and_its_annotations_after_a_passing_run() {
+    let policy = RepeatOffenderPolicy::default();
+    // Failed before the quarantine, passed after it.
+    let runs = [
+        run(12, TAINTED_AT + 60_000, Outcome::Passed),
+        run(11, TAINTED_AT - 60_000, Outcome::Failed),
+    ];
     let (client, server) = mock(
         User::Untaint,
         vec![
@@ -560,7 +597,7 @@ async fn untaint_lifts_the_taint_and_its_annotations() {
             exchange(
                 "PATCH",
                 "/api/v1/nodes/gpu-7?",
-                Some(lifted),
+                Some(lift_body()),
                 200,
                 node("gpu-7", None),
             ),
@@ -574,15 +611,154 @@ async fn untaint_lifts_the_taint_and_its_annotations() {
             ),
         ],
     );
-    assert_eq!(untaint(&client, "gpu-7").await.unwrap(), Untainted::Lifted);
+    let gate = UntaintGate::Proof {
+        runs: &runs,
+        policy: &policy,
+    };
+    let Untainted::Proven(proof) = untaint(&client, "gpu-7", gate).await.unwrap() else {
+        panic!("not proven");
+    };
+    assert_eq!(proof.passing_runs, [12]);
     assert_eq!(
-        untaint(&client, "gpu-8").await.unwrap(),
+        untaint(&client, "gpu-8", gate).await.unwrap(),
         Untainted::WasNotTainted
     );
-    let err = untaint(&client, "gone").await.unwrap_err();
+    let err = untaint(&client, "gone", gate).await.unwrap_err();
     assert!(
         matches!(err, KubeError::NoSuchNode(ref n) if n == "gone"),
         "{err:?}"
+    );
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn untaint_refuses_a_node_without_a_passing_run_since_its_quarantine() {
+    let policy = RepeatOffenderPolicy::default();
+    // It passed once, but before the quarantine; and then it failed after it.
+    let before = [run(11, TAINTED_AT - 60_000, Outcome::Passed)];
+    let failed_since = [
+        run(12, TAINTED_AT + 60_000, Outcome::Failed),
+        run(11, TAINTED_AT - 60_000, Outcome::Passed),
+    ];
+    // Only reads: a refused untaint sends no PATCH (the script would fail on one).
+    let tainted = || {
+        exchange(
+            "GET",
+            "/api/v1/nodes/gpu-7",
+            None,
+            200,
+            node("gpu-7", Some("2025-12-02T10:00:00Z")),
+        )
+    };
+    let (client, server) = mock(User::Untaint, vec![tainted(), tainted()]);
+    for runs in [&before[..], &failed_since[..]] {
+        let gate = UntaintGate::Proof {
+            runs,
+            policy: &policy,
+        };
+        let err = untaint(&client, "gpu-7", gate).await.unwrap_err();
+        let KubeError::Unproven { node, reason } = &err else {
+            panic!("{err:?}");
+        };
+        assert_eq!(node, "gpu-7");
+        assert!(
+            matches!(
+                reason,
+                Unproven::TooFewRuns { runs: 0, .. } | Unproven::NotPassed { run_id: 12, .. }
+            ),
+            "{reason:?}"
+        );
+        assert!(
+            err.to_string()
+                .starts_with("node `gpu-7` stays quarantined: "),
+            "{err}"
+        );
+        assert!(
+            err.hint()
+                .unwrap()
+                .contains("run `gpuvet check` on the node")
+        );
+        assert!(err.hint().unwrap().contains("--force --reason"));
+    }
+    server.await.unwrap();
+}
+
+#[tokio::test]
+async fn a_flagged_repeat_offender_needs_two_passes_and_force_needs_none() {
+    let policy = RepeatOffenderPolicy::default();
+    let mut flagged = node("gpu-7", Some("2025-12-02T10:00:00Z"));
+    flagged["metadata"]["annotations"]["gpuvet.io/repeat-offender"] =
+        json!(r#"{"failed":3,"of_last":5}"#);
+    let one = [run(12, TAINTED_AT + 60_000, Outcome::Passed)];
+    let two = [
+        run(13, TAINTED_AT + 120_000, Outcome::Passed),
+        run(12, TAINTED_AT + 60_000, Outcome::Passed),
+    ];
+    let (client, server) = mock(
+        User::Untaint,
+        vec![
+            exchange("GET", "/api/v1/nodes/gpu-7", None, 200, flagged.clone()),
+            exchange("GET", "/api/v1/nodes/gpu-7", None, 200, flagged.clone()),
+            exchange(
+                "PATCH",
+                "/api/v1/nodes/gpu-7?",
+                Some(lift_body()),
+                200,
+                node("gpu-7", None),
+            ),
+            // Without a time, nothing proves it; `--force` lifts it all the same.
+            exchange(
+                "GET",
+                "/api/v1/nodes/gpu-9",
+                None,
+                200,
+                node("gpu-9", Some("")),
+            ),
+            exchange(
+                "GET",
+                "/api/v1/nodes/gpu-9",
+                None,
+                200,
+                node("gpu-9", Some("")),
+            ),
+            exchange(
+                "PATCH",
+                "/api/v1/nodes/gpu-9?",
+                Some(lift_body()),
+                200,
+                node("gpu-9", None),
+            ),
+        ],
+    );
+    let gate = |runs| UntaintGate::Proof {
+        runs,
+        policy: &policy,
+    };
+    let err = untaint(&client, "gpu-7", gate(&one)).await.unwrap_err();
+    assert!(
+        err.to_string().contains("it needs 2 passing runs in a row"),
+        "{err}"
+    );
+    let Untainted::Proven(proof) = untaint(&client, "gpu-7", gate(&two)).await.unwrap() else {
+        panic!("not proven");
+    };
+    assert_eq!(proof.passing_runs, [13, 12]);
+    let err = untaint(&client, "gpu-9", gate(&two)).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            KubeError::Unproven {
+                reason: Unproven::NoQuarantineTime,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    assert_eq!(
+        untaint(&client, "gpu-9", UntaintGate::Force).await.unwrap(),
+        Untainted::Forced {
+            quarantined_at_ms: None
+        }
     );
     server.await.unwrap();
 }

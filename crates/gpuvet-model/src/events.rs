@@ -21,10 +21,13 @@ pub enum EventKind {
     InstanceRebuildRequested,
     RuntimeCheckFailed,
     InstanceExited,
+    /// gpuvet's quarantine of a node was lifted (`gpuvet untaint`): proven by its runs
+    /// since, or forced, with who and why.
+    NodeUntainted,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 7] = [
+    pub const ALL: [EventKind; 8] = [
         EventKind::SanityCheckSucceeded,
         EventKind::SanityCheckFailed,
         EventKind::InstanceStarted,
@@ -32,6 +35,7 @@ impl EventKind {
         EventKind::InstanceRebuildRequested,
         EventKind::RuntimeCheckFailed,
         EventKind::InstanceExited,
+        EventKind::NodeUntainted,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -43,6 +47,7 @@ impl EventKind {
             EventKind::InstanceRebuildRequested => "InstanceRebuildRequested",
             EventKind::RuntimeCheckFailed => "RuntimeCheckFailed",
             EventKind::InstanceExited => "InstanceExited",
+            EventKind::NodeUntainted => "NodeUntainted",
         }
     }
 }

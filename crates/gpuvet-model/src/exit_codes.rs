@@ -44,6 +44,10 @@ pub const RUNTIME_FAULT: i32 = 79;
 /// `gpuvet untaint`: the Kubernetes API could not be reached, or refused the change.
 /// Past `sysexits.h`'s range, like 79.
 pub const KUBE_API_ERROR: i32 = 80;
+/// `gpuvet untaint`: the node stays quarantined, because no passing run on it was
+/// recorded since its quarantine (two in a row for a repeat offender); `--force`
+/// lifts it anyway.
+pub const NOT_PROVEN: i32 = 81;
 /// `gpuvet run`: the app's command exists but could not be executed (as in a shell).
 pub const APP_NOT_EXECUTABLE: i32 = 126;
 /// `gpuvet run`: the app's command was not found (as in a shell).
@@ -51,7 +55,7 @@ pub const APP_NOT_FOUND: i32 = 127;
 
 /// Every code with its name and meaning: `gpuvet --help` prints this table, and a test
 /// holds the README's table to the same codes.
-pub const ALL: [(i32, &str, &str); 14] = [
+pub const ALL: [(i32, &str, &str); 15] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
     (
         CHECK_FAILED,
@@ -99,6 +103,11 @@ pub const ALL: [(i32, &str, &str); 14] = [
         KUBE_API_ERROR,
         "KUBE_API_ERROR",
         "`untaint`: the Kubernetes API could not be reached or refused",
+    ),
+    (
+        NOT_PROVEN,
+        "NOT_PROVEN",
+        "`untaint`: no passing run on the node since its quarantine",
     ),
     (
         APP_NOT_EXECUTABLE,

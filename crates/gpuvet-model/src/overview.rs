@@ -52,6 +52,16 @@ impl InstanceSummary {
     }
 }
 
+/// One run as listed: the attempt it belongs to and its summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct StoredRun {
+    #[serde(flatten)]
+    pub attempt: Attempt,
+    #[serde(flatten)]
+    pub run: RunSummary,
+}
+
 /// One stored sanity-check run, without its report.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -72,6 +82,10 @@ pub struct RunSummary {
     pub checks: u32,
     pub failed_checks: u32,
     pub findings: u32,
+    /// Whether the run failed because of its own node
+    /// ([`crate::offenders::fails_its_node`]): what counts against a repeat offender.
+    #[serde(default)]
+    pub node_failed: bool,
 }
 
 #[cfg(test)]
@@ -104,6 +118,7 @@ mod tests {
             checks: 2,
             failed_checks: 1,
             findings: 1,
+            node_failed: false,
         };
         assert_eq!(instance(Some(run)).status(), "failed");
     }

@@ -565,6 +565,10 @@ pub struct RunReport {
     /// block, `explain`, the pages and events say.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub diagnosis: Option<crate::diagnosis::Diagnosis>,
+    /// Set when this node failed `K` of its last `M` runs across jobs, this one
+    /// included (`gpuvet.repeat_offender`), as its own store tells.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_offender: Option<crate::offenders::RepeatOffender>,
 }
 
 /// What a run was started with, its secrets removed before it is kept anywhere: for

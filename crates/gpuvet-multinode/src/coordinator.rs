@@ -191,6 +191,7 @@ pub fn run_group(
         group: Some(summary),
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     };
     if conversation.lost.is_empty() && !overran {
         let finish = Directive::Finish {
@@ -694,6 +695,7 @@ mod tests {
             group: None,
             context: None,
             diagnosis: None,
+            repeat_offender: None,
         }
     }
 

@@ -12,6 +12,9 @@ use gpuvet_analysis::explain::Explanation;
 use gpuvet_analysis::timeline::Timeline;
 use gpuvet_model::env_vars::READ_TOKEN;
 use gpuvet_model::fleet::FleetBaseline;
+use gpuvet_model::node_history::NodeHistory;
+use gpuvet_model::offenders::RepeatOffenderPolicy;
+use gpuvet_store::StoredRun;
 use serde::de::DeserializeOwned;
 
 use crate::PushError;
@@ -78,6 +81,33 @@ impl ServerReader {
     /// The fleet's baseline of each GPU model and check (`GET /api/v1/baselines`).
     pub fn fleet_baselines(&self) -> Result<Vec<FleetBaseline>, PushError> {
         self.json(&format!("{}/api/v1/baselines", self.base_url))
+    }
+
+    /// The latest `limit` runs of `node` across jobs, the newest first (`GET
+    /// /api/v1/runs?node=…`): what `gpuvet untaint --server` proves a node by.
+    pub fn node_runs(&self, node: &str, limit: usize) -> Result<Vec<StoredRun>, PushError> {
+        self.json(&format!(
+            "{}/api/v1/runs?node={}&limit={limit}",
+            self.base_url,
+            path_segment(node)
+        ))
+    }
+
+    /// `node`'s history across jobs (`GET /api/v1/nodes/{node}`): its latest `limit`
+    /// runs, their figures, findings and quarantines, flagged under `policy`.
+    pub fn node_history(
+        &self,
+        node: &str,
+        limit: usize,
+        policy: &RepeatOffenderPolicy,
+    ) -> Result<NodeHistory, PushError> {
+        self.json(&format!(
+            "{}/api/v1/nodes/{}?limit={limit}&failures={}&of_last={}",
+            self.base_url,
+            path_segment(node),
+            policy.failures,
+            policy.of_last
+        ))
     }
 
     /// Copies the attempt's bundle into `out`; returns its size in bytes.

@@ -123,6 +123,7 @@ pub fn run(
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     };
     observe(RunnerEvent::RunFinished { report: &report });
     report

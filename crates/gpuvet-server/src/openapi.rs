@@ -45,6 +45,8 @@ const OPEN_PATHS: [&str; 1] = ["/api/v1/health"];
         api::read::list_results,
         api::read::list_baselines,
         api::read::list_events,
+        api::nodes::list_nodes,
+        api::nodes::get_node,
         api::push::push_attempt,
         api::push::push_report,
         api::push::push_event,
@@ -58,6 +60,7 @@ const OPEN_PATHS: [&str; 1] = ["/api/v1/health"];
         (name = "jobs", description = "Jobs, their attempts, their instances (one per node), and each attempt's timeline and explanation"),
         (name = "runs", description = "Sanity-check runs and their per-check results"),
         (name = "events", description = "Deployment events"),
+        (name = "nodes", description = "Nodes across jobs: ranked by failed runs, each one's history, and repeat offenders"),
         (name = "push", description = "Nodes push reports and events; each is stored once by its id"),
         (name = "server", description = "The server itself"),
     )

@@ -32,6 +32,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/instances/{job}/{node}", get(instance_page))
         .route("/jobs/{job}/timeline", get(timeline_page))
         .route("/events", get(events_page))
+        .route("/nodes", get(nodes_page))
+        .route("/nodes/{node}", get(node_page))
         .route("/reports/{file}", get(report_page))
         .route("/session/{ticket}", get(crate::access::open_session_link))
 }
@@ -224,6 +226,95 @@ async fn events_page(State(state): State<AppState>, Query(query): Query<EventsQu
             usize::try_from(total).unwrap_or(usize::MAX),
         ))
         .into_response(),
+        Err(error) => page_error(error),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct NodesPageQuery {
+    /// Days back the ranking counts runs from; read as text for the site's own error.
+    days: Option<String>,
+    failures: Option<String>,
+    of_last: Option<String>,
+}
+
+/// A page's number parameter: `None` when absent or empty; the message of its 400
+/// page when not a number.
+fn number<T: std::str::FromStr>(name: &str, value: Option<String>) -> Result<Option<T>, String> {
+    match given(value) {
+        None => Ok(None),
+        Some(text) => text
+            .parse()
+            .map(Some)
+            .map_err(|_| format!("`{name}` is `{text}`, not a number")),
+    }
+}
+
+fn bad_parameter(message: &str) -> Response {
+    html_error(StatusCode::BAD_REQUEST, "Bad parameter", message)
+}
+
+/// `GET /nodes?days=7&failures=3&of_last=5`: the nodes ranked by failed runs in the
+/// last `days`, repeat offenders flagged.
+async fn nodes_page(
+    State(state): State<AppState>,
+    Query(query): Query<NodesPageQuery>,
+) -> Response {
+    let (days, failures, of_last) = match (
+        number::<u32>("days", query.days),
+        number::<u32>("failures", query.failures),
+        number::<u32>("of_last", query.of_last),
+    ) {
+        (Ok(days), Ok(failures), Ok(of_last)) => (days, failures, of_last),
+        (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => {
+            return bad_parameter(&message);
+        }
+    };
+    let now_ms = unix_now_ms();
+    let since_ms = days.map(|days| now_ms.saturating_sub(u64::from(days) * 86_400_000));
+    let query = crate::api::nodes::NodesQuery::new(since_ms, failures, of_last);
+    match crate::api::nodes::ranked(&state, query).await {
+        Ok((since_ms, policy, nodes)) => {
+            Html(site::nodes_page(&nodes, since_ms, &policy, now_ms)).into_response()
+        }
+        Err(error) if error.status == StatusCode::BAD_REQUEST => bad_parameter(&error.message),
+        Err(error) => page_error(error),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+struct NodePageQuery {
+    failures: Option<String>,
+    of_last: Option<String>,
+}
+
+/// `GET /nodes/{node}`: one node across jobs.
+async fn node_page(
+    State(state): State<AppState>,
+    Path(node): Path<String>,
+    Query(query): Query<NodePageQuery>,
+) -> Response {
+    let (failures, of_last) = match (
+        number::<u32>("failures", query.failures),
+        number::<u32>("of_last", query.of_last),
+    ) {
+        (Ok(failures), Ok(of_last)) => (failures, of_last),
+        (Err(message), _) | (_, Err(message)) => return bad_parameter(&message),
+    };
+    let asked = crate::api::nodes::HistoryQuery {
+        limit: None,
+        failures,
+        of_last,
+    };
+    let policy = match crate::api::nodes::PolicyQuery::new(failures, of_last).policy() {
+        Ok(policy) => policy,
+        Err(error) => return bad_parameter(&error.message),
+    };
+    match crate::api::nodes::history(&state, node, asked).await {
+        Ok(history) => Html(site::node_page(&history, &policy, unix_now_ms())).into_response(),
+        Err(error) if error.status == StatusCode::NOT_FOUND => {
+            html_error(error.status, "No such node", &error.message)
+        }
         Err(error) => page_error(error),
     }
 }

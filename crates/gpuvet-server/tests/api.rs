@@ -327,6 +327,7 @@ fn report(attempt: &Attempt, id: &str, slow: bool) -> RunReport {
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 
@@ -413,6 +414,65 @@ fn the_fleet_baselines_are_learned_from_the_pushed_reports(backing: Backing) {
     assert_eq!(baseline["results"], MIN_FLEET_RESULTS);
     assert_eq!(baseline["median"], 700.0);
     assert_eq!(baseline["limit"], 630.0);
+}
+
+fn nodes_rank_by_failures_and_a_nodes_history_reads_back(backing: Backing) {
+    let server = populated(backing);
+    // n0 failed in job-a's attempt 1 and passed in attempt 2; n1 passed.
+    let (status, nodes) = server.get_json("/api/v1/nodes?since_ms=0");
+    assert_eq!(status, 200, "{nodes}");
+    let rows: Vec<(&str, u64, u64)> = nodes
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|n| {
+            (
+                n["node"].as_str().unwrap(),
+                n["runs"].as_u64().unwrap(),
+                n["failed"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(rows, [("n0", 2, 1), ("n1", 1, 0)]);
+    assert!(nodes[0].get("repeat_offender").is_none(), "{nodes}");
+    // One failure of its last two flags n0 under a rule of 1 of 2.
+    let (_, strict) = server.get_json("/api/v1/nodes?since_ms=0&failures=1&of_last=2");
+    assert_eq!(
+        strict[0]["repeat_offender"],
+        json!({ "failed": 1, "of_last": 2 })
+    );
+    // The default window is the last 7 days: these runs are older.
+    assert_eq!(server.get_json("/api/v1/nodes"), (200, json!([])));
+    for bad in [
+        "failures=6&of_last=5",
+        "of_last=0",
+        "limit=0",
+        "since_ms=x",
+        "k=1",
+    ] {
+        let (status, body) = server.get_json(&format!("/api/v1/nodes?{bad}"));
+        assert_eq!(status, 400, "{bad}: {body}");
+    }
+
+    let (status, history) = server.get_json("/api/v1/nodes/n0");
+    assert_eq!(status, 200, "{history}");
+    assert_eq!(history["node"], "n0");
+    assert_eq!(history["runs"].as_array().unwrap().len(), 2);
+    assert_eq!(history["checks"][0]["check"], "gemm_flops");
+    assert_eq!(history["checks"][0]["points"].as_array().unwrap().len(), 2);
+    assert_eq!(history["findings"][0]["entity"], "n0/dev1");
+    let (_, one) = server.get_json("/api/v1/nodes/n0?limit=1");
+    assert_eq!(one["runs"].as_array().unwrap().len(), 1);
+    let (status, body) = server.get_json("/api/v1/nodes/nobody");
+    assert_eq!(status, 404, "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("node `nobody`"),
+        "{body}"
+    );
+    assert_eq!(server.get_json("/api/v1/nodes/n0?limit=0").0, 400);
 }
 
 fn jobs_attempts_and_instances_read_back_and_unknown_ones_are_404(backing: Backing) {
@@ -703,6 +763,46 @@ fn pages_show_instances_the_failed_instance_and_filtered_events(backing: Backing
         assert!(body.starts_with("<!DOCTYPE html>"), "{path}: {body}");
     }
     assert_eq!(server.get("/events?kind=Bogus").0, 400);
+
+    // Nodes across jobs: ranked (these runs are from 2023, so a long window), then one.
+    let (status, nodes) = server.get("/nodes?days=100000&failures=1&of_last=2");
+    assert_eq!(status, 200, "{nodes}");
+    let n0 = nodes.find("data-node=\"n0\"").expect("n0 is listed");
+    assert!(
+        n0 < nodes.find("data-node=\"n1\"").unwrap(),
+        "most failed first: {nodes}"
+    );
+    assert_eq!(
+        nodes.matches("class=\"failed repeat-offender\"").count(),
+        1,
+        "{nodes}"
+    );
+    assert!(nodes.contains("href=\"/nodes/n0\""), "{nodes}");
+    assert!(
+        server
+            .get("/nodes")
+            .1
+            .contains("No node ran in this window.")
+    );
+    let (status, node) = server.get("/nodes/n0");
+    assert_eq!(status, 200, "{node}");
+    assert!(
+        node.contains("<svg class=\"chart spark\""),
+        "a sparkline: {node}"
+    );
+    assert!(node.contains("n0/dev1"), "the finding: {node}");
+    assert!(
+        node.contains("1 of its last 2 runs failed because of it, in 1 job(s)"),
+        "{node}"
+    );
+    let (status, body) = server.get("/nodes/n9");
+    assert_eq!(status, 404);
+    assert!(body.contains("No such node"), "{body}");
+    for bad in ["/nodes?days=x", "/nodes?failures=9", "/nodes/n0?of_last=0"] {
+        let (status, body) = server.get(bad);
+        assert_eq!(status, 400, "{bad}: {body}");
+        assert!(body.starts_with("<!DOCTYPE html>"), "{bad}: {body}");
+    }
 }
 
 fn a_pushed_attempt_shows_as_running_with_the_live_refresh_until_its_report_arrives(
@@ -1102,6 +1202,8 @@ fn metrics_count_requests_by_route_and_the_openapi_document_lists_every_endpoint
         ("/api/v1/jobs/{job}/explain", vec!["get"]),
         ("/api/v1/jobs/{job}/instances/{node}", vec!["get"]),
         ("/api/v1/jobs/{job}/timeline", vec!["get"]),
+        ("/api/v1/nodes", vec!["get"]),
+        ("/api/v1/nodes/{node}", vec!["get"]),
         ("/api/v1/reports", vec!["post"]),
         ("/api/v1/results", vec!["get"]),
         ("/api/v1/runs", vec!["get"]),
@@ -1818,6 +1920,7 @@ macro_rules! on_both_stores {
 
 on_both_stores!(
     the_fleet_baselines_are_learned_from_the_pushed_reports,
+    nodes_rank_by_failures_and_a_nodes_history_reads_back,
     jobs_attempts_and_instances_read_back_and_unknown_ones_are_404,
     runs_results_and_events_filter_and_bad_filters_are_400,
     a_push_needs_the_token_and_is_stored_once_under_its_id,

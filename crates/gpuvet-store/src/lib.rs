@@ -38,6 +38,7 @@
 mod db;
 mod error;
 mod history;
+mod nodes;
 mod open;
 mod outbox;
 mod overview;
@@ -66,11 +67,15 @@ use crate::error::During;
 pub use crate::error::StoreError;
 pub use crate::open::{StoreLocation, default_path};
 pub use crate::outbox::{FIRST_RETRY_MS, MAX_RETRY_MS, OutboxEntry, OutboxKind, next_try_delay_ms};
-pub use crate::overview::{RunFilter, StoredRun};
+pub use crate::overview::RunFilter;
 pub use crate::retention::Pruned;
 pub use crate::schema::SCHEMA_VERSION;
 use crate::value::params;
 pub use crate::write::{PreparedWrite, Written};
+pub use gpuvet_model::node_history::{
+    CheckPoint, CheckSeries, NodeFailures, NodeFinding, NodeHistory,
+};
+pub use gpuvet_model::overview::StoredRun;
 
 /// Which events to read. Every field that is set must match; `limit` keeps the first
 /// events in time order (the last ones with `newest_first`).

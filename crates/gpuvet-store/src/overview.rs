@@ -5,7 +5,7 @@
 //! reads 1,024 small rows.
 
 use gpuvet_model::events::Attempt;
-use gpuvet_model::overview::{InstanceSummary, JobSummary, RunSummary};
+use gpuvet_model::overview::{InstanceSummary, JobSummary, RunSummary, StoredRun};
 use gpuvet_model::results::{CheckStatus, Outcome, RunReport};
 use serde::{Deserialize, Serialize};
 
@@ -23,16 +23,6 @@ pub struct RunFilter {
     pub node: Option<String>,
     pub outcome: Option<Outcome>,
     pub limit: Option<usize>,
-}
-
-/// One run as listed: the attempt it belongs to and its summary.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct StoredRun {
-    #[serde(flatten)]
-    pub attempt: Attempt,
-    #[serde(flatten)]
-    pub run: RunSummary,
 }
 
 /// The latest attempt of each node (of one job, or of every job), each with its latest
@@ -58,8 +48,19 @@ fn run_columns() -> String {
          (SELECT COUNT(*) FROM check_results c WHERE c.run_id = r.id),
          (SELECT COUNT(*) FROM check_results c WHERE c.run_id = r.id AND c.status IN ({})),
          (SELECT CAST(COALESCE(SUM(c.findings), 0) AS BIGINT)
-          FROM check_results c WHERE c.run_id = r.id)",
-        failing.join(", ")
+          FROM check_results c WHERE c.run_id = r.id),
+         {}",
+        failing.join(", "),
+        node_failed("r")
+    )
+}
+
+/// Whether the run `runs {alias}` failed because of its node: its `node_failed`, or,
+/// in a run stored before that column, its outcome.
+pub(crate) fn node_failed(alias: &str) -> String {
+    format!(
+        "COALESCE({alias}.node_failed, CASE WHEN {alias}.outcome = '{}' THEN 1 ELSE 0 END)",
+        Outcome::Failed.as_str()
     )
 }
 
@@ -79,6 +80,7 @@ fn run_summary(row: &mut Row, first: usize) -> Result<Option<RawRun>, DbError> {
         checks: row.get(first + 6)?,
         failed_checks: row.get(first + 7)?,
         findings: row.get(first + 8)?,
+        node_failed: row.get::<i64>(first + 9)? != 0,
     }))
 }
 
@@ -93,6 +95,7 @@ struct RawRun {
     checks: u32,
     failed_checks: u32,
     findings: u32,
+    node_failed: bool,
 }
 
 impl RawRun {
@@ -112,6 +115,7 @@ impl RawRun {
             checks: self.checks,
             failed_checks: self.failed_checks,
             findings: self.findings,
+            node_failed: self.node_failed,
         })
     }
 }

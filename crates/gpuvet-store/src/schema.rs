@@ -27,7 +27,7 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 7] = [V1, V2, V3, V4, V5, V6, V7_GPU_RESULTS];
+const MIGRATIONS: [&str; 8] = [V1, V2, V3, V4, V5, V6, V7_GPU_RESULTS, V8_NODE_HISTORY];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -174,6 +174,16 @@ CREATE TABLE gpu_results (
 );
 CREATE INDEX gpu_results_by_gpu ON gpu_results (gpu, check_name, measured_at_ms);
 CREATE INDEX gpu_results_by_run ON gpu_results (run_id);
+";
+
+/// A node's history across jobs (`nodes.rs`) reads its attempts by node, and its
+/// untaint events by node and kind. `node_failed`: whether the run failed because of
+/// its own node (`offenders::fails_its_node`), 1 or 0; NULL in runs from before, read
+/// as their outcome.
+const V8_NODE_HISTORY: &str = "
+ALTER TABLE runs ADD COLUMN node_failed INTEGER;
+CREATE INDEX attempts_by_node ON attempts (node, started_at_ms);
+CREATE INDEX events_by_node ON events (node, kind, time_ms);
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

@@ -28,7 +28,13 @@ use crate::{SCHEMA_VERSION, StoreError};
 /// `application_id`. (Ids are locked in the two-key space, which is separate.)
 const MIGRATION_LOCK: i64 = 0x6770_7674;
 
-const MIGRATIONS: [(u32, &str); 4] = [(4, V4), (5, V5), (6, V6), (7, V7_GPU_RESULTS)];
+const MIGRATIONS: [(u32, &str); 5] = [
+    (4, V4),
+    (5, V5),
+    (6, V6),
+    (7, V7_GPU_RESULTS),
+    (8, V8_NODE_HISTORY),
+];
 
 const _: () = assert!(
     MIGRATIONS[MIGRATIONS.len() - 1].0 == SCHEMA_VERSION,
@@ -69,6 +75,14 @@ CREATE TABLE gpu_results (
 CREATE INDEX gpu_results_by_gpu ON gpu_results (gpu, check_name, measured_at_ms);
 CREATE INDEX gpu_results_by_run ON gpu_results (run_id);
 "#;
+
+/// `schema.rs`'s `V8_NODE_HISTORY`: a node's history reads its attempts and events by
+/// node, and whether each run failed because of its node.
+const V8_NODE_HISTORY: &str = "
+ALTER TABLE runs ADD COLUMN node_failed BIGINT;
+CREATE INDEX attempts_by_node ON attempts (node, started_at_ms);
+CREATE INDEX events_by_node ON events (node, kind, time_ms);
+";
 
 /// SQLite's schema after its migrations 1 to 4; see `schema.rs` for what each part is.
 const V4: &str = r#"

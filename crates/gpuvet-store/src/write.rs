@@ -415,9 +415,10 @@ fn store_report(
     let run_id: i64 = db
         .query_one(
             "INSERT INTO runs (attempt_id, gpuvet_version, backend, outcome, started_at_ms,
-                               duration_secs, timeout_secs, report_json, report_id)
+                               duration_secs, timeout_secs, report_json, report_id,
+                               node_failed)
              VALUES ((SELECT id FROM attempts WHERE job_id = ?1 AND node = ?2 AND attempt = ?3),
-                     ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                     ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
              RETURNING id",
             &params![
                 &attempt.job_id,
@@ -431,6 +432,7 @@ fn store_report(
                 report.timeout_secs,
                 &encoded.report,
                 report_id,
+                i64::from(gpuvet_model::offenders::fails_its_node(report)),
             ],
         )
         .and_then(|mut row| row.get(0))

@@ -65,6 +65,9 @@ pub enum Command {
     Serve(ServeArgs),
     /// Send the reports and events waiting in the store's outbox to the server now.
     Push(PushArgs),
+    /// Show one node across jobs: every run, each check's figures over time, its
+    /// findings and quarantines, and whether it is a repeat offender.
+    History(HistoryArgs),
     /// Lift the quarantine taint (`gpuvet.io/unhealthy`) that `fail_action: rebuild` put
     /// on a Kubernetes node, with the kubeconfig's credentials (needs the feature `k8s`).
     Untaint(UntaintArgs),
@@ -341,6 +344,48 @@ pub struct UntaintArgs {
     /// The node's name, as `kubectl get nodes` lists it.
     #[arg(value_name = "NODE")]
     pub node: String,
+    /// Lift the quarantine without a passing run since it began; recorded as a
+    /// `NodeUntainted` event with who and `--reason`.
+    #[arg(long, requires = "reason")]
+    pub force: bool,
+    /// Why, for the record (needed with `--force`).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
+    #[command(flatten)]
+    pub source: NodeSourceArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct HistoryArgs {
+    /// The node's name, as its runs recorded it.
+    #[arg(value_name = "NODE")]
+    pub node: String,
+    /// How many of its latest runs to show.
+    #[arg(long, value_name = "N", default_value_t = 20,
+          value_parser = clap::value_parser!(u32).range(1..=10000))]
+    pub runs: u32,
+    /// Print the history as JSON.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub source: NodeSourceArgs,
+}
+
+/// Where a node's runs are read: the store on this machine, or a fleet server.
+#[derive(Debug, Args)]
+pub struct NodeSourceArgs {
+    /// Config file: its `gpuvet.store`, `gpuvet.repeat_offender` and `gpuvet.report_to`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The store: an SQLite file [default: the config's `gpuvet.store`, else
+    /// $XDG_STATE_HOME/gpuvet/gpuvet.db].
+    #[arg(long, env = "GPUVET_STORE", value_name = "FILE")]
+    pub store: Option<String>,
+    /// Read the node's runs from a fleet server (`gpuvet serve`) at this address
+    /// instead of a store, with the server's read token from `GPUVET_READ_TOKEN` when
+    /// set.
+    #[arg(long, env = "GPUVET_SERVER", value_name = "URL")]
+    pub server: Option<String>,
 }
 
 #[derive(Debug, Args)]

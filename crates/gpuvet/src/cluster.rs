@@ -59,7 +59,7 @@ pub use imp::{Cluster, untaint};
 mod imp {
     use std::sync::Arc;
 
-    use gpuvet_kube::client::{Untainted, in_cluster_client, inferred_client};
+    use gpuvet_kube::client::{UntaintGate, Untainted, in_cluster_client, inferred_client};
     use gpuvet_kube::event::{EventSpec, PUBLISHED, Regarding};
     use gpuvet_kube::quarantine::{TAINT_KEY, culprits};
     use gpuvet_kube::status::Verdict;
@@ -74,7 +74,8 @@ mod imp {
     use super::{Rebuilt, report_url};
     use crate::cli::UntaintArgs;
     use crate::failure::{Failure, note, warn};
-    use crate::output;
+    use crate::identity::load_config;
+    use crate::{node_runs, output};
 
     /// The pod this gpuvet runs in, and a client for the API.
     #[derive(Debug)]
@@ -266,37 +267,71 @@ mod imp {
     }
 
     /// `gpuvet untaint NODE`: lifts gpuvet's taint, with the kubeconfig's credentials
-    /// (or the pod's service account).
+    /// (or the pod's service account), once the node's runs (from the store or
+    /// `--server`) prove it healthy since its quarantine, or with `--force`; either
+    /// way recorded as a `NodeUntainted` event.
     pub fn untaint(args: UntaintArgs) -> Result<i32, Failure> {
+        let config = load_config(args.source.config.as_deref())?;
+        let policy = config.settings.repeat_offender;
+        // Read before touching the cluster: a wrong `--store` fails without a call.
+        let runs = if args.force {
+            Vec::new()
+        } else {
+            node_runs::summaries(&node_runs::latest_runs(&args.source, &config, &args.node)?)
+        };
+        let gate = if args.force {
+            UntaintGate::Force
+        } else {
+            UntaintGate::Proof {
+                runs: &runs,
+                policy: &policy,
+            }
+        };
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()
             .map_err(|err| Failure::bug_from("cannot start the async runtime", err))?;
         let result = runtime.block_on(async {
             let client = inferred_client().await?;
-            gpuvet_kube::client::untaint(&client, &args.node).await
+            gpuvet_kube::client::untaint(&client, &args.node, gate).await
         });
-        match result {
-            Ok(Untainted::Lifted) => {
-                output::stdout(&format!("lifted `{TAINT_KEY}` from node `{}`\n", args.node))?;
-                Ok(exit_codes::SUCCESS)
-            }
+        let node = &args.node;
+        let who = node_runs::who();
+        let (message, details) = match result {
+            Ok(Untainted::Proven(proof)) => (
+                format!("lifted `{TAINT_KEY}` from node `{node}`: {}", proof.summary),
+                json!({ "forced": false, "by": who, "reason": args.reason, "proof": proof }),
+            ),
+            Ok(Untainted::Forced { quarantined_at_ms }) => (
+                format!(
+                    "lifted `{TAINT_KEY}` from node `{node}` without proof, forced by `{who}`: {}",
+                    args.reason.as_deref().unwrap_or("")
+                ),
+                json!({
+                    "forced": true, "by": who, "reason": args.reason,
+                    "quarantined_at_ms": quarantined_at_ms,
+                }),
+            ),
             Ok(Untainted::WasNotTainted) => {
                 output::stdout(&format!(
-                    "node `{}` has no `{TAINT_KEY}` taint; nothing to lift\n",
-                    args.node
+                    "node `{node}` has no `{TAINT_KEY}` taint; nothing to lift\n"
                 ))?;
-                Ok(exit_codes::SUCCESS)
+                return Ok(exit_codes::SUCCESS);
             }
             Err(err) => {
                 let code = match err {
                     KubeError::NoSuchNode(_) | KubeError::Config(_) => exit_codes::USAGE,
+                    KubeError::Unproven { .. } => exit_codes::NOT_PROVEN,
                     _ => exit_codes::KUBE_API_ERROR,
                 };
                 // With the error's own hint.
-                Err(Failure::new(code, err))
+                return Err(Failure::new(code, err));
             }
-        }
+        };
+        output::stdout(&format!("{message}\n"))?;
+        let (attempt, event) = node_runs::untainted_event(node, message, details);
+        node_runs::record_untainted(&args.source, &config, &attempt, &event);
+        Ok(exit_codes::SUCCESS)
     }
 }
 
@@ -364,6 +399,13 @@ mod tests {
     fn without_the_feature_untaint_says_how_to_get_it() {
         let failure = untaint(UntaintArgs {
             node: "gpu-7".into(),
+            force: false,
+            reason: None,
+            source: crate::cli::NodeSourceArgs {
+                config: None,
+                store: None,
+                server: None,
+            },
         })
         .unwrap_err();
         assert_eq!(failure.code, gpuvet_model::exit_codes::USAGE);

@@ -4,6 +4,12 @@
 //! joined), or with an XID written into the kernel log its runtime check reads. The
 //! attempt is kept in the store under a job of its own, then read back and explained,
 //! so the drill judges exactly what a user would see.
+//!
+//! A scenario of one node's history (`repeat-offender`, `early-return`) starts that
+//! node alone several times instead, each start a job of its own, in a store of the
+//! drill's own (so that the node's history is the drill's alone), and reads back each
+//! report's repeat-offender flag, or tries to lift its quarantine as `gpuvet untaint`
+//! decides it (`offenders::untaint_proof` over the node's runs; no cluster).
 
 use std::fs::File;
 use std::io::Read;
@@ -12,7 +18,8 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use gpuvet_analysis::drill::{
-    Disruption, Drill, GroupKind, Observed, Proof, judge, not_applicable, unobserved,
+    Disruption, Drill, GroupKind, History, Observed, Proof, UntaintTry, judge, node_name,
+    not_applicable, unobserved,
 };
 use gpuvet_analysis::explain::explain;
 use gpuvet_analysis::timeline::assemble;
@@ -39,23 +46,16 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
     if let Some(why) = &drill.not_applicable {
         return Ok(not_applicable(drill, why));
     }
-    let dir = tempfile::tempdir().map_err(|err| {
-        let parent = std::env::temp_dir();
-        Failure::io(
-            format!(
-                "cannot create the drill's directory in `{}`",
-                parent.display()
-            ),
-            err,
-        )
-        .with_hint(TMPDIR_HINT)
-    })?;
+    let dir = drill_dir()?;
+    if let Some(history) = &drill.history {
+        return run_history(drill, history, dir.path(), job_id);
+    }
     let cannot = |what: &str, path: &Path, err: std::io::Error| {
         Failure::io(format!("cannot {what} `{}`", path.display()), err).with_hint(TMPDIR_HINT)
     };
-    // A drill with a history builds its GPUs' records in a store of its own first.
-    let own_store = dir.path().join("history.db");
-    let store = match &drill.history {
+    // A drill with a record builds its GPUs' records in a store of its own first.
+    let own_store = dir.path().join("record.db");
+    let store = match &drill.record {
         Some(history) => {
             for run in 1..=history.runs {
                 let job = format!("{job_id}-history-{run}");
@@ -92,7 +92,156 @@ pub fn run(drill: &Drill, store: &Path, job_id: &str) -> Result<Vec<Proof>, Fail
     if let Some(why) = run_group(drill, &config, &app, store, job_id, dir.path())? {
         return Ok(unobserved(drill, &why));
     }
-    observe(drill, store, job_id, &dir.path().join("stderr.log"))
+    observe(drill, store, job_id, &dir.path().join("stderr.log"), |_| {})
+}
+
+/// The drill's own directory, for its config, logs and (for a history) store.
+fn drill_dir() -> Result<tempfile::TempDir, Failure> {
+    tempfile::tempdir().map_err(|err| {
+        let parent = std::env::temp_dir();
+        Failure::io(
+            format!(
+                "cannot create the drill's directory in `{}`",
+                parent.display()
+            ),
+            err,
+        )
+        .with_hint(TMPDIR_HINT)
+    })
+}
+
+/// Plays one node's history: its starts alone, each a job of its own, in a store in
+/// `dir`; then judges the flags of its reports and the tries to lift its quarantine.
+fn run_history(
+    drill: &Drill,
+    history: &History,
+    dir: &Path,
+    job_id: &str,
+) -> Result<Vec<Proof>, Failure> {
+    let node = node_name(drill.nodes.max(2) - 1);
+    let store_path = dir.join("history.db");
+    let policy = gpuvet_model::config::Config::from_json(&drill.config.to_string())
+        .map(|c| c.settings.repeat_offender)
+        .map_err(|err| Failure::bug_from("a drill's config is not valid", err))?;
+    let mut starts: u32 = 0;
+    let mut start = |config: &serde_json::Value| -> Result<Option<String>, Failure> {
+        starts += 1;
+        let job = format!("{job_id}-start{starts}");
+        let config_path = dir.join(format!("start{starts}.json"));
+        std::fs::write(&config_path, config.to_string()).map_err(|err| {
+            Failure::io(
+                format!(
+                    "cannot write the drill's config `{}`",
+                    config_path.display()
+                ),
+                err,
+            )
+            .with_hint(TMPDIR_HINT)
+        })?;
+        let mut child = Command::new(crate::sanity::own_executable()?)
+            .args(["run", "--config"])
+            .arg(&config_path)
+            .arg("--store")
+            .arg(&store_path)
+            .args(["--", "true"])
+            .env("GPUVET_JOB_ID", &job)
+            .env("GPUVET_NODE", &node)
+            .env_remove("GPUVET_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|err| Failure::bug_from("cannot start the drill's node", err))?;
+        if !wait(&mut child, RUN_LIMIT) {
+            return Ok(None);
+        }
+        Ok(Some(job))
+    };
+    let mut flagged = Vec::new();
+    let mut untaint_tries = Vec::new();
+    let mut last_job = None;
+    match history {
+        History::RepeatOffender { starts: count } => {
+            for _ in 0..*count {
+                let Some(job) = start(&drill.config)? else {
+                    return Ok(unobserved(drill, "a start did not end: gpuvet hung"));
+                };
+                let store = Store::open(&store_path)?;
+                let report = store.reports(&job, 1)?.pop();
+                flagged.push(report.is_some_and(|r| r.repeat_offender.is_some()));
+                last_job = Some(job);
+            }
+        }
+        History::EarlyReturn { healed } => {
+            if start(&drill.config)?.is_none() {
+                return Ok(unobserved(drill, "a start did not end: gpuvet hung"));
+            }
+            // Its quarantine begins once the failed start ended, as a rebuild's would.
+            let quarantined_at = unix_now_ms();
+            untaint_tries.push(try_untaint(
+                &store_path,
+                &node,
+                quarantined_at,
+                &policy,
+                "a failed start",
+            )?);
+            std::thread::sleep(Duration::from_millis(2));
+            let Some(job) = start(healed)? else {
+                return Ok(unobserved(drill, "a start did not end: gpuvet hung"));
+            };
+            last_job = Some(job);
+            untaint_tries.push(try_untaint(
+                &store_path,
+                &node,
+                quarantined_at,
+                &policy,
+                "a passing start",
+            )?);
+        }
+    }
+    let job = last_job.expect("a history has a start");
+    let mut proofs = observe(
+        drill,
+        &store_path,
+        &job,
+        &dir.join("none.log"),
+        |observed| {
+            observed.flagged = flagged;
+            observed.untaint_tries = untaint_tries;
+        },
+    )?;
+    for proof in &mut proofs {
+        proof.evidence = proof.evidence.replace(&format!("{job_id}-"), "");
+    }
+    Ok(proofs)
+}
+
+/// One try to lift `node`'s quarantine from `quarantined_at`, as `gpuvet untaint`
+/// decides it from the node's runs in `store`.
+fn try_untaint(
+    store: &Path,
+    node: &str,
+    quarantined_at: u64,
+    policy: &gpuvet_model::offenders::RepeatOffenderPolicy,
+    after: &str,
+) -> Result<UntaintTry, Failure> {
+    let runs: Vec<_> = Store::open(store)?
+        .runs(&gpuvet_store::RunFilter {
+            node: Some(node.to_owned()),
+            ..gpuvet_store::RunFilter::default()
+        })?
+        .into_iter()
+        .map(|stored| stored.run)
+        .collect();
+    let decided = gpuvet_model::offenders::untaint_proof(&runs, Some(quarantined_at), None, policy);
+    Ok(UntaintTry {
+        after: after.to_owned(),
+        lifted: decided.is_ok(),
+        why: match decided {
+            Ok(proof) => format!("lifted: {}", proof.summary),
+            Err(reason) => format!("refused: {reason}"),
+        },
+    })
 }
 
 /// Runs the drill's group once with `config` and the app `app` (`true` when empty),
@@ -251,6 +400,7 @@ fn observe(
     store: &Path,
     job_id: &str,
     stderr: &Path,
+    add: impl FnOnce(&mut Observed),
 ) -> Result<Vec<Proof>, Failure> {
     let store = Store::open(store)?;
     let Some(record) = store.job_record(job_id, 1)? else {
@@ -286,14 +436,17 @@ fn observe(
     let app_stopped = record.events.iter().any(|e| {
         e.event.kind == EventKind::InstanceExited && !e.event.details["killed_by"].is_null()
     });
-    let observed = Observed {
+    let mut observed = Observed {
         coordinator: report.map(|r| r.node.clone()).unwrap_or_default(),
         explanation,
         named,
         events,
         app_stopped,
         degraded,
+        flagged: Vec::new(),
+        untaint_tries: Vec::new(),
     };
+    add(&mut observed);
     Ok(judge(drill, &observed))
 }
 

@@ -16,9 +16,17 @@ use crate::identity::{DEFAULT_JOB_ID, load_config, store_path};
 /// is noticed instead of read as empty.
 pub fn open_store(args: &RecordArgs) -> Result<Store, Failure> {
     let config = load_config(args.config.as_deref())?;
-    let location = match &args.store {
+    open_existing(args.store.as_deref(), &config)
+}
+
+/// Opens the store `flag` names, else the config's, for reading; it must exist.
+pub fn open_existing(
+    flag: Option<&str>,
+    config: &gpuvet_model::config::Config,
+) -> Result<Store, Failure> {
+    let location = match flag {
         Some(value) => StoreLocation::parse(value),
-        None => StoreLocation::parse(&store_path(None, &config).to_string_lossy()),
+        None => StoreLocation::parse(&store_path(None, config).to_string_lossy()),
     };
     match &location {
         // A node reads a fleet's PostgreSQL store through its server, never with a
@@ -59,11 +67,22 @@ pub fn attempt(args: &RecordArgs) -> Result<Option<u32>, Failure> {
 /// The reader of the fleet server `--server` names, with its read token when set and,
 /// for `https://`, the CAs `gpuvet.report_ca` (or `GPUVET_REPORT_CA`) names.
 pub fn server(args: &RecordArgs) -> Result<Option<ServerReader>, Failure> {
-    let Some(url) = args.server.as_deref().filter(|url| !url.is_empty()) else {
+    server_reader(
+        args.server.as_deref(),
+        &load_config(args.config.as_deref())?,
+    )
+}
+
+/// The reader of the fleet server at `url`, as [`server`] makes it.
+pub fn server_reader(
+    url: Option<&str>,
+    config: &gpuvet_model::config::Config,
+) -> Result<Option<ServerReader>, Failure> {
+    let Some(url) = url.filter(|url| !url.is_empty()) else {
         return Ok(None);
     };
     let token = std::env::var(READ_TOKEN).ok();
-    let trust = crate::push::trust(&load_config(args.config.as_deref())?);
+    let trust = crate::push::trust(config);
     if let Some(warning) = crate::push::cleartext_warning(url).filter(|_| token.is_some()) {
         crate::failure::warn(warning);
     }

@@ -122,6 +122,8 @@ fn a_run_that_shows_what_was_expected_confirms_each_expectation() {
         ],
         app_stopped: false,
         degraded: Vec::new(),
+        flagged: Vec::new(),
+        untaint_tries: Vec::new(),
     };
     let proofs = judge(&drill, &observed);
     assert!(
@@ -146,6 +148,8 @@ fn a_wrong_node_or_lane_or_action_leaves_the_evidence_missing_and_says_what_was_
         events: vec![EventKind::InstanceStarted],
         app_stopped: false,
         degraded: Vec::new(),
+        flagged: Vec::new(),
+        untaint_tries: Vec::new(),
     };
     let proofs = judge(&drill, &observed);
     assert!(
@@ -178,6 +182,8 @@ fn the_runtime_checks_first_error_is_on_the_coordinators_node() {
         events: vec![EventKind::InstanceStarted, EventKind::RuntimeCheckFailed],
         app_stopped: true,
         degraded: Vec::new(),
+        flagged: Vec::new(),
+        untaint_tries: Vec::new(),
     };
     let proofs = judge(&drill, &observed);
     assert_eq!(
@@ -193,7 +199,7 @@ fn the_runtime_checks_first_error_is_on_the_coordinators_node() {
 #[test]
 fn the_degraded_drill_builds_a_healthy_record_then_slows_every_gpu_alike() {
     let drill = drill("degraded", 4, GroupKind::InProcess).unwrap();
-    let history = drill.history.clone().unwrap();
+    let history = drill.record.clone().unwrap();
     assert_eq!(history.runs, DEGRADED_HISTORY_RUNS);
     assert_eq!(
         drill.config["gpuvet"]["sim"]["speed"],
@@ -218,6 +224,8 @@ fn the_degraded_drill_builds_a_healthy_record_then_slows_every_gpu_alike() {
         events: vec![EventKind::SanityCheckSucceeded, EventKind::InstanceStarted],
         app_stopped: false,
         degraded,
+        flagged: Vec::new(),
+        untaint_tries: Vec::new(),
     };
     let all: Vec<(String, Lane)> = (0..4)
         .flat_map(|n| (0..2).map(move |d| (format!("local-{n}/dev{d}"), Lane::Host)))
@@ -239,5 +247,107 @@ fn the_degraded_drill_builds_a_healthy_record_then_slows_every_gpu_alike() {
     assert_eq!(
         judge(&drill, &observed(short))[0].conclusion,
         Conclusion::EvidenceMissing
+    );
+}
+
+#[test]
+fn a_history_drill_judges_its_flags_and_its_tries_to_come_back() {
+    let repeat = drill("repeat-offender", 4, GroupKind::InProcess).unwrap();
+    assert_eq!(repeat.history, Some(History::RepeatOffender { starts: 3 }));
+    assert_eq!(
+        repeat.config["gpuvet"]["repeat_offender"],
+        serde_json::json!({"failures": 2, "of_last": 3})
+    );
+    let early = drill("early-return", 2, GroupKind::Processes).unwrap();
+    let Some(History::EarlyReturn { healed }) = &early.history else {
+        panic!("{early:?}");
+    };
+    // The healed node is the same config without its slow GPU.
+    assert_eq!(
+        early.config["gpuvet"]["sim"]["speed"],
+        serde_json::json!({"1": 0.6})
+    );
+    assert!(healed["gpuvet"]["sim"].get("speed").is_none(), "{healed}");
+    assert_eq!(healed["aimaster"], early.config["aimaster"]);
+    Config::from_json(&healed.to_string()).unwrap();
+
+    let observed = |flagged: Vec<bool>, untaint_tries: Vec<UntaintTry>| Observed {
+        coordinator: "local-3".into(),
+        explanation: crate::explain::explain(
+            &gpuvet_model::record::JobRecord {
+                job_id: "j".into(),
+                attempt: 1,
+                reports: Vec::new(),
+                events: Vec::new(),
+            },
+            &crate::timeline::assemble(&gpuvet_model::record::JobRecord {
+                job_id: "j".into(),
+                attempt: 1,
+                reports: Vec::new(),
+                events: Vec::new(),
+            }),
+        ),
+        named: Vec::new(),
+        events: vec![
+            EventKind::SanityCheckFailed,
+            EventKind::InstanceStartupFailed,
+        ],
+        app_stopped: false,
+        degraded: Vec::new(),
+        flagged,
+        untaint_tries,
+    };
+    let conclusions = |drill: &Drill, seen: &Observed| -> Vec<Conclusion> {
+        judge(drill, seen).iter().map(|p| p.conclusion).collect()
+    };
+    // Flagged at the second start: confirmed; at the first, or never: missing.
+    assert_eq!(
+        conclusions(&repeat, &observed(vec![false, true, true], Vec::new())),
+        [Conclusion::Confirmed, Conclusion::Confirmed]
+    );
+    for wrong in [vec![true, true, true], vec![false, false, false]] {
+        assert_eq!(
+            conclusions(&repeat, &observed(wrong, Vec::new()))[0],
+            Conclusion::EvidenceMissing
+        );
+    }
+    let attempt = |after: &str, lifted: bool| UntaintTry {
+        after: after.into(),
+        lifted,
+        why: "because".into(),
+    };
+    assert_eq!(
+        conclusions(
+            &early,
+            &observed(
+                Vec::new(),
+                vec![
+                    attempt("a failed start", false),
+                    attempt("a passing start", true)
+                ]
+            )
+        ),
+        [Conclusion::Confirmed, Conclusion::Confirmed]
+    );
+    // Let back before it passed: the drill catches it.
+    assert_eq!(
+        conclusions(
+            &early,
+            &observed(
+                Vec::new(),
+                vec![
+                    attempt("a failed start", true),
+                    attempt("a passing start", true)
+                ]
+            )
+        ),
+        [Conclusion::EvidenceMissing, Conclusion::Confirmed]
+    );
+    assert_eq!(
+        conclusions(
+            &early,
+            &observed(Vec::new(), vec![attempt("a failed start", false)])
+        ),
+        [Conclusion::Confirmed, Conclusion::EvidenceMissing]
     );
 }

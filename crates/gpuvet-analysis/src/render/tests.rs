@@ -83,6 +83,7 @@ fn sample_report() -> RunReport {
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 

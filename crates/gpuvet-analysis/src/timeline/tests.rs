@@ -86,6 +86,7 @@ pub(crate) fn group_report(checks: Vec<CheckResult>, group: GroupSummary) -> Run
         group: Some(group),
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 

@@ -99,6 +99,7 @@ fn group_record(nodes: usize, samples: usize) -> JobRecord {
             environment: [("GPUVET_JOB_ID".to_owned(), "7".to_owned())].into(),
         }),
         diagnosis: None,
+        repeat_offender: None,
     };
     let events = names
         .iter()

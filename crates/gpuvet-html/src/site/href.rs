@@ -17,7 +17,8 @@
 //!   the same as JSON (`Timeline`, `Explanation`);
 //! - `/api/v1/jobs/{job}/bundle?attempt=N`: everything kept about one attempt, to
 //!   download;
-//! - `/reports/{run_id}.html`: one run's static report.
+//! - `/reports/{run_id}.html`: one run's static report;
+//! - `/nodes` and `/nodes/{node}`: the nodes ranked by failures, one node's history.
 
 use std::fmt::Write;
 
@@ -37,6 +38,16 @@ pub fn percent_encode(text: &str) -> String {
         }
     }
     out
+}
+
+/// The nodes page: the nodes ranked by failed runs.
+pub fn nodes() -> String {
+    "/nodes".to_owned()
+}
+
+/// One node's history across jobs.
+pub fn node(node: &str) -> String {
+    format!("/nodes/{}", percent_encode(node))
 }
 
 /// The instances page: every job (`/`) or one job.

@@ -1,5 +1,5 @@
 //! The frame every page of `gpuvet serve` shares: the document head with the inline
-//! stylesheet, the nav bar (Instances, Events; the current one marked with
+//! stylesheet, the nav bar (Instances, Nodes, Events; the current one marked with
 //! `aria-current="page"`) and the footer. Pages render their own body and hand it here.
 
 use crate::site::href;
@@ -9,6 +9,7 @@ use crate::{STYLESHEET, escape};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Section {
     Instances,
+    Nodes,
     Events,
 }
 
@@ -35,6 +36,7 @@ pub fn document(title: &str, current: Option<Section>, body: &str) -> String {
 fn nav(current: Option<Section>) -> String {
     let links = [
         (Section::Instances, href::instances(None), "Instances"),
+        (Section::Nodes, href::nodes(), "Nodes"),
         (Section::Events, href::events(None, None, None), "Events"),
     ];
     let items: Vec<String> = links

@@ -9,6 +9,10 @@
 //! - [`events_page`]: `/events`, the deployment events with a filter form;
 //! - [`timeline_page`]: `/jobs/{job}/timeline`, one attempt's timeline on one clock,
 //!   a lane per node (a large group folded), with its explanation;
+//! - [`nodes_page`]: `/nodes`, the nodes ranked by failed runs in a window, repeat
+//!   offenders flagged;
+//! - [`node_page`]: `/nodes/{node}`, one node across jobs: its runs, each check's
+//!   figures over time as sparklines, its findings and quarantines;
 //! - [`error_page`]: what a page request that finds nothing gets.
 //!
 //! Every link comes from [`href`], which names the routes; every page shares the frame
@@ -22,6 +26,7 @@ mod instance;
 mod instances;
 pub mod layout;
 mod live;
+mod nodes;
 mod timeline;
 mod when;
 
@@ -33,4 +38,5 @@ pub use events::events_page;
 pub use instance::instance_page;
 pub use instances::{SHOWN_INSTANCES, SHOWN_RANGES, instances_page};
 pub use live::POLL_MS;
+pub use nodes::{node_page, nodes_page, sparkline};
 pub use timeline::{FOLDED_LANES, SHOWN_ENTRIES, SHOWN_LANES, timeline_page};

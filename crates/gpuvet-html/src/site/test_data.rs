@@ -71,6 +71,7 @@ pub fn run(run_id: i64, outcome: Outcome) -> RunSummary {
         checks: 3,
         failed_checks: u32::from(outcome == Outcome::Failed),
         findings: u32::from(outcome == Outcome::Failed) * 2,
+        node_failed: false,
     }
 }
 
@@ -236,6 +237,7 @@ pub fn group_record(job: &str, names: &[String], failing: usize) -> JobRecord {
         group: Some(group),
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     };
     let event_at = |id: usize, i: usize, time_ms: u64, kind: EventKind, details| Event {
         id: id as i64,

@@ -111,6 +111,7 @@ fn report(node: &str, devices_per_node: usize, checks: Vec<CheckResult>) -> RunR
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 
@@ -215,6 +216,7 @@ pub fn run_summary(run_id: i64, outcome: Outcome) -> RunSummary {
         checks: 3,
         failed_checks: u32::from(outcome == Outcome::Failed) * 2,
         findings: u32::from(outcome == Outcome::Failed) * 3,
+        node_failed: false,
     }
 }
 

@@ -65,6 +65,7 @@ pub(super) struct RawSettings {
     pub(super) sim: Option<RawSim>,
     pub(super) watch: Option<RawWatch>,
     pub(super) kubernetes: Option<RawKubernetes>,
+    pub(super) repeat_offender: Option<RawRepeatOffender>,
     pub(super) history: Option<RawHistory>,
     pub(super) baseline_from: Option<String>,
 }
@@ -84,6 +85,13 @@ pub(super) struct RawHistory {
 pub(super) struct RawKubernetes {
     pub(super) enabled: Option<String>,
     pub(super) quarantine: Option<RawQuarantine>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRepeatOffender {
+    pub(super) failures: Option<u32>,
+    pub(super) of_last: Option<u32>,
 }
 
 #[derive(Deserialize)]

@@ -950,3 +950,54 @@ fn baselines_come_from_the_table_or_the_server_of_report_to() {
     assert_eq!(path, "gpuvet.baseline_from");
     assert!(message.contains("`builtin`, `server`"), "{message}");
 }
+
+#[test]
+fn repeat_offender_settings_parse_default_and_are_bounded() {
+    use crate::offenders::RepeatOffenderPolicy;
+    assert_eq!(
+        Config::default().settings.repeat_offender,
+        RepeatOffenderPolicy {
+            failures: 3,
+            of_last: 5
+        }
+    );
+    let config =
+        Config::from_json(r#"{"gpuvet": {"repeat_offender": {"failures": 2, "of_last": 10}}}"#)
+            .unwrap();
+    assert_eq!(
+        config.settings.repeat_offender,
+        RepeatOffenderPolicy {
+            failures: 2,
+            of_last: 10
+        }
+    );
+    // A shorter memory than the default K keeps K within it.
+    let config = Config::from_json(r#"{"gpuvet": {"repeat_offender": {"of_last": 2}}}"#).unwrap();
+    assert_eq!(config.settings.repeat_offender.failures, 2);
+    for (bad, path, words) in [
+        (
+            r#"{"of_last": 0}"#,
+            "gpuvet.repeat_offender.of_last",
+            "1 to 100",
+        ),
+        (
+            r#"{"of_last": 101}"#,
+            "gpuvet.repeat_offender.of_last",
+            "1 to 100",
+        ),
+        (
+            r#"{"failures": 0}"#,
+            "gpuvet.repeat_offender.failures",
+            "1 to `of_last` (5)",
+        ),
+        (
+            r#"{"failures": 6, "of_last": 5}"#,
+            "gpuvet.repeat_offender.failures",
+            "`6` is out of range",
+        ),
+    ] {
+        let (at, message, _) = invalid(&format!(r#"{{"gpuvet": {{"repeat_offender": {bad}}}}}"#));
+        assert_eq!(at, path, "{bad}");
+        assert!(message.contains(words), "{bad}: {message}");
+    }
+}

@@ -319,6 +319,9 @@ pub struct Settings {
     /// What gpuvet does in a Kubernetes cluster (`gpuvet.kubernetes`), with the binary's
     /// feature `k8s`.
     pub kubernetes: KubernetesSettings,
+    /// When a node is a repeat offender (`gpuvet.repeat_offender`): flagged in its
+    /// report and events, and held in quarantine until it passes twice in a row.
+    pub repeat_offender: crate::offenders::RepeatOffenderPolicy,
     /// How each GPU is judged against its own record (`gpuvet.history`).
     pub history: crate::history::HistoryPolicy,
     /// Where the baselines not in `baselines` come from (`gpuvet.baseline_from`).

@@ -11,6 +11,7 @@ use crate::analysis::Limit;
 use crate::catalog::{CheckName, Direction, RUNTIME_CHECK_C4D, closest};
 use crate::history::HistoryPolicy;
 use crate::inventory::ExpectedInventory;
+use crate::offenders::{MAX_OF_LAST, RepeatOffenderPolicy};
 use crate::pairing::PairingMode;
 
 pub(super) fn validate(raw: RawFile) -> Result<Config, ConfigError> {
@@ -320,6 +321,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         kubernetes: None,
         history: None,
         baseline_from: None,
+        repeat_offender: None,
     });
     let backend = match raw.backend.as_deref() {
         None => BackendChoice::Auto,
@@ -464,6 +466,11 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
             ));
         }
     };
+    let repeat_offender = raw
+        .repeat_offender
+        .map(validate_repeat_offender)
+        .transpose()?
+        .unwrap_or_default();
     Ok(Settings {
         backend,
         tolerance: raw.tolerance_pct.map(|pct| pct / 100.0),
@@ -483,6 +490,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         sim,
         watch,
         kubernetes,
+        repeat_offender,
         history,
         baseline_from,
     })
@@ -527,6 +535,29 @@ fn validate_history(raw: RawHistory) -> Result<HistoryPolicy, ConfigError> {
         tolerance,
         fail_on_degraded: raw.fail_on_degraded.unwrap_or(defaults.fail_on_degraded),
     })
+}
+
+/// `gpuvet.repeat_offender`: `of_last` runs from 1 to 100, `failures` from 1 to
+/// `of_last`.
+fn validate_repeat_offender(raw: RawRepeatOffender) -> Result<RepeatOffenderPolicy, ConfigError> {
+    let defaults = RepeatOffenderPolicy::default();
+    let of_last = in_range(
+        "gpuvet.repeat_offender.of_last",
+        raw.of_last.unwrap_or(defaults.of_last),
+        1,
+        MAX_OF_LAST,
+    )?;
+    let failures = raw.failures.unwrap_or(defaults.failures.min(of_last));
+    if !(1..=of_last).contains(&failures) {
+        return Err(ConfigError::invalid(
+            "gpuvet.repeat_offender.failures",
+            format!("`{failures}` is out of range; expected 1 to `of_last` ({of_last})"),
+        )
+        .with_hint(
+            "a node is a repeat offender when `failures` of its last `of_last` runs failed",
+        ));
+    }
+    Ok(RepeatOffenderPolicy { failures, of_last })
 }
 
 /// `gpuvet.kubernetes`: `enabled` is `auto` or `off`; the quarantine's share is a

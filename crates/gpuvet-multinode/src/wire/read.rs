@@ -304,6 +304,7 @@ mod tests {
             group: None,
             context: None,
             diagnosis: None,
+            repeat_offender: None,
         }
     }
 

@@ -1,10 +1,12 @@
 //! The JSON API under `/api/v1`: the reads of jobs, attempts, instances, runs,
 //! per-check results, events, and an attempt's timeline and explanation ([`read`]),
+//! nodes across jobs ranked by failures and one node's history ([`nodes`]),
 //! and the pushes of attempts, reports and events ([`push`]).
 //!
 //! Lists take their filters as query parameters and answer `[]` when nothing matches;
 //! one thing named by its id or name answers 404 when the store has no such thing.
 
+pub(crate) mod nodes;
 pub(crate) mod push;
 pub(crate) mod read;
 
@@ -38,6 +40,8 @@ pub(crate) fn routes() -> Router<AppState> {
         .route("/api/v1/runs/{run_id}", get(read::get_run))
         .route("/api/v1/results", get(read::list_results))
         .route("/api/v1/baselines", get(read::list_baselines))
+        .route("/api/v1/nodes", get(nodes::list_nodes))
+        .route("/api/v1/nodes/{node}", get(nodes::get_node))
         .route(
             "/api/v1/events",
             get(read::list_events).post(push::push_event),

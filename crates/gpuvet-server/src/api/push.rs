@@ -310,6 +310,7 @@ mod tests {
             group: None,
             context: None,
             diagnosis: None,
+            repeat_offender: None,
         }
     }
 

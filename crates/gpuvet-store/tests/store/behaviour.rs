@@ -26,6 +26,7 @@ macro_rules! behaviours {
     ($run:ident) => {
         $run! {
             attempts_start_at_one_and_count_per_job_and_node,
+            a_nodes_history_spans_its_jobs_and_nodes_rank_by_failures,
             report_round_trips_and_its_check_rows_match,
             results_of_one_attempt_never_appear_under_another,
             events_filter_by_job_attempt_kind_and_node_in_time_order,
@@ -1597,4 +1598,188 @@ pub fn the_fleet_learns_a_baseline_per_model_and_check_from_its_newest_ok_result
             .unwrap()
             .is_empty()
     );
+pub fn a_nodes_history_spans_its_jobs_and_nodes_rank_by_failures(fixture: &Fixture) {
+    use gpuvet_model::events::NewEvent;
+    use gpuvet_model::offenders::{RepeatOffender, RepeatOffenderPolicy};
+
+    let mut store = fixture.open();
+    // n0 fails in three jobs of five, n1 once; each job is a new start.
+    let plan = [
+        ("j1", "n0", 1_000, false),
+        ("j1", "n1", 1_100, true),
+        ("j2", "n0", 2_000, true),
+        ("j3", "n0", 3_000, false),
+        ("j3", "n1", 3_100, false),
+        ("j4", "n0", 4_000, true),
+        ("j5", "n0", 5_000, false),
+    ];
+    for (job, node, at, passes) in plan {
+        let attempt = store.begin_attempt(job, node, node, at).unwrap();
+        let made = if passes {
+            passing_report(&attempt, at)
+        } else {
+            report(&attempt, at)
+        };
+        store.record_report(&attempt, &made).unwrap();
+    }
+    // A rebuild on n1's pod tainted n0; then n0's quarantine was lifted.
+    let n1 = store.begin_attempt("j5", "n1", "n1", 5_100).unwrap();
+    let mut rebuild = event(5_200, EventKind::InstanceRebuildRequested, "rebuild");
+    rebuild.details = json!({ "kubernetes": { "quarantine": { "tainted": ["n0"] } } });
+    store.record_event(&n1, &rebuild).unwrap();
+    let mut other = event(5_250, EventKind::InstanceRebuildRequested, "other rebuild");
+    other.details = json!({ "kubernetes": { "quarantine": { "tainted": ["n9"] } } });
+    store.record_event(&n1, &other).unwrap();
+    let untaint = Attempt {
+        job_id: "gpuvet-untaint".into(),
+        attempt: 1,
+        node: "n0".into(),
+        instance: "n0".into(),
+    };
+    store
+        .record_event(
+            &untaint,
+            &NewEvent {
+                kind: EventKind::NodeUntainted,
+                ..event(5_300, EventKind::NodeUntainted, "lifted")
+            },
+        )
+        .unwrap();
+
+    let policy = RepeatOffenderPolicy::default();
+    let history = store.node_history("n0", 100, &policy).unwrap().unwrap();
+    let jobs: Vec<&str> = history
+        .runs
+        .iter()
+        .map(|r| r.attempt.job_id.as_str())
+        .collect();
+    assert_eq!(jobs, ["j5", "j4", "j3", "j2", "j1"]);
+    assert_eq!(
+        history.repeat_offender,
+        Some(RepeatOffender {
+            failed: 3,
+            of_last: 5
+        })
+    );
+    // Each check's figures, the oldest first: gemm_flops's median in every run.
+    let gemm = history
+        .checks
+        .iter()
+        .find(|c| c.check == CheckName::GemmFlops)
+        .unwrap();
+    let times: Vec<u64> = gemm.points.iter().map(|p| p.started_at_ms).collect();
+    assert_eq!(times, [1_000, 2_000, 3_000, 4_000, 5_000]);
+    assert_eq!(gemm.unit, "TFLOPS");
+    assert!(
+        gemm.points.iter().all(|p| p.median == Some(700.0)),
+        "{:?}",
+        gemm.points
+    );
+    // The failing runs each named dev2, the newest first.
+    let found: Vec<(&str, &str)> = history
+        .findings
+        .iter()
+        .map(|f| (f.job_id.as_str(), f.entity.as_str()))
+        .collect();
+    assert_eq!(
+        found,
+        [("j5", "n0/dev2"), ("j3", "n0/dev2"), ("j1", "n0/dev2")]
+    );
+    let quarantines: Vec<&str> = history
+        .quarantines
+        .iter()
+        .map(|e| e.event.message.as_str())
+        .collect();
+    assert_eq!(quarantines, ["lifted", "rebuild"]);
+    // A shorter window of runs keeps only their figures.
+    let last_two = store.node_history("n0", 2, &policy).unwrap().unwrap();
+    assert_eq!(last_two.runs.len(), 2);
+    // all_reduce_2 ran only in the failing one of the two (j5).
+    let points: Vec<(CheckName, usize)> = last_two
+        .checks
+        .iter()
+        .map(|c| (c.check, c.points.len()))
+        .collect();
+    assert_eq!(
+        points,
+        [
+            (CheckName::GemmFlops, 2),
+            (CheckName::AllReduce1, 2),
+            (CheckName::AllReduce2, 1)
+        ]
+    );
+    // The flag reads the latest five runs, however few the history holds.
+    assert_eq!(last_two.repeat_offender, history.repeat_offender);
+    assert_eq!(store.node_history("nobody", 100, &policy).unwrap(), None);
+
+    // In a group, n2's run failed because of n0's GPU: not n2's failure.
+    let n2 = store.begin_attempt("j6", "n2", "n2", 6_000).unwrap();
+    let mut group_run = report(&n2, 6_000);
+    for entity in &mut group_run.checks[0].entities {
+        entity.entity = gpuvet_model::results::Entity::Device {
+            node: "n0".into(),
+            index: 2,
+        };
+    }
+    group_run.group = Some(gpuvet_model::results::GroupSummary {
+        nodes: vec!["n0".into(), "n2".into()],
+        ..Default::default()
+    });
+    store.record_report(&n2, &group_run).unwrap();
+    let n2_runs = store
+        .runs(&RunFilter {
+            node: Some("n2".into()),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(n2_runs[0].run.outcome, Outcome::Failed);
+    assert!(!n2_runs[0].run.node_failed);
+    // n2's history keeps only what names n2: nothing here.
+    let n2_history = store.node_history("n2", 100, &policy).unwrap().unwrap();
+    assert!(n2_history.findings.is_empty(), "{:?}", n2_history.findings);
+    assert!(
+        history
+            .runs
+            .iter()
+            .all(|r| r.run.node_failed == (r.run.outcome == Outcome::Failed))
+    );
+
+    let ranked = store.nodes_by_failures(0, &policy, 100).unwrap();
+    let rows: Vec<(&str, u32, u32, bool)> = ranked
+        .iter()
+        .map(|n| {
+            (
+                n.node.as_str(),
+                n.runs,
+                n.failed,
+                n.repeat_offender.is_some(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        [("n0", 5, 3, true), ("n1", 2, 1, false), ("n2", 1, 0, false)]
+    );
+    assert_eq!(ranked[2].failed_by_others, 1);
+    assert_eq!(ranked[0].last_failed_at_ms, Some(5_000));
+    assert_eq!(ranked[1].last_run_at_ms, 3_100);
+    // The window counts runs since its start; the flag still reads the latest runs.
+    let recent = store.nodes_by_failures(3_050, &policy, 100).unwrap();
+    let rows: Vec<(&str, u32, u32, bool)> = recent
+        .iter()
+        .map(|n| {
+            (
+                n.node.as_str(),
+                n.runs,
+                n.failed,
+                n.repeat_offender.is_some(),
+            )
+        })
+        .collect();
+    // One failure each: the later failure ranks first.
+    assert_eq!(
+        rows,
+        [("n0", 2, 1, true), ("n1", 1, 1, false), ("n2", 1, 0, false)]
+    );
+    assert_eq!(store.nodes_by_failures(0, &policy, 1).unwrap().len(), 1);
 }

@@ -304,6 +304,7 @@ pub fn report(attempt: &Attempt, started_at_ms: u64) -> RunReport {
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 

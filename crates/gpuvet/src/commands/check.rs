@@ -30,7 +30,7 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
     // the report once recorded (its last round, when dropped at the end).
     let sending = recording.start_sending();
     let show_progress = !args.json && std::io::stdout().is_terminal();
-    let report = sanity::execute(
+    let mut report = sanity::execute(
         &args.sanity,
         mode,
         backend,
@@ -39,6 +39,11 @@ pub fn check(args: CheckArgs) -> Result<i32, Failure> {
         &attempt,
         show_progress,
         store.as_ref(),
+    )?;
+    sanity::flag_repeat_offender(
+        store.as_ref(),
+        &mut report,
+        &recording.config.settings.repeat_offender,
     )?;
     if let Some(store) = store.as_mut() {
         store.record_report(&attempt, &report)?;

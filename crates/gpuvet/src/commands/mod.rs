@@ -7,6 +7,7 @@ mod drill;
 mod events;
 mod explain;
 mod fr;
+mod history;
 mod push;
 mod results;
 mod run;
@@ -40,6 +41,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Drill(args) => drill::drill(args),
         Command::Serve(args) => serve::serve(args),
         Command::Push(args) => push::push(args),
+        Command::History(args) => history::history(args),
         Command::Untaint(args) => crate::cluster::untaint(args),
         Command::Worker(args) => worker::worker(args),
     }

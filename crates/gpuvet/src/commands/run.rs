@@ -56,7 +56,7 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     };
 
     if let (Some(sanity), Some(backend), Some(mode)) = (sanity, backend, mode) {
-        let report = sanity::execute(
+        let mut report = sanity::execute(
             &args.sanity,
             mode,
             backend,
@@ -65,6 +65,11 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
             &attempt,
             std::io::stderr().is_terminal(),
             recorder.store.as_deref(),
+        )?;
+        sanity::flag_repeat_offender(
+            recorder.store.as_deref(),
+            &mut report,
+            &config.settings.repeat_offender,
         )?;
         // The app owns stdout; gpuvet's report goes to stderr.
         output::stderr(&render::table(
@@ -182,7 +187,7 @@ impl Recorder<'_> {
 }
 
 fn sanity_details(report: &RunReport) -> serde_json::Value {
-    json!({
+    let mut details = json!({
         "outcome": report.outcome,
         "summary": report.summary(),
         "backend": report.backend,
@@ -192,7 +197,11 @@ fn sanity_details(report: &RunReport) -> serde_json::Value {
             .degraded()
             .map(|(check, e)| json!({"check": check.name, "entity": e.entity.to_string(), "reason": e.reason, "history": e.evidence.history}))
             .collect::<Vec<_>>(),
-    })
+    });
+    if let Some(flag) = &report.repeat_offender {
+        details["repeat_offender"] = json!(flag);
+    }
+    details
 }
 
 fn request_rebuild(

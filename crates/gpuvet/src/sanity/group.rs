@@ -701,6 +701,7 @@ fn no_verdict(setup: &Setup<'_>, why: &str) -> RunReport {
         }),
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 

@@ -394,6 +394,41 @@ pub fn findings_json(report: &RunReport) -> serde_json::Value {
 
 /// A one-line account of the run, for event messages.
 pub fn summary_line(report: &RunReport) -> String {
+    let mut line = plain_summary(report);
+    if let Some(flag) = &report.repeat_offender {
+        line.push_str(&format!("; `{}` is a {flag}", report.node));
+    }
+    line
+}
+
+/// Flags `report` when its node, with this run, failed `K` of its last `M` runs
+/// (`gpuvet.repeat_offender`), as its store tells: the runs of every job on this node,
+/// each a failure only when it failed because of this node (in a group, when its
+/// findings or first error name it).
+/// Without a store nothing is known of the node's past, and nothing is flagged.
+pub fn flag_repeat_offender(
+    store: Option<&gpuvet_store::Store>,
+    report: &mut RunReport,
+    policy: &gpuvet_model::offenders::RepeatOffenderPolicy,
+) -> Result<(), Failure> {
+    let Some(store) = store else {
+        return Ok(());
+    };
+    let earlier = store.runs(&gpuvet_store::RunFilter {
+        node: Some(report.node.clone()),
+        limit: Some(policy.of_last.saturating_sub(1) as usize),
+        ..gpuvet_store::RunFilter::default()
+    })?;
+    let failures = std::iter::once(gpuvet_model::offenders::fails_its_node(report))
+        .chain(earlier.iter().map(|r| r.run.node_failed));
+    report.repeat_offender = gpuvet_model::offenders::repeat_offender(failures, policy);
+    if let Some(flag) = &report.repeat_offender {
+        note(format!("node `{}` is a {flag}", report.node));
+    }
+    Ok(())
+}
+
+fn plain_summary(report: &RunReport) -> String {
     if let Some(diagnosis) = &report.diagnosis {
         return diagnosis.message();
     }

@@ -48,6 +48,22 @@ fn every_scenario_in_one_process_confirms_every_expectation() {
         "{}",
         evidence("degraded")
     );
+    // A node's history: flagged at its second failed start (a rule of 2 of 3), and
+    // kept out until a run passes after its quarantine.
+    assert!(
+        evidence("repeat-offender").contains("starts: not flagged, flagged, flagged"),
+        "{}",
+        evidence("repeat-offender")
+    );
+    let early = evidence("early-return");
+    assert!(
+        early.contains("after a failed start: refused: no run started since the quarantine"),
+        "{early}"
+    );
+    assert!(
+        early.contains("after a passing start: lifted: passed since"),
+        "{early}"
+    );
     // The in-process group says it played its scripted node faults.
     let stderr = stderr(&output);
     assert!(stderr.contains("drill `hung-node` on 4 nodes"), "{stderr}");

@@ -18,6 +18,7 @@ mod html_report;
 mod input_bombs;
 mod local_faults;
 mod loopback;
+mod offenders;
 mod orphans;
 mod output_snapshots;
 mod redaction;

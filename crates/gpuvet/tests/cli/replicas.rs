@@ -179,6 +179,7 @@ fn report(attempt: &Attempt, id: &str) -> RunReport {
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 

@@ -435,6 +435,8 @@ fn browse(server: &Serve, spki: &str, ca: &Path, shots: &str) {
         "instance-2.png",
         "events.png",
         "timeline.png",
+        "nodes.png",
+        "node.png",
     ] {
         assert!(shots.join(shot).exists(), "{shot} saved");
     }
