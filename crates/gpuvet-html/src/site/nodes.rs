@@ -409,6 +409,8 @@ mod tests {
                     message: "lifted".into(),
                     details: serde_json::json!({}),
                 },
+                count: 1,
+                last_seen_ms: None,
             }],
             repeat_offender: Some(RepeatOffender {
                 failed: 3,

@@ -56,6 +56,7 @@ fn report(values: &[f64]) -> RunReport {
         group: None,
         context: None,
         diagnosis: None,
+        repeat_offender: None,
     }
 }
 

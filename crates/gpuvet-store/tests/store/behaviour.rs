@@ -1598,6 +1598,8 @@ pub fn the_fleet_learns_a_baseline_per_model_and_check_from_its_newest_ok_result
             .unwrap()
             .is_empty()
     );
+}
+
 pub fn a_nodes_history_spans_its_jobs_and_nodes_rank_by_failures(fixture: &Fixture) {
     use gpuvet_model::events::NewEvent;
     use gpuvet_model::offenders::{RepeatOffender, RepeatOffenderPolicy};

@@ -407,7 +407,7 @@ pub fn summary_line(report: &RunReport) -> String {
 /// findings or first error name it).
 /// Without a store nothing is known of the node's past, and nothing is flagged.
 pub fn flag_repeat_offender(
-    store: Option<&gpuvet_store::Store>,
+    store: Option<&Store>,
     report: &mut RunReport,
     policy: &gpuvet_model::offenders::RepeatOffenderPolicy,
 ) -> Result<(), Failure> {
