@@ -1,12 +1,9 @@
 //! The rebuild action in a cluster: quarantine the culprit nodes with a taint, behind
 //! a circuit breaker, as pure decisions and patch bodies.
 //!
-//! - Only culprits are tainted: nodes a finding of the host or network lane names (a
-//!   GPU's node, or a node), and the node of the group's first error when its lane is
-//!   one of those. A pair of nodes is a link suspect, not a node's fault, and is never
-//!   tainted; nor is a platform- or app-lane finding.
-//! - Never the whole group: when every node of a group of two or more is named, the
-//!   cause is something they share, and nothing is tainted.
+//! - The culprits and the breaker's rule are `gpuvet_model::quarantine`'s, which the
+//!   Slurm drain shares: only nodes a host- or network-lane finding names, never the
+//!   whole group.
 //! - The circuit breaker's state is the cluster itself, so it holds across the
 //!   separate gpuvet of every pod: each quarantined node carries gpuvet's taint and the
 //!   time it was set (annotation `gpuvet.io/quarantined-at`). Before tainting, gpuvet
@@ -15,10 +12,9 @@
 //!   quarantined ones, with it, stay within `max_share` of all nodes (rounded down).
 //!   The default, 50 % in 5 minutes, lets two of four nodes go and refuses the third.
 
-use std::collections::BTreeMap;
-
 use gpuvet_model::config::QuarantinePolicy;
-use gpuvet_model::results::{Entity, Lane, RunReport};
+use gpuvet_model::quarantine::{self, ClusterNode};
+use gpuvet_model::results::Lane;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde::Serialize;
 use serde_json::json;
@@ -33,83 +29,7 @@ pub const FINDING_ANNOTATION: &str = "gpuvet.io/quarantine";
 /// Annotation on a quarantined node: when (RFC 3339); the circuit breaker's clock.
 pub const QUARANTINED_AT_ANNOTATION: &str = "gpuvet.io/quarantined-at";
 
-/// A node to quarantine, with the finding that names it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Culprit {
-    pub node: String,
-    pub lane: Lane,
-    /// What named it: check, entity, verdict, reason.
-    pub finding: serde_json::Value,
-}
-
-/// The culprits of a report, or why there are none to taint.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Culprits {
-    pub nodes: Vec<Culprit>,
-    /// Set when the report named every node of its group: nothing is tainted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub whole_group: Option<String>,
-}
-
-/// The nodes a report blames, one entry per node (its first finding).
-pub fn culprits(report: &RunReport) -> Culprits {
-    let mut nodes: Vec<Culprit> = Vec::new();
-    let mut add = |node: &str, lane: Lane, finding: serde_json::Value| {
-        if matches!(lane, Lane::Host | Lane::Network)
-            && !node.is_empty()
-            && !nodes.iter().any(|c| c.node == node)
-        {
-            nodes.push(Culprit {
-                node: node.to_owned(),
-                lane,
-                finding,
-            });
-        }
-    };
-    for (check, finding) in report.findings() {
-        let node = match &finding.entity {
-            Entity::Device { node, .. } | Entity::Node { node } => node,
-            Entity::NodePair { .. } => continue,
-        };
-        add(
-            node,
-            finding.lane,
-            json!({
-                "check": check.name,
-                "entity": finding.entity.to_string(),
-                "verdict": finding.verdict,
-                "reason": finding.reason,
-            }),
-        );
-    }
-    let group = report.group.as_ref();
-    if let Some(first) = group.and_then(|g| g.first_error.as_ref()) {
-        // A rank that never joined has no node name to taint.
-        if group.is_some_and(|g| g.nodes.contains(&first.node)) {
-            add(
-                &first.node,
-                first.lane,
-                json!({ "first_error": first.kind, "reason": first.detail }),
-            );
-        }
-    }
-    let members = group.map_or(0, |g| g.nodes.len());
-    if members >= 2 && nodes.len() >= members {
-        let whole_group = format!(
-            "every node of the group ({members}) is named, which points at something they \
-             share (the network, the platform, the config) rather than at one node; none is \
-             tainted"
-        );
-        return Culprits {
-            nodes: Vec::new(),
-            whole_group: Some(whole_group),
-        };
-    }
-    Culprits {
-        nodes,
-        whole_group: None,
-    }
-}
+pub use gpuvet_model::quarantine::{Culprit, Culprits, culprits};
 
 /// What the breaker decided for one culprit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -136,21 +56,17 @@ pub fn gpuvet_taint(node: &Node) -> Option<&Taint> {
         .find(|t| t.key == TAINT_KEY)
 }
 
-/// Whether gpuvet quarantined `node` within `window_ms` of `now_ms`.
-fn quarantined_recently(node: &Node, now_ms: u64, window_ms: u64) -> bool {
-    if gpuvet_taint(node).is_none() {
-        return false;
-    }
-    let at = node
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(QUARANTINED_AT_ANNOTATION))
-        .and_then(|text| parse_ms(text));
-    match at {
-        Some(at) => now_ms.saturating_sub(at) < window_ms,
-        None => true,
-    }
+/// When gpuvet quarantined `node`: `None` without gpuvet's taint, `Some(None)` with it
+/// but without a readable time.
+fn quarantined_at(node: &Node) -> Option<Option<u64>> {
+    gpuvet_taint(node)?;
+    Some(
+        node.metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(QUARANTINED_AT_ANNOTATION))
+            .and_then(|text| parse_ms(text)),
+    )
 }
 
 /// The breaker's decision for each culprit, in order, given every node of the cluster.
@@ -160,45 +76,33 @@ pub fn decide(
     policy: &QuarantinePolicy,
     now_ms: u64,
 ) -> Vec<(Culprit, Decision)> {
-    let window_ms = u64::try_from(policy.window.as_millis()).unwrap_or(u64::MAX);
-    let total = nodes.len();
-    let limit = (policy.max_share * total as f64).floor() as usize;
-    let mut recent = nodes
+    let standing: Vec<ClusterNode> = nodes
         .iter()
-        .filter(|n| quarantined_recently(n, now_ms, window_ms))
-        .count();
-    let by_name: BTreeMap<&str, &Node> = nodes
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
-        .collect();
-    culprits
-        .iter()
-        .map(|culprit| {
-            let decision = match by_name.get(culprit.node.as_str()) {
-                None => Decision::NotInCluster,
-                Some(node) if gpuvet_taint(node).is_some() => Decision::AlreadyTainted,
-                Some(_) if recent + 1 > limit => Decision::Refused(format!(
-                    "circuit breaker: quarantining `{}` would make {} of {total} nodes \
-                     quarantined within {}, over the limit of {} % ({limit} node(s)); see \
-                     `gpuvet.kubernetes.quarantine`",
-                    culprit.node,
-                    recent + 1,
-                    minutes(policy),
-                    policy.max_share * 100.0,
-                )),
-                Some(_) => {
-                    recent += 1;
-                    Decision::Taint
-                }
-            };
-            (culprit.clone(), decision)
+        .filter_map(|n| {
+            Some(ClusterNode {
+                name: n.metadata.name.clone()?,
+                quarantined_at_ms: quarantined_at(n),
+            })
         })
-        .collect()
-}
-
-fn minutes(policy: &QuarantinePolicy) -> String {
-    let minutes = policy.window.as_secs_f64() / 60.0;
-    format!("{minutes} min")
+        .collect();
+    quarantine::decide(
+        &standing,
+        culprits,
+        policy,
+        "gpuvet.kubernetes.quarantine",
+        now_ms,
+    )
+    .into_iter()
+    .map(|(culprit, decision)| {
+        let decision = match decision {
+            quarantine::Decision::Quarantine => Decision::Taint,
+            quarantine::Decision::AlreadyQuarantined => Decision::AlreadyTainted,
+            quarantine::Decision::NotInCluster => Decision::NotInCluster,
+            quarantine::Decision::Refused(why) => Decision::Refused(why),
+        };
+        (culprit, decision)
+    })
+    .collect()
 }
 
 /// gpuvet's taint for a lane.
@@ -260,7 +164,9 @@ pub fn untaint_patch(node: &Node) -> Option<serde_json::Value> {
 mod tests {
     use super::*;
     use gpuvet_model::catalog::CheckName;
-    use gpuvet_model::results::{CheckResult, CheckStatus, GroupIncident, GroupSummary};
+    use gpuvet_model::results::{
+        CheckResult, CheckStatus, Entity, GroupIncident, GroupSummary, RunReport,
+    };
     use std::time::Duration;
 
     pub(crate) fn node(name: &str, quarantined_at: Option<&str>) -> Node {

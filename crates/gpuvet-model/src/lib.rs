@@ -30,6 +30,7 @@ pub mod node_list;
 pub mod overview;
 pub mod pairing;
 pub mod prometheus;
+pub mod quarantine;
 pub mod record;
 pub mod redact;
 pub mod repeats;

@@ -65,8 +65,10 @@ pub(super) struct RawSettings {
     pub(super) sim: Option<RawSim>,
     pub(super) watch: Option<RawWatch>,
     pub(super) kubernetes: Option<RawKubernetes>,
+    pub(super) slurm: Option<RawKubernetes>,
 }
 
+/// `gpuvet.kubernetes` and `gpuvet.slurm`: the same two keys.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawKubernetes {
