@@ -36,5 +36,6 @@ pub mod redact;
 pub mod repeats;
 pub mod results;
 pub mod runtime;
+pub mod slurm;
 pub mod stats;
 pub mod time;
