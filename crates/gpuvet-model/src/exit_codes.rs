@@ -44,6 +44,9 @@ pub const RUNTIME_FAULT: i32 = 79;
 /// `gpuvet untaint`: the Kubernetes API could not be reached, or refused the change.
 /// Past `sysexits.h`'s range, like 79.
 pub const KUBE_API_ERROR: i32 = 80;
+/// `gpuvet undrain`: Slurm's `sinfo` or `scontrol` could not be run, did not finish, or
+/// refused the change. Past `sysexits.h`'s range, like 80.
+pub const SLURM_ERROR: i32 = 81;
 /// `gpuvet run`: the app's command exists but could not be executed (as in a shell).
 pub const APP_NOT_EXECUTABLE: i32 = 126;
 /// `gpuvet run`: the app's command was not found (as in a shell).
@@ -51,7 +54,7 @@ pub const APP_NOT_FOUND: i32 = 127;
 
 /// Every code with its name and meaning: `gpuvet --help` prints this table, and a test
 /// holds the README's table to the same codes.
-pub const ALL: [(i32, &str, &str); 14] = [
+pub const ALL: [(i32, &str, &str); 15] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
     (
         CHECK_FAILED,
@@ -99,6 +102,11 @@ pub const ALL: [(i32, &str, &str); 14] = [
         KUBE_API_ERROR,
         "KUBE_API_ERROR",
         "`untaint`: the Kubernetes API could not be reached or refused",
+    ),
+    (
+        SLURM_ERROR,
+        "SLURM_ERROR",
+        "`undrain`: Slurm's commands could not be run or refused",
     ),
     (
         APP_NOT_EXECUTABLE,

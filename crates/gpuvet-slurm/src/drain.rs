@@ -5,13 +5,16 @@
 //!
 //! Every node of a group applies the verdict, and all of them drain the same culprits
 //! (a drain already there is said so, not made twice); only the group's rank 0 requeues,
-//! so the job is requeued once.
+//! so the job is requeued once. The requeue is a step of its own
+//! ([`DrainOutcome::requeue_with`]), taken after the caller recorded what was drained:
+//! Slurm ends the job's steps as it requeues, this gpuvet among them.
 
 use gpuvet_model::config::QuarantinePolicy;
 use gpuvet_model::quarantine::{Culprit, Decision, culprits, decide};
 use gpuvet_model::results::RunReport;
 use serde::Serialize;
 
+use crate::error::SlurmError;
 use crate::nodes::REASON_PREFIX;
 use crate::scontrol::Slurm;
 
@@ -39,17 +42,24 @@ pub struct DrainOutcome {
     /// The nodes could not be listed: nothing was drained.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
-    /// The job id requeued, when this node requeued it.
+    /// The job this node requeues (next, with [`DrainOutcome::requeue_with`]): set on
+    /// the group's rank 0 when the breaker refused no node.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub requeued: Option<String>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub requeue_error: Option<String>,
+    pub requeue: Option<String>,
 }
 
 impl DrainOutcome {
     /// Whether the job goes back to the queue: not when the breaker refused a node.
     pub fn requeues(&self) -> bool {
         self.refused.is_empty()
+    }
+
+    /// Requeues the job, when this node is the one to: `scontrol requeue JOB`.
+    pub fn requeue_with(&self, slurm: &dyn Slurm) -> Result<(), SlurmError> {
+        match &self.requeue {
+            Some(job_id) => slurm.requeue(job_id),
+            None => Ok(()),
+        }
     }
 
     /// One line for the event's message and stderr.
@@ -85,10 +95,8 @@ impl DrainOutcome {
         if let Some(why) = &self.error {
             text.push_str(&format!("; {why}"));
         }
-        match (&self.requeued, &self.requeue_error) {
-            (Some(job), _) => text.push_str(&format!("; requeued job `{job}`")),
-            (None, Some(why)) => text.push_str(&format!("; not requeued: {why}")),
-            (None, None) => {}
+        if let Some(job) = &self.requeue {
+            text.push_str(&format!("; requeueing job `{job}`"));
         }
         text
     }
@@ -151,9 +159,10 @@ pub fn drain_reason(culprit: &Culprit) -> String {
 }
 
 /// Drains the culprits of `report` the breaker allows and, when `requeue` (this node is
-/// the group's rank 0) and the breaker refused none, requeues `job_id`. Failures are
-/// recorded in the outcome, never returned: the exit code still asks for the rebuild.
-pub fn drain_and_requeue(
+/// the group's rank 0) and the breaker refused none, names `job_id` to requeue. Failures
+/// are recorded in the outcome, never returned: the exit code still asks for the
+/// rebuild.
+pub fn drain(
     slurm: &dyn Slurm,
     report: &RunReport,
     job_id: &str,
@@ -193,10 +202,7 @@ pub fn drain_and_requeue(
         }
     }
     if requeue && outcome.requeues() {
-        match slurm.requeue(job_id) {
-            Ok(()) => outcome.requeued = Some(job_id.to_owned()),
-            Err(err) => outcome.requeue_error = Some(err.with_causes()),
-        }
+        outcome.requeue = Some(job_id.to_owned());
     }
     outcome
 }

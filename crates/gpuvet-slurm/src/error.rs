@@ -57,8 +57,9 @@ impl SlurmError {
                 Some("check that `slurmctld` is up and reachable from this node (`scontrol ping`)")
             }
             SlurmError::Failed { .. } => Some(
-                "draining, resuming and requeueing need a Slurm operator or administrator \
-                 (`sacctmgr modify user NAME set adminlevel=operator`), or root",
+                "check that `slurmctld` answers (`scontrol ping`); draining, resuming and \
+                 requeueing also need a Slurm operator or administrator (`sacctmgr modify \
+                 user NAME set adminlevel=operator`), or root",
             ),
             SlurmError::Unreadable { .. } => None,
             SlurmError::NoSuchNode(_) => Some("`sinfo --Node` lists the cluster's nodes"),

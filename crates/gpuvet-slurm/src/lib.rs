@@ -14,7 +14,7 @@ pub mod error;
 pub mod nodes;
 pub mod scontrol;
 
-pub use drain::{DrainOutcome, drain_and_requeue};
+pub use drain::{DrainOutcome, drain};
 pub use error::SlurmError;
 pub use nodes::SlurmNode;
 pub use scontrol::{Scontrol, Slurm};

@@ -11,7 +11,7 @@ use gpuvet_model::results::{
 };
 use gpuvet_slurm::drain::drain_reason;
 use gpuvet_slurm::nodes::SlurmNode;
-use gpuvet_slurm::{Slurm, SlurmError, drain_and_requeue};
+use gpuvet_slurm::{Slurm, SlurmError, drain};
 use serde_json::json;
 
 const NOW: u64 = 1_796_379_548_000;
@@ -133,6 +133,21 @@ fn report(group: &[&str], culprits: &[&str]) -> RunReport {
     report
 }
 
+/// The binary's order: drain, then (after recording) requeue; the requeue's error as
+/// text.
+fn drain_then_requeue(
+    slurm: &FakeSlurm,
+    report: &RunReport,
+    job_id: &str,
+    rank_0: bool,
+    policy: &QuarantinePolicy,
+    now_ms: u64,
+) -> (gpuvet_slurm::DrainOutcome, Option<String>) {
+    let outcome = drain(slurm, report, job_id, rank_0, policy, now_ms);
+    let requeued = outcome.requeue_with(slurm).err().map(|e| e.with_causes());
+    (outcome, requeued)
+}
+
 fn policy() -> QuarantinePolicy {
     QuarantinePolicy {
         max_share: 0.5,
@@ -143,7 +158,7 @@ fn policy() -> QuarantinePolicy {
 #[test]
 fn the_culprit_is_drained_with_its_finding_and_the_job_requeued() {
     let slurm = FakeSlurm::with(&[("gpu-01", None), ("gpu-02", None), ("gpu-03", None)]);
-    let outcome = drain_and_requeue(
+    let (outcome, requeue_error) = drain_then_requeue(
         &slurm,
         &report(&["gpu-01", "gpu-02"], &["gpu-02"]),
         "4242",
@@ -152,7 +167,8 @@ fn the_culprit_is_drained_with_its_finding_and_the_job_requeued() {
         NOW,
     );
     assert_eq!(outcome.drained, ["gpu-02"]);
-    assert_eq!(outcome.requeued.as_deref(), Some("4242"));
+    assert_eq!(outcome.requeue.as_deref(), Some("4242"));
+    assert_eq!(requeue_error, None);
     assert_eq!(
         *slurm.calls.borrow(),
         [
@@ -162,14 +178,14 @@ fn the_culprit_is_drained_with_its_finding_and_the_job_requeued() {
     );
     assert_eq!(
         outcome.summary("4242"),
-        "rebuild of slurm job `4242`: drained `gpu-02`; requeued job `4242`"
+        "rebuild of slurm job `4242`: drained `gpu-02`; requeueing job `4242`"
     );
 }
 
 #[test]
 fn only_rank_0_requeues_and_a_drain_already_there_is_not_made_again() {
     let slurm = FakeSlurm::with(&[("gpu-01", None), ("gpu-02", Some(NOW)), ("gpu-03", None)]);
-    let outcome = drain_and_requeue(
+    let (outcome, _) = drain_then_requeue(
         &slurm,
         &report(&["gpu-01", "gpu-02"], &["gpu-02"]),
         "4242",
@@ -178,7 +194,7 @@ fn only_rank_0_requeues_and_a_drain_already_there_is_not_made_again() {
         NOW,
     );
     assert_eq!(outcome.already_drained, ["gpu-02"]);
-    assert!(outcome.drained.is_empty() && outcome.requeued.is_none());
+    assert!(outcome.drained.is_empty() && outcome.requeue.is_none());
     assert!(
         slurm.calls.borrow().is_empty(),
         "{:?}",
@@ -195,7 +211,7 @@ fn the_breaker_refuses_past_its_share_and_then_the_job_is_not_requeued() {
         ("gpu-03", Some(NOW - MINUTE)),
         ("gpu-04", Some(NOW - MINUTE)),
     ]);
-    let outcome = drain_and_requeue(
+    let (outcome, _) = drain_then_requeue(
         &slurm,
         &report(&["gpu-01", "gpu-02"], &["gpu-02"]),
         "4242",
@@ -224,7 +240,7 @@ fn the_breaker_refuses_past_its_share_and_then_the_job_is_not_requeued() {
     );
     // Outside the window the same drains count no more.
     let later = NOW + 10 * MINUTE;
-    let outcome = drain_and_requeue(
+    let (outcome, _) = drain_then_requeue(
         &slurm,
         &report(&["gpu-01", "gpu-02"], &["gpu-02"]),
         "4242",
@@ -238,7 +254,7 @@ fn the_breaker_refuses_past_its_share_and_then_the_job_is_not_requeued() {
 #[test]
 fn the_whole_group_is_never_drained_but_the_job_is_requeued() {
     let slurm = FakeSlurm::with(&[("gpu-01", None), ("gpu-02", None), ("gpu-03", None)]);
-    let outcome = drain_and_requeue(
+    let (outcome, _) = drain_then_requeue(
         &slurm,
         &report(&["gpu-01", "gpu-02"], &["gpu-01", "gpu-02"]),
         "4242",
@@ -256,7 +272,7 @@ fn slurm_failures_are_recorded_not_raised() {
         failing: vec!["drain", "requeue"],
         ..FakeSlurm::with(&[("gpu-01", None), ("gpu-02", None), ("gpu-03", None)])
     };
-    let outcome = drain_and_requeue(
+    let (outcome, requeue_error) = drain_then_requeue(
         &slurm,
         &report(&["gpu-01", "gpu-02", "gpu-03"], &["gpu-02", "elsewhere"]),
         "4242",
@@ -267,21 +283,20 @@ fn slurm_failures_are_recorded_not_raised() {
     assert_eq!(outcome.failed.len(), 1);
     assert_eq!(outcome.not_in_cluster, ["elsewhere"]);
     assert_eq!(
-        outcome.requeue_error.as_deref(),
+        requeue_error.as_deref(),
         Some("`scontrol requeue` failed (exit status: 1): Access/permission denied")
     );
     assert_eq!(
         outcome.summary("4242"),
         "rebuild of slurm job `4242`: drained none; could not drain `gpu-02` (`scontrol \
          drain` failed (exit status: 1): Access/permission denied); not nodes of this \
-         cluster: `elsewhere`; not requeued: `scontrol requeue` failed (exit status: 1): \
-         Access/permission denied"
+         cluster: `elsewhere`; requeueing job `4242`"
     );
     let down = FakeSlurm {
         failing: vec!["nodes"],
         ..FakeSlurm::with(&[])
     };
-    let outcome = drain_and_requeue(
+    let (outcome, _) = drain_then_requeue(
         &down,
         &report(&["gpu-01", "gpu-02"], &["gpu-02"]),
         "4242",

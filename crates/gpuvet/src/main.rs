@@ -11,6 +11,7 @@ mod drill;
 mod failure;
 mod identity;
 mod output;
+mod proven;
 mod push;
 mod record;
 mod runtime;

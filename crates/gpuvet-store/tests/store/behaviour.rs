@@ -26,6 +26,7 @@ macro_rules! behaviours {
     ($run:ident) => {
         $run! {
             attempts_start_at_one_and_count_per_job_and_node,
+            a_requeued_slurm_job_starts_at_its_restart_count_and_counts_on,
             report_round_trips_and_its_check_rows_match,
             results_of_one_attempt_never_appear_under_another,
             events_filter_by_job_attempt_kind_and_node_in_time_order,
@@ -78,6 +79,24 @@ pub use crate::batch::{
     batches_from_several_handles_at_once_store_each_id_once,
     writes_of_one_id_in_one_batch_are_stored_once,
 };
+
+pub fn a_requeued_slurm_job_starts_at_its_restart_count_and_counts_on(fixture: &Fixture) {
+    let mut store = fixture.open();
+    let mut begin = |node: &str, at_least: u32| {
+        store
+            .begin_attempt_at_least("4242", node, "i", at_least, 1)
+            .unwrap()
+            .attempt
+    };
+    // A node that never saw the job, after its second requeue.
+    assert_eq!(begin("gpu-05", 3), 3);
+    // A second gpuvet in the same run of the job counts on, never back.
+    assert_eq!(begin("gpu-05", 3), 4);
+    assert_eq!(begin("gpu-05", 1), 5);
+    // Another node of the same run: its own count, from the same floor.
+    assert_eq!(begin("gpu-06", 3), 3);
+    assert_eq!(begin("gpu-07", 0), 1);
+}
 
 pub fn attempts_start_at_one_and_count_per_job_and_node(fixture: &Fixture) {
     let mut store = fixture.open();

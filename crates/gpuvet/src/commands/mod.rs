@@ -12,6 +12,7 @@ mod results;
 mod run;
 mod serve;
 mod timeline;
+mod undrain;
 mod watch;
 mod worker;
 
@@ -41,6 +42,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Serve(args) => serve::serve(args),
         Command::Push(args) => push::push(args),
         Command::Untaint(args) => crate::cluster::untaint(args),
+        Command::Undrain(args) => undrain::undrain(args, &gpuvet_slurm::Scontrol::default()),
         Command::Worker(args) => worker::worker(args),
     }
 }

@@ -305,6 +305,7 @@ fn a_hand_built_timeline_places_its_entries_on_one_axis() {
         offset_ms: 0.0,
         uncertainty_ms: 0.0,
         measured: false,
+        slurm: None,
     };
     let timeline = Timeline {
         job_id: "j".to_owned(),
