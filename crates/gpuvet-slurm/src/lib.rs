@@ -7,7 +7,7 @@
 //! The cluster sits behind the [`Slurm`] trait: [`Scontrol`] runs Slurm's commands as
 //! child processes (arguments as a vector, no shell; a command that hangs past its
 //! timeout is killed and is an error), and tests use a fake. Deciding is pure
-//! ([`drain::plan`], [`nodes::parse_sinfo`]); only [`Scontrol`] does I/O.
+//! ([`nodes::parse_sinfo`], and [`drain::drain`] over the trait); only [`Scontrol`] does I/O.
 
 pub mod drain;
 pub mod error;
