@@ -36,9 +36,10 @@ use std::collections::{BTreeMap, BTreeSet};
 /// summary of it, which says the same).
 pub const MAX_PARTS: usize = 8;
 
-/// The most names [`expand_hostlist`] gives back: Slurm's own limit on one range's
-/// size (`MAX_RANGE` in its `hostlist.c`), so a typo such as `n[0-99999999]` is an error,
-/// not a gigabyte of names.
+/// The most names [`expand_hostlist`] gives back: the most Slurm 22.05 reads in one
+/// range (`n[0-65536]` is "Too many hosts in range"; docs/reference.md, "Slurm"), here
+/// held to the whole list, so a typo such as `n[0-99999999]` is an error, not a
+/// gigabyte of names.
 pub const MAX_EXPANDED: usize = 64 * 1024;
 
 /// Why a hostlist does not parse.

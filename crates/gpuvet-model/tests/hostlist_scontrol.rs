@@ -121,6 +121,7 @@ fn expand_hostlist_reads_lists_as_scontrol_does() {
         "x[0-1][2-3],[1-2]".into(),
         "a,,b".into(),
         format!("n[{}]", u64::MAX),
+        "n[1-65536]".into(),
     ];
     lists.extend((0..600).map(|_| cases.hostlist()));
     lists.extend((0..300).map(|_| fold_node_names(&cases.names(), usize::MAX)));
@@ -137,7 +138,15 @@ fn expand_hostlist_reads_lists_as_scontrol_does() {
 fn lists_scontrol_refuses_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let conf = minimal_conf(dir.path());
-    for list in ["n[3-1]", "n[]", "n[1,,2]", "n[a-b]", "n[1-2]x", "n[-1]"] {
+    for list in [
+        "n[3-1]",
+        "n[]",
+        "n[1,,2]",
+        "n[a-b]",
+        "n[1-2]x",
+        "n[-1]",
+        "n[0-65536]",
+    ] {
         assert_eq!(
             scontrol_hostnames(&conf, list),
             None,
