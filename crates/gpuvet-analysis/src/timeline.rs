@@ -356,12 +356,7 @@ pub fn assemble(record: &JobRecord) -> Timeline {
 fn slurm_names(record: &JobRecord) -> BTreeMap<String, SlurmNames> {
     let mut by_node = BTreeMap::new();
     for event in &record.events {
-        let names = event
-            .event
-            .details
-            .get("slurm")
-            .and_then(|v| serde_json::from_value::<SlurmNames>(v.clone()).ok());
-        if let Some(names) = names {
+        if let Some(names) = SlurmNames::from_details(&event.event.details) {
             by_node.insert(event.attempt.node.clone(), names);
         }
     }

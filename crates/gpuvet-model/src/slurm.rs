@@ -50,6 +50,12 @@ impl SlurmNames {
         })
     }
 
+    /// The names an event carries under `slurm` in its details; `None` when it carries
+    /// none, or none that read as names.
+    pub fn from_details(details: &serde_json::Value) -> Option<SlurmNames> {
+        serde_json::from_value(details.get("slurm")?.clone()).ok()
+    }
+
     /// The attempt this run is at least: the first run of the job is attempt 1, its
     /// first requeue attempt 2, whichever nodes it lands on.
     pub fn first_attempt(&self) -> u32 {
@@ -96,7 +102,17 @@ mod tests {
             json,
             serde_json::json!({"job_id": "4242", "step_id": "0", "node": "gpu-01", "restart_count": 2})
         );
-        assert_eq!(serde_json::from_value::<SlurmNames>(json).unwrap(), got);
+        assert_eq!(
+            serde_json::from_value::<SlurmNames>(json.clone()).unwrap(),
+            got
+        );
+        let details = serde_json::json!({ "exit_code": 0, "slurm": json });
+        assert_eq!(SlurmNames::from_details(&details), Some(got));
+        assert_eq!(SlurmNames::from_details(&serde_json::json!({})), None);
+        assert_eq!(
+            SlurmNames::from_details(&serde_json::json!({"slurm": 7})),
+            None
+        );
     }
 
     #[test]
