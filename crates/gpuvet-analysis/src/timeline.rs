@@ -18,6 +18,7 @@ use gpuvet_model::results::{
     CheckStatus, Entity, GroupIncident, IncidentKind, Lane, RunReport, Verdict,
 };
 use gpuvet_model::runtime::{RuntimeCheck, RuntimeEventDetails};
+use gpuvet_model::slurm::SlurmNames;
 use serde::{Deserialize, Serialize};
 
 /// The assembled timeline of one attempt.
@@ -54,6 +55,10 @@ pub struct MemberView {
     /// Whether the offset was measured; an unmeasured clock is taken as the
     /// timeline's own.
     pub measured: bool,
+    /// Slurm's job, step and node, when the node ran in a Slurm job: from its report's
+    /// context, else from its events' details.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<SlurmNames>,
 }
 
 /// One thing that happened.
@@ -328,7 +333,13 @@ pub fn assemble(record: &JobRecord) -> Timeline {
     if let Some(first) = first_error {
         mark_consequences(&mut entries, first, first_incident.is_some());
     }
-    let members = clocks.by_node.into_values().collect();
+    let mut members: BTreeMap<String, MemberView> = clocks.by_node;
+    for (node, names) in slurm_names(record) {
+        if let Some(member) = members.get_mut(&node) {
+            member.slurm = Some(names);
+        }
+    }
+    let members = members.into_values().collect();
     Timeline {
         job_id: record.job_id.clone(),
         attempt: record.attempt,
@@ -338,6 +349,23 @@ pub fn assemble(record: &JobRecord) -> Timeline {
         first_error,
         notes,
     }
+}
+
+/// Each node's Slurm names: its reports' (the last one's), else its events' (`slurm` in
+/// their details).
+fn slurm_names(record: &JobRecord) -> BTreeMap<String, SlurmNames> {
+    let mut by_node = BTreeMap::new();
+    for event in &record.events {
+        if let Some(names) = SlurmNames::from_details(&event.event.details) {
+            by_node.insert(event.attempt.node.clone(), names);
+        }
+    }
+    for report in &record.reports {
+        if let Some(names) = report.context.as_ref().and_then(|c| c.slurm.clone()) {
+            by_node.insert(report.node.clone(), names);
+        }
+    }
+    by_node
 }
 
 /// Within one millisecond: a failure before the checks that frame it, incidents first.
@@ -386,6 +414,7 @@ fn clocks(
                     offset_ms: clock.offset_ns as f64 / 1e6,
                     uncertainty_ms: clock.uncertainty_ns as f64 / 1e6,
                     measured: true,
+                    slurm: None,
                 },
                 None => MemberView {
                     rank: Some(member.rank),
@@ -393,6 +422,7 @@ fn clocks(
                     offset_ms: 0.0,
                     uncertainty_ms: 0.0,
                     measured: member.node == recorded.coordinator,
+                    slurm: None,
                 },
             };
             by_node.insert(member.node.clone(), view);
@@ -420,6 +450,7 @@ fn clocks(
                 offset_ms: 0.0,
                 uncertainty_ms: 0.0,
                 measured: own,
+                slurm: None,
             },
         );
     }
@@ -687,6 +718,7 @@ pub fn render(timeline: &Timeline) -> String {
         gpuvet_model::time::format_utc_ms(origin)
     );
     out.push_str(&clock_line(timeline));
+    out.push_str(&slurm_line(timeline));
     let first_node = timeline.first().map(|f| f.node.as_str());
     let mut hidden = 0usize;
     let at = |ms: u64| format!("+{:.3} s", ms.saturating_sub(origin) as f64 / 1000.0);
@@ -753,6 +785,41 @@ pub fn render(timeline: &Timeline) -> String {
 }
 
 /// The members' clocks in one line; a large group as its largest offset.
+/// `slurm: job 4242 step 0 on gpu-[01-04]`: the nodes of each Slurm job and step, folded,
+/// so the line stays short at any group size; empty outside Slurm.
+fn slurm_line(timeline: &Timeline) -> String {
+    let mut by_step: BTreeMap<(String, Option<String>, u32), Vec<&str>> = BTreeMap::new();
+    for member in &timeline.members {
+        if let Some(names) = &member.slurm {
+            let node = names.node.as_deref().unwrap_or(&member.node);
+            by_step
+                .entry((
+                    names.job_id.clone(),
+                    names.step_id.clone(),
+                    names.restart_count,
+                ))
+                .or_default()
+                .push(node);
+        }
+    }
+    if by_step.is_empty() {
+        return String::new();
+    }
+    let parts: Vec<String> = by_step
+        .into_iter()
+        .map(|((job, step, restarts), nodes)| {
+            let step = step.map_or_else(String::new, |s| format!(" step {s}"));
+            let restarts = match restarts {
+                0 => String::new(),
+                n => format!(" (requeued {n}×)"),
+            };
+            let nodes = fold_node_names(&nodes, gpuvet_model::node_list::MAX_PARTS);
+            format!("job {job}{step}{restarts} on {nodes}")
+        })
+        .collect();
+    format!("slurm: {}\n", parts.join("; "))
+}
+
 fn clock_line(timeline: &Timeline) -> String {
     let measured: Vec<&MemberView> = timeline
         .members

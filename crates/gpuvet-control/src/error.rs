@@ -32,7 +32,8 @@ pub enum ClusterError {
 
     #[error(
         "rank `{rank}` of a group of `{nnodes}` nodes needs the coordinator's address: set \
-         `MASTER_ADDR` or `LWS_LEADER_ADDRESS`, or pass `--master-addr`"
+         `MASTER_ADDR` or `LWS_LEADER_ADDRESS`, pass `--master-addr`, or run under Slurm's \
+         `srun` (`SLURM_JOB_NODELIST`)"
     )]
     MissingCoordinatorAddress { rank: u32, nnodes: u32 },
 

@@ -4,12 +4,22 @@
 //!
 //! | what | flag | environment, first found wins |
 //! |---|---|---|
-//! | coordinator host | `--master-addr` | `MASTER_ADDR`, `LWS_LEADER_ADDRESS` |
+//! | coordinator host | `--master-addr` | `MASTER_ADDR`, `LWS_LEADER_ADDRESS`, the first host of `SLURM_JOB_NODELIST` |
 //! | gpuvet's port | `--gpuvet-port` | `GPUVET_PORT`, else [`DEFAULT_PORT`] |
-//! | node rank | `--node-rank` | `NODE_RANK`, `GROUP_RANK`, `LWS_WORKER_INDEX` |
-//! | node count | `--nnodes` | `NNODES`, `LWS_GROUP_SIZE`, else 1 |
+//! | node rank | `--node-rank` | `NODE_RANK`, `GROUP_RANK`, `LWS_WORKER_INDEX`, `SLURM_NODEID` |
+//! | node count | `--nnodes` | `NNODES`, `LWS_GROUP_SIZE`, `SLURM_NNODES`, else 1 |
 //! | token | `--token` | `GPUVET_TOKEN` (at least 16 bytes) |
 //! | coordinator's listen address | `--listen-addr` | `GPUVET_LISTEN_ADDR` (read by the binary's flag), else every interface |
+//!
+//! Slurm's variables come last, so a job script that sets torchrun's (or passes flags)
+//! keeps them, and count only under `srun` (`SLURM_STEP_ID` is set): the batch script
+//! itself also has `SLURM_NODEID=0` and the job's `SLURM_NNODES`, and a gpuvet there
+//! would wait for peers that never come. With one task per node, `SLURM_NODEID` is the
+//! node's index in the job's allocation and `SLURM_JOB_NODELIST` lists that allocation
+//! in the same order (hostlist syntax, read by
+//! `gpuvet_model::node_list::expand_hostlist`), so its first host is node 0's: the
+//! coordinator's. A second task on a node (`SLURM_LOCALID` above 0) would take its
+//! node's rank again, so it is refused.
 //!
 //! torchrun's `WORLD_SIZE` counts processes, not nodes, so it is never read as the node
 //! count; it only sharpens the hint when the count is missing. `MASTER_PORT` belongs to
@@ -18,6 +28,8 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+
+use gpuvet_model::node_list::expand_hostlist;
 
 use crate::auth::Token;
 use crate::error::ClusterError;
@@ -43,6 +55,11 @@ pub mod env {
     pub const LWS_WORKER_INDEX: &str = "LWS_WORKER_INDEX";
     pub const GPUVET_PORT: &str = "GPUVET_PORT";
     pub const GPUVET_TOKEN: &str = "GPUVET_TOKEN";
+    pub const SLURM_NODEID: &str = "SLURM_NODEID";
+    pub const SLURM_NNODES: &str = "SLURM_NNODES";
+    pub const SLURM_JOB_NODELIST: &str = "SLURM_JOB_NODELIST";
+    pub const SLURM_STEP_ID: &str = "SLURM_STEP_ID";
+    pub const SLURM_LOCALID: &str = "SLURM_LOCALID";
 }
 
 /// The flag names errors refer to; the binary should declare its flags with these.
@@ -182,6 +199,16 @@ impl Rendezvous {
             })
         };
 
+        // Slurm's variables, only under `srun`.
+        let under_srun = lookup(&[env::SLURM_STEP_ID]).is_some();
+        let slurm = |names: &[&'static str], slurm: &'static str| {
+            let mut names = names.to_vec();
+            if under_srun {
+                names.push(slurm);
+            }
+            names
+        };
+
         let nnodes_expected =
             "a positive whole number of nodes (elastic ranges such as `1:4` are not supported)";
         let (nnodes, nnodes_source) = match flags.nnodes {
@@ -194,7 +221,10 @@ impl Rendezvous {
                 )?,
                 Source::Flag(flag::NNODES),
             ),
-            None => match lookup(&[env::NNODES, env::LWS_GROUP_SIZE]) {
+            None => match lookup(&slurm(
+                &[env::NNODES, env::LWS_GROUP_SIZE],
+                env::SLURM_NNODES,
+            )) {
                 Some((source, text)) => (parse_nnodes(&text, source, nnodes_expected)?, source),
                 None => (1, Source::Default),
             },
@@ -202,7 +232,10 @@ impl Rendezvous {
 
         let (rank, rank_source) = match flags.node_rank {
             Some(rank) => (rank, Source::Flag(flag::NODE_RANK)),
-            None => match lookup(&[env::NODE_RANK, env::GROUP_RANK, env::LWS_WORKER_INDEX]) {
+            None => match lookup(&slurm(
+                &[env::NODE_RANK, env::GROUP_RANK, env::LWS_WORKER_INDEX],
+                env::SLURM_NODEID,
+            )) {
                 Some((source, text)) => (
                     parse_u32(&text, source, "a non-negative whole number")?,
                     source,
@@ -210,6 +243,16 @@ impl Rendezvous {
                 None => (0, Source::Default),
             },
         };
+        if rank_source == Source::Env(env::SLURM_NODEID) {
+            let local = lookup(&[env::SLURM_LOCALID]);
+            if let Some((source, text)) = local.filter(|(_, text)| text != "0") {
+                return Err(invalid(
+                    source,
+                    &text,
+                    "`0`: gpuvet runs once per node, so start it with `srun --ntasks-per-node=1`",
+                ));
+            }
+        }
         if rank >= nnodes {
             let hint = match (nnodes_source, lookup(&[env::WORLD_SIZE])) {
                 (Source::Default, Some(_)) => "; `WORLD_SIZE` counts processes, not nodes: set `NNODES` or `LWS_GROUP_SIZE` to the number of nodes".to_owned(),
@@ -227,7 +270,12 @@ impl Rendezvous {
 
         let host = match &flags.master_addr {
             Some(host) => Some((Source::Flag(flag::MASTER_ADDR), host.trim().to_owned())),
-            None => lookup(&[env::MASTER_ADDR, env::LWS_LEADER_ADDRESS]),
+            None => match lookup(&[env::MASTER_ADDR, env::LWS_LEADER_ADDRESS]) {
+                Some(found) => Some(found),
+                None => lookup(&slurm(&[], env::SLURM_JOB_NODELIST))
+                    .map(|(source, list)| Ok::<_, ClusterError>((source, first_host(&list)?)))
+                    .transpose()?,
+            },
         };
         let (coordinator_host, host_source) = match host {
             Some((source, host)) => (Some(check_host(&host, source)?), source),
@@ -367,6 +415,18 @@ fn invalid(source: Source, value: &str, expected: &str) -> ClusterError {
         value: value.to_owned(),
         expected: expected.to_owned(),
     }
+}
+
+/// The first host of a Slurm hostlist (`SLURM_JOB_NODELIST`): node 0's.
+fn first_host(list: &str) -> Result<String, ClusterError> {
+    let source = Source::Env(env::SLURM_JOB_NODELIST);
+    let expected = |why: &str| format!("a Slurm hostlist such as `gpu-[01-04,07]` ({why})");
+    let names =
+        expand_hostlist(list).map_err(|err| invalid(source, list, &expected(&err.reason)))?;
+    names
+        .into_iter()
+        .next()
+        .ok_or_else(|| invalid(source, list, &expected("it names no host")))
 }
 
 fn parse_u32(text: &str, source: Source, expected: &str) -> Result<u32, ClusterError> {
@@ -535,6 +595,134 @@ mod tests {
     }
 
     #[test]
+    fn slurm_variables_give_rank_size_and_the_first_host() {
+        let slurm = [
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_LOCALID", "0"),
+            ("SLURM_JOB_NODELIST", "gpu-[01-04,07]"),
+            ("SLURM_NODEID", "2"),
+            ("SLURM_NNODES", "5"),
+            ("SLURM_JOB_ID", "4242"),
+            ("GPUVET_TOKEN", TOKEN),
+        ];
+        let r = resolve(&slurm).unwrap();
+        assert_eq!((r.rank, r.nnodes), (2, 5));
+        assert_eq!(r.coordinator_host.as_deref(), Some("gpu-01"));
+        assert_eq!(
+            r.describe(),
+            "rank 2 of 5 (from `SLURM_NODEID`, `SLURM_NNODES`); coordinator `gpu-01:29517` \
+             (from `SLURM_JOB_NODELIST`, the default)"
+        );
+        // Node 0 is the coordinator and calls its own public name.
+        let mut first = slurm.to_vec();
+        first[3] = ("SLURM_NODEID", "0");
+        let r = resolve(&first).unwrap();
+        assert!(r.is_coordinator());
+        assert_eq!(r.coordinator_endpoint().to_string(), "gpu-01:29517");
+    }
+
+    #[test]
+    fn torchrun_and_lws_variables_and_flags_win_over_slurms() {
+        let env = vars(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_JOB_NODELIST", "gpu-[01-02]"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_NNODES", "2"),
+            ("MASTER_ADDR", "head"),
+            ("NODE_RANK", "3"),
+            ("LWS_GROUP_SIZE", "4"),
+            ("GPUVET_TOKEN", TOKEN),
+        ]);
+        let r = Rendezvous::resolve(&RendezvousFlags::default(), &env).unwrap();
+        assert_eq!(
+            (r.rank, r.nnodes, r.coordinator_host.as_deref()),
+            (3, 4, Some("head"))
+        );
+        let flags = RendezvousFlags {
+            master_addr: Some("flagged".into()),
+            node_rank: Some(0),
+            nnodes: Some(2),
+            ..Default::default()
+        };
+        let r = Rendezvous::resolve(&flags, &env).unwrap();
+        assert_eq!(
+            (r.rank, r.nnodes, r.coordinator_host.as_deref()),
+            (0, 2, Some("flagged"))
+        );
+        // Each setting on its own: Slurm fills only what the others leave unset.
+        let r = resolve(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_JOB_NODELIST", "gpu-[01-02]"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_NNODES", "2"),
+            ("MASTER_ADDR", "head"),
+            ("GPUVET_TOKEN", TOKEN),
+        ])
+        .unwrap();
+        assert_eq!(
+            (r.rank, r.nnodes, r.coordinator_host.as_deref()),
+            (1, 2, Some("head"))
+        );
+        assert_eq!(r.sources.rank, Source::Env("SLURM_NODEID"));
+    }
+
+    #[test]
+    fn a_bad_slurm_nodelist_names_the_variable_and_the_reason() {
+        let err = error(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_JOB_NODELIST", "gpu-[04-01]"),
+            ("SLURM_NODEID", "1"),
+            ("SLURM_NNODES", "2"),
+            ("GPUVET_TOKEN", TOKEN),
+        ]);
+        assert_eq!(
+            err,
+            "`SLURM_JOB_NODELIST` is `gpu-[04-01]`; expected a Slurm hostlist such as \
+             `gpu-[01-04,07]` (the range `04-01` runs backwards)"
+        );
+        let err = error(&[("SLURM_STEP_ID", "0"), ("SLURM_JOB_NODELIST", ",")]);
+        assert!(err.ends_with("(it names no host)"), "{err}");
+        let err = error(&[
+            ("SLURM_STEP_ID", "0"),
+            ("SLURM_NODEID", "x"),
+            ("SLURM_NNODES", "2"),
+        ]);
+        assert_eq!(
+            err,
+            "`SLURM_NODEID` is `x`; expected a non-negative whole number"
+        );
+    }
+
+    #[test]
+    fn slurms_variables_count_only_under_srun_and_once_per_node() {
+        // The batch script has the job's node count and node 0's id, but no step: a
+        // gpuvet there is a group of one, not a coordinator waiting for three more.
+        let batch = [
+            ("SLURM_JOB_NODELIST", "gpu-[01-04]"),
+            ("SLURM_NODEID", "0"),
+            ("SLURM_NNODES", "4"),
+            ("SLURM_LOCALID", "0"),
+        ];
+        let r = resolve(&batch).unwrap();
+        assert_eq!(
+            (r.rank, r.nnodes, r.coordinator_host.as_deref()),
+            (0, 1, None)
+        );
+        // A second task on a node would be its rank again.
+        let mut second_task = batch.to_vec();
+        second_task.extend([("SLURM_STEP_ID", "0"), ("SLURM_LOCALID", "1")]);
+        second_task.push(("GPUVET_TOKEN", TOKEN));
+        assert_eq!(
+            error(&second_task),
+            "`SLURM_LOCALID` is `1`; expected `0`: gpuvet runs once per node, so start it \
+             with `srun --ntasks-per-node=1`"
+        );
+        // With the rank from elsewhere, the task's local id is not Slurm's to judge.
+        second_task.push(("NODE_RANK", "1"));
+        assert_eq!(resolve(&second_task).unwrap().rank, 1);
+    }
+
+    #[test]
     fn world_size_is_never_the_node_count() {
         let err = error(&[
             ("WORLD_SIZE", "16"),
@@ -623,7 +811,9 @@ mod tests {
         let err = error(&[("NODE_RANK", "1"), ("NNODES", "2"), ("GPUVET_TOKEN", TOKEN)]);
         assert_eq!(
             err,
-            "rank `1` of a group of `2` nodes needs the coordinator's address: set `MASTER_ADDR` or `LWS_LEADER_ADDRESS`, or pass `--master-addr`"
+            "rank `1` of a group of `2` nodes needs the coordinator's address: set `MASTER_ADDR` \
+             or `LWS_LEADER_ADDRESS`, pass `--master-addr`, or run under Slurm's `srun` \
+             (`SLURM_JOB_NODELIST`)"
         );
         // Rank 0 is the coordinator and can reach itself.
         let r = resolve(&[("NODE_RANK", "0"), ("NNODES", "2"), ("GPUVET_TOKEN", TOKEN)]).unwrap();

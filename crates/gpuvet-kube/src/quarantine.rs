@@ -1,12 +1,9 @@
 //! The rebuild action in a cluster: quarantine the culprit nodes with a taint, behind
 //! a circuit breaker, as pure decisions and patch bodies.
 //!
-//! - Only culprits are tainted: nodes a finding of the host or network lane names (a
-//!   GPU's node, or a node), and the node of the group's first error when its lane is
-//!   one of those. A pair of nodes is a link suspect, not a node's fault, and is never
-//!   tainted; nor is a platform- or app-lane finding.
-//! - Never the whole group: when every node of a group of two or more is named, the
-//!   cause is something they share, and nothing is tainted.
+//! - The culprits and the breaker's rule are `gpuvet_model::quarantine`'s, which the
+//!   Slurm drain shares: only nodes a host- or network-lane finding names, never the
+//!   whole group.
 //! - The circuit breaker's state is the cluster itself, so it holds across the
 //!   separate gpuvet of every pod: each quarantined node carries gpuvet's taint and the
 //!   time it was set (annotation `gpuvet.io/quarantined-at`). Before tainting, gpuvet
@@ -14,19 +11,16 @@
 //!   without a readable time counts as recent). A node is tainted only while the
 //!   quarantined ones, with it, stay within `max_share` of all nodes (rounded down).
 //!   The default, 50 % in 5 minutes, lets two of four nodes go and refuses the third.
-//!   A refusal says when the breaker closes again: when enough of the quarantines it
-//!   counts leave the window (never by itself while one without a time is counted).
-//! - A culprit whose own report flags it as a repeat offender carries the flag on its
-//!   quarantine (annotation `gpuvet.io/repeat-offender`), so that `gpuvet untaint`
-//!   holds it until it passes twice in a row.
+//! - A culprit flagged as a repeat offender carries the flag on its quarantine
+//!   (annotation `gpuvet.io/repeat-offender`), so that `gpuvet untaint` holds it until
+//!   it passes twice in a row.
 //! - `gpuvet untaint` lifts a quarantine only when the node's runs prove it healthy
 //!   since ([`gpuvet_model::offenders::untaint_proof`]), or when forced.
 
-use std::collections::BTreeMap;
-
 use gpuvet_model::config::QuarantinePolicy;
 use gpuvet_model::offenders::RepeatOffender;
-use gpuvet_model::results::{Entity, Lane, RunReport};
+use gpuvet_model::quarantine::{self, ClusterNode};
+use gpuvet_model::results::Lane;
 use k8s_openapi::api::core::v1::{Node, Taint};
 use serde::Serialize;
 use serde_json::json;
@@ -43,88 +37,7 @@ pub const QUARANTINED_AT_ANNOTATION: &str = "gpuvet.io/quarantined-at";
 /// Annotation on a quarantined repeat offender: its flag (JSON, `{"failed":3,"of_last":5}`).
 pub const REPEAT_OFFENDER_ANNOTATION: &str = "gpuvet.io/repeat-offender";
 
-/// A node to quarantine, with the finding that names it.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Culprit {
-    pub node: String,
-    pub lane: Lane,
-    /// What named it: check, entity, verdict, reason.
-    pub finding: serde_json::Value,
-    /// Set when the node's own report flags it as a repeat offender.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub repeat_offender: Option<RepeatOffender>,
-}
-
-/// The culprits of a report, or why there are none to taint.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Culprits {
-    pub nodes: Vec<Culprit>,
-    /// Set when the report named every node of its group: nothing is tainted.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub whole_group: Option<String>,
-}
-
-/// The nodes a report blames, one entry per node (its first finding).
-pub fn culprits(report: &RunReport) -> Culprits {
-    let mut nodes: Vec<Culprit> = Vec::new();
-    let mut add = |node: &str, lane: Lane, finding: serde_json::Value| {
-        if matches!(lane, Lane::Host | Lane::Network)
-            && !node.is_empty()
-            && !nodes.iter().any(|c| c.node == node)
-        {
-            nodes.push(Culprit {
-                node: node.to_owned(),
-                lane,
-                finding,
-                // Only a node's own store knows its history across jobs.
-                repeat_offender: report.repeat_offender.filter(|_| node == report.node),
-            });
-        }
-    };
-    for (check, finding) in report.findings() {
-        let node = match &finding.entity {
-            Entity::Device { node, .. } | Entity::Node { node } => node,
-            Entity::NodePair { .. } => continue,
-        };
-        add(
-            node,
-            finding.lane,
-            json!({
-                "check": check.name,
-                "entity": finding.entity.to_string(),
-                "verdict": finding.verdict,
-                "reason": finding.reason,
-            }),
-        );
-    }
-    let group = report.group.as_ref();
-    if let Some(first) = group.and_then(|g| g.first_error.as_ref()) {
-        // A rank that never joined has no node name to taint.
-        if group.is_some_and(|g| g.nodes.contains(&first.node)) {
-            add(
-                &first.node,
-                first.lane,
-                json!({ "first_error": first.kind, "reason": first.detail }),
-            );
-        }
-    }
-    let members = group.map_or(0, |g| g.nodes.len());
-    if members >= 2 && nodes.len() >= members {
-        let whole_group = format!(
-            "every node of the group ({members}) is named, which points at something they \
-             share (the network, the platform, the config) rather than at one node; none is \
-             tainted"
-        );
-        return Culprits {
-            nodes: Vec::new(),
-            whole_group: Some(whole_group),
-        };
-    }
-    Culprits {
-        nodes,
-        whole_group: None,
-    }
-}
+pub use gpuvet_model::quarantine::{Culprit, Culprits, culprits};
 
 /// What the breaker decided for one culprit.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -172,27 +85,11 @@ pub fn repeat_offender_flag(node: &Node) -> Option<RepeatOffender> {
     serde_json::from_str(annotation(node, REPEAT_OFFENDER_ANNOTATION)?).ok()
 }
 
-/// Whether gpuvet quarantined `node` within the window: `Some(at)` with its time,
-/// `Some(None)` for a gpuvet taint without a readable time (counted as recent), `None`
-/// when not.
-fn recent_quarantine(node: &Node, now_ms: u64, window_ms: u64) -> Option<Option<u64>> {
+/// When gpuvet quarantined `node`: `None` without gpuvet's taint, `Some(None)` with it
+/// but without a readable time.
+fn quarantined_at(node: &Node) -> Option<Option<u64>> {
     gpuvet_taint(node)?;
-    match quarantined_at_ms(node) {
-        Some(at) if now_ms.saturating_sub(at) >= window_ms => None,
-        at => Some(at),
-    }
-}
-
-/// When the breaker admits one more quarantine: once `excess` of the counted ones
-/// (`times`, `None` for those without a time) have left the window. `None`: never by
-/// itself.
-fn closes_at_ms(times: &[Option<u64>], excess: usize, window_ms: u64, limit: usize) -> Option<u64> {
-    if limit == 0 || excess == 0 {
-        return None;
-    }
-    let mut known: Vec<u64> = times.iter().flatten().copied().collect();
-    known.sort_unstable();
-    known.get(excess - 1).map(|at| at.saturating_add(window_ms))
+    Some(quarantined_at_ms(node))
 }
 
 /// The breaker's decision for each culprit, in order, given every node of the cluster.
@@ -202,57 +99,33 @@ pub fn decide(
     policy: &QuarantinePolicy,
     now_ms: u64,
 ) -> Vec<(Culprit, Decision)> {
-    let window_ms = u64::try_from(policy.window.as_millis()).unwrap_or(u64::MAX);
-    let total = nodes.len();
-    let limit = (policy.max_share * total as f64).floor() as usize;
-    let mut recent: Vec<Option<u64>> = nodes
+    let standing: Vec<ClusterNode> = nodes
         .iter()
-        .filter_map(|n| recent_quarantine(n, now_ms, window_ms))
-        .collect();
-    let by_name: BTreeMap<&str, &Node> = nodes
-        .iter()
-        .filter_map(|n| Some((n.metadata.name.as_deref()?, n)))
-        .collect();
-    culprits
-        .iter()
-        .map(|culprit| {
-            let decision = match by_name.get(culprit.node.as_str()) {
-                None => Decision::NotInCluster,
-                Some(node) if gpuvet_taint(node).is_some() => Decision::AlreadyTainted,
-                Some(_) if recent.len() + 1 > limit => {
-                    let excess = recent.len() + 1 - limit;
-                    let closes = match closes_at_ms(&recent, excess, window_ms, limit) {
-                        Some(at) => format!("it closes again at `{}`", rfc3339(at)),
-                        None if limit == 0 => format!(
-                            "it never admits one in a cluster of {total} node(s) at this share"
-                        ),
-                        None => "it stays open until `gpuvet untaint` lifts a quarantine \
-                                 without a readable time"
-                            .to_owned(),
-                    };
-                    Decision::Refused(format!(
-                        "circuit breaker: quarantining `{}` would make {} of {total} nodes \
-                         quarantined within {}, over the limit of {} % ({limit} node(s)); \
-                         {closes}; see `gpuvet.kubernetes.quarantine`",
-                        culprit.node,
-                        recent.len() + 1,
-                        minutes(policy),
-                        policy.max_share * 100.0,
-                    ))
-                }
-                Some(_) => {
-                    recent.push(Some(now_ms));
-                    Decision::Taint
-                }
-            };
-            (culprit.clone(), decision)
+        .filter_map(|n| {
+            Some(ClusterNode {
+                name: n.metadata.name.clone()?,
+                quarantined_at_ms: quarantined_at(n),
+            })
         })
-        .collect()
-}
-
-fn minutes(policy: &QuarantinePolicy) -> String {
-    let minutes = policy.window.as_secs_f64() / 60.0;
-    format!("{minutes} min")
+        .collect();
+    quarantine::decide(
+        &standing,
+        culprits,
+        policy,
+        "gpuvet.kubernetes.quarantine",
+        now_ms,
+    )
+    .into_iter()
+    .map(|(culprit, decision)| {
+        let decision = match decision {
+            quarantine::Decision::Quarantine => Decision::Taint,
+            quarantine::Decision::AlreadyQuarantined => Decision::AlreadyTainted,
+            quarantine::Decision::NotInCluster => Decision::NotInCluster,
+            quarantine::Decision::Refused(why) => Decision::Refused(why),
+        };
+        (culprit, decision)
+    })
+    .collect()
 }
 
 /// gpuvet's taint for a lane.
@@ -318,7 +191,9 @@ pub fn untaint_patch(node: &Node) -> Option<serde_json::Value> {
 mod tests {
     use super::*;
     use gpuvet_model::catalog::CheckName;
-    use gpuvet_model::results::{CheckResult, CheckStatus, GroupIncident, GroupSummary};
+    use gpuvet_model::results::{
+        CheckResult, CheckStatus, Entity, GroupIncident, GroupSummary, RunReport,
+    };
     use std::time::Duration;
 
     pub(crate) fn node(name: &str, quarantined_at: Option<&str>) -> Node {
@@ -365,7 +240,7 @@ mod tests {
             why,
             "circuit breaker: quarantining `n3` would make 3 of 4 nodes quarantined within \
              5 min, over the limit of 50 % (2 node(s)); it closes again at \
-             `2025-12-02T11:03:00Z`; see `gpuvet.kubernetes.quarantine`"
+             `2025-12-02T11:03:00.000Z`; see `gpuvet.kubernetes.quarantine`"
         );
     }
 
@@ -388,7 +263,7 @@ mod tests {
         ];
         let why = refusal(&four, &[culprit("n3")]);
         assert!(
-            why.contains("it closes again at `2025-12-02T11:02:00Z`"),
+            why.contains("it closes again at `2025-12-02T11:02:00.000Z`"),
             "{why}"
         );
         // Tainted in this same decision, at `NOW`: counted with its time.
@@ -400,7 +275,7 @@ mod tests {
         ];
         let why = refusal(&fresh, &[culprit("n3"), culprit("n4"), culprit("n5")]);
         assert!(
-            why.contains("it closes again at `2025-12-02T11:05:00Z`"),
+            why.contains("it closes again at `2025-12-02T11:05:00.000Z`"),
             "{why}"
         );
         // A quarantine without a time never leaves the window by itself.
@@ -413,8 +288,8 @@ mod tests {
         let why = refusal(&untimed, &[culprit("n3")]);
         assert!(
             why.contains(
-                "it stays open until `gpuvet untaint` lifts a quarantine without a \
-                          readable time"
+                "it stays open until a quarantine without a readable time is lifted \
+                 (`gpuvet untaint`, `gpuvet undrain`)"
             ),
             "{why}"
         );
@@ -533,7 +408,6 @@ mod tests {
                     "annotations": {
                         "gpuvet.io/quarantine": "{\"check\":\"gemm_flops\"}",
                         "gpuvet.io/quarantined-at": "2025-12-02T11:00:00Z",
-                        "gpuvet.io/repeat-offender": null,
                     }
                 },
                 "spec": { "taints": [
@@ -559,7 +433,6 @@ mod tests {
             json!([{ "key": "nvidia.com/gpu", "effect": "NoSchedule" }])
         );
         assert!(lifted["metadata"]["annotations"]["gpuvet.io/quarantine"].is_null());
-        assert!(lifted["metadata"]["annotations"]["gpuvet.io/repeat-offender"].is_null());
         assert_eq!(untaint_patch(&node("n3", None)), None);
     }
 
@@ -637,21 +510,6 @@ mod tests {
         assert_eq!(names, [("n2", Lane::Host), ("n3", Lane::Network)]);
         assert_eq!(found.nodes[0].finding["entity"], "n2/dev3");
         assert_eq!(found.whole_group, None);
-        // A report flags its own node only: the others' history is in their stores.
-        let mut flagged = report(
-            &[
-                (Entity::Node { node: "n1".into() }, Lane::Host),
-                (Entity::Node { node: "n2".into() }, Lane::Host),
-            ],
-            Some(group(&["n1", "n2", "n3"])),
-        );
-        flagged.repeat_offender = Some(RepeatOffender {
-            failed: 3,
-            of_last: 5,
-        });
-        let found = culprits(&flagged);
-        assert!(found.nodes[0].repeat_offender.is_some());
-        assert_eq!(found.nodes[1].repeat_offender, None);
     }
 
     #[test]

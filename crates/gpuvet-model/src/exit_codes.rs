@@ -48,6 +48,9 @@ pub const KUBE_API_ERROR: i32 = 80;
 /// recorded since its quarantine (two in a row for a repeat offender); `--force`
 /// lifts it anyway.
 pub const NOT_PROVEN: i32 = 81;
+/// `gpuvet undrain`: Slurm's `sinfo` or `scontrol` could not be run, did not finish, or
+/// refused the change. Past `sysexits.h`'s range, like 80.
+pub const SLURM_ERROR: i32 = 82;
 /// `gpuvet run`: the app's command exists but could not be executed (as in a shell).
 pub const APP_NOT_EXECUTABLE: i32 = 126;
 /// `gpuvet run`: the app's command was not found (as in a shell).
@@ -108,6 +111,11 @@ pub const ALL: [(i32, &str, &str); 15] = [
         NOT_PROVEN,
         "NOT_PROVEN",
         "`untaint`: no passing run on the node since its quarantine",
+    ),
+    (
+        SLURM_ERROR,
+        "SLURM_ERROR",
+        "`undrain`: Slurm's commands could not be run or refused",
     ),
     (
         APP_NOT_EXECUTABLE,

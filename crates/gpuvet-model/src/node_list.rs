@@ -21,12 +21,161 @@
 //! - **Not hostnames.** A name without a trailing number, with one too long for `u64`,
 //!   or with `[`, `]`, `,` or whitespace in it is listed as it is, in its natural place.
 //!   A list holding one of the last kind no longer parses as a hostlist.
+//!
+//! [`expand_hostlist`] is the inverse: a hostlist as Slurm writes it
+//! (`SLURM_JOB_NODELIST`) back into its names, in the order written, as
+//! `scontrol show hostnames` prints them. It reads every list [`fold_node_names`] writes
+//! (uncut), and also several brackets in one name (`rack[1-2]-n[01-02]`: every
+//! combination, the last bracket counting fastest); it refuses what Slurm 22.05 reads
+//! loosely or not at all: text after a name's last bracket, an empty or reversed range,
+//! a stray `]`, whitespace, numbers past `u64`, and more than [`MAX_EXPANDED`] names.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 /// The most parts the terminal report's group line lists (and the HTML report's
 /// summary of it, which says the same).
 pub const MAX_PARTS: usize = 8;
+
+/// The most names [`expand_hostlist`] gives back: the most Slurm 22.05 reads in one
+/// range (`n[0-65536]` is "Too many hosts in range"; docs/reference.md, "Slurm"), here
+/// held to the whole list, so a typo such as `n[0-99999999]` is an error, not a
+/// gigabyte of names.
+pub const MAX_EXPANDED: usize = 64 * 1024;
+
+/// Why a hostlist does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("`{list}` is not a hostlist: {reason}")]
+pub struct HostlistError {
+    pub list: String,
+    pub reason: String,
+}
+
+/// The names of a hostlist such as `gpu-[01-04,07],login`, in the order written and
+/// with duplicates kept, as `scontrol show hostnames` prints them. A range's numbers
+/// are as wide as its first number is written (`n[08-10]` is `n08 n09 n10`, `n[8-10]`
+/// is `n8 n9 n10`). Empty items (`a,,b`) are skipped, as Slurm skips them.
+pub fn expand_hostlist(list: &str) -> Result<Vec<String>, HostlistError> {
+    let fail = |reason: String| HostlistError {
+        list: list.to_owned(),
+        reason,
+    };
+    let mut names = Vec::new();
+    for item in split_items(list).map_err(&fail)? {
+        if item.is_empty() {
+            continue;
+        }
+        let pieces = item_pieces(item).map_err(&fail)?;
+        let count = pieces.iter().try_fold(1usize, |count, piece| match piece {
+            Piece::Text(_) => Some(count),
+            Piece::Numbers(numbers) => count.checked_mul(numbers.len()),
+        });
+        match count {
+            Some(count) if names.len() + count <= MAX_EXPANDED => {}
+            _ => {
+                return Err(fail(format!("it names more than `{MAX_EXPANDED}` nodes")));
+            }
+        }
+        combine(&pieces, String::new(), &mut names);
+    }
+    Ok(names)
+}
+
+/// The items of a hostlist: split at the commas outside brackets.
+fn split_items(list: &str) -> Result<Vec<&str>, String> {
+    let mut items = Vec::new();
+    let (mut inside, mut start) = (false, 0);
+    for (at, c) in list.char_indices() {
+        match c {
+            '[' if inside => return Err("a `[` inside brackets".to_owned()),
+            '[' => inside = true,
+            ']' if !inside => return Err(format!("a `]` without its `[` at byte {at}")),
+            ']' => inside = false,
+            ',' if !inside => {
+                items.push(&list[start..at]);
+                start = at + 1;
+            }
+            c if c.is_whitespace() => return Err(format!("whitespace at byte {at}")),
+            _ => {}
+        }
+    }
+    if inside {
+        return Err("a `[` without its `]`".to_owned());
+    }
+    items.push(&list[start..]);
+    Ok(items)
+}
+
+/// One item in order: text, and the numbers of each bracket.
+#[derive(Debug)]
+enum Piece<'a> {
+    Text(&'a str),
+    /// Each number with the width it is written in.
+    Numbers(Vec<(u64, usize)>),
+}
+
+/// `item` (brackets balanced, no commas outside them) as pieces; text after the last
+/// bracket is refused, as Slurm refuses `n[1-2]x`.
+fn item_pieces(item: &str) -> Result<Vec<Piece<'_>>, String> {
+    let mut pieces = Vec::new();
+    let mut rest = item;
+    while let Some((text, after)) = rest.split_once('[') {
+        let (inside, after) = after.split_once(']').expect("brackets are balanced");
+        if !text.is_empty() {
+            pieces.push(Piece::Text(text));
+        }
+        pieces.push(Piece::Numbers(bracket_numbers(inside)?));
+        rest = after;
+    }
+    if !rest.is_empty() {
+        if !pieces.is_empty() {
+            return Err(format!("text `{rest}` after the brackets of `{item}`"));
+        }
+        pieces.push(Piece::Text(rest));
+    }
+    Ok(pieces)
+}
+
+/// The numbers of one bracket's ranges (`01-04,07`), in the order written.
+fn bracket_numbers(inside: &str) -> Result<Vec<(u64, usize)>, String> {
+    let mut numbers = Vec::new();
+    for range in inside.split(',') {
+        let (first, last) = range.split_once('-').unwrap_or((range, range));
+        let number = |digits: &str| {
+            let valid = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+            valid
+                .then(|| digits.parse::<u64>().ok())
+                .flatten()
+                .ok_or_else(|| {
+                    format!("`[{inside}]` holds `{range}`, not a number or a range of numbers")
+                })
+        };
+        let (low, high) = (number(first)?, number(last)?);
+        if low > high {
+            return Err(format!("the range `{range}` runs backwards"));
+        }
+        if high - low >= MAX_EXPANDED as u64 {
+            return Err(format!("it names more than `{MAX_EXPANDED}` nodes"));
+        }
+        numbers.extend((low..=high).map(|n| (n, first.len())));
+        if numbers.len() > MAX_EXPANDED {
+            return Err(format!("it names more than `{MAX_EXPANDED}` nodes"));
+        }
+    }
+    Ok(numbers)
+}
+
+/// Every name `pieces` stand for after `head`, the last bracket counting fastest.
+fn combine(pieces: &[Piece<'_>], head: String, out: &mut Vec<String>) {
+    match pieces.split_first() {
+        None => out.push(head),
+        Some((Piece::Text(text), rest)) => combine(rest, head + text, out),
+        Some((Piece::Numbers(numbers), rest)) => {
+            for &(number, width) in numbers {
+                combine(rest, format!("{head}{number:0width$}"), out);
+            }
+        }
+    }
+}
 
 /// The sort key of natural order: by prefix, then by trailing number, then by the name
 /// itself (so `node-07` and `node-7` keep a fixed order). A name without a trailing

@@ -585,6 +585,9 @@ pub struct RunContext {
     /// The variables of gpuvet, the launcher, NCCL, CUDA and PyTorch.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub environment: BTreeMap<String, String>,
+    /// Slurm's job, step and node, when the run was part of a Slurm job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub slurm: Option<crate::slurm::SlurmNames>,
 }
 
 impl std::str::FromStr for Outcome {

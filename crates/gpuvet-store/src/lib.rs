@@ -142,6 +142,20 @@ impl Store {
         instance: &str,
         now_ms: u64,
     ) -> Result<Attempt, StoreError> {
+        self.begin_attempt_at_least(job_id, node, instance, 1, now_ms)
+    }
+
+    /// Starts the next attempt of `job_id` on `node`, numbered at least `at_least`: a
+    /// requeued Slurm job is attempt `SLURM_RESTART_COUNT + 1` on whichever nodes it
+    /// lands, though their stores have never seen the job.
+    pub fn begin_attempt_at_least(
+        &mut self,
+        job_id: &str,
+        node: &str,
+        instance: &str,
+        at_least: u32,
+        now_ms: u64,
+    ) -> Result<Attempt, StoreError> {
         const ACTION: &str = "begin an attempt in the store";
         let queue = self.queue_pushes;
         let attempt = self.db.write(ACTION, |db| {
@@ -154,6 +168,7 @@ impl Store {
                 )
                 .and_then(|mut row| row.get(0))
                 .during(ACTION)?;
+            let attempt = attempt.max(at_least.max(1));
             db.execute(
                 "INSERT INTO attempts (job_id, node, instance, attempt, started_at_ms)
                  VALUES (?1, ?2, ?3, ?4, ?5)",

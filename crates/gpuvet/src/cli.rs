@@ -71,6 +71,9 @@ pub enum Command {
     /// Lift the quarantine taint (`gpuvet.io/unhealthy`) that `fail_action: rebuild` put
     /// on a Kubernetes node, with the kubeconfig's credentials (needs the feature `k8s`).
     Untaint(UntaintArgs),
+    /// Lift the drain that `fail_action: rebuild` put on a Slurm node, once a passing
+    /// run on the node is recorded after the drain (`--force`: without one).
+    Undrain(UndrainArgs),
     /// Run one check's device work for the gpuvet that started this process, over a
     /// pipe protocol on stdin and stdout (internal).
     #[command(hide = true)]
@@ -205,10 +208,10 @@ pub struct GroupArgs {
 /// Who is running: the job, the node and the instance.
 #[derive(Debug, Args)]
 pub struct IdentityArgs {
-    /// Job id that groups attempts [default: $TORCHELASTIC_RUN_ID, else `default`].
+    /// Job id that groups attempts [default: $TORCHELASTIC_RUN_ID, else $SLURM_JOB_ID, else `default`].
     #[arg(long, env = "GPUVET_JOB_ID", value_name = "ID")]
     pub job_id: Option<String>,
-    /// Node name [default: $NODE_NAME, else the hostname].
+    /// Node name [default: $NODE_NAME, else $SLURMD_NODENAME, else the hostname].
     #[arg(long, env = "GPUVET_NODE", value_name = "NAME")]
     pub node: Option<String>,
     /// Instance name [default: $POD_NAME, else $HOSTNAME, else the hostname].
@@ -386,6 +389,22 @@ pub struct NodeSourceArgs {
     /// set.
     #[arg(long, env = "GPUVET_SERVER", value_name = "URL")]
     pub server: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct UndrainArgs {
+    /// The node's name, as `sinfo --Node` lists it.
+    #[arg(value_name = "NODE")]
+    pub node: String,
+    /// Lift the drain without a passing run on the node recorded after it.
+    #[arg(long)]
+    pub force: bool,
+    /// Config file, for its `gpuvet.store`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The store that holds the node's runs (on the node itself, the default one).
+    #[command(flatten)]
+    pub store: ReadStoreArgs,
 }
 
 #[derive(Debug, Args)]

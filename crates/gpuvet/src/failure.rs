@@ -97,6 +97,9 @@ fn hint_in_chain(error: &anyhow::Error) -> Option<String> {
         if let Some(e) = cause.downcast_ref::<gpuvet_bundle::BundleError>() {
             return e.hint().map(str::to_owned);
         }
+        if let Some(e) = cause.downcast_ref::<gpuvet_slurm::SlurmError>() {
+            return e.hint().map(str::to_owned);
+        }
         #[cfg(feature = "k8s")]
         if let Some(e) = cause.downcast_ref::<gpuvet_kube::KubeError>() {
             return e.hint().map(str::to_owned);

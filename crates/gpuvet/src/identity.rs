@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use gpuvet_model::config::Config;
+use gpuvet_model::slurm::SlurmNames;
 
 use crate::cli::IdentityArgs;
 use crate::failure::Failure;
@@ -16,19 +17,26 @@ pub struct Identity {
     pub job_id: String,
     pub node: String,
     pub instance: String,
+    /// Slurm's job, step and node, inside a Slurm job.
+    pub slurm: Option<SlurmNames>,
 }
 
 impl Identity {
     pub fn resolve(args: &IdentityArgs) -> Identity {
+        let slurm = SlurmNames::from_env(non_empty_env);
         let job_id = args
             .job_id
             .clone()
             .or_else(|| non_empty_env("TORCHELASTIC_RUN_ID"))
+            .or_else(|| slurm.as_ref().map(|s| s.job_id.clone()))
             .unwrap_or_else(|| DEFAULT_JOB_ID.to_owned());
+        // Slurm's name for the node, so that the culprits a rebuild drains are names
+        // `scontrol` knows.
         let node = args
             .node
             .clone()
             .or_else(|| non_empty_env("NODE_NAME"))
+            .or_else(|| slurm.as_ref().and_then(|s| s.node.clone()))
             .unwrap_or_else(hostname);
         let instance = args
             .instance
@@ -40,6 +48,7 @@ impl Identity {
             job_id,
             node,
             instance,
+            slurm,
         }
     }
 }
@@ -54,11 +63,23 @@ pub fn known_secrets() -> Vec<String> {
 }
 
 /// This node's name as `--node` would default: `GPUVET_NODE`, else `NODE_NAME`, else
-/// the hostname.
+/// `SLURMD_NODENAME`, else the hostname.
 pub fn this_node() -> String {
     non_empty_env("GPUVET_NODE")
         .or_else(|| non_empty_env("NODE_NAME"))
+        .or_else(|| non_empty_env(gpuvet_model::slurm::env::SLURMD_NODENAME))
         .unwrap_or_else(hostname)
+}
+
+/// `details` with this process's Slurm names under `slurm`, inside a Slurm job: so
+/// every event says which job, step and node it came from.
+pub fn with_slurm_names(mut details: serde_json::Value) -> serde_json::Value {
+    if let (Some(names), Some(map)) = (SlurmNames::from_env(non_empty_env), details.as_object_mut())
+        && let Ok(names) = serde_json::to_value(names)
+    {
+        map.insert("slurm".to_owned(), names);
+    }
+    details
 }
 
 fn non_empty_env(name: &str) -> Option<String> {

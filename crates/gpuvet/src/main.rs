@@ -14,6 +14,7 @@ mod identity;
 #[cfg_attr(not(feature = "k8s"), allow(dead_code))]
 mod node_runs;
 mod output;
+mod proven;
 mod push;
 mod record;
 mod runtime;

@@ -392,7 +392,9 @@ fn event_of(finding: &RuntimeFinding) -> NewEvent {
         kind: EventKind::RuntimeCheckFailed,
         lane: Some(finding.lane),
         message: finding.message.clone(),
-        details: serde_json::to_value(finding).unwrap_or(serde_json::Value::Null),
+        details: crate::identity::with_slurm_names(
+            serde_json::to_value(finding).unwrap_or(serde_json::Value::Null),
+        ),
     }
 }
 

@@ -53,22 +53,29 @@ impl Recording {
     }
 
     /// Opens the store, when there is one, and begins this run's attempt in it; without
-    /// a store the run is attempt 1 of its job.
+    /// a store the run is attempt 1 of its job. In a requeued Slurm job the attempt is at
+    /// least `SLURM_RESTART_COUNT + 1`, on every node the job lands on.
     pub fn begin(&self) -> Result<(Option<Store>, Attempt), Failure> {
+        let at_least = self
+            .identity
+            .slurm
+            .as_ref()
+            .map_or(1, |slurm| slurm.first_attempt());
         let Some(path) = &self.store else {
             let attempt = Attempt {
                 job_id: self.identity.job_id.clone(),
-                attempt: 1,
+                attempt: at_least,
                 node: self.identity.node.clone(),
                 instance: self.identity.instance.clone(),
             };
             return Ok((None, attempt));
         };
         let mut store = push::open_store(path, self.queue_pushes)?;
-        let attempt = store.begin_attempt(
+        let attempt = store.begin_attempt_at_least(
             &self.identity.job_id,
             &self.identity.node,
             &self.identity.instance,
+            at_least,
             unix_now_ms(),
         )?;
         Ok((Some(store), attempt))

@@ -2,7 +2,7 @@ use super::*;
 use gpuvet_model::events::{Attempt, NewEvent};
 use gpuvet_model::record::{CheckSpan, CheckWindow, MemberClock, MemberRecord};
 use gpuvet_model::results::{
-    CheckResult, Entity, EntityResult, Evidence, GroupSummary, Measurement, Outcome,
+    CheckResult, Entity, EntityResult, Evidence, GroupSummary, Measurement, Outcome, RunContext,
 };
 
 pub(crate) const T0: u64 = 1_800_000_000_000;
@@ -513,4 +513,43 @@ fn the_text_says_a_nodes_alike_findings_once() {
         findings[1].contains("gemm_flops finding: n1/dev[1-7] slow:"),
         "{text}"
     );
+}
+
+#[test]
+fn slurm_names_come_from_reports_and_events_and_fold_into_one_line() {
+    let names = |node: &str, restarts: u32| SlurmNames {
+        job_id: "4242".into(),
+        step_id: Some("0".into()),
+        node: Some(node.into()),
+        restart_count: restarts,
+    };
+    let mut report = group_report(vec![passed(CheckName::GemmFlops)], GroupSummary::default());
+    report.context = Some(RunContext {
+        slurm: Some(names("n0", 1)),
+        ..Default::default()
+    });
+    let started = |node: &str| {
+        event(
+            node,
+            T0 + 10,
+            EventKind::InstanceStarted,
+            serde_json::json!({ "slurm": names(node, 1) }),
+        )
+    };
+    let timeline = assemble(&record(report, vec![started("n1"), started("n2")]));
+    let slurm: Vec<Option<&str>> = timeline
+        .members
+        .iter()
+        .map(|m| m.slurm.as_ref().and_then(|s| s.node.as_deref()))
+        .collect();
+    assert_eq!(slurm, [Some("n0"), Some("n1"), Some("n2")]);
+    let text = render(&timeline);
+    assert!(
+        text.contains("\nslurm: job 4242 step 0 (requeued 1×) on n[0-2]\n"),
+        "{text}"
+    );
+    // Outside Slurm the line is not there.
+    let plain = group_report(vec![passed(CheckName::GemmFlops)], GroupSummary::default());
+    let text = render(&assemble(&record(plain, Vec::new())));
+    assert!(!text.contains("slurm"), "{text}");
 }

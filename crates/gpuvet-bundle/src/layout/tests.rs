@@ -97,6 +97,7 @@ fn group_record(nodes: usize, samples: usize) -> JobRecord {
             config_file: Some("/etc/gpuvet.json".into()),
             config: serde_json::json!({"gpuvet": {"rebuild_hook": ["curl", SECRET]}}),
             environment: [("GPUVET_JOB_ID".to_owned(), "7".to_owned())].into(),
+            slurm: None,
         }),
         diagnosis: None,
         repeat_offender: None,

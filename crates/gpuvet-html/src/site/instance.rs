@@ -10,6 +10,7 @@
 use gpuvet_model::events::Event;
 use gpuvet_model::overview::{InstanceSummary, RunSummary};
 use gpuvet_model::results::RunReport;
+use gpuvet_model::slurm::SlurmNames;
 
 use crate::site::events::events_table;
 use crate::site::layout::{Section, document};
@@ -44,7 +45,7 @@ pub fn instance_page(
             escape(&report.summary())
         ));
     }
-    body.push_str(&facts(instance));
+    body.push_str(&facts(instance, slurm_names(report, events)));
     body.push_str(&attempts(instance));
     body.push_str(&links(instance));
     body.push_str("</header>\n");
@@ -94,7 +95,20 @@ pub fn instance_page(
     document(&title, Some(Section::Instances), &body)
 }
 
-fn facts(instance: &InstanceSummary) -> String {
+/// Slurm's job, step and node of the instance: its report's, else its latest event's
+/// that has them.
+fn slurm_names(report: Option<&RunReport>, events: &[Event]) -> Option<SlurmNames> {
+    report
+        .and_then(|r| r.context.as_ref())
+        .and_then(|c| c.slurm.clone())
+        .or_else(|| {
+            events
+                .iter()
+                .find_map(|e| SlurmNames::from_details(&e.event.details))
+        })
+}
+
+fn facts(instance: &InstanceSummary, slurm: Option<SlurmNames>) -> String {
     let who = &instance.attempt;
     let mut facts = vec![
         (
@@ -118,6 +132,9 @@ fn facts(instance: &InstanceSummary) -> String {
                 .map_or_else(|| "unknown".to_owned(), |secs| format!("{secs:.1} s")),
         ));
         facts.push(("backend", escape(&run.backend)));
+    }
+    if let Some(names) = slurm {
+        facts.push(("slurm", escape(&names.describe())));
     }
     let mut out = String::from("<dl class=\"facts\">\n");
     for (name, value) in facts {
@@ -312,6 +329,17 @@ mod tests {
         let html = instance_page(&done, None, &[], &events, false);
         assert!(html.contains("<h2>Events (2)</h2>"), "{html}");
         assert_eq!(html.matches("<tr data-kind=").count(), 2);
+        assert!(!html.contains("<dt>slurm</dt>"), "{html}");
+        // An instance in a Slurm job names it, from its events when it has no report.
+        let mut in_slurm = events.clone();
+        in_slurm[1].event.details = serde_json::json!({
+            "slurm": {"job_id": "77", "step_id": "0", "node": "node-3", "restart_count": 1}
+        });
+        let html = instance_page(&done, None, &[], &in_slurm, false);
+        assert!(
+            html.contains("<dt>slurm</dt><dd>slurm job 77 step 0 on node-3</dd>"),
+            "{html}"
+        );
         let none = instance_page(&done, None, &[], &[], false);
         assert!(none.contains("No event of this instance."));
     }

@@ -550,6 +550,12 @@ fn lane_title(timeline: &Timeline, lane: &Lane<'_>) -> String {
     let rank = member
         .rank
         .map_or_else(String::new, |rank| format!(" (rank {rank})"));
+    // Slurm's job and step, so a lane reads against `squeue` and `sacct`.
+    let slurm = member
+        .slurm
+        .as_ref()
+        .map_or_else(String::new, |names| format!(" [{}]", names.describe()));
+    let rank = format!("{rank}{slurm}");
     if member.node == timeline.clock_of {
         format!("{node}{rank}: the timeline's clock")
     } else if member.measured {

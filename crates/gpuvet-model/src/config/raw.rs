@@ -65,6 +65,7 @@ pub(super) struct RawSettings {
     pub(super) sim: Option<RawSim>,
     pub(super) watch: Option<RawWatch>,
     pub(super) kubernetes: Option<RawKubernetes>,
+    pub(super) slurm: Option<RawKubernetes>,
     pub(super) repeat_offender: Option<RawRepeatOffender>,
     pub(super) history: Option<RawHistory>,
     pub(super) baseline_from: Option<String>,
@@ -80,6 +81,7 @@ pub(super) struct RawHistory {
     pub(super) fail_on_degraded: Option<bool>,
 }
 
+/// `gpuvet.kubernetes` and `gpuvet.slurm`: the same two keys.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawKubernetes {

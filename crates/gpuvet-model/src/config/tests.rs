@@ -1001,3 +1001,29 @@ fn repeat_offender_settings_parse_default_and_are_bounded() {
         assert!(message.contains(words), "{bad}: {message}");
     }
 }
+
+#[test]
+fn slurm_settings_parse_like_kubernetes_and_name_their_own_field() {
+    assert_eq!(Config::default().settings.slurm, SlurmSettings::default());
+    assert!(SlurmSettings::default().enabled);
+    let config = Config::from_json(
+        r#"{"gpuvet": {"slurm": {"enabled": "off",
+            "quarantine": {"max_share_pct": 10, "window_minutes": 60}}}}"#,
+    )
+    .unwrap();
+    let slurm = config.settings.slurm;
+    assert!(!slurm.enabled);
+    assert_eq!(slurm.quarantine.max_share, 0.1);
+    assert_eq!(slurm.quarantine.window, Duration::from_secs(3600));
+    // Each section is its own: Kubernetes keeps its defaults.
+    assert_eq!(config.settings.kubernetes, KubernetesSettings::default());
+    let (path, _, hint) = invalid(r#"{"gpuvet": {"slurm": {"enabled": "of"}}}"#);
+    assert_eq!(path, "gpuvet.slurm.enabled");
+    assert_eq!(hint.as_deref(), Some("did you mean `off`?"));
+    let (path, message, _) =
+        invalid(r#"{"gpuvet": {"slurm": {"quarantine": {"max_share_pct": 0}}}}"#);
+    assert_eq!(path, "gpuvet.slurm.quarantine.max_share_pct");
+    assert!(message.contains("out of range"), "{message}");
+    let (path, _, _) = invalid(r#"{"gpuvet": {"slurm": {"quarantine": {"window_minutes": 0}}}}"#);
+    assert_eq!(path, "gpuvet.slurm.quarantine.window_minutes");
+}

@@ -319,6 +319,8 @@ pub struct Settings {
     /// What gpuvet does in a Kubernetes cluster (`gpuvet.kubernetes`), with the binary's
     /// feature `k8s`.
     pub kubernetes: KubernetesSettings,
+    /// What gpuvet does under Slurm (`gpuvet.slurm`): drain and requeue on `rebuild`.
+    pub slurm: SlurmSettings,
     /// When a node is a repeat offender (`gpuvet.repeat_offender`): flagged in its
     /// report and events, and held in quarantine until it passes twice in a row.
     pub repeat_offender: crate::offenders::RepeatOffenderPolicy,
@@ -336,6 +338,25 @@ pub enum BaselineFrom {
     #[default]
     Builtin,
     Server,
+}
+
+/// `gpuvet.slurm`: whether gpuvet acts on the Slurm cluster it runs in (when
+/// `SLURM_JOB_ID` is set), and the circuit breaker of its drains, with the same keys
+/// and defaults as `gpuvet.kubernetes`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SlurmSettings {
+    /// `enabled`: `"auto"` (default: inside a Slurm job) or `"off"`.
+    pub enabled: bool,
+    pub quarantine: QuarantinePolicy,
+}
+
+impl Default for SlurmSettings {
+    fn default() -> Self {
+        SlurmSettings {
+            enabled: true,
+            quarantine: QuarantinePolicy::default(),
+        }
+    }
 }
 
 /// `gpuvet.kubernetes`: whether a gpuvet built with the feature `k8s` acts on the

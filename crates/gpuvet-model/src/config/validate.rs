@@ -322,6 +322,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         history: None,
         baseline_from: None,
         repeat_offender: None,
+        slurm: None,
     });
     let backend = match raw.backend.as_deref() {
         None => BackendChoice::Auto,
@@ -471,6 +472,11 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         .map(validate_repeat_offender)
         .transpose()?
         .unwrap_or_default();
+    let slurm = raw
+        .slurm
+        .map(validate_slurm)
+        .transpose()?
+        .unwrap_or_default();
     Ok(Settings {
         backend,
         tolerance: raw.tolerance_pct.map(|pct| pct / 100.0),
@@ -493,6 +499,7 @@ fn validate_settings(raw: Option<RawSettings>) -> Result<Settings, ConfigError> 
         repeat_offender,
         history,
         baseline_from,
+        slurm,
     })
 }
 
@@ -563,24 +570,43 @@ fn validate_repeat_offender(raw: RawRepeatOffender) -> Result<RepeatOffenderPoli
 /// `gpuvet.kubernetes`: `enabled` is `auto` or `off`; the quarantine's share is a
 /// percentage above 0 and at most 100, its window 0.1 to 1,440 minutes.
 fn validate_kubernetes(raw: RawKubernetes) -> Result<KubernetesSettings, ConfigError> {
-    let defaults = KubernetesSettings::default();
+    let (enabled, quarantine) = validate_cluster("gpuvet.kubernetes", raw)?;
+    Ok(KubernetesSettings {
+        enabled,
+        quarantine,
+    })
+}
+
+fn validate_slurm(raw: RawKubernetes) -> Result<SlurmSettings, ConfigError> {
+    let (enabled, quarantine) = validate_cluster("gpuvet.slurm", raw)?;
+    Ok(SlurmSettings {
+        enabled,
+        quarantine,
+    })
+}
+
+/// `enabled` and `quarantine` of a cluster's section (`section`: its JSON path).
+fn validate_cluster(
+    section: &str,
+    raw: RawKubernetes,
+) -> Result<(bool, QuarantinePolicy), ConfigError> {
     let enabled = match raw.enabled.as_deref() {
         None | Some("auto") => true,
         Some("off") => false,
         Some(text) => {
             return Err(unknown_value(
-                "gpuvet.kubernetes.enabled",
+                &format!("{section}.enabled"),
                 text,
                 &["auto", "off"],
             ));
         }
     };
-    let mut quarantine = defaults.quarantine;
+    let mut quarantine = QuarantinePolicy::default();
     if let Some(raw) = raw.quarantine {
         if let Some(pct) = raw.max_share_pct {
             if !(pct.is_finite() && pct > 0.0 && pct <= 100.0) {
                 return Err(ConfigError::invalid(
-                    "gpuvet.kubernetes.quarantine.max_share_pct",
+                    format!("{section}.quarantine.max_share_pct"),
                     format!(
                         "`{pct}` is out of range; expected a percentage above 0 and at most 100"
                     ),
@@ -592,17 +618,14 @@ fn validate_kubernetes(raw: RawKubernetes) -> Result<KubernetesSettings, ConfigE
         if let Some(minutes) = raw.window_minutes {
             if !(minutes.is_finite() && (0.1..=1440.0).contains(&minutes)) {
                 return Err(ConfigError::invalid(
-                    "gpuvet.kubernetes.quarantine.window_minutes",
+                    format!("{section}.quarantine.window_minutes"),
                     format!("`{minutes}` is out of range; expected 0.1 to 1440 minutes"),
                 ));
             }
             quarantine.window = Duration::from_secs_f64(minutes * 60.0);
         }
     }
-    Ok(KubernetesSettings {
-        enabled,
-        quarantine,
-    })
+    Ok((enabled, quarantine))
 }
 
 /// A GPU count a node can have, and no empty text (which would expect nothing

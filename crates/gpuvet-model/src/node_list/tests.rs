@@ -23,27 +23,13 @@ fn items(list: &str) -> Vec<&str> {
     out
 }
 
-/// The names one item stands for, in the order written: Slurm's reading of what
-/// [`fold_node_names`] writes (a range's width is its first number's digits). Panics on
-/// anything else: it reads only lists made here.
+/// The names one item stands for, in the order written.
 fn expand_item(item: &str) -> Vec<String> {
-    let Some((prefix, inside)) = item.split_once('[') else {
-        return vec![item.to_owned()];
-    };
-    let inside = inside.strip_suffix(']').expect("a closing bracket");
-    let mut out = Vec::new();
-    for part in inside.split(',') {
-        let (first, last) = part.split_once('-').unwrap_or((part, part));
-        let width = first.len();
-        let (first, last): (u64, u64) = (first.parse().unwrap(), last.parse().unwrap());
-        assert!(first <= last, "{part} in {item}");
-        out.extend((first..=last).map(|n| format!("{prefix}{n:0width$}")));
-    }
-    out
+    expand_hostlist(item).unwrap()
 }
 
 fn expand(list: &str) -> Vec<String> {
-    items(list).into_iter().flat_map(expand_item).collect()
+    expand_hostlist(list).unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// Parts of a hostlist: each number or range in a bracket, each name on its own.
@@ -300,5 +286,96 @@ fn folding_then_expanding_gives_the_same_set_and_cuts_count_the_rest() {
         assert!(listed.iter().all(|n| set.contains(n)), "{cut}");
         assert_eq!(listed.len() + more, set.len(), "{cut}");
         assert!(parts(listed_text) <= max, "{cut}: more than {max} parts");
+    }
+}
+
+#[test]
+fn a_hostlist_expands_in_the_order_written_with_duplicates_kept() {
+    assert_eq!(
+        expand("gpu-[01-04,07],login,n[8-10]"),
+        [
+            "gpu-01", "gpu-02", "gpu-03", "gpu-04", "gpu-07", "login", "n8", "n9", "n10"
+        ]
+    );
+    assert_eq!(expand("n[3,1],n1,n[1]"), ["n3", "n1", "n1", "n1"]);
+    // The width is the first number's, as Slurm reads it.
+    assert_eq!(expand("n[8-010]"), ["n8", "n9", "n10"]);
+    assert_eq!(expand("n[008-10]"), ["n008", "n009", "n010"]);
+    assert_eq!(expand("n[7,07]"), ["n7", "n07"]);
+    // Several brackets: every combination, the last counting fastest.
+    assert_eq!(
+        expand("rack[1-2]-n[3-4]"),
+        ["rack1-n3", "rack1-n4", "rack2-n3", "rack2-n4"]
+    );
+    assert_eq!(expand("x[0-1][2-3]"), ["x02", "x03", "x12", "x13"]);
+    assert_eq!(expand("[1-2]"), ["1", "2"]);
+    // Empty items are skipped; an empty list has no names.
+    assert_eq!(expand("a,,b,"), ["a", "b"]);
+    assert!(expand("").is_empty());
+    let top = u64::MAX.to_string();
+    assert_eq!(expand(&format!("n[{top}]")), [format!("n{top}")]);
+}
+
+#[test]
+fn what_is_no_hostlist_is_refused_with_the_reason() {
+    let reason = |list: &str| expand_hostlist(list).unwrap_err().reason;
+    assert_eq!(reason("n[3-1]"), "the range `3-1` runs backwards");
+    assert_eq!(
+        reason("n[]"),
+        "`[]` holds ``, not a number or a range of numbers"
+    );
+    assert_eq!(
+        reason("n[1,,2]"),
+        "`[1,,2]` holds ``, not a number or a range of numbers"
+    );
+    assert_eq!(
+        reason("n[a-b]"),
+        "`[a-b]` holds `a-b`, not a number or a range of numbers"
+    );
+    assert_eq!(
+        reason("n[+1]"),
+        "`[+1]` holds `+1`, not a number or a range of numbers"
+    );
+    assert_eq!(
+        reason("n[99999999999999999999]"),
+        "`[99999999999999999999]` holds `99999999999999999999`, not a number or a range of numbers"
+    );
+    assert_eq!(
+        reason("n[1-2]x"),
+        "text `x` after the brackets of `n[1-2]x`"
+    );
+    assert_eq!(reason("n[1-2"), "a `[` without its `]`");
+    assert_eq!(reason("n1]"), "a `]` without its `[` at byte 2");
+    assert_eq!(reason("n[1[2]]"), "a `[` inside brackets");
+    assert_eq!(reason("a b"), "whitespace at byte 1");
+    let err = expand_hostlist("n[0-99999999]").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        format!("`n[0-99999999]` is not a hostlist: it names more than `{MAX_EXPANDED}` nodes")
+    );
+    // The cap holds across ranges, brackets and items too.
+    assert!(expand_hostlist("n[0-40000,0-40000]").is_err());
+    assert!(expand_hostlist("n[0-999][0-999]").is_err());
+    assert!(expand_hostlist("a[0-40000],b[0-40000]").is_err());
+    assert_eq!(expand(&format!("n[1-{MAX_EXPANDED}]")).len(), MAX_EXPANDED);
+}
+
+/// The names of a fold come back once each, and folding them again writes the same
+/// list: the parser reads what the fold means, no more and no less.
+#[test]
+fn expanding_a_fold_gives_each_name_back_once_and_folds_the_same_again() {
+    let mut cases = Cases(34);
+    for _ in 0..3000 {
+        let names = cases.names();
+        let want: BTreeSet<String> = names.iter().cloned().collect();
+        let folded = fold_node_names(&names, usize::MAX);
+        let back = expand(&folded);
+        assert_eq!(back.len(), want.len(), "{folded}: a name twice");
+        assert_eq!(
+            back.iter().cloned().collect::<BTreeSet<_>>(),
+            want,
+            "{folded}"
+        );
+        assert_eq!(fold_node_names(&back, usize::MAX), folded, "{back:?}");
     }
 }

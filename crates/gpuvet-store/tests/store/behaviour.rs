@@ -27,6 +27,7 @@ macro_rules! behaviours {
         $run! {
             attempts_start_at_one_and_count_per_job_and_node,
             a_nodes_history_spans_its_jobs_and_nodes_rank_by_failures,
+            a_requeued_slurm_job_starts_at_its_restart_count_and_counts_on,
             report_round_trips_and_its_check_rows_match,
             results_of_one_attempt_never_appear_under_another,
             events_filter_by_job_attempt_kind_and_node_in_time_order,
@@ -97,6 +98,24 @@ pub use crate::fold::{
     repeats_within_the_window_are_counted_on_the_first_row,
     with_queueing_on_every_repeat_is_queued_for_the_server_to_count,
 };
+
+pub fn a_requeued_slurm_job_starts_at_its_restart_count_and_counts_on(fixture: &Fixture) {
+    let mut store = fixture.open();
+    let mut begin = |node: &str, at_least: u32| {
+        store
+            .begin_attempt_at_least("4242", node, "i", at_least, 1)
+            .unwrap()
+            .attempt
+    };
+    // A node that never saw the job, after its second requeue.
+    assert_eq!(begin("gpu-05", 3), 3);
+    // A second gpuvet in the same run of the job counts on, never back.
+    assert_eq!(begin("gpu-05", 3), 4);
+    assert_eq!(begin("gpu-05", 1), 5);
+    // Another node of the same run: its own count, from the same floor.
+    assert_eq!(begin("gpu-06", 3), 3);
+    assert_eq!(begin("gpu-07", 0), 1);
+}
 
 pub fn attempts_start_at_one_and_count_per_job_and_node(fixture: &Fixture) {
     let mut store = fixture.open();

@@ -13,6 +13,7 @@ mod results;
 mod run;
 mod serve;
 mod timeline;
+mod undrain;
 mod watch;
 mod worker;
 
@@ -43,6 +44,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::Push(args) => push::push(args),
         Command::History(args) => history::history(args),
         Command::Untaint(args) => crate::cluster::untaint(args),
+        Command::Undrain(args) => undrain::undrain(args, &gpuvet_slurm::Scontrol::default()),
         Command::Worker(args) => worker::worker(args),
     }
 }

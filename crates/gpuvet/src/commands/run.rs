@@ -8,6 +8,8 @@ use gpuvet_model::config::{Config, FailAction, RuntimeFailAction};
 use gpuvet_model::events::{Attempt, EventKind, NewEvent};
 use gpuvet_model::exit_codes;
 use gpuvet_model::results::{Lane, Outcome, RunReport};
+use gpuvet_model::slurm::SlurmNames;
+use gpuvet_slurm::{Scontrol, Slurm};
 use gpuvet_store::Store;
 use serde_json::json;
 
@@ -49,10 +51,18 @@ pub fn run(args: RunArgs) -> Result<i32, Failure> {
     let config = &recording.config;
     // In a Kubernetes pod (feature `k8s`), events also go to the cluster.
     let cluster = Cluster::detect(config, &attempt);
+    // Under Slurm (`SLURM_JOB_ID`, and `gpuvet.slurm.enabled`), `rebuild` drains and
+    // requeues.
+    let slurm = recording
+        .identity
+        .slurm
+        .as_ref()
+        .filter(|_| config.settings.slurm.enabled);
     let mut recorder = Recorder {
         store: store.as_mut(),
         attempt: &attempt,
         cluster: cluster.as_deref(),
+        slurm,
     };
 
     if let (Some(sanity), Some(backend), Some(mode)) = (sanity, backend, mode) {
@@ -151,6 +161,8 @@ struct Recorder<'a> {
     store: Option<&'a mut Store>,
     attempt: &'a Attempt,
     cluster: Option<&'a Cluster>,
+    /// The Slurm job this run is part of, when gpuvet acts on Slurm.
+    slurm: Option<&'a SlurmNames>,
 }
 
 impl Recorder<'_> {
@@ -174,7 +186,7 @@ impl Recorder<'_> {
             kind,
             lane,
             message,
-            details,
+            details: crate::identity::with_slurm_names(details),
         };
         if let Some(store) = self.store.as_mut() {
             store.record_event(self.attempt, &event)?;
@@ -211,6 +223,9 @@ fn request_rebuild(
 ) -> Result<i32, Failure> {
     if let Some(cluster) = recorder.cluster {
         return rebuild_in_cluster(cluster, config, report, recorder);
+    }
+    if let Some(slurm) = recorder.slurm {
+        return rebuild_in_slurm(&Scontrol::default(), slurm, config, report, recorder);
     }
     let hook = config.settings.rebuild_hook.as_deref();
     // A report file that cannot be written does not hold the rebuild back: the hook
@@ -333,6 +348,73 @@ fn rebuild_in_cluster(
             details,
         )
     })?;
+    Ok(exit_codes::REBUILD_REQUESTED)
+}
+
+/// The rebuild under Slurm, instead of the hook: drain the culprit nodes the circuit
+/// breaker allows and, from the group's rank 0, requeue the job so that it starts again
+/// elsewhere (see `gpuvet_slurm::drain`). What Slurm refused is a warning and part of
+/// the event; the exit code asks for the rebuild either way.
+fn rebuild_in_slurm(
+    slurm: &dyn Slurm,
+    names: &SlurmNames,
+    config: &Config,
+    report: &RunReport,
+    recorder: &mut Recorder<'_>,
+) -> Result<i32, Failure> {
+    if config.settings.rebuild_hook.is_some() {
+        note(
+            "under Slurm the rebuild drains the culprit nodes and requeues the job; \
+             `gpuvet.rebuild_hook` is not run",
+        );
+    }
+    // The group's nodes are in rank order: rank 0 requeues, once for the group.
+    let requeues = report
+        .group
+        .as_ref()
+        .and_then(|group| group.nodes.first())
+        .is_none_or(|first| *first == recorder.attempt.node);
+    let outcome = gpuvet_slurm::drain(
+        slurm,
+        report,
+        &names.job_id,
+        requeues,
+        &config.settings.slurm.quarantine,
+        unix_now_ms(),
+    );
+    for (node, why) in outcome.refused.iter().chain(&outcome.failed) {
+        warn(format!("slurm: node `{node}` not drained: {why}"));
+    }
+    for node in &outcome.not_in_cluster {
+        warn(format!(
+            "slurm: culprit `{node}` is not a node of this cluster; leave `--node` unset \
+             under Slurm (it defaults to `SLURMD_NODENAME`) so gpuvet's node names are Slurm's"
+        ));
+    }
+    for why in outcome.whole_group.iter().chain(&outcome.error) {
+        warn(format!("slurm: {why}"));
+    }
+    let summary = outcome.summary(&names.job_id);
+    note(format!("slurm: {summary}"));
+    recorder.record(
+        EventKind::InstanceRebuildRequested,
+        report.first_lane(),
+        summary,
+        json!({
+            "fail_action": "rebuild",
+            "hook": { "ran": false },
+            "findings": sanity::findings_json(report),
+            "slurm_rebuild": outcome,
+        }),
+    )?;
+    // Last: Slurm ends this step as it requeues the job.
+    if let Err(err) = outcome.requeue_with(slurm) {
+        let mut text = format!("slurm: the job was not requeued: {}", err.with_causes());
+        if let Some(hint) = err.hint() {
+            text.push_str(&format!("\nhint: {hint}"));
+        }
+        warn(text);
+    }
     Ok(exit_codes::REBUILD_REQUESTED)
 }
 

@@ -211,6 +211,7 @@ fn run_context(args: &SanityArgs) -> RunContext {
             .map(|path| redact::scrub(&path.display().to_string(), &known).into_owned()),
         config,
         environment: redact::redact_environment(&environment, &known),
+        slurm: gpuvet_model::slurm::SlurmNames::from_env(|name| std::env::var(name).ok()),
     }
 }
 

@@ -27,6 +27,7 @@ mod run;
 mod runtime;
 mod serve_cli;
 mod serve_push;
+mod slurm;
 mod tls_push;
 mod torch_gloo;
 mod verdict_output;

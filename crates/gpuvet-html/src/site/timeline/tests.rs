@@ -305,6 +305,7 @@ fn a_hand_built_timeline_places_its_entries_on_one_axis() {
         offset_ms: 0.0,
         uncertainty_ms: 0.0,
         measured: false,
+        slurm: None,
     };
     let timeline = Timeline {
         job_id: "j".to_owned(),
@@ -357,6 +358,20 @@ fn a_hand_built_timeline_places_its_entries_on_one_axis() {
     let explanation = explain(&record, &timeline);
     let html = timeline_page(&timeline, &explanation, 1);
     assert_eq!(lane_order(&html), ["b", "a", "torch rank 3"]);
+    // A node in a Slurm job says which job and step its lane is.
+    assert!(!html.contains("slurm job"), "{html}");
+    let mut in_slurm = timeline.clone();
+    in_slurm.members[1].slurm = Some(gpuvet_model::slurm::SlurmNames {
+        job_id: "77".into(),
+        step_id: Some("0".into()),
+        node: Some("b".into()),
+        restart_count: 0,
+    });
+    let slurm_html = timeline_page(&in_slurm, &explanation, 1);
+    assert!(
+        slurm_html.contains("b [slurm job 77 step 0 on b]: clock not measured"),
+        "{slurm_html}"
+    );
     // A check over the whole axis, from the label column to the right edge.
     let plot = WIDTH - LEFT - RIGHT;
     assert!(
