@@ -26,6 +26,8 @@ mod run;
 mod runtime;
 mod serve_cli;
 mod serve_push;
+mod slurm;
+mod slurm_prolog;
 mod tls_push;
 mod torch_gloo;
 mod verdict_output;
