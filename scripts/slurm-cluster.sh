@@ -94,6 +94,7 @@ down() {
     fi
     rm -rf "/etc/netns/$ns"
   done
+  rmdir /etc/netns 2>/dev/null || true
   stop_pidfile "$dir/slurmctld.pid"
   stop_pidfile "$dir/munged.pid"
   ip link del "$bridge" 2>/dev/null || true
