@@ -113,7 +113,9 @@ SlurmUser=root
 SlurmdUser=root
 AuthType=auth/munge
 CredType=cred/munge
-AuthInfo=socket=$dir/munge/munge.socket
+# cred_expire is also how long a requeued job waits before it may start again
+# (default 120 s).
+AuthInfo=socket=$dir/munge/munge.socket,cred_expire=30
 StateSaveLocation=$dir/ctld
 SlurmctldPidFile=$dir/slurmctld.pid
 SlurmctldLogFile=$dir/log/slurmctld.log
@@ -134,10 +136,10 @@ ReturnToService=2
 # The tests' prolog and epilog: hooks that do nothing until a test writes them.
 Prolog=$dir/prolog
 Epilog=$dir/epilog
+# As deploy/slurm/slurm.conf.fragment has them.
 PrologFlags=Alloc,DeferBatch
 PrologEpilogTimeout=120
-# A requeued job may start again at once (the default holds it 120 s).
-MinJobAge=30
+SchedulerParameters=nohold_on_prolog_fail
 SlurmctldTimeout=30
 SlurmdTimeout=30
 EOF

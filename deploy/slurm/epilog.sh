@@ -12,8 +12,11 @@
 set -u
 
 settings="${GPUVET_SLURM_SETTINGS:-/etc/default/gpuvet-slurm}"
+# Exported, so that gpuvet sees GPUVET_CONFIG, GPUVET_STORE and the like.
+set -a
 # shellcheck disable=SC1090
 [ -r "$settings" ] && . "$settings"
+set +a
 
 export PATH="${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}"
 gpuvet="${GPUVET:-/usr/local/bin/gpuvet}"

@@ -21,8 +21,11 @@
 set -u
 
 settings="${GPUVET_SLURM_SETTINGS:-/etc/default/gpuvet-slurm}"
+# Exported, so that gpuvet sees GPUVET_CONFIG, GPUVET_STORE and the like.
+set -a
 # shellcheck disable=SC1090
 [ -r "$settings" ] && . "$settings"
+set +a
 
 # slurmd runs a prolog without PATH.
 export PATH="${PATH:-/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin}"
@@ -38,8 +41,9 @@ started=$(date +%s%N)
 say() {
   elapsed_ms=$((($(date +%s%N) - started) / 1000000))
   mkdir -p "$(dirname "$log")" 2>/dev/null
-  printf '%s prolog node=%s job=%s elapsed_ms=%s %s\n' \
-    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$job" "$elapsed_ms" "$*" >>"$log" 2>/dev/null
+  printf '%s prolog node=%s job=%s restart=%s elapsed_ms=%s %s\n' \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)" "$node" "$job" "${SLURM_JOB_RESTART_COUNT:-0}" \
+    "$elapsed_ms" "$*" >>"$log" 2>/dev/null
 }
 
 case "$seconds" in
