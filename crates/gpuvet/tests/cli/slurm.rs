@@ -2,7 +2,8 @@
 //! (slurmctld on this host, slurmd `gv-node[1-4]` each in a network and UTS namespace of
 //! its own). `sbatch -N4` runs a step on 4 hosts; `srun gpuvet run` with the group
 //! taken from `SLURM_*` passes and starts the app on every node; a node's link slowed
-//! by `tc` is named; `deploy/slurm/prolog.sh` drains a failing node with gpuvet's
+//! by `tc` is named; a node whose agent is stopped (SIGSTOP) is named the first error;
+//! `deploy/slurm/prolog.sh` drains a failing node with gpuvet's
 //! verdict as the reason, and the requeued job runs on the other nodes; the batch
 //! scripts `deploy/slurm/torchrun.sbatch` and `vllm.sbatch` start their app (a stand-in
 //! that says its arguments) on every node once the group passed.
@@ -556,4 +557,114 @@ fn the_deploy_batch_scripts_start_torchrun_and_vllm_on_every_node_after_the_chec
             )
         );
     }
+}
+
+/// The pid of the `gpuvet check` of the node in namespace `namespace` (not its workers).
+fn gpuvet_in(namespace: &str) -> Option<i32> {
+    let output = Command::new("ip")
+        .args(["netns", "pids", namespace])
+        .output()
+        .ok()?;
+    stdout(&output).lines().find_map(|pid| {
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+        let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
+        let is_gpuvet = args.first()?.ends_with(b"/gpuvet");
+        (is_gpuvet && args.get(1) == Some(&&b"check"[..])).then(|| pid.parse().ok())?
+    })
+}
+
+/// A job to cancel and a stopped process to kill, however the test ends.
+struct StoppedJob<'a> {
+    cluster: &'a Cluster,
+    job: String,
+    stopped: Option<i32>,
+}
+
+impl Drop for StoppedJob<'_> {
+    fn drop(&mut self) {
+        if let Some(pid) = self.stopped {
+            // SAFETY: kill(2) on the pid this test stopped.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        let _ = self.cluster.slurm("scancel").arg(&self.job).output();
+    }
+}
+
+#[test]
+#[ignore = "needs root and slurm"]
+#[allow(clippy::print_stderr)] // how long the verdict took after the stop is worth seeing
+fn a_node_whose_agent_is_stopped_is_named_the_first_error() {
+    let _turn = common::one_at_a_time();
+    let cluster = Cluster::up();
+    let scratch = Scratch::temp();
+    let script = format!(
+        r#"#!/bin/sh
+{GROUP_FLAGS}srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store {NODE_FLAGS} \
+  --backend cpu --cpu-devices 1 \
+  --checks all_reduce_2,all_gather_2,all_reduce,network_connectivity,all_to_all_2 \
+  > "$OUT/rank-$SLURM_NODEID.json" 2> "$OUT/rank-$SLURM_NODEID.err"'
+"#
+    );
+    let path = scratch.path("job.sh");
+    std::fs::write(&path, script).unwrap();
+    let submitted = cluster
+        .slurm("sbatch")
+        .args(["-N4", "--time=5", "--parsable"])
+        .arg(format!("--output={}", scratch.path("job.out").display()))
+        .arg(format!("--chdir={}", scratch.dir.path().display()))
+        .arg(&path)
+        .env("GPUVET", env!("CARGO_BIN_EXE_gpuvet"))
+        .env("GPUVET_TOKEN", TOKEN)
+        .env("OUT", scratch.dir.path())
+        .output()
+        .unwrap();
+    assert!(submitted.status.success(), "{}", stderr(&submitted));
+    let mut job = StoppedJob {
+        cluster: &cluster,
+        job: stdout(&submitted).trim().to_owned(),
+        stopped: None,
+    };
+
+    // Once the group has formed, gv-node3's agent is stopped a second into the suite.
+    let deadline = Instant::now() + SETTLE;
+    let coordinator_err = scratch.path("rank-0.err");
+    while !std::fs::read_to_string(&coordinator_err)
+        .unwrap_or_default()
+        .contains("4 of 4 nodes joined")
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the group never formed: {}",
+            std::fs::read_to_string(&coordinator_err).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let pid = gpuvet_in("gvslurm3").expect("gv-node3's gpuvet");
+    std::thread::sleep(Duration::from_secs(1));
+    // SAFETY: kill(2) on the gpuvet this test's job started in gv-node3.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    job.stopped = Some(pid);
+    let stopped_at = Instant::now();
+
+    let deadline = Instant::now() + SETTLE;
+    let report = loop {
+        let text = std::fs::read_to_string(scratch.path("rank-0.json")).unwrap_or_default();
+        if let Ok(report) = serde_json::from_str::<serde_json::Value>(&text) {
+            break report;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no report from the coordinator: {}",
+            std::fs::read_to_string(&coordinator_err).unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    eprintln!(
+        "gv-node3's agent stopped: the coordinator's report came {:.1?} later",
+        stopped_at.elapsed()
+    );
+    let first = &report["group"]["first_error"];
+    assert_eq!(first["rank"], 2, "{report:#}");
+    assert_eq!(first["node"], "gv-node3", "{report:#}");
+    assert_eq!(first["kind"], "unresponsive", "{report:#}");
 }
