@@ -13,6 +13,10 @@
 #   status  exit 0 when the cluster is up, else say what is missing and exit 1
 # Then, on this host: export SLURM_CONF=/run/gpuvet-slurm/slurm.conf; sinfo; sbatch ...
 #
+# A script, not a harness in gpuvet-testkit: one cluster serves the tests, `.ci/run`
+# and a person trying deploy/slurm/ by hand, and the tests share it (they take turns)
+# rather than each starting daemons on the same names, addresses and ports.
+#
 # What it needs of the machine, and why (so that a CI container without systemd or a
 # writable cgroup tree runs it):
 # - Nothing of systemd: the daemons are started directly, and each of its own files
@@ -33,6 +37,10 @@
 #   machine each see all of it, and the nodes are declared smaller than it.
 # - The ports 16817 (slurmctld) and 16818 (slurmd) rather than Slurm's default ones,
 #   so a machine that runs Slurm already keeps it.
+# - AuthInfo's cred_expire=30: a job requeued after a failed prolog may start again
+#   30 s later rather than Slurm's default 120.
+# Each slurmd logs "mpi/pmix_v4: ... can not load PMIx library" at start: Debian's
+# slurmd loads every MPI plugin it has, and with MpiDefault=none none is used.
 set -euo pipefail
 
 dir="${GPUVET_SLURM_DIR:-/run/gpuvet-slurm}"

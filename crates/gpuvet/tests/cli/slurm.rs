@@ -63,10 +63,15 @@ impl Cluster {
         loop {
             let output = self
                 .slurm("sinfo")
-                .args(["-h", "-N", "-t", "idle", "-o", "%N"])
+                .args(["-h", "-N", "-o", "%N %t"])
                 .output()
                 .expect("running sinfo (apt-get install -y slurm-client)");
-            let idle = stdout(&output).lines().filter(|l| !l.is_empty()).count();
+            // Plain `idle`: not `idle*` (not responding yet, e.g. just resumed), which
+            // the scheduler passes over, so a job would not land where a test expects.
+            let idle = stdout(&output)
+                .lines()
+                .filter(|l| l.split_whitespace().nth(1) == Some("idle"))
+                .count();
             if idle == NODES.len() {
                 return;
             }
