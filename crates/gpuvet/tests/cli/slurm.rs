@@ -288,9 +288,20 @@ fn a_node_whose_link_is_rate_limited_is_named_slow() {
     }
 }
 
-/// The cluster's prolog hook running `deploy/slurm/prolog.sh`, with `failing` checked
-/// against a config that fails and the other nodes against a healthy one. On drop the
-/// hook does nothing again, the job is cancelled and the node resumed.
+/// Replaces the cluster's `prolog` or `epilog` hook at once (a rename), so that slurmd
+/// never runs a file half written.
+fn write_hook(cluster: &Cluster, name: &str, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    let staged = cluster.dir.join(format!("{name}.new"));
+    std::fs::write(&staged, text).unwrap();
+    std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::rename(&staged, cluster.dir.join(name)).unwrap();
+}
+
+/// The cluster's prolog and epilog hooks running `deploy/slurm/prolog.sh` and
+/// `epilog.sh`, with `failing` checked against a config that fails and the other nodes
+/// against a healthy one. On drop the hooks do nothing again, the job is cancelled and
+/// the node resumed.
 struct Prolog<'a> {
     cluster: &'a Cluster,
     failing: &'static str,
@@ -309,21 +320,19 @@ case "$SLURMD_NODENAME" in
   {failing}) export GPUVET_CONFIG='{failing_config}' ;;
   *) export GPUVET_CONFIG='{healthy_config}' ;;
 esac
-exec '{prolog}'
+exec '{{script}}'
 "#,
             gpuvet = env!("CARGO_BIN_EXE_gpuvet"),
             log = scratch.path("slurm.log").display(),
             store = scratch.store().display(),
             failing_config = failing_config.display(),
             healthy_config = healthy_config.display(),
-            prolog = deploy_script("prolog.sh").display(),
         );
-        let path = cluster.dir.join("prolog");
-        let staged = cluster.dir.join("prolog.new");
-        std::fs::write(&staged, hook).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&staged, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::rename(&staged, &path).unwrap();
+        for name in ["prolog", "epilog"] {
+            let script = deploy_script(&format!("{name}.sh"));
+            let text = hook.replace("{script}", script.to_str().unwrap());
+            write_hook(cluster, name, &text);
+        }
         Prolog {
             cluster,
             failing,
@@ -334,7 +343,9 @@ exec '{prolog}'
 
 impl Drop for Prolog<'_> {
     fn drop(&mut self) {
-        let _ = std::fs::write(self.cluster.dir.join("prolog"), "#!/bin/sh\nexit 0\n");
+        for name in ["prolog", "epilog"] {
+            write_hook(self.cluster, name, "#!/bin/sh\nexit 0\n");
+        }
         if let Some(job) = &self.job {
             let _ = self.cluster.slurm("scancel").arg(job).output();
         }
@@ -476,6 +487,21 @@ fn the_prolog_drains_a_failing_node_and_the_requeued_job_runs_without_it() {
         "{log}"
     );
     assert!(on(1, " drained ").is_empty(), "{log}");
+    // The epilog recorded the end of both tries, on each try's nodes (it cannot tell
+    // them apart: Slurm counts the restart before the failed try's epilogs run).
+    let mut ended: Vec<String> = lines
+        .iter()
+        .filter(|l| l.contains(" epilog ") && l.contains(" exit=0 "))
+        .map(|l| word(l, "node="))
+        .collect();
+    ended.sort();
+    assert_eq!(
+        ended,
+        [
+            "gv-node1", "gv-node1", "gv-node2", "gv-node2", "gv-node3", "gv-node4"
+        ],
+        "{log}"
+    );
     for line in lines.iter().filter(|l| l.contains(" passed ")) {
         eprintln!(
             "prolog on healthy {} (try {}): {} ms of its 20 s budget",
