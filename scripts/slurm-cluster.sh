@@ -144,7 +144,7 @@ ReturnToService=2
 # The tests' prolog and epilog: hooks that do nothing until a test writes them.
 Prolog=$dir/prolog
 Epilog=$dir/epilog
-# As deploy/slurm/slurm.conf.fragment has them.
+# PrologFlags and SchedulerParameters as in deploy/slurm/slurm.conf.fragment.
 PrologFlags=Alloc,DeferBatch
 PrologEpilogTimeout=120
 SchedulerParameters=nohold_on_prolog_fail
