@@ -28,6 +28,8 @@ mod runtime;
 mod serve_cli;
 mod serve_push;
 mod slurm;
+mod slurm_cluster;
+mod slurm_prolog;
 mod tls_push;
 mod torch_gloo;
 mod verdict_output;
