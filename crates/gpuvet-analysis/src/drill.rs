@@ -1,7 +1,8 @@
 //! Fault drills (`gpuvet drill`): named scenarios that script one fault into a group
 //! on the sim backend, say what must be found (the entity, its lane, the first error,
 //! the action taken), and judge what a real run found against it, each expectation
-//! with one of the three conclusions of seeds/003: confirmed, evidence missing, or not
+//! with one of the three conclusions of a fault drill (Alauda's article on multi-node GPU
+//! platforms, www.suotukeji.com/blog/1945): confirmed, evidence missing, or not
 //! applicable.
 //!
 //! A scenario runs in one of two kinds of group ([`GroupKind`]): in one process over an

@@ -1,6 +1,7 @@
 //! `gpuvet explain`: the first error of one attempt, the team it belongs to, the next
 //! step, and for each hypothesis (GPU, host, network link, communication setup, app,
-//! platform) one of the three conclusions of a fault drill (seeds/003): confirmed,
+//! platform) one of the three conclusions of a fault drill (Alauda's article on multi-node GPU
+//! platforms, www.suotukeji.com/blog/1945): confirmed,
 //! evidence missing, or not applicable, each with the evidence that decided it.
 //!
 //! Pure: made from the [`Timeline`] and the [`JobRecord`] it came from, so a bundle
@@ -79,7 +80,8 @@ impl Hypothesis {
     }
 }
 
-/// The three conclusions of seeds/003.
+/// The three conclusions of a fault drill, as Alauda's article on multi-node GPU
+/// platforms (www.suotukeji.com/blog/1945) gives them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -11,8 +11,8 @@
 //! (coordinator and every agent) and how much of it went before the rendezvous, the
 //! coordinator thread's own CPU time, the peak RSS, the most plans a pair check used,
 //! a reference taken in the same process and the CPU in its units (see
-//! `reference_cpu_s`), and PAI's estimate for the same suite (seeds/000: the checks'
-//! estimated durations added up).
+//! `reference_cpu_s`), and PAI's estimate for the same suite (the checks' estimated
+//! durations in Alibaba Cloud PAI-EAS's documentation on GPU health checks, added up).
 //!
 //! Usage: `cargo run --release -p gpuvet-multinode --example group_scale [-- N ...]`
 //!
