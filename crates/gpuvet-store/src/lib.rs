@@ -624,7 +624,12 @@ fn fold_into(
              ORDER BY time_ms DESC, id DESC LIMIT 1",
             &params![
                 repeat_key,
-                event.time_ms.saturating_add(event_fold::FOLD_WINDOW_MS)
+                // Within what the store holds: an event at its last millisecond still
+                // folds, rather than failing on a bound past it.
+                event
+                    .time_ms
+                    .saturating_add(event_fold::FOLD_WINDOW_MS)
+                    .min(i64::MAX as u64)
             ],
         )
         .and_then(|row| {

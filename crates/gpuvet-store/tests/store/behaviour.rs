@@ -69,6 +69,7 @@ macro_rules! behaviours {
             a_batch_whose_commit_fails_stores_none_of_its_writes,
             batches_from_several_handles_at_once_store_each_id_once,
             repeats_within_the_window_are_counted_on_the_first_row,
+            an_event_at_the_stores_last_millisecond_still_folds,
             only_the_same_attempt_kind_lane_and_subject_fold,
             a_repeat_pushed_twice_is_counted_once,
             repeats_from_several_handles_at_once_fold_into_one_row_each_counted_once,
@@ -92,6 +93,7 @@ pub use crate::batch::{
 };
 pub use crate::fold::{
     a_late_repeat_is_counted_and_the_latest_message_stays, a_repeat_pushed_twice_is_counted_once,
+    an_event_at_the_stores_last_millisecond_still_folds,
     first_sightings_from_several_handles_at_once_make_one_row,
     only_the_same_attempt_kind_lane_and_subject_fold, pruning_a_counted_row_takes_its_repeats_ids,
     repeats_from_several_handles_at_once_fold_into_one_row_each_counted_once,

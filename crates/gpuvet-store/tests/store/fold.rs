@@ -87,6 +87,22 @@ pub fn repeats_within_the_window_are_counted_on_the_first_row(fixture: &Fixture)
     assert_eq!(fixture.count("events"), 2);
 }
 
+/// The window's far bound of an event at the last millisecond the store holds is past
+/// what the store holds; the event is stored and folds all the same (schemathesis
+/// found it answered `500`).
+pub fn an_event_at_the_stores_last_millisecond_still_folds(fixture: &Fixture) {
+    let mut store = fixture.open();
+    let n0 = attempt("n0");
+    let last = i64::MAX as u64;
+    let first = store
+        .record_event(&n0, &xid("e-0", last - 1, 3, 1))
+        .unwrap();
+    let again = store.record_event(&n0, &xid("e-1", last, 3, 2)).unwrap();
+    assert_eq!((again.id, again.count), (first.id, 2));
+    assert_eq!(again.last_seen_ms, Some(last));
+    assert_eq!(fixture.count("events"), 1);
+}
+
 pub fn only_the_same_attempt_kind_lane_and_subject_fold(fixture: &Fixture) {
     let mut store = fixture.open();
     let n0 = attempt("n0");
