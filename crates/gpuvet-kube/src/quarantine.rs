@@ -408,6 +408,7 @@ mod tests {
                     "annotations": {
                         "gpuvet.io/quarantine": "{\"check\":\"gemm_flops\"}",
                         "gpuvet.io/quarantined-at": "2025-12-02T11:00:00Z",
+                        "gpuvet.io/repeat-offender": null,
                     }
                 },
                 "spec": { "taints": [
@@ -433,6 +434,7 @@ mod tests {
             json!([{ "key": "nvidia.com/gpu", "effect": "NoSchedule" }])
         );
         assert!(lifted["metadata"]["annotations"]["gpuvet.io/quarantine"].is_null());
+        assert!(lifted["metadata"]["annotations"]["gpuvet.io/repeat-offender"].is_null());
         assert_eq!(untaint_patch(&node("n3", None)), None);
     }
 

@@ -58,7 +58,7 @@ pub const APP_NOT_FOUND: i32 = 127;
 
 /// Every code with its name and meaning: `gpuvet --help` prints this table, and a test
 /// holds the README's table to the same codes.
-pub const ALL: [(i32, &str, &str); 15] = [
+pub const ALL: [(i32, &str, &str); 16] = [
     (SUCCESS, "SUCCESS", "every check that ran passed"),
     (
         CHECK_FAILED,

@@ -320,6 +320,7 @@ fn reasons_are_one_short_line() {
         node: "gpu-02".into(),
         lane: Lane::Network,
         finding: json!({ "first_error": "crashed", "reason": "agent\nexited   with 9" }),
+        repeat_offender: None,
     };
     assert_eq!(
         drain_reason(&culprit),

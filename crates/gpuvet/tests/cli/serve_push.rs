@@ -469,7 +469,10 @@ fn schemathesis_finds_no_server_error_and_no_response_outside_the_schema() {
         }
         let config = scratch.path("schemathesis.toml");
         std::fs::write(&config, auth).unwrap();
+        // Its cache (`.schemathesis/`, crashes it found) goes to the scratch, not the
+        // crate's directory.
         let output = Command::new(&st)
+            .current_dir(scratch.path("."))
             .arg("--config-file")
             .arg(&config)
             .arg("run")
