@@ -276,7 +276,7 @@ fn undrain_lifts_the_drain_once_the_node_passed_after_it() {
     );
     // No store yet: nothing proves the node.
     let output = undrain(&scratch, &["gpu-02"]);
-    assert_eq!(output.status.code(), Some(81), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
     passing_check(&scratch);
     let output = undrain(&scratch, &["gpu-02"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
@@ -309,7 +309,7 @@ fn undrain_lifts_the_drain_once_the_node_passed_after_it() {
 }
 
 #[test]
-fn undrain_when_slurm_fails_exits_81_with_a_hint() {
+fn undrain_when_slurm_fails_exits_82_with_a_hint() {
     let scratch = Scratch::temp();
     fake_slurm(scratch.dir.path(), "");
     std::fs::write(
@@ -318,7 +318,7 @@ fn undrain_when_slurm_fails_exits_81_with_a_hint() {
     )
     .unwrap();
     let output = undrain(&scratch, &["gpu-02"]);
-    assert_eq!(output.status.code(), Some(81), "{}", stderr(&output));
+    assert_eq!(output.status.code(), Some(82), "{}", stderr(&output));
     assert!(
         stderr(&output).contains("sinfo: error: Unable to contact slurm controller"),
         "{}",
