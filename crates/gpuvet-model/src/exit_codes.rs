@@ -110,7 +110,7 @@ pub const ALL: [(i32, &str, &str); 16] = [
     (
         NOT_PROVEN,
         "NOT_PROVEN",
-        "`untaint`: no passing run on the node since its quarantine",
+        "`untaint`, `undrain`: no passing run on the node since its quarantine",
     ),
     (
         SLURM_ERROR,

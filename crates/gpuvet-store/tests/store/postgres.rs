@@ -269,7 +269,7 @@ fn the_schema_is_sqlites_after_its_migrations() {
     let db = TestDatabase::create();
     drop(Store::open_location(&StoreLocation::parse(&db.url)).unwrap());
     let expected = sqlite_shapes(&path);
-    assert_eq!(expected.len(), 7, "{expected:#?}");
+    assert_eq!(expected.len(), 8, "{expected:#?}");
     assert_eq!(postgres_shapes(&mut db.client()), expected);
 }
 
