@@ -7,32 +7,31 @@
 #                      report.json, smoke.log and gpu-smoke.tar.gz (every file below)
 #   GPUVET_SMOKE_WORK=<dir>  where every report and log is written (default $OUT/files);
 #                      outside $OUT, $OUT holds just the four files above
-#   GPUVET_BIN=<path>  use this binary instead of building one
-#   CARGO_OFFLINE=1    build with --offline (no network on the machine)
+#   GPUVET_BIN=<path>  the gpuvet binary to run (default target/release/gpuvet)
+#   GPUVET_SMOKE_BUDGET_SECS=<n>    the whole run's time limit (default 420); each step
+#                      gets what is left of it, so the script never runs longer
 #   GPUVET_SMOKE_WATCH_SECS=<n>     how long `gpuvet watch` runs (default 10)
 #   GPUVET_SMOKE_METRICS_PORT=<n>   its /metrics port on 127.0.0.1 (default 9401)
 #
-# On a machine without Rust (the lent GPU machines have none, and cannot download
-# crates), build here and send the binary along; the script uses
-# target/release/gpuvet when there is no cargo:
+# It builds nothing: GPU machines are lent for minutes, have no Rust and cannot download
+# crates. Build where Rust is and bring the binary along:
 #   CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release -p gpuvet
-#                                        # here (11 MB, not 73 with line tables); glibc
-#                                        # here must not be newer than there
-#   then, there: scripts/gpu-smoke.sh    # with target/release/gpuvet carried along
-# Where only a few files come back from $OUT, set GPUVET_SMOKE_WORK outside it:
-#   GPUVET_SMOKE_WORK=/tmp/gpu-smoke scripts/gpu-smoke.sh   # $OUT gets four files
+#                                        # 11 MB, not 73 with line tables; glibc here
+#                                        # must not be newer than there
 #
-# Steps, each under a timeout:
-#   1. build the release binary (cargo build --release -p gpuvet);
-#   2. gpuvet check --backend cuda --json with gemm_flops,kernel_launch,all_reduce_1
-#      (all_reduce_1 is skipped when there is one GPU), gemm_flops again in fp8, fp16,
-#      tf32 and fp32 (informational), then 10 s of `gpuvet watch` on
+# Steps, each under what is left of the budget:
+#   1. gpuvet check --backend cuda --json with every check the cuda backend runs
+#      (gemm_flops, kernel_launch, all_reduce_1 and comp_comm_overlap, which need two
+#      GPUs, and inventory_consistency), timed from start to verdict; then gemm_flops
+#      in fp8, fp16, tf32 and fp32 (informational), then 10 s of `gpuvet watch` on
 #      NVML with its /metrics page (informational); with 2 or more GPUs, also
 #      `--local-nodes 2` (each agent its own half of the GPUs) for the collectives
 #      across nodes over NCCL, per rail included (informational, report-nccl.json);
-#   3. torch.matmul bf16 8192^3 on GPU 0, if torch imports;
-#   4. print gpuvet's GEMM TFLOPS on GPU 0, torch's, and the ratio (goal >= 0.97),
-#      the launch latency and all_reduce_1's busbw; write summary.json.
+#   2. torch.matmul bf16 8192^3 on GPU 0, if torch imports;
+#   3. summary.json: every check's verdict and figures, the worker's setup cost per
+#      check (its probe, context creation and NVRTC compile, from the `setup_*_ms`
+#      figures the cuda backend reports), gpuvet's GEMM TFLOPS on GPU 0 against
+#      torch's and their ratio (goal >= 0.97), the launch latency, all_reduce_1's busbw.
 # Exit status: 0 when gpuvet ran on the cuda backend and the ratio (if measured) is
 # >= 0.97, 1 otherwise.
 
@@ -46,6 +45,17 @@ mkdir -p "$WORK"
 WORK="$(cd "$WORK" && pwd)"
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
+
+# Every step's timeout is what is left of the budget, less what the summary needs.
+budget="${GPUVET_SMOKE_BUDGET_SECS:-420}"
+deadline=$(( $(date +%s) + budget ))
+SUMMARY_SECS=30
+# within N: N seconds, or fewer when the budget has fewer left (at least 1).
+within() {
+    local left=$(( deadline - SUMMARY_SECS - $(date +%s) ))
+    (( left < 1 )) && left=1
+    (( left < $1 )) && echo "$left" || echo "$1"
+}
 
 log() { printf '[gpu-smoke] %s\n' "$*" | tee -a "$WORK/smoke.log" >&2; }
 
@@ -91,29 +101,14 @@ EOF
     fi
 fi
 
-# 1. Build.
-if [[ -n "${GPUVET_BIN:-}" ]]; then
-    BIN="$GPUVET_BIN"
-    log "using prebuilt $BIN"
-elif ! command -v cargo >/dev/null 2>&1; then
-    BIN="$ROOT/target/release/gpuvet"
-    if [[ ! -x "$BIN" ]]; then
-        log "no cargo on this machine and no prebuilt $BIN"
-        log "hint: build it where Rust is (CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release -p gpuvet) and bring target/release/gpuvet, or set GPUVET_BIN"
-        exit 1
-    fi
-    log "no cargo here: using the prebuilt $BIN"
-else
-    log "building the release binary"
-    build_flags=(--release -p gpuvet)
-    if [[ -n "${CARGO_OFFLINE:-}" ]]; then build_flags+=(--offline); fi
-    if ! timeout 900 cargo build "${build_flags[@]}" >"$WORK/build.log" 2>&1; then
-        log "cargo build failed; see $WORK/build.log"
-        tail -n 30 "$WORK/build.log" >&2
-        exit 1
-    fi
-    BIN="$ROOT/target/release/gpuvet"
+# The binary, built elsewhere.
+BIN="${GPUVET_BIN:-$ROOT/target/release/gpuvet}"
+if [[ ! -x "$BIN" ]]; then
+    log "no gpuvet binary at $BIN"
+    log "hint: build it where Rust is (CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release -p gpuvet) and bring target/release/gpuvet, or set GPUVET_BIN"
+    exit 1
 fi
+log "using prebuilt $BIN"
 [[ -x "$BIN" ]] || { log "no gpuvet binary at $BIN"; exit 1; }
 
 # 2. gpuvet on the cuda backend. `inventory_consistency` compares what gpuvet read
@@ -133,7 +128,7 @@ cat >"$WORK/config.json" <<EOF
   "aimaster": {
     "sanity_check": {
       "fail_action": "retain",
-      "micro_benchmarks": "gemm_flops,kernel_launch,all_reduce_1,inventory_consistency",
+      "micro_benchmarks": "gemm_flops,kernel_launch,all_reduce_1,comp_comm_overlap,inventory_consistency",
       "timeout": 5
     }
   },
@@ -143,10 +138,11 @@ EOF
 log "running gpuvet check --backend cuda"
 gpuvet_rc=0
 started=$(date +%s.%N)
-timeout 420 "$BIN" check --config "$WORK/config.json" --backend cuda --json \
+RUST_BACKTRACE=1 timeout "$(within 180)" "$BIN" check --config "$WORK/config.json" --backend cuda --json \
     >"$WORK/report.json" 2>"$WORK/gpuvet.log" || gpuvet_rc=$?
 ended=$(date +%s.%N)
-log "gpuvet exited with $gpuvet_rc after $(awk -v a="$started" -v b="$ended" 'BEGIN{printf "%.1f", b-a}') s"
+gate_secs=$(awk -v a="$started" -v b="$ended" 'BEGIN{printf "%.2f", b-a}')
+log "gpuvet exited with $gpuvet_rc after $gate_secs s"
 if [[ $gpuvet_rc -eq 124 ]]; then log "gpuvet timed out"; fi
 
 # 2b. gemm_flops in the other precisions (bf16 ran above): fp8 through cuBLASLt, fp16,
@@ -156,7 +152,7 @@ for dtype in fp8 fp16 tf32 fp32; do
 { "gpuvet": { "backend": "cuda", "gemm": { "dtype": "$dtype" } } }
 EOF
     dtype_rc=0
-    timeout 120 "$BIN" check --config "$WORK/config-$dtype.json" --backend cuda --no-store \
+    timeout "$(within 60)" "$BIN" check --config "$WORK/config-$dtype.json" --backend cuda --no-store \
         --json --checks gemm_flops >"$WORK/report-gemm-$dtype.json" \
         2>"$WORK/gpuvet-gemm-$dtype.log" || dtype_rc=$?
     log "gemm_flops in $dtype: gpuvet exited with $dtype_rc"
@@ -172,7 +168,7 @@ cat >"$WORK/watch.json" <<JSON
                           "metrics_addr": "127.0.0.1:$metrics_port" } } }
 JSON
 log "running gpuvet watch for $watch_secs s (NVML)"
-GPUVET_STORE="$WORK/watch.db" timeout $((watch_secs + 50)) "$BIN" watch --config "$WORK/watch.json" \
+GPUVET_STORE="$WORK/watch.db" timeout "$(within $((watch_secs + 30)))" "$BIN" watch --config "$WORK/watch.json" \
     --json --duration "$watch_secs" >"$WORK/watch-findings.jsonl" 2>"$WORK/watch.log" &
 watch_pid=$!
 sleep "$(awk -v s="$watch_secs" 'BEGIN{print s/2}')"
@@ -186,7 +182,7 @@ nccl_checks=all_reduce_2,all_gather_2,all_to_all_2,multi_all_reduce_2,all_reduce
 if [[ "${smi_count:-0}" -ge 2 ]]; then
     log "running gpuvet check --local-nodes 2 over NCCL ($nccl_checks)"
     nccl_rc=0
-    timeout 300 "$BIN" check --local-nodes 2 --backend cuda --no-store --json \
+    timeout "$(within 150)" "$BIN" check --local-nodes 2 --backend cuda --no-store --json \
         --checks "$nccl_checks" >"$WORK/report-nccl.json" 2>"$WORK/gpuvet-nccl.log" || nccl_rc=$?
     log "gpuvet --local-nodes 2 exited with $nccl_rc"
 else
@@ -242,7 +238,7 @@ print(json.dumps(result))
 EOF
 if [[ -n "$PYTHON" ]]; then
     log "measuring torch.matmul bf16 8192^3 on cuda:0"
-    timeout 240 "$PYTHON" "$WORK/torch_matmul.py" >"$WORK/torch.json" 2>"$WORK/torch.log" \
+    timeout "$(within 120)" "$PYTHON" "$WORK/torch_matmul.py" >"$WORK/torch.json" 2>"$WORK/torch.log" \
         || echo "{\"available\": false, \"reason\": \"the torch measurement failed (rc $?), see torch.log\"}" >"$WORK/torch.json"
 else
     echo '{"available": false, "reason": "no python interpreter on this machine"}' >"$WORK/torch.json"
@@ -254,9 +250,9 @@ if [[ -z "$PYTHON" ]]; then
     cat "$WORK/report.json"
     exit 1
 fi
-timeout 60 "$PYTHON" - "$WORK" "$gpuvet_rc" <<'EOF'
+timeout "$SUMMARY_SECS" "$PYTHON" - "$WORK" "$gpuvet_rc" "$gate_secs" <<'EOF'
 import json, os, statistics, sys
-out, rc = sys.argv[1], int(sys.argv[2])
+out, rc, gate_secs = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
 def load(name):
     try:
         with open(os.path.join(out, name)) as f:
@@ -264,8 +260,9 @@ def load(name):
     except Exception as e:
         return {"error": f"{name}: {e}"}
 report, torch = load("report.json"), load("torch.json")
-summary = {"gpuvet_exit_code": rc, "backend": report.get("backend"), "torch": torch}
-print(f"gpuvet exit code: {rc}")
+summary = {"gpuvet_exit_code": rc, "backend": report.get("backend"), "torch": torch,
+           "check_seconds": gate_secs}
+print(f"gpuvet exit code: {rc} after {gate_secs:.1f} s")
 print(f"backend: {report.get('backend')}")
 for d in report.get("devices", []):
     det = d.get("details", {})
@@ -300,6 +297,26 @@ if launch:
     if walls:
         print(f"kernel launch: wall {statistics.median(walls):.2f} us/launch"
               + (f", event {statistics.median(events):.2f} us" if events else "") + " (median over GPUs)")
+# What each check's worker process spent before its first measurement: the cuda
+# backend's probe (driver, NVML, libraries), the slowest device's context and, for the
+# launch kernel, NVRTC. Each check has a worker of its own, so each pays it.
+def setup_cost(measurements):
+    cost = {}
+    for key, name in [("setup_probe_ms", "probe"), ("setup_context_ms", "context"),
+                      ("setup_nvrtc_ms", "nvrtc_compile")]:
+        seen = [m.get("extra", {}).get(key) for m in measurements]
+        seen = [v for v in seen if v is not None]
+        if seen:
+            cost[name] = max(seen)
+    if cost:
+        cost["total"] = sum(cost.values())
+    return cost
+summary["worker_setup_ms"] = {}
+for name in checks:
+    cost = setup_cost([m for _, m in values(name)])
+    if cost:
+        summary["worker_setup_ms"][name] = cost
+        print(f"worker setup for {name}: " + ", ".join(f"{k} {v:.1f} ms" for k, v in cost.items()))
 summary["gemm_by_dtype"] = {}
 for dtype in ["fp8", "fp16", "tf32", "fp32"]:
     rep = load(f"report-gemm-{dtype}.json")
@@ -312,7 +329,9 @@ for dtype in ["fp8", "fp16", "tf32", "fp32"]:
     shown = ", ".join(f"{v:.1f}" for v in vals)
     print(f"gemm_flops {dtype}: {c.get('status')} {shown} TFLOPS {c.get('reason') or ''}")
     summary["gemm_by_dtype"][dtype] = {"status": c.get("status"), "values": vals,
-                                       "reason": c.get("reason"), "params": c.get("params")}
+                                       "reason": c.get("reason"), "params": c.get("params"),
+                                       "worker_setup_ms": setup_cost(
+                                           [e.get("measurement", {}) for e in c.get("entities", [])])}
 ar = values("all_reduce_1")
 if ar and ar[0][1].get("value") is not None:
     print(f"all_reduce_1: busbw {ar[0][1]['value']:.1f} GB/s")
@@ -329,6 +348,18 @@ if nccl is not None:
               f"{c.get('params', {}).get('transport', '')} {c.get('reason') or ''}")
         summary["across_nodes"][c.get("name")] = {"status": c.get("status"), "values": vals,
                                                   "params": c.get("params"), "reason": c.get("reason")}
+def lines(name):
+    try:
+        with open(os.path.join(out, name)) as f:
+            return [line for line in f.read().splitlines() if line.strip()]
+    except OSError:
+        return []
+findings = lines("watch-findings.jsonl")
+metrics = [line for line in lines("metrics.txt") if not line.startswith("#")]
+summary["watch"] = {"findings": len(findings), "first_findings": findings[:5],
+                    "metrics_samples": len(metrics),
+                    "gpu_metrics": [line for line in metrics if "gpu" in line][:20]}
+print(f"gpuvet watch: {len(findings)} findings, {len(metrics)} samples on /metrics")
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
 sys.exit(0 if ok else 1)

@@ -50,11 +50,22 @@ pub fn builtin_ptx(cc: (i32, i32)) -> String {
 pub fn nvrtc_ptx() -> Result<String, BackendError> {
     static PTX: OnceLock<Result<String, BackendError>> = OnceLock::new();
     PTX.get_or_init(|| {
-        cudarc::nvrtc::compile_ptx(SOURCE)
+        let started = Instant::now();
+        let ptx = cudarc::nvrtc::compile_ptx(SOURCE)
             .map(|ptx| ptx.to_src())
-            .map_err(|e| BackendError::Nvrtc(Box::new(e)))
+            .map_err(|e| BackendError::Nvrtc(Box::new(e)));
+        let _ = NVRTC_MS.set(started.elapsed().as_secs_f64() * 1e3);
+        ptx
     })
     .clone()
+}
+
+/// How long [`nvrtc_ptx`]'s compile took in this process, once it ran.
+static NVRTC_MS: OnceLock<f64> = OnceLock::new();
+
+/// Milliseconds this process spent in NVRTC for the empty kernel, if it compiled it.
+pub fn nvrtc_compile_ms() -> Option<f64> {
+    NVRTC_MS.get().copied()
 }
 
 /// The empty kernel on this context, and which compiler produced it.

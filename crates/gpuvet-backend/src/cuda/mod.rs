@@ -28,7 +28,7 @@ use std::fmt;
 use std::panic::AssertUnwindSafe;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use cudarc::driver::sys::CUdevice_attribute;
 use cudarc::driver::{CudaContext, CudaEvent, DriverError};
@@ -70,6 +70,10 @@ pub struct CudaBackend {
     devices: Vec<DeviceInfo>,
     gpus: Vec<Gpu>,
     contexts: Vec<OnceLock<Result<Arc<CudaContext>, BackendError>>>,
+    /// How long each device's context took to create, once it was.
+    context_ms: Vec<OnceLock<f64>>,
+    /// How long [`probe`] took: driver init, NVML, the libraries' loading.
+    probe_ms: f64,
     nvml: Option<nvml_wrapper::Nvml>,
     libraries: Libraries,
     /// GEMM inputs, reused across devices (generating 2×8192² values takes a while).
@@ -131,6 +135,10 @@ impl fmt::Display for DriverFailure {
 
 impl std::error::Error for DriverFailure {}
 
+fn millis(elapsed: Duration) -> f64 {
+    elapsed.as_secs_f64() * 1e3
+}
+
 fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
         .downcast_ref::<&str>()
@@ -188,8 +196,12 @@ pub fn probe() -> Result<CudaBackend, BackendError> {
             found_without_driver(&dirs)
         )));
     }
+    let started = Instant::now();
     match std::panic::catch_unwind(probe_devices) {
-        Ok(result) => result,
+        Ok(result) => result.map(|mut backend| {
+            backend.probe_ms = millis(started.elapsed());
+            backend
+        }),
         Err(payload) => Err(unavailable(format!(
             "probing the GPUs failed: {}",
             panic_message(payload.as_ref())
@@ -351,6 +363,8 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
 
     Ok(CudaBackend {
         contexts: gpus.iter().map(|_| OnceLock::new()).collect(),
+        context_ms: gpus.iter().map(|_| OnceLock::new()).collect(),
+        probe_ms: 0.0,
         devices,
         gpus,
         nvml: nvml_lib.ok(),
@@ -498,6 +512,24 @@ impl CudaBackend {
             work.collective_bytes,
             cancel,
         )
+        .map(|sample| self.with_setup_cost(devices, sample))
+    }
+
+    /// `sample` with what this process spent before it could run on `devices`, as
+    /// `setup_probe_ms` and `setup_context_ms` (the slowest device's): each check's
+    /// worker is a process of its own, so each check pays them again.
+    fn with_setup_cost(&self, devices: &[u32], mut sample: Sample) -> Sample {
+        let context_ms = devices
+            .iter()
+            .filter_map(|d| self.context_ms.get(*d as usize)?.get().copied())
+            .fold(0.0, f64::max);
+        sample
+            .extra
+            .insert("setup_probe_ms".to_owned(), self.probe_ms);
+        sample
+            .extra
+            .insert("setup_context_ms".to_owned(), context_ms);
+        sample
     }
 
     fn nccl(&self) -> Result<&'static nccl::Nccl, BackendError> {
@@ -523,9 +555,12 @@ impl CudaBackend {
         let gpu = self.gpu(device)?;
         self.contexts[device as usize]
             .get_or_init(|| {
-                CudaContext::new(gpu.ordinal).map_err(|e| {
+                let started = Instant::now();
+                let context = CudaContext::new(gpu.ordinal).map_err(|e| {
                     driver_error(format!("creating a context on device `{device}`"), e)
-                })
+                });
+                let _ = self.context_ms[device as usize].set(millis(started.elapsed()));
+                context
             })
             .clone()
     }
@@ -625,6 +660,7 @@ impl Backend for CudaBackend {
             let inputs = self.gemm_inputs(ty, size);
             cancel.check()?;
             gemm::run(&ctx, &inputs, self.readings(device), cancel)
+                .map(|sample| self.with_setup_cost(&[device], sample))
         })
     }
 
@@ -644,7 +680,11 @@ impl Backend for CudaBackend {
                 .map(|_| ())
                 .map_err(Clone::clone);
             let kernel = launch::load(&ctx, nvrtc, gpu.compute_capability)?;
-            launch::run(&ctx, &kernel, cancel)
+            let mut sample = launch::run(&ctx, &kernel, cancel)?;
+            if let Some(ms) = launch::nvrtc_compile_ms() {
+                sample.extra.insert("setup_nvrtc_ms".to_owned(), ms);
+            }
+            Ok(self.with_setup_cost(&[device], sample))
         })
     }
 

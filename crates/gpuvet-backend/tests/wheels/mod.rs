@@ -143,6 +143,13 @@ pub fn compile_and_assemble(wheels: &Wheels) {
         "CUDA {major}: no `{}` in NVRTC's PTX:\n{ptx}",
         launch::KERNEL_NAME
     );
+    // The worker's setup cost reported on a GPU (`setup_nvrtc_ms`) is this compile's.
+    let compile_ms = launch::nvrtc_compile_ms()
+        .unwrap_or_else(|| panic!("CUDA {major}: NVRTC compiled but no compile time was kept"));
+    assert!(
+        compile_ms > 0.0 && compile_ms.is_finite(),
+        "CUDA {major}: NVRTC's compile took `{compile_ms}` ms"
+    );
 
     let ptxas = ptxas(major);
     let dir = std::env::temp_dir().join(format!("gpuvet-ptx-{major}-{}", std::process::id()));

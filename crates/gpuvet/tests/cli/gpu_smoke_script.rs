@@ -4,7 +4,7 @@
 //! survives the cuda backend being unavailable, and leaves a summary in `$OUT`.
 
 use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use crate::common::Scratch;
@@ -149,6 +149,16 @@ fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
     assert_eq!(summary["backend"], serde_json::Value::Null);
     assert_eq!(summary["torch"]["available"], false, "{summary:#}");
     assert!(
+        summary["check_seconds"].as_f64().is_some_and(|s| s > 0.0),
+        "the check's time from start to verdict: {summary:#}"
+    );
+    assert_eq!(
+        summary["worker_setup_ms"],
+        serde_json::json!({}),
+        "no check ran, so no setup cost: {summary:#}"
+    );
+    assert_eq!(summary["watch"]["findings"], 0, "{summary:#}");
+    assert!(
         stdout.contains("GEMM ratio not measured"),
         "the summary says why there is no ratio: {context}"
     );
@@ -163,44 +173,29 @@ fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
     );
 }
 
-/// The system's programs as a machine without Rust has them: a directory of links to
-/// everything in `/usr/bin` and `/bin` but `cargo`, wherever cargo is installed.
-fn system_bin_without_cargo(scratch: &Scratch) -> PathBuf {
-    let dir = scratch.path("system-bin");
-    std::fs::create_dir(&dir).unwrap();
-    for system in ["/usr/bin", "/bin"] {
-        for program in std::fs::read_dir(system).unwrap().flatten() {
-            let link = dir.join(program.file_name());
-            // `/bin` is often `/usr/bin` again: the first of a name wins, as on a PATH.
-            if program.file_name() != "cargo" && link.symlink_metadata().is_err() {
-                std::os::unix::fs::symlink(program.path(), link).unwrap();
-            }
-        }
-    }
-    dir
-}
-
-/// The lent GPU machines have no Rust: the script takes the binary that was built
-/// elsewhere and brought to `target/release/gpuvet`, and says what to do without one.
+/// The lent GPU machines have no Rust and minutes of time: the script builds nothing,
+/// takes the binary brought to `target/release/gpuvet`, and says how to bring one.
 #[test]
-fn without_cargo_the_smoke_script_uses_a_prebuilt_binary_or_says_how_to_bring_one() {
+fn the_smoke_script_builds_nothing_and_uses_a_prebuilt_binary_or_says_how_to_bring_one() {
     let scratch = scratch_with_fake_nvidia_smi();
-    let system_bin = system_bin_without_cargo(&scratch);
-    let system_path = system_bin.to_str().unwrap();
+    let path = std::env::var("PATH").unwrap_or_default();
     let repo = scratch.path("repo");
     std::fs::create_dir_all(repo.join("scripts")).unwrap();
     let script = repo.join("scripts/gpu-smoke.sh");
     std::fs::copy(repo_root().join("scripts/gpu-smoke.sh"), &script).unwrap();
 
-    let missing = smoke(&scratch, &script, system_path)
+    let missing = smoke(&scratch, &script, &path)
         .output()
         .expect("running bash");
     let stderr = String::from_utf8_lossy(&missing.stderr);
     assert_eq!(missing.status.code(), Some(1), "{stderr}");
     assert!(
-        stderr.contains("no cargo on this machine and no prebuilt")
-            && stderr.contains("hint: build it where Rust is"),
+        stderr.contains("no gpuvet binary at") && stderr.contains("hint: build it where Rust is"),
         "{stderr}"
+    );
+    assert!(
+        !repo.join("target").exists(),
+        "the script started a build: {stderr}"
     );
 
     std::fs::create_dir_all(repo.join("target/release")).unwrap();
@@ -209,12 +204,12 @@ fn without_cargo_the_smoke_script_uses_a_prebuilt_binary_or_says_how_to_bring_on
         repo.join("target/release/gpuvet"),
     )
     .unwrap();
-    let prebuilt = smoke(&scratch, &script, system_path)
+    let prebuilt = smoke(&scratch, &script, &path)
         .output()
         .expect("running bash");
     let log = read(&scratch.path("out/files/smoke.log"));
     assert_eq!(prebuilt.status.code(), Some(1), "{log}");
-    assert!(log.contains("no cargo here: using the prebuilt"), "{log}");
+    assert!(log.contains("using prebuilt"), "{log}");
     assert!(
         log.contains(&format!("gpuvet exited with {BACKEND_UNAVAILABLE}")),
         "{log}"
