@@ -275,8 +275,10 @@ def values(name):
 for name, c in checks.items():
     vals = [m.get("value") for _, m in values(name) if m.get("value") is not None]
     shown = ", ".join(f"{v:.4g}" for v in vals)
-    print(f"  {name}: {c.get('status')} [{c.get('metric', {}).get('unit', '')}] {shown} {c.get('reason') or ''}")
+    print(f"  {name}: {c.get('status')} in {c.get('duration_secs', 0):.2f} s "
+          f"[{c.get('metric', {}).get('unit', '')}] {shown} {c.get('reason') or ''}")
     summary[name] = {"status": c.get("status"), "values": vals, "reason": c.get("reason"),
+                     "duration_secs": c.get("duration_secs"),
                      "params": c.get("params"),
                      "extra": [m.get("extra") for _, m in values(name)]}
 gemm0 = next((m.get("value") for i, m in values("gemm_flops") if i == 0), None)

@@ -83,6 +83,15 @@ impl Default for WorkSpec {
     }
 }
 
+/// `extra` keys for what a worker process spent before its first measurement, which
+/// each check pays again (its worker is a process of its own): the backend's probe,
+/// the slowest device's context, and a run-time compile of device code.
+pub mod setup_extra {
+    pub const PROBE_MS: &str = "setup_probe_ms";
+    pub const CONTEXT_MS: &str = "setup_context_ms";
+    pub const NVRTC_MS: &str = "setup_nvrtc_ms";
+}
+
 /// What one unit of work measured.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Sample {

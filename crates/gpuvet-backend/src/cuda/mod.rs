@@ -37,7 +37,8 @@ use gpuvet_model::inventory::{DeviceFacts, GpuHealth};
 use gpuvet_model::results::DeviceInfo;
 
 use crate::{
-    Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec, with_causes,
+    Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec,
+    setup_extra, with_causes,
 };
 
 /// The oldest driver this build can drive, as `cuDriverGetVersion` reports it: the
@@ -515,9 +516,9 @@ impl CudaBackend {
         .map(|sample| self.with_setup_cost(devices, sample))
     }
 
-    /// `sample` with what this process spent before it could run on `devices`, as
-    /// `setup_probe_ms` and `setup_context_ms` (the slowest device's): each check's
-    /// worker is a process of its own, so each check pays them again.
+    /// `sample` with what this process spent before it could run on `devices`
+    /// ([`setup_extra`]): each check's worker is a process of its own, so each check
+    /// pays them again.
     fn with_setup_cost(&self, devices: &[u32], mut sample: Sample) -> Sample {
         let context_ms = devices
             .iter()
@@ -525,10 +526,10 @@ impl CudaBackend {
             .fold(0.0, f64::max);
         sample
             .extra
-            .insert("setup_probe_ms".to_owned(), self.probe_ms);
+            .insert(setup_extra::PROBE_MS.to_owned(), self.probe_ms);
         sample
             .extra
-            .insert("setup_context_ms".to_owned(), context_ms);
+            .insert(setup_extra::CONTEXT_MS.to_owned(), context_ms);
         sample
     }
 
@@ -682,7 +683,7 @@ impl Backend for CudaBackend {
             let kernel = launch::load(&ctx, nvrtc, gpu.compute_capability)?;
             let mut sample = launch::run(&ctx, &kernel, cancel)?;
             if let Some(ms) = launch::nvrtc_compile_ms() {
-                sample.extra.insert("setup_nvrtc_ms".to_owned(), ms);
+                sample.extra.insert(setup_extra::NVRTC_MS.to_owned(), ms);
             }
             Ok(self.with_setup_cost(&[device], sample))
         })

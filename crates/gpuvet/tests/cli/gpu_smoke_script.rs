@@ -8,6 +8,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::common::Scratch;
+use gpuvet_backend::setup_extra;
 use gpuvet_model::exit_codes::BACKEND_UNAVAILABLE;
 
 /// Answers the three questions the script asks of `nvidia-smi`, as one H200 would.
@@ -216,4 +217,113 @@ fn the_smoke_script_builds_nothing_and_uses_a_prebuilt_binary_or_says_how_to_bri
     );
     assert!(scratch.path("out/files/summary.json").exists(), "{log}");
     assert!(scratch.path("out/summary.json").exists(), "{log}");
+}
+
+/// A report as the cuda backend makes one: the sim backend's real report for
+/// `gemm_flops` and `kernel_launch`, named cuda, each measurement with the worker's
+/// setup figures (NVRTC's on the launch check only, as the backend reports them).
+fn cuda_like_report(scratch: &Scratch) -> serde_json::Value {
+    let run = Command::new(env!("CARGO_BIN_EXE_gpuvet"))
+        .args(["check", "--backend", "sim", "--no-store", "--json"])
+        .args(["--checks", "gemm_flops,kernel_launch"])
+        .current_dir(scratch.dir.path())
+        .output()
+        .expect("running gpuvet");
+    let mut report: serde_json::Value = serde_json::from_slice(&run.stdout)
+        .unwrap_or_else(|err| panic!("{err}: {}", String::from_utf8_lossy(&run.stderr)));
+    report["backend"] = "cuda".into();
+    for check in report["checks"].as_array_mut().expect("checks") {
+        let nvrtc = check["name"] == "kernel_launch";
+        for (gpu, entity) in check["entities"]
+            .as_array_mut()
+            .expect("entities")
+            .iter_mut()
+            .enumerate()
+        {
+            let extra = &mut entity["measurement"]["extra"];
+            extra[setup_extra::PROBE_MS] = 400.0.into();
+            extra[setup_extra::CONTEXT_MS] = (100.0 + gpu as f64).into();
+            if nvrtc {
+                extra[setup_extra::NVRTC_MS] = 30.0.into();
+            }
+        }
+    }
+    report
+}
+
+/// The summary's reading of a cuda report, the part a GPU session would otherwise
+/// test first: each check's worker setup cost, its verdict, and a passing exit.
+#[test]
+fn the_smoke_summary_reports_each_checks_worker_setup_cost() {
+    let scratch = scratch_with_fake_nvidia_smi();
+    let report = scratch.path("cuda-report.json");
+    std::fs::write(&report, cuda_like_report(&scratch).to_string()).unwrap();
+    // Answers `check` with the report and watches nothing, as a GPU node's gpuvet
+    // would answer in shape.
+    let fake = scratch.path("bin/gpuvet-cuda");
+    std::fs::write(
+        &fake,
+        format!(
+            "#!/bin/sh\ncase \"$1\" in\n  check) cat '{}' ;;\n  *) exit 2 ;;\nesac\n",
+            report.display()
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&fake, std::fs::Permissions::from_mode(0o755)).unwrap();
+
+    let run = smoke(
+        &scratch,
+        &repo_root().join("scripts/gpu-smoke.sh"),
+        &std::env::var("PATH").unwrap_or_default(),
+    )
+    .env("GPUVET_BIN", &fake)
+    .output()
+    .expect("running bash");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let context = format!(
+        "stdout: {stdout}\nstderr: {}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // On cuda, with no torch to compare with, the smoke test passes.
+    assert_eq!(run.status.code(), Some(0), "{context}");
+
+    let summary = read_json(&scratch.path("out/summary.json"));
+    assert_eq!(summary["backend"], "cuda", "{summary:#}");
+    // The slowest GPU's context (100 ms + its index) is the one a check waits for.
+    let gpus = summary["gemm_flops"]["values"]
+        .as_array()
+        .map_or(0, Vec::len);
+    assert!(gpus >= 2, "a figure per GPU: {summary:#}");
+    let slowest = 100.0 + (gpus - 1) as f64;
+    assert_eq!(
+        summary["worker_setup_ms"],
+        serde_json::json!({
+            "gemm_flops": { "probe": 400.0, "context": slowest, "total": 400.0 + slowest },
+            "kernel_launch": {
+                "probe": 400.0, "context": slowest, "nvrtc_compile": 30.0,
+                "total": 430.0 + slowest
+            },
+        }),
+        "{summary:#}"
+    );
+    for check in ["gemm_flops", "kernel_launch"] {
+        assert_eq!(summary[check]["status"], "passed", "{summary:#}");
+        assert!(
+            summary[check]["duration_secs"].as_f64().is_some(),
+            "{summary:#}"
+        );
+        assert_eq!(
+            summary[check]["values"].as_array().map(Vec::len),
+            Some(gpus),
+            "{summary:#}"
+        );
+    }
+    assert!(
+        stdout.contains(&format!(
+            "worker setup for kernel_launch: probe 400.0 ms, context {slowest:.1} ms, \
+             nvrtc_compile 30.0 ms, total {:.1} ms",
+            430.0 + slowest
+        )),
+        "{context}"
+    );
 }
