@@ -22,7 +22,10 @@ use serde::{Deserialize, Serialize};
 
 use crate::analysis::{deficit, fmt_value};
 use crate::catalog::{CheckName, Scope};
-use crate::results::{CheckResult, CheckStatus, Entity, EntityResult, Outcome, RunReport, Verdict};
+use crate::inventory::keys;
+use crate::results::{
+    CheckResult, CheckStatus, DeviceInfo, Entity, EntityResult, Outcome, RunReport, Verdict,
+};
 
 /// How many spreads below its median a GPU may fall before it is degraded.
 pub const SPREAD_SIGMAS: f64 = 4.0;
@@ -129,20 +132,44 @@ pub fn threshold(summary: &Summary, tolerance: f64) -> f64 {
 }
 
 /// The key a GPU's record is kept under: `uuid:UUID` where the report's devices give
-/// this entity's UUID (its own node's GPUs on cuda), else `node/devN`.
+/// this entity's UUID (on cuda: its own node's GPUs, and every node's in the group
+/// coordinator's report), else `node/devN`. `None` for a GPU whose UUID this report
+/// does not know although its backend names GPUs by UUID (another node's GPU in a
+/// member's copy of the group's verdict): keyed by node and index it would be a
+/// second record of the same GPU, beside the one its own node's report keeps.
 pub fn gpu_key(report: &RunReport, entity: &Entity) -> Option<String> {
     let Entity::Device { node, index } = entity else {
         return None;
     };
-    let uuid = (node == &report.node)
-        .then(|| report.devices.iter().find(|d| d.index == *index))
-        .flatten()
+    let uuid = device_of(report, node, *index)
         .and_then(|d| d.facts.uuid.as_deref())
         .filter(|uuid| !uuid.is_empty());
-    Some(match uuid {
-        Some(uuid) => format!("uuid:{uuid}"),
-        None => entity.to_string(),
+    match uuid {
+        Some(uuid) => Some(format!("uuid:{uuid}")),
+        None if names_gpus_by_uuid(report) => None,
+        None => Some(entity.to_string()),
+    }
+}
+
+/// The device `index` of `node` in the report's device list: a device that says which
+/// node it is on (the coordinator's list of the group's devices), or this report's
+/// own node's.
+pub fn device_of<'r>(report: &'r RunReport, node: &str, index: u32) -> Option<&'r DeviceInfo> {
+    report.devices.iter().find(|device| {
+        device.index == index
+            && device
+                .details
+                .get(keys::NODE)
+                .map_or(node == report.node, |on| on == node)
     })
+}
+
+/// Whether the report's backend names its GPUs by UUID: some device of it has one.
+fn names_gpus_by_uuid(report: &RunReport) -> bool {
+    report
+        .devices
+        .iter()
+        .any(|d| d.facts.uuid.as_deref().is_some_and(|uuid| !uuid.is_empty()))
 }
 
 /// Whether a check's results are judged against records: one value per GPU.

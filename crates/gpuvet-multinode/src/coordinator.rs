@@ -12,7 +12,7 @@ use gpuvet_control::{
 use gpuvet_model::analysis::{JudgePolicy, Limit, Tolerances};
 use gpuvet_model::catalog::{CheckName, Scope};
 use gpuvet_model::events::Attempt;
-use gpuvet_model::inventory::{ExpectedInventory, NodeInventory};
+use gpuvet_model::inventory::{ExpectedInventory, NodeInventory, keys};
 use gpuvet_model::inventory_check::judge_inventories;
 use gpuvet_model::pairing::PairingMode;
 use gpuvet_model::record::{CheckWindow, MemberClock, MemberRecord, RecordedTimeline};
@@ -177,11 +177,20 @@ pub fn run_group(
             .members
             .first()
             .map_or_else(String::new, |m| m.info.backend.clone()),
-        // The last use of the members' devices (the timeline has copied its own): moved.
+        // The last use of the members' devices (the timeline has copied its own): moved,
+        // each saying which node it is on, since every node has a device 0.
         devices: conversation
             .members
             .iter_mut()
-            .flat_map(|m| std::mem::take(&mut m.info.devices))
+            .flat_map(|m| {
+                let node = m.node.clone();
+                std::mem::take(&mut m.info.devices)
+                    .into_iter()
+                    .map(move |mut device| {
+                        device.details.insert(keys::NODE.to_owned(), node.clone());
+                        device
+                    })
+            })
             .collect(),
         started_at_ms: plan.started_at_ms,
         duration_secs: started.elapsed().as_secs_f64(),

@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::Attempt;
 use gpuvet_model::fleet::FleetBaseline;
-use gpuvet_model::history::{GpuRecord, gpu_key, has_records};
+use gpuvet_model::history::{GpuRecord, device_of, gpu_key, has_records};
 use gpuvet_model::results::{RunReport, Verdict};
 
 use crate::db::{Db, Value};
@@ -39,7 +39,7 @@ pub(crate) fn store_gpu_results(
         .flat_map(|check| {
             check.entities.iter().filter_map(move |result| {
                 let key = gpu_key(report, &result.entity)?;
-                let model = own_device_name(report, &result.entity);
+                let model = device_name(report, &result.entity);
                 Some(params![
                     run_id,
                     key,
@@ -72,14 +72,12 @@ pub(crate) fn store_gpu_results(
     Ok(())
 }
 
-/// The model name of a GPU of the report's own node, which its report lists.
-fn own_device_name(report: &RunReport, entity: &gpuvet_model::results::Entity) -> Option<String> {
+/// The model name of a GPU the report's device list has.
+fn device_name(report: &RunReport, entity: &gpuvet_model::results::Entity) -> Option<String> {
     match entity {
-        gpuvet_model::results::Entity::Device { node, index } if node == &report.node => report
-            .devices
-            .iter()
-            .find(|d| d.index == *index)
-            .map(|d| d.name.clone()),
+        gpuvet_model::results::Entity::Device { node, index } => {
+            device_of(report, node, *index).map(|d| d.name.clone())
+        }
         _ => None,
     }
 }

@@ -263,31 +263,91 @@ fn fail_on_degraded_fails_the_check_and_the_run() {
     assert_eq!(report.degraded().count(), 0);
 }
 
-#[test]
-fn a_gpu_is_known_by_its_uuid_on_its_own_node_else_by_node_and_index() {
-    let mut report = report(&[100.0]);
-    assert_eq!(gpu_key(&report, &gpu("n0", 0)).as_deref(), Some("n0/dev0"));
-    report.devices.push(DeviceInfo {
-        index: 0,
+/// A GPU as a backend that names GPUs by UUID lists it; `on` is set in the group
+/// coordinator's list of every node's devices.
+fn device_with_uuid(index: u32, uuid: &str, on: Option<&str>) -> DeviceInfo {
+    DeviceInfo {
+        index,
         name: "H100".into(),
         memory_bytes: None,
         facts: DeviceFacts {
-            uuid: Some("GPU-1234".into()),
+            uuid: Some(uuid.into()),
             ..DeviceFacts::default()
         },
-        details: Default::default(),
-    });
+        details: on
+            .map(|node| (keys::NODE.to_owned(), node.to_owned()))
+            .into_iter()
+            .collect(),
+    }
+}
+
+#[test]
+fn a_gpu_is_known_by_its_uuid_on_its_own_node_else_by_node_and_index() {
+    let mut report = report(&[100.0]);
+    // A backend without UUIDs (cpu, sim): every GPU by node and index.
+    assert_eq!(gpu_key(&report, &gpu("n0", 0)).as_deref(), Some("n0/dev0"));
+    assert_eq!(gpu_key(&report, &gpu("n1", 0)).as_deref(), Some("n1/dev0"));
+    report.devices.push(device_with_uuid(0, "GPU-1234", None));
     assert_eq!(
         gpu_key(&report, &gpu("n0", 0)).as_deref(),
         Some("uuid:GPU-1234")
     );
-    // Another node's GPU 0 is not this one.
-    assert_eq!(gpu_key(&report, &gpu("n1", 0)).as_deref(), Some("n1/dev0"));
     assert_eq!(gpu_key(&report, &Entity::Node { node: "n0".into() }), None);
     assert_eq!(
         wanted(&report),
         [("uuid:GPU-1234".to_owned(), CheckName::GemmFlops)]
     );
+}
+
+/// On cuda, a member's copy of the group's verdict has another node's GPU 0 but not its
+/// UUID: it keeps no record of it, which would be a second one beside the record its
+/// own node keeps by UUID. The coordinator's report lists every node's devices, each
+/// with its node, and knows every GPU by UUID.
+#[test]
+fn on_cuda_every_copy_of_a_group_verdict_keys_a_gpu_by_its_uuid_or_not_at_all() {
+    let mut member = report(&[100.0]);
+    member.checks[0].entities.push(ok(gpu("n1", 0), 100.0));
+    member.devices.push(device_with_uuid(0, "GPU-n0-0", None));
+    assert_eq!(gpu_key(&member, &gpu("n1", 0)), None);
+    assert_eq!(
+        wanted(&member),
+        [("uuid:GPU-n0-0".to_owned(), CheckName::GemmFlops)]
+    );
+
+    let mut coordinator = member.clone();
+    coordinator.devices = vec![
+        device_with_uuid(0, "GPU-n0-0", Some("n0")),
+        device_with_uuid(0, "GPU-n1-0", Some("n1")),
+    ];
+    assert_eq!(
+        wanted(&coordinator),
+        [
+            ("uuid:GPU-n0-0".to_owned(), CheckName::GemmFlops),
+            ("uuid:GPU-n1-0".to_owned(), CheckName::GemmFlops),
+        ]
+    );
+    // The devices' own node wins over the report's: `n0`'s GPU 0 is not `n1`'s.
+    coordinator.node = "n1".into();
+    assert_eq!(
+        gpu_key(&coordinator, &gpu("n0", 0)).as_deref(),
+        Some("uuid:GPU-n0-0")
+    );
+
+    // A member whose GPU is judged against records only when its key is known: the
+    // other node's GPU keeps its peers' verdict.
+    let records: BTreeMap<_, _> = [(
+        ("uuid:GPU-n0-0".to_owned(), CheckName::GemmFlops),
+        record(20),
+    )]
+    .into_iter()
+    .collect();
+    member.checks[0].entities[0].measurement.value = Some(80.0);
+    member.checks[0].entities[1].measurement.value = Some(80.0);
+    assert_eq!(
+        judge_report(&mut member, &records, &HistoryPolicy::default(), NOW),
+        1
+    );
+    assert_eq!(member.checks[0].entities[1].verdict, Verdict::Ok);
 }
 
 #[test]

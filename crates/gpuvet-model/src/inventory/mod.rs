@@ -28,6 +28,9 @@ pub use health::{GpuHealth, HealthFinding, health_findings};
 /// Names of the facts in [`DeviceInfo::details`].
 pub mod keys {
     pub const UUID: &str = "uuid";
+    /// The node a device is on, in a list of a whole group's devices (the group
+    /// coordinator's report), where the same index appears once per node.
+    pub const NODE: &str = "node";
     pub const PCI_BUS_ID: &str = "pci_bus_id";
     pub const DRIVER_VERSION: &str = "driver_version";
     /// The CUDA version the driver supports, `major.minor`.

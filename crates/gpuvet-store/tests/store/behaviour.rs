@@ -78,6 +78,7 @@ macro_rules! behaviours {
             with_queueing_on_every_repeat_is_queued_for_the_server_to_count,
             pruning_a_counted_row_takes_its_repeats_ids,
             a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt,
+            on_cuda_a_group_keeps_one_record_per_gpu_under_its_uuid,
             the_fleet_learns_a_baseline_per_model_and_check_from_its_newest_ok_results,
         }
     };
@@ -1582,6 +1583,86 @@ pub fn a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt(f
     let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
     assert_eq!(gpu0.values, [705.0, 704.0, 703.0]);
     assert_eq!(gpu0.degraded_since_ms, None);
+}
+
+/// A group of two nodes on cuda, as a server gets it: each node's copy of the verdict
+/// (its own GPU with its UUID, the other's without) and the coordinator's report (every
+/// node's GPU, each device saying its node). Each GPU has one record, under its UUID,
+/// with one result an attempt; none under `node/devN`.
+pub fn on_cuda_a_group_keeps_one_record_per_gpu_under_its_uuid(fixture: &Fixture) {
+    use gpuvet_model::inventory::keys;
+    let mut store = fixture.open();
+    let uuids = [("n0", "GPU-aaaa"), ("n1", "GPU-bbbb")];
+    let device = |uuid: &str, on: Option<&str>| {
+        let mut device = report(&store_attempt("n0"), 0).devices.remove(0);
+        device.facts.uuid = Some(uuid.to_owned());
+        if let Some(node) = on {
+            device
+                .details
+                .insert(keys::NODE.to_owned(), node.to_owned());
+        }
+        device
+    };
+    for run in 1..=2u64 {
+        for (node, uuid) in uuids {
+            let attempt = store.begin_attempt("job", node, "pod", run * 1000).unwrap();
+            let mut own = group_report(&attempt, run * 1000, &["n0", "n1"]);
+            own.devices = vec![device(uuid, None)];
+            store.record_report(&attempt, &own).unwrap();
+            if node == "n0" {
+                let mut coordinator = own.clone();
+                coordinator.devices = uuids
+                    .iter()
+                    .map(|(on, uuid)| device(uuid, Some(on)))
+                    .collect();
+                store.record_report(&attempt, &coordinator).unwrap();
+            }
+        }
+    }
+    let wanted: Vec<(String, CheckName)> = ["uuid:GPU-aaaa", "uuid:GPU-bbbb", "n0/dev0", "n1/dev0"]
+        .iter()
+        .map(|key| ((*key).to_owned(), CheckName::GemmFlops))
+        .collect();
+    let records = store.gpu_records(&wanted, 10).unwrap();
+    let keys: Vec<&str> = records.keys().map(|(key, _)| key.as_str()).collect();
+    assert_eq!(keys, ["uuid:GPU-aaaa", "uuid:GPU-bbbb"], "{records:?}");
+    for record in records.values() {
+        assert_eq!(
+            record.values,
+            [700.0, 700.0],
+            "one result a run: {records:?}"
+        );
+    }
+}
+
+/// The attempt `report` is built for, without a store.
+fn store_attempt(node: &str) -> Attempt {
+    Attempt {
+        job_id: "job".to_owned(),
+        attempt: 1,
+        node: node.to_owned(),
+        instance: "pod".to_owned(),
+    }
+}
+
+/// `report` of a group of `nodes`: `gemm_flops` with GPU 0 of each at 700.
+fn group_report(attempt: &Attempt, started_at_ms: u64, nodes: &[&str]) -> RunReport {
+    let mut report = report(attempt, started_at_ms);
+    let template = report.checks[0].entities[0].clone();
+    report.checks[0].entities = nodes
+        .iter()
+        .map(|node| {
+            let mut result = template.clone();
+            result.entity = gpuvet_model::results::Entity::Device {
+                node: (*node).to_owned(),
+                index: 0,
+            };
+            result
+        })
+        .collect();
+    report.checks[0].status = gpuvet_model::results::CheckStatus::Passed;
+    report.outcome = Outcome::of(&report.checks);
+    report
 }
 
 /// The fleet's baselines (`gpuvet.baseline_from: server`): per model and check, from

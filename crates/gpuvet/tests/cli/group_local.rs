@@ -42,6 +42,24 @@ fn four_local_nodes_pass_every_check_with_measured_numbers() {
     assert_eq!(report["outcome"], "passed");
     let nodes = report["group"]["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 4);
+    // The group's devices, each with its node: every node has a device 0, and a GPU's
+    // record is found by the node and index its results name.
+    let devices: Vec<(String, u64)> = report["devices"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|d| {
+            let node = d["details"]["node"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{d:#}"));
+            (node.to_owned(), d["index"].as_u64().unwrap())
+        })
+        .collect();
+    let expected: Vec<(String, u64)> = nodes
+        .iter()
+        .flat_map(|node| (0..2).map(move |index| (node.as_str().unwrap().to_owned(), index)))
+        .collect();
+    assert_eq!(devices, expected);
     let checks = report["checks"].as_array().unwrap();
     assert_eq!(checks.len(), 13);
     for check in checks {
