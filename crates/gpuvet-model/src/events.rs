@@ -104,6 +104,16 @@ pub struct NewEvent {
     pub details: serde_json::Value,
 }
 
+impl NewEvent {
+    /// Removes secrets from the message and details again, by [`crate::redact`]'s
+    /// rules and `known` secrets: what a receiver does with an event it did not make.
+    /// Redacting twice changes nothing.
+    pub fn redact(&mut self, known: &[&str]) {
+        self.message = crate::redact::redact_text(&self.message, known).into_owned();
+        crate::redact::redact_json(&mut self.details, known);
+    }
+}
+
 /// An event as stored.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -159,6 +169,44 @@ pub struct EventRecord {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_received_event_and_context_are_redacted_again_and_twice_is_once() {
+        let mut event = NewEvent {
+            event_id: "e".into(),
+            time_ms: 1,
+            kind: EventKind::InstanceStarted,
+            lane: None,
+            message: "curl -u admin:hunter2-secret https://x".into(),
+            details: serde_json::json!({ "command": ["mysql", "-phunter2-secret"], "n": 3 }),
+        };
+        event.redact(&["known-secret-value"]);
+        assert_eq!(event.message, "curl -u admin:[redacted] https://x");
+        assert_eq!(
+            event.details,
+            serde_json::json!({ "command": ["mysql", "-p[redacted]"], "n": 3 })
+        );
+        let once = event.clone();
+        event.redact(&["known-secret-value"]);
+        assert_eq!(event, once);
+
+        let mut context = crate::results::RunContext {
+            config_file: Some("/etc/a.json".into()),
+            config: serde_json::json!({ "token": "abc", "x": "known-secret-value" }),
+            environment: [("HF_TOKEN".to_owned(), "hf_x".to_owned())].into(),
+            slurm: None,
+        };
+        context.redact(&["known-secret-value"]);
+        assert_eq!(
+            context.config,
+            serde_json::json!({ "token": "[redacted]", "x": "[redacted]" })
+        );
+        assert_eq!(context.environment["HF_TOKEN"], "[redacted]");
+        assert_eq!(context.config_file.as_deref(), Some("/etc/a.json"));
+        let once = context.clone();
+        context.redact(&["known-secret-value"]);
+        assert_eq!(context, once);
+    }
 
     #[test]
     fn kinds_round_trip_by_name() {

@@ -590,6 +590,19 @@ pub struct RunContext {
     pub slurm: Option<crate::slurm::SlurmNames>,
 }
 
+impl RunContext {
+    /// Removes secrets again, by [`crate::redact`]'s rules and `known` secrets: what
+    /// a receiver does with a context it did not make (a node of an older gpuvet may
+    /// have sent one unredacted). Redacting twice changes nothing.
+    pub fn redact(&mut self, known: &[&str]) {
+        if let Some(path) = &mut self.config_file {
+            *path = crate::redact::redact_text(path, known).into_owned();
+        }
+        crate::redact::redact_json(&mut self.config, known);
+        self.environment = crate::redact::redact_environment(&self.environment, known);
+    }
+}
+
 impl std::str::FromStr for Outcome {
     type Err = String;
 

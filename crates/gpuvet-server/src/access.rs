@@ -135,6 +135,11 @@ pub(crate) enum Denied {
 }
 
 impl ReadAccess {
+    /// The read token itself, a secret to cut from what nodes push.
+    pub fn token(&self) -> &str {
+        &self.token
+    }
+
     pub fn new(token: &str) -> ReadAccess {
         let mut derive = new_mac(token.as_bytes());
         derive.update(b"gpuvet-server read sessions v1");

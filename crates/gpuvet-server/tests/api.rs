@@ -1896,6 +1896,58 @@ fn repeats_of_a_pushed_event_are_counted_once_each_and_read_back_with_their_coun
     assert!(page.contains("×5, last 2026-11-30T04:05:04.000Z"), "{page}");
 }
 
+/// What a node of an older gpuvet may push unredacted (a context's config, path and
+/// environment, an event's message and details, the server's own tokens) is stored
+/// redacted, and pushing the same report again is still the same report.
+fn what_nodes_push_is_redacted_again_with_the_servers_own_tokens(backing: Backing) {
+    let server = Running::start_guarded(backing, Some(TOKEN), Some(READ_TOKEN));
+    let n0 = attempt("job-r", "n0", 1);
+    let mut sent = report(&n0, "r-secret", false);
+    sent.context = Some(gpuvet_model::results::RunContext {
+        config_file: Some("/etc/gpuvet/HF_TOKEN=hf_abcdefghijklmnopqrstuv.json".to_owned()),
+        config: json!({ "db": { "password": "hunter2-very-secret" }, "note": "kept" }),
+        environment: BTreeMap::from([
+            (
+                "HF_TOKEN".to_owned(),
+                "hf_abcdefghijklmnopqrstuv".to_owned(),
+            ),
+            ("NCCL_DEBUG".to_owned(), "INFO".to_owned()),
+            (
+                "GPUVET_EXTRA".to_owned(),
+                format!("x {TOKEN} {READ_TOKEN} y"),
+            ),
+        ]),
+        slurm: None,
+    });
+    let (status, answer) = push_report(&server, &sent);
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(
+        push_report(&server, &sent).0,
+        200,
+        "sent again: the same report"
+    );
+    let mut record = event(&n0, "e-secret", 7, EventKind::InstanceStarted);
+    record.event.message = "curl -u admin:hunter2-very-secret https://x".to_owned();
+    record.event.details = json!({ "command": ["mysql", "-phunter2-very-secret"] });
+    assert_eq!(push_event(&server, &record).0, 200);
+
+    let store = server.store();
+    let stored = serde_json::to_string(&store.reports("job-r", 1).unwrap()).unwrap()
+        + &serde_json::to_string(&store.events(&Default::default()).unwrap()).unwrap();
+    for secret in ["hunter2", "hf_abcdefghijklmnopqrstuv", TOKEN, READ_TOKEN] {
+        assert!(!stored.contains(secret), "`{secret}` was stored: {stored}");
+    }
+    for kept in [
+        "NCCL_DEBUG",
+        "INFO",
+        "\"note\":\"kept\"",
+        "HF_TOKEN",
+        "curl -u admin:",
+    ] {
+        assert!(stored.contains(kept), "`{kept}` is gone: {stored}");
+    }
+}
+
 macro_rules! on_both_stores {
     ($($name:ident),* $(,)?) => {
         mod sqlite {
@@ -1937,4 +1989,5 @@ on_both_stores!(
     pushes_queued_while_a_transaction_runs_share_the_next_one,
     a_push_is_answered_only_once_its_transaction_committed,
     repeats_of_a_pushed_event_are_counted_once_each_and_read_back_with_their_count,
+    what_nodes_push_is_redacted_again_with_the_servers_own_tokens,
 );

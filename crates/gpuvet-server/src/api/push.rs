@@ -2,7 +2,9 @@
 //! events, with the server's token. Each carries its own id (an attempt its job, node
 //! and number), so one sent twice is stored once. Each is checked and encoded here,
 //! then stored by the writer (`writer.rs`) with the others queued at the same time,
-//! and answered once stored.
+//! and answered once stored. What a node wrote as it liked (a report's context, an
+//! event's message and details) is redacted again first, with the server's own
+//! tokens as known secrets: a node of an older gpuvet may not have redacted it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -15,10 +17,10 @@ use gpuvet_store::{PreparedWrite, Written};
 use serde::Serialize;
 use utoipa::ToSchema;
 
-use crate::AppState;
 use crate::auth::require_token;
 use crate::error::{ApiError, ErrorBody};
 use crate::extract::{JsonBody, refuse_nul_in};
+use crate::{AppState, access};
 
 /// The schema of `POST /api/v1/reports`'s body: a report whose `report_id` is
 /// required, since the server stores a report once per id. The body is read as a
@@ -65,7 +67,10 @@ pub(crate) async fn push_report(
 ) -> Result<Json<ReportAccepted>, ApiError> {
     let result = async {
         require_token(&headers, state.token.as_deref())?;
-        let report: RunReport = decode_body(body, "report")?;
+        let mut report: RunReport = decode_body(body, "report")?;
+        if let Some(context) = report.context.as_mut() {
+            context.redact(&state.own_secrets());
+        }
         if report.report_id.is_empty() {
             return Err(ApiError::bad_request("the report has no `report_id`")
                 .with_hint("a pushed report needs its own id, so that sending it twice stores it once; gpuvet gives every report one"));
@@ -151,7 +156,8 @@ pub(crate) async fn push_event(
 ) -> Result<Json<EventAccepted>, ApiError> {
     let result = async {
         require_token(&headers, state.token.as_deref())?;
-        let record: EventRecord = decode_body(body, "event")?;
+        let mut record: EventRecord = decode_body(body, "event")?;
+        record.event.redact(&state.own_secrets());
         if record.event.event_id.is_empty() {
             return Err(ApiError::bad_request("the event has no `event_id`")
                 .with_hint("a pushed event needs its own id, so that sending it twice stores it once; gpuvet gives every event one"));
@@ -275,6 +281,15 @@ fn decode_body<T: serde::de::DeserializeOwned>(
 }
 
 impl AppState {
+    /// The secrets the server knows, to be cut wherever a node repeated them.
+    fn own_secrets(&self) -> Vec<&str> {
+        self.token
+            .as_deref()
+            .into_iter()
+            .chain(self.read.as_deref().map(access::ReadAccess::token))
+            .collect()
+    }
+
     fn count_write<T>(&self, result: &Result<T, ApiError>, accepted: &AtomicU64) {
         let counter = match result {
             Ok(_) => accepted,
