@@ -57,8 +57,9 @@ pub struct Packed {
 }
 
 /// Writes one attempt's bundle to `out`. `secrets` are values (tokens) that must not
-/// appear in it: they are replaced wherever they occur, on top of the redaction every
-/// config and environment got when it was recorded.
+/// appear in it: they are replaced wherever they occur. Every context and event is
+/// redacted again first, on top of the redaction it got when it was recorded: one
+/// recorded by an older gpuvet may hold what today's rules catch.
 pub fn pack(
     record: &JobRecord,
     created_at_ms: u64,
@@ -66,6 +67,7 @@ pub fn pack(
     secrets: &[&str],
     out: impl Write,
 ) -> Result<Packed, BundleError> {
+    let record = &redacted(record, secrets);
     let timeline = timeline::assemble(record);
     let explanation = explain::explain(record, &timeline);
     let mut trimmed = Vec::new();
@@ -456,6 +458,18 @@ fn describe(path: &str) -> &'static str {
         }
         _ => "",
     }
+}
+
+/// `record` with every report's context and every event redacted again.
+fn redacted(record: &JobRecord, secrets: &[&str]) -> JobRecord {
+    let mut record = record.clone();
+    for context in record.reports.iter_mut().filter_map(|r| r.context.as_mut()) {
+        context.redact(secrets);
+    }
+    for event in &mut record.events {
+        event.event.redact(secrets);
+    }
+    record
 }
 
 #[cfg(test)]

@@ -218,6 +218,38 @@ fn no_file_holds_a_known_secret() {
     assert_eq!(bundle.root, "gpuvet-bundle-job_.._7-attempt2");
 }
 
+/// What an older gpuvet recorded unredacted (a password the rules catch today, in an
+/// event's message and details and in a report's environment) is not packed either.
+#[test]
+fn what_an_older_gpuvet_recorded_unredacted_is_redacted_when_packed() {
+    const OLD: &str = "hunter2-old-secret";
+    let mut record = group_record(2, 1);
+    record.events[0].event.message = format!("curl -u admin:{OLD} https://registry");
+    record.events[1].event.details =
+        serde_json::json!({ "command": ["mysql", format!("-p{OLD}")] });
+    record.reports[0]
+        .context
+        .as_mut()
+        .unwrap()
+        .environment
+        .insert("HF_TOKEN".to_owned(), OLD.to_owned());
+    let (_, bytes) = packed(&record);
+    let bundle = crate::read(bytes.as_slice(), &Limits::default()).unwrap();
+    for file in &bundle.files {
+        let text = String::from_utf8_lossy(&file.bytes);
+        assert!(
+            !text.contains(OLD),
+            "{} holds the old secret:\n{text}",
+            file.path
+        );
+    }
+    let (_, back) = unpack(bytes.as_slice()).unwrap();
+    assert_eq!(
+        back.events[0].event.message,
+        "curl -u admin:[redacted] https://registry"
+    );
+}
+
 #[test]
 fn node_names_that_clash_as_file_names_stay_apart() {
     let names = unique_names(["a/b", "a_b", "a/b", ".."].into_iter());
