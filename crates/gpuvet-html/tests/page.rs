@@ -127,7 +127,7 @@ fn a_group_of_1024_nodes_is_drawn_as_distributions_and_lists_every_finding() {
 /// worst first, in a table bounded at any GPU count, with their bars in their colour.
 #[test]
 fn degraded_gpus_have_a_bounded_table_of_their_own() {
-    use gpuvet_model::history::{GpuRecord, HistoryPolicy, judge_report};
+    use gpuvet_model::history::{GpuRecord, HistoryPolicy, RecordKey, judge_report, work_of};
     let html = page(&one_node_report("node-a"));
     assert!(!html.contains("id=\"degraded\""), "none without a record");
 
@@ -141,7 +141,12 @@ fn degraded_gpus_have_a_bounded_table_of_their_own() {
                 first_at_ms: 0,
                 degraded_since_ms: None,
             };
-            Some(((e.entity.to_string(), report.checks[0].name), record))
+            let key = RecordKey {
+                gpu: e.entity.to_string(),
+                check: report.checks[0].name,
+                work: work_of(&report.checks[0]),
+            };
+            Some((key, record))
         })
         .collect();
     let degraded = judge_report(&mut report, &records, &HistoryPolicy::default(), 1);

@@ -4,6 +4,10 @@
 //! table (`baselines`). The built-in table stays the fallback, and a report says
 //! which baseline judged each figure ([`BaselineSource`]).
 //!
+//! Per workload too (`history::work_of`: a GEMM's precision and shape), so an fp8
+//! fleet's figures never judge a bf16 run; a node uses a check's fleet baseline only
+//! when the fleet has one workload of it ([`fleet_limits`]).
+//!
 //! The limit is the fleet's median less (for higher-is-better metrics; plus, for
 //! lower-is-better) the larger of [`FLEET_MARGIN`] and four robust spreads, the rule a
 //! GPU's own record uses (`history`), so a model whose GPUs scatter widely gets a
@@ -30,6 +34,11 @@ pub struct FleetBaseline {
     /// The device name the nodes report (`NVIDIA H200`).
     pub model: String,
     pub check: CheckName,
+    /// The workload its results ran (`history::work_of`: a GEMM's precision and
+    /// shape); empty for a check whose figure no parameter decides, and from servers
+    /// that did not tell workloads apart.
+    #[serde(default)]
+    pub work: String,
     /// How many `ok` results it is learned from.
     pub results: u32,
     pub median: f64,
@@ -56,6 +65,7 @@ impl FleetBaseline {
         Some(FleetBaseline {
             model: model.to_owned(),
             check,
+            work: String::new(),
             results: summary.runs as u32,
             median: summary.median,
             spread_pct: (summary.spread * 10_000.0).round() / 100.0,
@@ -84,15 +94,38 @@ pub enum BaselineSource {
     Builtin,
 }
 
-/// The fleet's limit of each check for a node whose GPUs are all `model`.
+/// The fleet's limit of each check for a node whose GPUs are all `model`. A check
+/// whose fleet baselines cover several workloads (a bf16 and an fp8 GEMM) has none
+/// here: which one this node will run is known only once it has run
+/// ([`ambiguous_checks`] names them).
 pub fn fleet_limits(fleet: &[FleetBaseline], model: Option<&str>) -> BTreeMap<CheckName, Limit> {
+    let ambiguous = ambiguous_checks(fleet, model);
     let Some(model) = model else {
         return BTreeMap::new();
     };
     fleet
         .iter()
-        .filter(|b| b.model == model)
+        .filter(|b| b.model == model && !ambiguous.contains(&b.check))
         .map(|b| (b.check, b.as_limit()))
+        .collect()
+}
+
+/// The checks whose fleet baselines for `model` cover more than one workload.
+pub fn ambiguous_checks(fleet: &[FleetBaseline], model: Option<&str>) -> Vec<CheckName> {
+    let Some(model) = model else {
+        return Vec::new();
+    };
+    let mut works: BTreeMap<CheckName, Vec<&str>> = BTreeMap::new();
+    for baseline in fleet.iter().filter(|b| b.model == model) {
+        let seen = works.entry(baseline.check).or_default();
+        if !seen.contains(&baseline.work.as_str()) {
+            seen.push(&baseline.work);
+        }
+    }
+    works
+        .into_iter()
+        .filter(|(_, works)| works.len() > 1)
+        .map(|(check, _)| check)
         .collect()
 }
 
@@ -114,6 +147,43 @@ pub fn mark_sources(report: &mut RunReport, sources: &BTreeMap<CheckName, Baseli
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A learned baseline of `check` for `model` at `work`, its limit `limit`.
+    fn baseline(model: &str, check: CheckName, work: &str, limit: f64) -> FleetBaseline {
+        FleetBaseline {
+            model: model.to_owned(),
+            check,
+            work: work.to_owned(),
+            results: 20,
+            median: limit / 0.9,
+            spread_pct: 1.0,
+            limit,
+        }
+    }
+
+    #[test]
+    fn a_check_whose_fleet_ran_several_workloads_has_no_fleet_limit() {
+        let fleet = [
+            baseline("H200", CheckName::GemmFlops, "dtype=bf16", 600.0),
+            baseline("H200", CheckName::GemmFlops, "dtype=fp8", 1200.0),
+            baseline("H200", CheckName::KernelLaunch, "", 4.0),
+            baseline("H100", CheckName::GemmFlops, "dtype=bf16", 500.0),
+        ];
+        assert_eq!(
+            ambiguous_checks(&fleet, Some("H200")),
+            [CheckName::GemmFlops]
+        );
+        let limits = fleet_limits(&fleet, Some("H200"));
+        assert_eq!(
+            limits.keys().copied().collect::<Vec<_>>(),
+            [CheckName::KernelLaunch]
+        );
+        // One workload: its limit.
+        let limits = fleet_limits(&fleet, Some("H100"));
+        assert_eq!(limits[&CheckName::GemmFlops], Limit::Floor(500.0));
+        assert!(ambiguous_checks(&fleet, None).is_empty());
+        assert!(fleet_limits(&fleet, None).is_empty());
+    }
 
     #[test]
     fn a_baseline_is_learned_from_enough_results_with_a_margin_its_spread_widens() {

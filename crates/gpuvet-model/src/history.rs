@@ -1,9 +1,11 @@
 //! Each GPU judged against its own past (`gpuvet.history`): a GPU that its peers and
 //! the model's baseline pass, but that runs below its own record, is `degraded`.
 //!
-//! A GPU's record, per check, is the headline values of its last `runs` results that
-//! were `ok` (the store keeps them, by UUID where the backend reads one, else by node
-//! and index: [`gpu_key`]). Its summary is robust: the median, and the spread as the
+//! A GPU's record, per check and workload, is the headline values of its last `runs`
+//! results that were `ok` (the store keeps them, by UUID where the backend reads one,
+//! else by node and index: [`gpu_key`]; the workload is what decides the figure, such as
+//! a GEMM's precision and shape: [`work_of`], so a bf16 run is never held to fp8's
+//! record). Its summary is robust: the median, and the spread as the
 //! median absolute deviation scaled to a standard deviation (× 1.4826) relative to the
 //! median, so one odd run moves neither. A value is `degraded` when it is worse than
 //! the median by more than the larger of the tolerance and [`SPREAD_SIGMAS`] spreads
@@ -172,24 +174,59 @@ fn names_gpus_by_uuid(report: &RunReport) -> bool {
         .any(|d| d.facts.uuid.as_deref().is_some_and(|uuid| !uuid.is_empty()))
 }
 
+/// What one record is of: a GPU, a check, and the workload that decides its figure.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct RecordKey {
+    /// [`gpu_key`]'s key.
+    pub gpu: String,
+    pub check: CheckName,
+    /// [`work_of`]'s signature; empty for a check whose figure no parameter decides.
+    pub work: String,
+}
+
+/// The parameters of a check's work that decide its figure: a GEMM's precision and
+/// shape. Others (the iteration count, the library, notes) do not.
+const WORK_PARAMS: &[(CheckName, &[&str])] = &[(CheckName::GemmFlops, &["dtype", "m", "n", "k"])];
+
+/// The workload of a check's results as one string (`dtype=bf16 k=8192 m=8192 n=8192`,
+/// its parameters in name order), from the parameters the check ran with; empty for a
+/// check whose figure no parameter decides (`kernel_launch`).
+pub fn work_of(check: &CheckResult) -> String {
+    let Some((_, names)) = WORK_PARAMS.iter().find(|(name, _)| *name == check.name) else {
+        return String::new();
+    };
+    check
+        .params
+        .iter()
+        .filter(|(name, _)| names.contains(&name.as_str()))
+        .map(|(name, value)| format!("{name}={value}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Whether a check's results are judged against records: one value per GPU.
 pub fn has_records(check: CheckName) -> bool {
     check.spec().scope == Scope::EachDevice
 }
 
-/// The records a report needs: the key of every GPU measured by a check that has
-/// them, with the check.
-pub fn wanted(report: &RunReport) -> Vec<(String, CheckName)> {
+/// The records a report needs: one for every GPU measured by a check that has them,
+/// with the check and its workload.
+pub fn wanted(report: &RunReport) -> Vec<RecordKey> {
     report
         .checks
         .iter()
         .filter(|check| has_records(check.name))
         .flat_map(|check| {
+            let work = work_of(check);
             check
                 .entities
                 .iter()
                 .filter_map(|e| gpu_key(report, &e.entity))
-                .map(|key| (key, check.name))
+                .map(move |gpu| RecordKey {
+                    gpu,
+                    check: check.name,
+                    work: work.clone(),
+                })
         })
         .collect()
 }
@@ -200,7 +237,7 @@ pub fn wanted(report: &RunReport) -> Vec<(String, CheckName)> {
 /// the outcome follows. Returns how many GPUs it found degraded.
 pub fn judge_report(
     report: &mut RunReport,
-    records: &BTreeMap<(String, CheckName), GpuRecord>,
+    records: &BTreeMap<RecordKey, GpuRecord>,
     policy: &HistoryPolicy,
     now_ms: u64,
 ) -> usize {
@@ -223,8 +260,15 @@ pub fn judge_report(
         if !has_records(check.name) {
             continue;
         }
-        for (result, key) in check.entities.iter_mut().zip(keys) {
-            let Some(record) = key.and_then(|key| records.get(&(key, check.name))) else {
+        let work = work_of(check);
+        for (result, gpu) in check.entities.iter_mut().zip(keys) {
+            let Some(record) = gpu.and_then(|gpu| {
+                records.get(&RecordKey {
+                    gpu,
+                    check: check.name,
+                    work: work.clone(),
+                })
+            }) else {
                 continue;
             };
             if judge_entity(check.name, result, record, policy, now_ms) {

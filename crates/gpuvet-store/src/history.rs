@@ -8,10 +8,9 @@
 
 use std::collections::BTreeMap;
 
-use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::Attempt;
 use gpuvet_model::fleet::FleetBaseline;
-use gpuvet_model::history::{GpuRecord, device_of, gpu_key, has_records};
+use gpuvet_model::history::{GpuRecord, RecordKey, device_of, gpu_key, has_records, work_of};
 use gpuvet_model::results::{RunReport, Verdict};
 
 use crate::db::{Db, Value};
@@ -20,7 +19,7 @@ use crate::value::params;
 use crate::{Store, StoreError};
 
 /// The values of one row of `gpu_results`.
-const GPU_RESULT_COLUMNS: usize = 9;
+const GPU_RESULT_COLUMNS: usize = 10;
 /// Rows one `INSERT` adds: within SQLite's oldest limit of 999 parameters.
 const GPU_RESULTS_PER_INSERT: usize = 64;
 
@@ -37,6 +36,7 @@ pub(crate) fn store_gpu_results(
         .iter()
         .filter(|check| has_records(check.name))
         .flat_map(|check| {
+            let work = work_of(check);
             check.entities.iter().filter_map(move |result| {
                 let key = gpu_key(report, &result.entity)?;
                 let model = device_name(report, &result.entity);
@@ -44,6 +44,7 @@ pub(crate) fn store_gpu_results(
                     run_id,
                     key,
                     check.name.as_str(),
+                    work.as_str(),
                     &attempt.job_id,
                     attempt.attempt,
                     result.verdict.as_str(),
@@ -56,11 +57,11 @@ pub(crate) fn store_gpu_results(
         .flatten()
         .collect();
     for rows in values.chunks(GPU_RESULT_COLUMNS * GPU_RESULTS_PER_INSERT) {
-        let placeholders = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?)"; rows.len() / GPU_RESULT_COLUMNS];
+        let placeholders = vec!["(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"; rows.len() / GPU_RESULT_COLUMNS];
         db.execute(
             &format!(
-                "INSERT INTO gpu_results (run_id, gpu, check_name, job_id, attempt, verdict,
-                                          value, model, measured_at_ms)
+                "INSERT INTO gpu_results (run_id, gpu, check_name, work, job_id, attempt,
+                                          verdict, value, model, measured_at_ms)
                  VALUES {}
                  ON CONFLICT DO NOTHING",
                 placeholders.join(", ")
@@ -83,29 +84,30 @@ fn device_name(report: &RunReport, entity: &gpuvet_model::results::Entity) -> Op
 }
 
 impl Store {
-    /// The record of each wanted GPU and check: the values of its last `runs` results
-    /// that were `ok`, newest first, and when its present run of `degraded` results
-    /// began. A GPU and check with no `ok` result is left out.
+    /// The record of each wanted GPU, check and workload: the values of its last
+    /// `runs` results that were `ok`, newest first, and when its present run of
+    /// `degraded` results began. One with no `ok` result is left out.
     pub fn gpu_records(
         &self,
-        wanted: &[(String, CheckName)],
+        wanted: &[RecordKey],
         runs: usize,
-    ) -> Result<BTreeMap<(String, CheckName), GpuRecord>, StoreError> {
+    ) -> Result<BTreeMap<RecordKey, GpuRecord>, StoreError> {
         const ACTION: &str = "read the GPUs' records from the store";
         let mut records = BTreeMap::new();
-        for (gpu, check) in wanted {
-            let key = (gpu.clone(), *check);
-            if records.contains_key(&key) {
+        for key in wanted {
+            if records.contains_key(key) {
                 continue;
             }
+            let RecordKey { gpu, check, work } = key;
             let rows = self
                 .db
                 .query(
                     "SELECT value, measured_at_ms FROM gpu_results
-                     WHERE gpu = ? AND check_name = ? AND verdict = ? AND value IS NOT NULL
+                     WHERE gpu = ? AND check_name = ? AND work = ? AND verdict = ?
+                       AND value IS NOT NULL
                      ORDER BY measured_at_ms DESC, id DESC
                      LIMIT ?",
-                    &params![gpu, check.as_str(), Verdict::Ok.as_str(), runs],
+                    &params![gpu, check.as_str(), work, Verdict::Ok.as_str(), runs],
                 )
                 .during(ACTION)?;
             let mut values = Vec::with_capacity(rows.len());
@@ -122,17 +124,17 @@ impl Store {
                 .db
                 .query_one(
                     "SELECT MIN(measured_at_ms) FROM gpu_results
-                     WHERE gpu = ?1 AND check_name = ?2 AND verdict = ?3
+                     WHERE gpu = ?1 AND check_name = ?2 AND work = ?4 AND verdict = ?3
                        AND measured_at_ms > (SELECT COALESCE(MAX(measured_at_ms), -1)
                                              FROM gpu_results
                                              WHERE gpu = ?1 AND check_name = ?2
-                                               AND verdict <> ?3)",
-                    &params![gpu, check.as_str(), Verdict::Degraded.as_str()],
+                                               AND work = ?4 AND verdict <> ?3)",
+                    &params![gpu, check.as_str(), Verdict::Degraded.as_str(), work],
                 )
                 .and_then(|mut row| row.get(0))
                 .during(ACTION)?;
             records.insert(
-                key,
+                key.clone(),
                 GpuRecord {
                     values,
                     first_at_ms,
@@ -143,40 +145,43 @@ impl Store {
         Ok(records)
     }
 
-    /// The fleet's baseline of every GPU model and check with enough `ok` results
-    /// (`gpuvet_model::fleet`), each learned from its newest `newest` results, by
-    /// model, then check. Only results whose node named its GPUs' model count.
+    /// The fleet's baseline of every GPU model, check and workload with enough `ok`
+    /// results (`gpuvet_model::fleet`), each learned from its newest `newest` results,
+    /// by model, then check and workload. Only results whose node named its GPUs'
+    /// model count.
     pub fn fleet_baselines(&self, newest: usize) -> Result<Vec<FleetBaseline>, StoreError> {
         const ACTION: &str = "read the fleet's results from the store";
         let rows = self
             .db
             .query(
-                "SELECT model, check_name, value FROM (
-                     SELECT model, check_name, value,
-                            ROW_NUMBER() OVER (PARTITION BY model, check_name
+                "SELECT model, check_name, work, value FROM (
+                     SELECT model, check_name, work, value,
+                            ROW_NUMBER() OVER (PARTITION BY model, check_name, work
                                                ORDER BY measured_at_ms DESC, id DESC) AS newness
                      FROM gpu_results
                      WHERE verdict = ? AND model IS NOT NULL AND value IS NOT NULL
                  ) newest
                  WHERE newness <= ?
-                 ORDER BY model, check_name",
+                 ORDER BY model, check_name, work",
                 &params![Verdict::Ok.as_str(), newest],
             )
             .during(ACTION)?;
-        let mut values: BTreeMap<(String, String), Vec<f64>> = BTreeMap::new();
+        let mut values: BTreeMap<(String, String, String), Vec<f64>> = BTreeMap::new();
         for mut row in rows {
             let model: String = row.get(0).during(ACTION)?;
             let check: String = row.get(1).during(ACTION)?;
+            let work: String = row.get(2).during(ACTION)?;
             values
-                .entry((model, check))
+                .entry((model, check, work))
                 .or_default()
-                .push(row.get::<f64>(2).during(ACTION)?);
+                .push(row.get::<f64>(3).during(ACTION)?);
         }
         Ok(values
             .into_iter()
             // A check this gpuvet does not know (a newer node's) has no baseline here.
-            .filter_map(|((model, check), values)| {
-                FleetBaseline::learn(&model, check.parse().ok()?, &values)
+            .filter_map(|((model, check, work), values)| {
+                let learned = FleetBaseline::learn(&model, check.parse().ok()?, &values)?;
+                Some(FleetBaseline { work, ..learned })
             })
             .collect())
     }

@@ -27,7 +27,17 @@ pub(crate) const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
 /// `PRAGMA application_id` of a gpuvet store: "gpvt".
 const APPLICATION_ID: i32 = 0x6770_7674;
 
-const MIGRATIONS: [&str; 8] = [V1, V2, V3, V4, V5, V6, V7_GPU_RESULTS, V8_NODE_HISTORY];
+const MIGRATIONS: [&str; 9] = [
+    V1,
+    V2,
+    V3,
+    V4,
+    V5,
+    V6,
+    V7_GPU_RESULTS,
+    V8_NODE_HISTORY,
+    V9_GPU_RESULT_WORK,
+];
 
 const V1: &str = "
 CREATE TABLE attempts (
@@ -184,6 +194,14 @@ const V8_NODE_HISTORY: &str = "
 ALTER TABLE runs ADD COLUMN node_failed INTEGER;
 CREATE INDEX attempts_by_node ON attempts (node, started_at_ms);
 CREATE INDEX events_by_node ON events (node, kind, time_ms);
+";
+
+/// The workload of each GPU result (`gpuvet_model::history::work_of`: a GEMM's
+/// precision and shape), so that a GPU's record holds one workload's figures. Results
+/// from before have an empty workload and no record reads them: a GPU's record starts
+/// again.
+const V9_GPU_RESULT_WORK: &str = "
+ALTER TABLE gpu_results ADD COLUMN work TEXT NOT NULL DEFAULT '';
 ";
 
 /// Sets the connection up and brings the schema to [`SCHEMA_VERSION`].

@@ -28,12 +28,13 @@ use crate::{SCHEMA_VERSION, StoreError};
 /// `application_id`. (Ids are locked in the two-key space, which is separate.)
 const MIGRATION_LOCK: i64 = 0x6770_7674;
 
-const MIGRATIONS: [(u32, &str); 5] = [
+const MIGRATIONS: [(u32, &str); 6] = [
     (4, V4),
     (5, V5),
     (6, V6),
     (7, V7_GPU_RESULTS),
     (8, V8_NODE_HISTORY),
+    (9, V9_GPU_RESULT_WORK),
 ];
 
 const _: () = assert!(
@@ -83,6 +84,11 @@ ALTER TABLE runs ADD COLUMN node_failed BIGINT;
 CREATE INDEX attempts_by_node ON attempts (node, started_at_ms);
 CREATE INDEX events_by_node ON events (node, kind, time_ms);
 ";
+
+/// `schema.rs`'s `V9_GPU_RESULT_WORK`: each GPU result's workload.
+const V9_GPU_RESULT_WORK: &str = r#"
+ALTER TABLE gpu_results ADD COLUMN work TEXT COLLATE "C" NOT NULL DEFAULT '';
+"#;
 
 /// SQLite's schema after its migrations 1 to 4; see `schema.rs` for what each part is.
 const V4: &str = r#"

@@ -264,7 +264,12 @@ fn degraded_gpus_are_told_apart_from_findings_and_a_brief_line_stays_bounded() {
                 first_at_ms: 0,
                 degraded_since_ms: None,
             };
-            ((format!("node-a/dev{i}"), CheckName::GemmFlops), record)
+            let key = gpuvet_model::history::RecordKey {
+                gpu: format!("node-a/dev{i}"),
+                check: CheckName::GemmFlops,
+                work: gpuvet_model::history::work_of(&report.checks[0]),
+            };
+            (key, record)
         })
         .collect();
     judge_report(&mut report, &records, &HistoryPolicy::default(), 1);

@@ -9,6 +9,16 @@ fn gpu(node: &str, index: u32) -> Entity {
     }
 }
 
+/// The record key of `gpu`'s `gemm_flops` in the reports of these tests, whose GEMM
+/// names no parameters.
+fn gemm(gpu: &str) -> RecordKey {
+    RecordKey {
+        gpu: gpu.to_owned(),
+        check: CheckName::GemmFlops,
+        work: String::new(),
+    }
+}
+
 fn ok(entity: Entity, value: f64) -> EntityResult {
     EntityResult {
         entity: entity.clone(),
@@ -217,7 +227,7 @@ fn too_short_a_record_or_a_verdict_already_made_is_left_alone() {
 fn a_whole_node_degraded_together_is_degraded_on_every_gpu_though_its_peers_agree() {
     let mut report = report(&[85.0; 8]);
     let records = (0..8)
-        .map(|i| ((format!("n0/dev{i}"), CheckName::GemmFlops), record(20)))
+        .map(|i| (gemm(&format!("n0/dev{i}")), record(20)))
         .collect();
     let found = judge_report(&mut report, &records, &HistoryPolicy::default(), NOW);
     assert_eq!(found, 8);
@@ -246,7 +256,7 @@ fn a_whole_node_degraded_together_is_degraded_on_every_gpu_though_its_peers_agre
 fn fail_on_degraded_fails_the_check_and_the_run() {
     let mut report = report(&[85.0, 100.0]);
     let records = (0..2)
-        .map(|i| ((format!("n0/dev{i}"), CheckName::GemmFlops), record(20)))
+        .map(|i| (gemm(&format!("n0/dev{i}")), record(20)))
         .collect();
     let policy = HistoryPolicy {
         fail_on_degraded: true,
@@ -293,10 +303,7 @@ fn a_gpu_is_known_by_its_uuid_on_its_own_node_else_by_node_and_index() {
         Some("uuid:GPU-1234")
     );
     assert_eq!(gpu_key(&report, &Entity::Node { node: "n0".into() }), None);
-    assert_eq!(
-        wanted(&report),
-        [("uuid:GPU-1234".to_owned(), CheckName::GemmFlops)]
-    );
+    assert_eq!(wanted(&report), [gemm("uuid:GPU-1234")]);
 }
 
 /// On cuda, a member's copy of the group's verdict has another node's GPU 0 but not its
@@ -309,10 +316,7 @@ fn on_cuda_every_copy_of_a_group_verdict_keys_a_gpu_by_its_uuid_or_not_at_all() 
     member.checks[0].entities.push(ok(gpu("n1", 0), 100.0));
     member.devices.push(device_with_uuid(0, "GPU-n0-0", None));
     assert_eq!(gpu_key(&member, &gpu("n1", 0)), None);
-    assert_eq!(
-        wanted(&member),
-        [("uuid:GPU-n0-0".to_owned(), CheckName::GemmFlops)]
-    );
+    assert_eq!(wanted(&member), [gemm("uuid:GPU-n0-0")]);
 
     let mut coordinator = member.clone();
     coordinator.devices = vec![
@@ -321,10 +325,7 @@ fn on_cuda_every_copy_of_a_group_verdict_keys_a_gpu_by_its_uuid_or_not_at_all() 
     ];
     assert_eq!(
         wanted(&coordinator),
-        [
-            ("uuid:GPU-n0-0".to_owned(), CheckName::GemmFlops),
-            ("uuid:GPU-n1-0".to_owned(), CheckName::GemmFlops),
-        ]
+        [gemm("uuid:GPU-n0-0"), gemm("uuid:GPU-n1-0"),]
     );
     // The devices' own node wins over the report's: `n0`'s GPU 0 is not `n1`'s.
     coordinator.node = "n1".into();
@@ -335,12 +336,7 @@ fn on_cuda_every_copy_of_a_group_verdict_keys_a_gpu_by_its_uuid_or_not_at_all() 
 
     // A member whose GPU is judged against records only when its key is known: the
     // other node's GPU keeps its peers' verdict.
-    let records: BTreeMap<_, _> = [(
-        ("uuid:GPU-n0-0".to_owned(), CheckName::GemmFlops),
-        record(20),
-    )]
-    .into_iter()
-    .collect();
+    let records: BTreeMap<_, _> = [(gemm("uuid:GPU-n0-0"), record(20))].into_iter().collect();
     member.checks[0].entities[0].measurement.value = Some(80.0);
     member.checks[0].entities[1].measurement.value = Some(80.0);
     assert_eq!(
@@ -348,6 +344,51 @@ fn on_cuda_every_copy_of_a_group_verdict_keys_a_gpu_by_its_uuid_or_not_at_all() 
         1
     );
     assert_eq!(member.checks[0].entities[1].verdict, Verdict::Ok);
+}
+
+/// A GPU's record is per workload: the parameters that decide a GEMM's figure (its
+/// precision and shape), not how it was run (iterations, library, notes).
+#[test]
+fn a_record_is_kept_per_workload_and_a_bf16_run_is_not_held_to_fp8s_record() {
+    let mut report = report(&[500.0]);
+    let params = [
+        ("dtype", "bf16"),
+        ("m", "8192"),
+        ("n", "8192"),
+        ("k", "8192"),
+        ("iterations", "37"),
+        ("library", "cublasLt"),
+    ];
+    report.checks[0].params = params
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+    assert_eq!(
+        work_of(&report.checks[0]),
+        "dtype=bf16 k=8192 m=8192 n=8192"
+    );
+    let launch = CheckResult::judged(CheckName::KernelLaunch, CheckStatus::Passed, Vec::new());
+    assert_eq!(work_of(&launch), "");
+
+    // Its record at fp8 is twice as fast; the bf16 run is not judged by it.
+    let fp8 = RecordKey {
+        work: "dtype=fp8 k=8192 m=8192 n=8192".to_owned(),
+        ..gemm("n0/dev0")
+    };
+    let fp8_only: BTreeMap<_, _> = [(fp8, record(20))]
+        .into_iter()
+        .map(|(key, mut record)| {
+            record.values.iter_mut().for_each(|v| *v *= 10.0);
+            (key, record)
+        })
+        .collect();
+    assert_eq!(wanted(&report)[0].work, "dtype=bf16 k=8192 m=8192 n=8192");
+    assert_eq!(
+        judge_report(&mut report, &fp8_only, &HistoryPolicy::default(), NOW),
+        0
+    );
+    assert_eq!(report.checks[0].entities[0].verdict, Verdict::Ok);
+    assert!(report.checks[0].entities[0].evidence.history.is_none());
 }
 
 #[test]

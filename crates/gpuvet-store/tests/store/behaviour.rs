@@ -8,6 +8,7 @@ use std::thread;
 
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::{Attempt, EventKind};
+use gpuvet_model::history::{RecordKey, work_of};
 use gpuvet_model::results::{Lane, Outcome, RunReport};
 use gpuvet_store::{
     EventFilter, OutboxKind, ResultFilter, RunFilter, SCHEMA_VERSION, Store, StoreError,
@@ -79,6 +80,7 @@ macro_rules! behaviours {
             pruning_a_counted_row_takes_its_repeats_ids,
             a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt,
             on_cuda_a_group_keeps_one_record_per_gpu_under_its_uuid,
+            records_and_fleet_baselines_are_kept_per_workload,
             the_fleet_learns_a_baseline_per_model_and_check_from_its_newest_ok_results,
         }
     };
@@ -1552,15 +1554,15 @@ pub fn a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt(f
         store.record_report(&attempt, &again).unwrap();
     }
     let wanted = [
-        ("n0/dev0".to_owned(), CheckName::GemmFlops),
-        ("n0/dev2".to_owned(), CheckName::GemmFlops),
-        ("n9/dev0".to_owned(), CheckName::GemmFlops),
-        ("n0/dev0".to_owned(), CheckName::KernelLaunch),
+        record_key("n0/dev0", CheckName::GemmFlops),
+        record_key("n0/dev2", CheckName::GemmFlops),
+        record_key("n9/dev0", CheckName::GemmFlops),
+        record_key("n0/dev0", CheckName::KernelLaunch),
     ];
     let records = store.gpu_records(&wanted, 3).unwrap();
     // dev2 was only ever slow, n9 never measured, kernel_launch never run: no record.
     assert_eq!(records.len(), 1, "{records:?}");
-    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    let gpu0 = &records[&record_key("n0/dev0", CheckName::GemmFlops)];
     assert_eq!(gpu0.values, [704.0, 703.0, 702.0]);
     assert_eq!(gpu0.first_at_ms, 2000);
     assert_eq!(gpu0.degraded_since_ms, None);
@@ -1572,7 +1574,7 @@ pub fn a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt(f
         store.record_report(&attempt, &report).unwrap();
     }
     let records = store.gpu_records(&wanted[..1], 3).unwrap();
-    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    let gpu0 = &records[&record_key("n0/dev0", CheckName::GemmFlops)];
     assert_eq!(gpu0.values, [704.0, 703.0, 702.0]);
     assert_eq!(gpu0.degraded_since_ms, Some(5000));
     // An ok result ends the degradation.
@@ -1580,7 +1582,7 @@ pub fn a_gpus_record_is_its_last_ok_results_newest_first_kept_once_per_attempt(f
     let report = with_gpu0(&attempt, 7000, 705.0, Verdict::Ok);
     store.record_report(&attempt, &report).unwrap();
     let records = store.gpu_records(&wanted[..1], 3).unwrap();
-    let gpu0 = &records[&("n0/dev0".to_owned(), CheckName::GemmFlops)];
+    let gpu0 = &records[&record_key("n0/dev0", CheckName::GemmFlops)];
     assert_eq!(gpu0.values, [705.0, 704.0, 703.0]);
     assert_eq!(gpu0.degraded_since_ms, None);
 }
@@ -1619,12 +1621,12 @@ pub fn on_cuda_a_group_keeps_one_record_per_gpu_under_its_uuid(fixture: &Fixture
             }
         }
     }
-    let wanted: Vec<(String, CheckName)> = ["uuid:GPU-aaaa", "uuid:GPU-bbbb", "n0/dev0", "n1/dev0"]
+    let wanted: Vec<RecordKey> = ["uuid:GPU-aaaa", "uuid:GPU-bbbb", "n0/dev0", "n1/dev0"]
         .iter()
-        .map(|key| ((*key).to_owned(), CheckName::GemmFlops))
+        .map(|gpu| record_key(gpu, CheckName::GemmFlops))
         .collect();
     let records = store.gpu_records(&wanted, 10).unwrap();
-    let keys: Vec<&str> = records.keys().map(|(key, _)| key.as_str()).collect();
+    let keys: Vec<&str> = records.keys().map(|key| key.gpu.as_str()).collect();
     assert_eq!(keys, ["uuid:GPU-aaaa", "uuid:GPU-bbbb"], "{records:?}");
     for record in records.values() {
         assert_eq!(
@@ -1632,6 +1634,66 @@ pub fn on_cuda_a_group_keeps_one_record_per_gpu_under_its_uuid(fixture: &Fixture
             [700.0, 700.0],
             "one result a run: {records:?}"
         );
+    }
+}
+
+/// A GPU that ran its GEMM in bf16 in one job and in fp8 in another has a record of
+/// each, and the fleet learns a baseline of each: neither workload's figures judge the
+/// other's.
+pub fn records_and_fleet_baselines_are_kept_per_workload(fixture: &Fixture) {
+    use gpuvet_model::fleet::MIN_FLEET_RESULTS;
+    let mut store = fixture.open();
+    for i in 0..MIN_FLEET_RESULTS as u64 {
+        let node = format!("n{i}");
+        for (job, dtype, value) in [("job-bf16", "bf16", 700.0), ("job-fp8", "fp8", 1400.0)] {
+            let attempt = store.begin_attempt(job, &node, "pod", i).unwrap();
+            let mut sent = report(&attempt, 1000 + i);
+            sent.checks[0]
+                .params
+                .insert("dtype".to_owned(), dtype.to_owned());
+            sent.checks[0].entities[0].measurement.value = Some(value);
+            store.record_report(&attempt, &sent).unwrap();
+        }
+    }
+    let key = |dtype: &str| RecordKey {
+        gpu: "n0/dev0".to_owned(),
+        check: CheckName::GemmFlops,
+        work: format!("dtype={dtype}"),
+    };
+    let records = store.gpu_records(&[key("bf16"), key("fp8")], 10).unwrap();
+    assert_eq!(records[&key("bf16")].values, [700.0]);
+    assert_eq!(records[&key("fp8")].values, [1400.0]);
+
+    let fleet: Vec<(String, f64, u32)> = store
+        .fleet_baselines(100)
+        .unwrap()
+        .into_iter()
+        .filter(|b| b.check == CheckName::GemmFlops)
+        .map(|b| (b.work, b.median, b.results))
+        .collect();
+    let results = MIN_FLEET_RESULTS as u32;
+    assert_eq!(
+        fleet,
+        [
+            ("dtype=bf16".to_owned(), 700.0, results),
+            ("dtype=fp8".to_owned(), 1400.0, results),
+        ]
+    );
+}
+
+/// The record key of `gpu` and `check` in what `report` stores: its workload is that
+/// check's in `report` (a bf16 GEMM).
+fn record_key(gpu: &str, check: CheckName) -> RecordKey {
+    let work = report(&store_attempt("n0"), 0)
+        .checks
+        .iter()
+        .find(|c| c.name == check)
+        .map(work_of)
+        .unwrap_or_default();
+    RecordKey {
+        gpu: gpu.to_owned(),
+        check,
+        work,
     }
 }
 

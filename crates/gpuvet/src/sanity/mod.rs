@@ -309,7 +309,16 @@ fn limits(
         .copied();
     let fleet = match config.settings.baseline_from {
         BaselineFrom::Builtin => BTreeMap::new(),
-        BaselineFrom::Server => fleet::fleet_limits(&fetch_fleet_baselines(config), device_model),
+        BaselineFrom::Server => {
+            let baselines = fetch_fleet_baselines(config);
+            for check in fleet::ambiguous_checks(&baselines, device_model) {
+                warn(format!(
+                    "the fleet's baselines of `{check}` for these GPUs cover several workloads; \
+                     `{check}` is judged by the built-in table"
+                ));
+            }
+            fleet::fleet_limits(&baselines, device_model)
+        }
     };
     let workload = Workload {
         gemm_dtype: config.settings.gemm_dtype,
