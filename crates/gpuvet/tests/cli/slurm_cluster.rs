@@ -134,14 +134,6 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
 }
 
-/// The batch script's lines that put every node in one gpuvet group: the flags from
-/// `SLURM_*` (until gpuvet reads them itself), the coordinator on the first node.
-const GROUP_FLAGS: &str = r#"master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_HOST="$master"
-"#;
-const NODE_FLAGS: &str =
-    r#"--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$MASTER_HOST""#;
-
 #[test]
 #[ignore = "needs root and slurm"]
 fn sbatch_runs_one_step_on_four_hosts() {
@@ -186,15 +178,14 @@ fn srun_gpuvet_run_passes_on_a_healthy_cluster_and_starts_the_app_everywhere() {
     let _turn = common::one_at_a_time();
     let cluster = Cluster::up();
     let scratch = Scratch::temp();
-    let script = format!(
-        r#"#!/bin/sh
-{GROUP_FLAGS}srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" run --no-store {NODE_FLAGS} \
+    // No group flags: rank, size and coordinator come from srun's environment.
+    let script = r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" run --no-store \
   --backend cpu --cpu-devices 1 --checks network_connectivity,all_reduce_2 \
   -- sh -c "hostname > \"\$OUT/app-\$SLURM_NODEID\"" \
   > "$OUT/rank-$SLURM_NODEID.out" 2> "$OUT/rank-$SLURM_NODEID.err"'
-"#
-    );
-    let output = cluster.sbatch_wait(&scratch, &script);
+"#;
+    let output = cluster.sbatch_wait(&scratch, script);
     let ranks: Vec<String> = (0..4)
         .map(|rank| {
             read(&scratch.path(&format!("rank-{rank}.out")))
@@ -210,6 +201,106 @@ fn srun_gpuvet_run_passes_on_a_healthy_cluster_and_starts_the_app_everywhere() {
             ranks[rank]
         );
         assert_eq!(read(&scratch.path(&format!("app-{rank}"))).trim(), *node);
+    }
+}
+
+/// The nodes of a report's group, in rank order.
+fn group_nodes(report: &serde_json::Value) -> Vec<&str> {
+    report["group"]["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no group in {report:#}"))
+        .iter()
+        .map(|node| node.as_str().unwrap())
+        .collect()
+}
+
+/// The JSON report at `path`, or a panic that shows it and its stderr beside it.
+fn report_at(path: &Path) -> serde_json::Value {
+    let text = read(path);
+    serde_json::from_str(&text).unwrap_or_else(|err| {
+        panic!(
+            "{}: {err}: {text}\n{}",
+            path.display(),
+            std::fs::read_to_string(path.with_extension("err")).unwrap_or_default()
+        )
+    })
+}
+
+#[test]
+#[ignore = "needs root and slurm"]
+fn a_step_on_part_of_the_job_meets_at_its_own_first_node() {
+    let _turn = common::one_at_a_time();
+    let cluster = Cluster::up();
+    let scratch = Scratch::temp();
+    // Two steps on 2 of the job's 4 nodes: the last two by name, and the first two by
+    // count. Each task also writes down what srun gave it. No group flags.
+    let script = r#"#!/bin/sh
+step() {
+  name=$1; shift
+  srun --ntasks-per-node=1 "$@" sh -c 'echo "$SLURM_NODEID $SLURM_NNODES $SLURM_STEP_NUM_NODES $SLURM_STEP_NODELIST $SLURM_JOB_NODELIST" > "$OUT/$0-$SLURMD_NODENAME.env"
+    exec "$GPUVET" check --json --no-store --rendezvous-timeout 30 \
+      --backend cpu --cpu-devices 1 --checks network_connectivity,all_reduce_2 \
+      > "$OUT/$0-$SLURMD_NODENAME.json" 2> "$OUT/$0-$SLURMD_NODENAME.err"' "$name"
+}
+step named -N2 -w gv-node3,gv-node4
+step counted -N2
+"#;
+    let output = cluster.sbatch_wait(&scratch, script);
+    assert!(
+        output.status.success(),
+        "{}{}",
+        stderr(&output),
+        read(&scratch.path("job.out"))
+    );
+    // What Slurm 22.05 sets in such a step: ids and counts of the step, the job's list.
+    assert_eq!(
+        read(&scratch.path("named-gv-node3.env")).trim(),
+        "0 2 2 gv-node[3-4] gv-node[1-4]"
+    );
+    assert_eq!(
+        read(&scratch.path("named-gv-node4.env")).trim(),
+        "1 2 2 gv-node[3-4] gv-node[1-4]"
+    );
+    for (step, nodes) in [
+        ("named", ["gv-node3", "gv-node4"]),
+        ("counted", ["gv-node1", "gv-node2"]),
+    ] {
+        for node in nodes {
+            let report = report_at(&scratch.path(&format!("{step}-{node}.json")));
+            assert_eq!(report["outcome"], "passed", "{step} on {node}: {report:#}");
+            assert_eq!(group_nodes(&report), nodes, "{step} on {node}: {report:#}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and slurm"]
+fn group_flags_still_win_over_slurms_variables() {
+    let _turn = common::one_at_a_time();
+    let cluster = Cluster::up();
+    let scratch = Scratch::temp();
+    // The ranks backwards and the coordinator on the last node, by flags.
+    let script = r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store \
+  --nnodes 4 --node-rank $((3 - SLURM_NODEID)) --master-addr gv-node4 \
+  --backend cpu --cpu-devices 1 --checks network_connectivity \
+  > "$OUT/$SLURMD_NODENAME.json" 2> "$OUT/$SLURMD_NODENAME.err"'
+"#;
+    let output = cluster.sbatch_wait(&scratch, script);
+    assert!(
+        output.status.success(),
+        "{}{}",
+        stderr(&output),
+        read(&scratch.path("job.out"))
+    );
+    for node in NODES {
+        let report = report_at(&scratch.path(&format!("{node}.json")));
+        assert_eq!(report["outcome"], "passed", "{node}: {report:#}");
+        assert_eq!(
+            group_nodes(&report),
+            ["gv-node4", "gv-node3", "gv-node2", "gv-node1"],
+            "{node}: {report:#}"
+        );
     }
 }
 
@@ -261,14 +352,12 @@ fn a_node_whose_link_is_rate_limited_is_named_slow() {
     let cluster = Cluster::up();
     let _limit = RateLimit::on(2, "200mbit");
     let scratch = Scratch::temp();
-    let script = format!(
-        r#"#!/bin/sh
-{GROUP_FLAGS}srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store {NODE_FLAGS} \
+    let script = r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store \
   --backend cpu --cpu-devices 1 --checks all_reduce_2 \
   > "$OUT/rank-$SLURM_NODEID.json" 2> "$OUT/rank-$SLURM_NODEID.err"'
-"#
-    );
-    let output = cluster.sbatch_wait(&scratch, &script);
+"#;
+    let output = cluster.sbatch_wait(&scratch, script);
     // Every node fails the group's start, so the job fails.
     assert!(
         !output.status.success(),
@@ -643,14 +732,12 @@ fn a_node_whose_agent_is_stopped_is_named_the_first_error() {
     let _turn = common::one_at_a_time();
     let cluster = Cluster::up();
     let scratch = Scratch::temp();
-    let script = format!(
-        r#"#!/bin/sh
-{GROUP_FLAGS}srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store {NODE_FLAGS} \
+    let script = r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store \
   --backend cpu --cpu-devices 1 \
   --checks all_reduce_2,all_gather_2,all_reduce,network_connectivity,all_to_all_2 \
   > "$OUT/rank-$SLURM_NODEID.json" 2> "$OUT/rank-$SLURM_NODEID.err"'
-"#
-    );
+"#;
     let path = scratch.path("job.sh");
     std::fs::write(&path, script).unwrap();
     let submitted = cluster
