@@ -617,11 +617,10 @@ fn the_prolog_drains_a_failing_node_and_the_requeued_job_runs_without_it() {
     cluster.scontrol(&["update", "NodeName=gv-node3", "State=RESUME"]);
 }
 
-/// A job to cancel and a node whose drain to lift, however the test ends: the tests
-/// share the cluster.
+/// A job to cancel and gpuvet's drains to lift, however the test ends: the tests share
+/// the cluster.
 struct DrainedJob<'a> {
     cluster: &'a Cluster,
-    node: &'static str,
     job: Option<String>,
 }
 
@@ -630,11 +629,18 @@ impl Drop for DrainedJob<'_> {
         if let Some(job) = &self.job {
             let _ = self.cluster.slurm("scancel").arg(job).output();
         }
-        let _ = self
-            .cluster
-            .slurm("scontrol")
-            .args(["update", &format!("NodeName={}", self.node), "State=RESUME"])
-            .output();
+        // Every node gpuvet drained, not only the one expected: a test that fails may
+        // have drained another.
+        for node in NODES {
+            let shown = self.cluster.show_node(node);
+            if field(&shown, "Reason").is_some_and(|r| r.starts_with("gpuvet: ")) {
+                let _ = self
+                    .cluster
+                    .slurm("scontrol")
+                    .args(["update", &format!("NodeName={node}"), "State=RESUME"])
+                    .output();
+            }
+        }
     }
 }
 
@@ -722,7 +728,6 @@ srun --ntasks-per-node=1 sh -c 'try=${SLURM_RESTART_COUNT:-0}
     let job = stdout(&submitted).trim().to_owned();
     let mut guard = DrainedJob {
         cluster: &cluster,
-        node: "gv-node3",
         job: Some(job.clone()),
     };
     let tries = |try_: u32| -> String {
