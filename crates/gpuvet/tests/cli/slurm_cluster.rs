@@ -1,12 +1,15 @@
 //! gpuvet under a real Slurm 22.05: the cluster of `scripts/slurm-cluster.sh up`
 //! (slurmctld on this host, slurmd `gv-node[1-4]` each in a network and UTS namespace of
-//! its own). `sbatch -N4` runs a step on 4 hosts; `srun gpuvet run` with the group
-//! taken from `SLURM_*` passes and starts the app on every node; a node's link slowed
-//! by `tc` is named; a node whose agent is stopped (SIGSTOP) is named the first error;
-//! `deploy/slurm/prolog.sh` drains a failing node with gpuvet's
-//! verdict as the reason, and the requeued job runs on the other nodes; the batch
-//! scripts `deploy/slurm/torchrun.sbatch` and `vllm.sbatch` start their app (a stand-in
-//! that says its arguments) on every node once the group passed.
+//! its own). `sbatch -N4` runs a step on 4 hosts; `srun gpuvet run` with no group flags
+//! (the group from srun's environment) passes and starts the app on every node; a step
+//! on 2 of the job's nodes forms its own group at its own first node; flags still win
+//! over srun's variables; a node's link slowed by `tc` is named; a node whose agent is
+//! stopped (SIGSTOP) is named the first error; `fail_action: rebuild` drains the
+//! culprit, requeues the job, whose next try runs without it, and `gpuvet undrain`
+//! lifts the drain only when forced; `deploy/slurm/prolog.sh` drains a failing node
+//! with gpuvet's verdict as the reason, and the requeued job runs on the other nodes;
+//! the batch scripts `deploy/slurm/torchrun.sbatch` and `vllm.sbatch` start their app
+//! (a stand-in that says its arguments) on every node once the group passed.
 //! Needs root and the cluster up, so the tests are ignored by default; `.ci/run`
 //! starts the cluster and runs them with `--include-ignored`, where a missing cluster
 //! fails them.
