@@ -33,7 +33,7 @@ pub enum ClusterError {
     #[error(
         "rank `{rank}` of a group of `{nnodes}` nodes needs the coordinator's address: set \
          `MASTER_ADDR` or `LWS_LEADER_ADDRESS`, pass `--master-addr`, or run under Slurm's \
-         `srun` (`SLURM_JOB_NODELIST`)"
+         `srun` (`SLURM_STEP_NODELIST`)"
     )]
     MissingCoordinatorAddress { rank: u32, nnodes: u32 },
 

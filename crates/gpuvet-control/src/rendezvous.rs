@@ -4,22 +4,34 @@
 //!
 //! | what | flag | environment, first found wins |
 //! |---|---|---|
-//! | coordinator host | `--master-addr` | `MASTER_ADDR`, `LWS_LEADER_ADDRESS`, the first host of `SLURM_JOB_NODELIST` |
+//! | coordinator host | `--master-addr` | `MASTER_ADDR`, `LWS_LEADER_ADDRESS`, the first host of `SLURM_STEP_NODELIST`, else of `SLURM_JOB_NODELIST` |
 //! | gpuvet's port | `--gpuvet-port` | `GPUVET_PORT`, else [`DEFAULT_PORT`] |
 //! | node rank | `--node-rank` | `NODE_RANK`, `GROUP_RANK`, `LWS_WORKER_INDEX`, `SLURM_NODEID` |
-//! | node count | `--nnodes` | `NNODES`, `LWS_GROUP_SIZE`, `SLURM_NNODES`, else 1 |
+//! | node count | `--nnodes` | `NNODES`, `LWS_GROUP_SIZE`, `SLURM_STEP_NUM_NODES`, `SLURM_NNODES`, else 1 |
 //! | token | `--token` | `GPUVET_TOKEN` (at least 16 bytes) |
 //! | coordinator's listen address | `--listen-addr` | `GPUVET_LISTEN_ADDR` (read by the binary's flag), else every interface |
 //!
 //! Slurm's variables come last, so a job script that sets torchrun's (or passes flags)
 //! keeps them, and count only under `srun` (`SLURM_STEP_ID` is set): the batch script
 //! itself also has `SLURM_NODEID=0` and the job's `SLURM_NNODES`, and a gpuvet there
-//! would wait for peers that never come. With one task per node, `SLURM_NODEID` is the
-//! node's index in the job's allocation and `SLURM_JOB_NODELIST` lists that allocation
-//! in the same order (hostlist syntax, read by
-//! `gpuvet_model::node_list::expand_hostlist`), so its first host is node 0's: the
-//! coordinator's. A second task on a node (`SLURM_LOCALID` above 0) would take its
-//! node's rank again, so it is refused.
+//! would wait for peers that never come. A second task on a node (`SLURM_LOCALID` above
+//! 0) would take its node's rank again, so it is refused.
+//!
+//! The group is the step's nodes, not the job's: a step may use a subset of the
+//! allocation (`srun -N2` in an `sbatch -N4`, `srun -w gv-node3,gv-node4`). srun's
+//! manual page (<https://slurm.schedmd.com/srun.html>, "OUTPUT ENVIRONMENT VARIABLES")
+//! gives each task `SLURM_NODEID`, "the relative node ID of the current node",
+//! `SLURM_STEP_NODELIST`, "list of nodes allocated to the step", and
+//! `SLURM_STEP_NUM_NODES`, "number of nodes allocated to the step", while
+//! `SLURM_JOB_NODELIST` stays the job's. On Slurm 22.05 (`scripts/slurm-cluster.sh`) a
+//! step of `-w gv-node3,gv-node4` in a job of `gv-node[1-4]` had `SLURM_NODEID` 0 on
+//! gv-node3 and 1 on gv-node4, `SLURM_STEP_NODELIST=gv-node[3-4]`,
+//! `SLURM_STEP_NUM_NODES=2` and `SLURM_NNODES=2`, and `SLURM_JOB_NODELIST=gv-node[1-4]`,
+//! whose first host is in no such step. So with one task per node the step's node list
+//! (hostlist syntax, read by `gpuvet_model::node_list::expand_hostlist`) is in the order
+//! of `SLURM_NODEID`, and its first host is node 0's: the coordinator's. The job's list
+//! and `SLURM_NNODES` (which srun's manual page describes as the job's) are read only
+//! where the step's are not set.
 //!
 //! torchrun's `WORLD_SIZE` counts processes, not nodes, so it is never read as the node
 //! count; it only sharpens the hint when the count is missing. `MASTER_PORT` belongs to
@@ -58,6 +70,8 @@ pub mod env {
     pub const SLURM_NODEID: &str = "SLURM_NODEID";
     pub const SLURM_NNODES: &str = "SLURM_NNODES";
     pub const SLURM_JOB_NODELIST: &str = "SLURM_JOB_NODELIST";
+    pub const SLURM_STEP_NODELIST: &str = "SLURM_STEP_NODELIST";
+    pub const SLURM_STEP_NUM_NODES: &str = "SLURM_STEP_NUM_NODES";
     pub const SLURM_STEP_ID: &str = "SLURM_STEP_ID";
     pub const SLURM_LOCALID: &str = "SLURM_LOCALID";
 }
@@ -201,10 +215,10 @@ impl Rendezvous {
 
         // Slurm's variables, only under `srun`.
         let under_srun = lookup(&[env::SLURM_STEP_ID]).is_some();
-        let slurm = |names: &[&'static str], slurm: &'static str| {
+        let slurm = |names: &[&'static str], slurm: &[&'static str]| {
             let mut names = names.to_vec();
             if under_srun {
-                names.push(slurm);
+                names.extend_from_slice(slurm);
             }
             names
         };
@@ -223,7 +237,7 @@ impl Rendezvous {
             ),
             None => match lookup(&slurm(
                 &[env::NNODES, env::LWS_GROUP_SIZE],
-                env::SLURM_NNODES,
+                &[env::SLURM_STEP_NUM_NODES, env::SLURM_NNODES],
             )) {
                 Some((source, text)) => (parse_nnodes(&text, source, nnodes_expected)?, source),
                 None => (1, Source::Default),
@@ -234,7 +248,7 @@ impl Rendezvous {
             Some(rank) => (rank, Source::Flag(flag::NODE_RANK)),
             None => match lookup(&slurm(
                 &[env::NODE_RANK, env::GROUP_RANK, env::LWS_WORKER_INDEX],
-                env::SLURM_NODEID,
+                &[env::SLURM_NODEID],
             )) {
                 Some((source, text)) => (
                     parse_u32(&text, source, "a non-negative whole number")?,
@@ -272,9 +286,12 @@ impl Rendezvous {
             Some(host) => Some((Source::Flag(flag::MASTER_ADDR), host.trim().to_owned())),
             None => match lookup(&[env::MASTER_ADDR, env::LWS_LEADER_ADDRESS]) {
                 Some(found) => Some(found),
-                None => lookup(&slurm(&[], env::SLURM_JOB_NODELIST))
-                    .map(|(source, list)| Ok::<_, ClusterError>((source, first_host(&list)?)))
-                    .transpose()?,
+                None => lookup(&slurm(
+                    &[],
+                    &[env::SLURM_STEP_NODELIST, env::SLURM_JOB_NODELIST],
+                ))
+                .map(|(source, list)| Ok::<_, ClusterError>((source, first_host(&list, source)?)))
+                .transpose()?,
             },
         };
         let (coordinator_host, host_source) = match host {
@@ -417,9 +434,9 @@ fn invalid(source: Source, value: &str, expected: &str) -> ClusterError {
     }
 }
 
-/// The first host of a Slurm hostlist (`SLURM_JOB_NODELIST`): node 0's.
-fn first_host(list: &str) -> Result<String, ClusterError> {
-    let source = Source::Env(env::SLURM_JOB_NODELIST);
+/// The first host of a Slurm hostlist (`SLURM_STEP_NODELIST`, `SLURM_JOB_NODELIST`):
+/// node 0's.
+fn first_host(list: &str, source: Source) -> Result<String, ClusterError> {
     let expected = |why: &str| format!("a Slurm hostlist such as `gpu-[01-04,07]` ({why})");
     let names =
         expand_hostlist(list).map_err(|err| invalid(source, list, &expected(&err.reason)))?;
@@ -621,6 +638,79 @@ mod tests {
         assert_eq!(r.coordinator_endpoint().to_string(), "gpu-01:29517");
     }
 
+    /// What srun gave gv-node4 in a step of `-w gv-node3,gv-node4` inside a job of
+    /// `gv-node[1-4]` (Slurm 22.05, `scripts/slurm-cluster.sh`).
+    const SUBSET_STEP: [(&str, &str); 8] = [
+        ("SLURM_STEP_ID", "2"),
+        ("SLURM_LOCALID", "0"),
+        ("SLURM_NODEID", "1"),
+        ("SLURM_NNODES", "2"),
+        ("SLURM_STEP_NUM_NODES", "2"),
+        ("SLURM_STEP_NODELIST", "gv-node[3-4]"),
+        ("SLURM_JOB_NODELIST", "gv-node[1-4]"),
+        ("GPUVET_TOKEN", TOKEN),
+    ];
+
+    #[test]
+    fn a_step_on_part_of_the_job_meets_at_the_steps_first_host() {
+        let r = resolve(&SUBSET_STEP).unwrap();
+        assert_eq!(
+            (r.rank, r.nnodes, r.coordinator_host.as_deref()),
+            (1, 2, Some("gv-node3"))
+        );
+        assert_eq!(
+            r.describe(),
+            "rank 1 of 2 (from `SLURM_NODEID`, `SLURM_STEP_NUM_NODES`); coordinator \
+             `gv-node3:29517` (from `SLURM_STEP_NODELIST`, the default)"
+        );
+        // srun's manual page calls `SLURM_NNODES` the job's count: the step's wins.
+        let mut job_count = SUBSET_STEP.to_vec();
+        job_count[3] = ("SLURM_NNODES", "4");
+        assert_eq!(resolve(&job_count).unwrap().nnodes, 2);
+        // Without the step's variables, the job's (a whole-allocation step, as before).
+        let job_only: Vec<_> = SUBSET_STEP
+            .iter()
+            .copied()
+            .filter(|(name, _)| !name.starts_with("SLURM_STEP_N"))
+            .collect();
+        let r = resolve(&job_only).unwrap();
+        assert_eq!(
+            (r.rank, r.nnodes, r.coordinator_host.as_deref()),
+            (1, 2, Some("gv-node1"))
+        );
+        assert_eq!(r.sources.nnodes, Source::Env("SLURM_NNODES"));
+        assert_eq!(
+            r.sources.coordinator_host,
+            Source::Env("SLURM_JOB_NODELIST")
+        );
+        // Outside a step (the batch script) neither list counts.
+        let batch: Vec<_> = SUBSET_STEP
+            .iter()
+            .copied()
+            .filter(|(name, _)| *name != "SLURM_STEP_ID")
+            .collect();
+        let r = resolve(&batch).unwrap();
+        assert_eq!((r.nnodes, r.coordinator_host.as_deref()), (1, None));
+    }
+
+    #[test]
+    fn a_bad_step_nodelist_or_count_names_the_steps_variable() {
+        let mut bad = SUBSET_STEP.to_vec();
+        bad[5] = ("SLURM_STEP_NODELIST", "gv-node[4-3]");
+        assert_eq!(
+            error(&bad),
+            "`SLURM_STEP_NODELIST` is `gv-node[4-3]`; expected a Slurm hostlist such as \
+             `gpu-[01-04,07]` (the range `4-3` runs backwards)"
+        );
+        let mut bad = SUBSET_STEP.to_vec();
+        bad[4] = ("SLURM_STEP_NUM_NODES", "0");
+        assert!(
+            error(&bad).starts_with("`SLURM_STEP_NUM_NODES` is `0`; expected a positive"),
+            "{}",
+            error(&bad)
+        );
+    }
+
     #[test]
     fn torchrun_and_lws_variables_and_flags_win_over_slurms() {
         let env = vars(&[
@@ -813,7 +903,7 @@ mod tests {
             err,
             "rank `1` of a group of `2` nodes needs the coordinator's address: set `MASTER_ADDR` \
              or `LWS_LEADER_ADDRESS`, pass `--master-addr`, or run under Slurm's `srun` \
-             (`SLURM_JOB_NODELIST`)"
+             (`SLURM_STEP_NODELIST`)"
         );
         // Rank 0 is the coordinator and can reach itself.
         let r = resolve(&[("NODE_RANK", "0"), ("NNODES", "2"), ("GPUVET_TOKEN", TOKEN)]).unwrap();

@@ -44,9 +44,9 @@ pub const RUNTIME_FAULT: i32 = 79;
 /// `gpuvet untaint`: the Kubernetes API could not be reached, or refused the change.
 /// Past `sysexits.h`'s range, like 79.
 pub const KUBE_API_ERROR: i32 = 80;
-/// `gpuvet untaint`: the node stays quarantined, because no passing run on it was
-/// recorded since its quarantine (two in a row for a repeat offender); `--force`
-/// lifts it anyway.
+/// `gpuvet untaint`, `gpuvet undrain`: the node stays quarantined, because no passing
+/// run on it was recorded since its quarantine (two in a row for a repeat offender);
+/// `--force --reason` lifts it anyway.
 pub const NOT_PROVEN: i32 = 81;
 /// `gpuvet undrain`: Slurm's `sinfo` or `scontrol` could not be run, did not finish, or
 /// refused the change. Past `sysexits.h`'s range, like 80.

@@ -72,7 +72,7 @@ pub enum Command {
     /// on a Kubernetes node, with the kubeconfig's credentials (needs the feature `k8s`).
     Untaint(UntaintArgs),
     /// Lift the drain that `fail_action: rebuild` put on a Slurm node, once a passing
-    /// run on the node is recorded after the drain (`--force`: without one).
+    /// run on the node is recorded after the drain (`--force --reason`: without one).
     Undrain(UndrainArgs),
     /// Run one check's device work for the gpuvet that started this process, over a
     /// pipe protocol on stdin and stdout (internal).
@@ -396,9 +396,13 @@ pub struct UndrainArgs {
     /// The node's name, as `sinfo --Node` lists it.
     #[arg(value_name = "NODE")]
     pub node: String,
-    /// Lift the drain without a passing run on the node recorded after it.
-    #[arg(long)]
+    /// Lift the drain without a passing run on the node recorded after it; recorded
+    /// as a `NodeUntainted` event with who and `--reason`.
+    #[arg(long, requires = "reason")]
     pub force: bool,
+    /// Why, for the record (needed with `--force`).
+    #[arg(long, value_name = "TEXT")]
+    pub reason: Option<String>,
     /// Config file, for its `gpuvet.store`.
     #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,

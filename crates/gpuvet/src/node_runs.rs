@@ -86,7 +86,7 @@ pub const UNTAINT_JOB: &str = "gpuvet-untaint";
 
 /// Records the event in the store (the config's, or `--store`), queued for the fleet
 /// server when `gpuvet.report_to` names one, and sends it there at once; a failure
-/// to record is a warning: the taint is already lifted.
+/// to record is a warning: the taint or drain is already lifted.
 pub fn record_untainted(
     source: &NodeSourceArgs,
     config: &Config,
@@ -97,7 +97,10 @@ pub fn record_untainted(
     let pusher = match crate::push::pusher(config, &[], &attempt.node) {
         Ok(pusher) => pusher,
         Err(failure) => {
-            warn(format!("the untaint is not pushed: {}", failure.error));
+            warn(format!(
+                "the `NodeUntainted` event is not pushed: {}",
+                failure.error
+            ));
             None
         }
     };
@@ -107,7 +110,7 @@ pub fn record_untainted(
         Ok(store) => store,
         Err(err) => {
             warn(format!(
-                "the untaint is not recorded in the store `{}`: {err}",
+                "the `NodeUntainted` event is not recorded in the store `{}`: {err}",
                 path.display()
             ));
             return;

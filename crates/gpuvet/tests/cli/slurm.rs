@@ -255,7 +255,13 @@ fn undrain_needs_a_passing_run_after_the_drain_or_force() {
     assert!(stderr(&output).contains("hint: run `gpuvet check` on the node"));
     assert_eq!(calls(&scratch), "");
 
+    // `--force` needs a reason for the record.
     let output = undrain(&scratch, &["gpu-02", "--force"]);
+    assert_eq!(output.status.code(), Some(2), "{}", stderr(&output));
+    assert!(stderr(&output).contains("--reason"), "{}", stderr(&output));
+    assert_eq!(calls(&scratch), "");
+
+    let output = undrain(&scratch, &["gpu-02", "--force", "--reason", "fan replaced"]);
     assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
     assert_eq!(
         calls(&scratch),
@@ -264,6 +270,25 @@ fn undrain_needs_a_passing_run_after_the_drain_or_force() {
     assert_eq!(
         stdout(&output),
         "lifted gpuvet's drain from node `gpu-02`\n"
+    );
+    // Recorded as a lifted quarantine, with who and why.
+    let events = scratch
+        .gpuvet()
+        .args(["events", "--json", "--job-id", "gpuvet-untaint"])
+        .output()
+        .unwrap();
+    let events = json(&events);
+    let lifted = &events[0];
+    assert_eq!(lifted["kind"], "NodeUntainted", "{events:#}");
+    assert_eq!(lifted["node"], "gpu-02", "{events:#}");
+    assert_eq!(lifted["details"]["forced"], true, "{events:#}");
+    assert_eq!(lifted["details"]["reason"], "fan replaced", "{events:#}");
+    assert!(
+        lifted["message"]
+            .as_str()
+            .unwrap()
+            .ends_with(": fan replaced"),
+        "{events:#}"
     );
 }
 
@@ -284,6 +309,19 @@ fn undrain_lifts_the_drain_once_the_node_passed_after_it() {
         stderr(&output).contains("node `gpu-02` passed job `job-test` attempt 1 after the drain"),
         "{}",
         stderr(&output)
+    );
+    let events = scratch
+        .gpuvet()
+        .args(["events", "--json", "--job-id", "gpuvet-untaint"])
+        .output()
+        .unwrap();
+    let events = json(&events);
+    assert_eq!(events[0]["kind"], "NodeUntainted", "{events:#}");
+    assert_eq!(events[0]["details"]["forced"], false, "{events:#}");
+    assert_eq!(
+        events[0]["details"]["proof"],
+        serde_json::json!({"job_id": "job-test", "attempt": 1}),
+        "{events:#}"
     );
     assert_eq!(
         calls(&scratch),

@@ -1,12 +1,15 @@
 //! gpuvet under a real Slurm 22.05: the cluster of `scripts/slurm-cluster.sh up`
 //! (slurmctld on this host, slurmd `gv-node[1-4]` each in a network and UTS namespace of
-//! its own). `sbatch -N4` runs a step on 4 hosts; `srun gpuvet run` with the group
-//! taken from `SLURM_*` passes and starts the app on every node; a node's link slowed
-//! by `tc` is named; a node whose agent is stopped (SIGSTOP) is named the first error;
-//! `deploy/slurm/prolog.sh` drains a failing node with gpuvet's
-//! verdict as the reason, and the requeued job runs on the other nodes; the batch
-//! scripts `deploy/slurm/torchrun.sbatch` and `vllm.sbatch` start their app (a stand-in
-//! that says its arguments) on every node once the group passed.
+//! its own). `sbatch -N4` runs a step on 4 hosts; `srun gpuvet run` with no group flags
+//! (the group from srun's environment) passes and starts the app on every node; a step
+//! on 2 of the job's nodes forms its own group at its own first node; flags still win
+//! over srun's variables; a node's link slowed by `tc` is named; a node whose agent is
+//! stopped (SIGSTOP) is named the first error; `fail_action: rebuild` drains the
+//! culprit, requeues the job, whose next try runs without it, and `gpuvet undrain`
+//! lifts the drain only when forced; `deploy/slurm/prolog.sh` drains a failing node
+//! with gpuvet's verdict as the reason, and the requeued job runs on the other nodes;
+//! the batch scripts `deploy/slurm/torchrun.sbatch` and `vllm.sbatch` start their app
+//! (a stand-in that says its arguments) on every node once the group passed.
 //! Needs root and the cluster up, so the tests are ignored by default; `.ci/run`
 //! starts the cluster and runs them with `--include-ignored`, where a missing cluster
 //! fails them.
@@ -134,14 +137,6 @@ fn read(path: &Path) -> String {
     std::fs::read_to_string(path).unwrap_or_else(|err| panic!("{}: {err}", path.display()))
 }
 
-/// The batch script's lines that put every node in one gpuvet group: the flags from
-/// `SLURM_*` (until gpuvet reads them itself), the coordinator on the first node.
-const GROUP_FLAGS: &str = r#"master=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
-export MASTER_HOST="$master"
-"#;
-const NODE_FLAGS: &str =
-    r#"--nnodes "$SLURM_NNODES" --node-rank "$SLURM_NODEID" --master-addr "$MASTER_HOST""#;
-
 #[test]
 #[ignore = "needs root and slurm"]
 fn sbatch_runs_one_step_on_four_hosts() {
@@ -186,15 +181,14 @@ fn srun_gpuvet_run_passes_on_a_healthy_cluster_and_starts_the_app_everywhere() {
     let _turn = common::one_at_a_time();
     let cluster = Cluster::up();
     let scratch = Scratch::temp();
-    let script = format!(
-        r#"#!/bin/sh
-{GROUP_FLAGS}srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" run --no-store {NODE_FLAGS} \
+    // No group flags: rank, size and coordinator come from srun's environment.
+    let script = r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" run --no-store \
   --backend cpu --cpu-devices 1 --checks network_connectivity,all_reduce_2 \
   -- sh -c "hostname > \"\$OUT/app-\$SLURM_NODEID\"" \
   > "$OUT/rank-$SLURM_NODEID.out" 2> "$OUT/rank-$SLURM_NODEID.err"'
-"#
-    );
-    let output = cluster.sbatch_wait(&scratch, &script);
+"#;
+    let output = cluster.sbatch_wait(&scratch, script);
     let ranks: Vec<String> = (0..4)
         .map(|rank| {
             read(&scratch.path(&format!("rank-{rank}.out")))
@@ -210,6 +204,106 @@ fn srun_gpuvet_run_passes_on_a_healthy_cluster_and_starts_the_app_everywhere() {
             ranks[rank]
         );
         assert_eq!(read(&scratch.path(&format!("app-{rank}"))).trim(), *node);
+    }
+}
+
+/// The nodes of a report's group, in rank order.
+fn group_nodes(report: &serde_json::Value) -> Vec<&str> {
+    report["group"]["nodes"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no group in {report:#}"))
+        .iter()
+        .map(|node| node.as_str().unwrap())
+        .collect()
+}
+
+/// The JSON report at `path`, or a panic that shows it and its stderr beside it.
+fn report_at(path: &Path) -> serde_json::Value {
+    let text = read(path);
+    serde_json::from_str(&text).unwrap_or_else(|err| {
+        panic!(
+            "{}: {err}: {text}\n{}",
+            path.display(),
+            std::fs::read_to_string(path.with_extension("err")).unwrap_or_default()
+        )
+    })
+}
+
+#[test]
+#[ignore = "needs root and slurm"]
+fn a_step_on_part_of_the_job_meets_at_its_own_first_node() {
+    let _turn = common::one_at_a_time();
+    let cluster = Cluster::up();
+    let scratch = Scratch::temp();
+    // Two steps on 2 of the job's 4 nodes: the last two by name, and the first two by
+    // count. Each task also writes down what srun gave it. No group flags.
+    let script = r#"#!/bin/sh
+step() {
+  name=$1; shift
+  srun --ntasks-per-node=1 "$@" sh -c 'echo "$SLURM_NODEID $SLURM_NNODES $SLURM_STEP_NUM_NODES $SLURM_STEP_NODELIST $SLURM_JOB_NODELIST" > "$OUT/$0-$SLURMD_NODENAME.env"
+    exec "$GPUVET" check --json --no-store --rendezvous-timeout 30 \
+      --backend cpu --cpu-devices 1 --checks network_connectivity,all_reduce_2 \
+      > "$OUT/$0-$SLURMD_NODENAME.json" 2> "$OUT/$0-$SLURMD_NODENAME.err"' "$name"
+}
+step named -N2 -w gv-node3,gv-node4
+step counted -N2
+"#;
+    let output = cluster.sbatch_wait(&scratch, script);
+    assert!(
+        output.status.success(),
+        "{}{}",
+        stderr(&output),
+        read(&scratch.path("job.out"))
+    );
+    // What Slurm 22.05 sets in such a step: ids and counts of the step, the job's list.
+    assert_eq!(
+        read(&scratch.path("named-gv-node3.env")).trim(),
+        "0 2 2 gv-node[3-4] gv-node[1-4]"
+    );
+    assert_eq!(
+        read(&scratch.path("named-gv-node4.env")).trim(),
+        "1 2 2 gv-node[3-4] gv-node[1-4]"
+    );
+    for (step, nodes) in [
+        ("named", ["gv-node3", "gv-node4"]),
+        ("counted", ["gv-node1", "gv-node2"]),
+    ] {
+        for node in nodes {
+            let report = report_at(&scratch.path(&format!("{step}-{node}.json")));
+            assert_eq!(report["outcome"], "passed", "{step} on {node}: {report:#}");
+            assert_eq!(group_nodes(&report), nodes, "{step} on {node}: {report:#}");
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs root and slurm"]
+fn group_flags_still_win_over_slurms_variables() {
+    let _turn = common::one_at_a_time();
+    let cluster = Cluster::up();
+    let scratch = Scratch::temp();
+    // The ranks backwards and the coordinator on the last node, by flags.
+    let script = r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store \
+  --nnodes 4 --node-rank $((3 - SLURM_NODEID)) --master-addr gv-node4 \
+  --backend cpu --cpu-devices 1 --checks network_connectivity \
+  > "$OUT/$SLURMD_NODENAME.json" 2> "$OUT/$SLURMD_NODENAME.err"'
+"#;
+    let output = cluster.sbatch_wait(&scratch, script);
+    assert!(
+        output.status.success(),
+        "{}{}",
+        stderr(&output),
+        read(&scratch.path("job.out"))
+    );
+    for node in NODES {
+        let report = report_at(&scratch.path(&format!("{node}.json")));
+        assert_eq!(report["outcome"], "passed", "{node}: {report:#}");
+        assert_eq!(
+            group_nodes(&report),
+            ["gv-node4", "gv-node3", "gv-node2", "gv-node1"],
+            "{node}: {report:#}"
+        );
     }
 }
 
@@ -261,14 +355,12 @@ fn a_node_whose_link_is_rate_limited_is_named_slow() {
     let cluster = Cluster::up();
     let _limit = RateLimit::on(2, "200mbit");
     let scratch = Scratch::temp();
-    let script = format!(
-        r#"#!/bin/sh
-{GROUP_FLAGS}srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store {NODE_FLAGS} \
+    let script = r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store \
   --backend cpu --cpu-devices 1 --checks all_reduce_2 \
   > "$OUT/rank-$SLURM_NODEID.json" 2> "$OUT/rank-$SLURM_NODEID.err"'
-"#
-    );
-    let output = cluster.sbatch_wait(&scratch, &script);
+"#;
+    let output = cluster.sbatch_wait(&scratch, script);
     // Every node fails the group's start, so the job fails.
     assert!(
         !output.status.success(),
@@ -528,6 +620,297 @@ fn the_prolog_drains_a_failing_node_and_the_requeued_job_runs_without_it() {
     cluster.scontrol(&["update", "NodeName=gv-node3", "State=RESUME"]);
 }
 
+/// A job to cancel and gpuvet's drains to lift, however the test ends: the tests share
+/// the cluster.
+struct DrainedJob<'a> {
+    cluster: &'a Cluster,
+    job: Option<String>,
+}
+
+impl Drop for DrainedJob<'_> {
+    fn drop(&mut self) {
+        if let Some(job) = &self.job {
+            let _ = self.cluster.slurm("scancel").arg(job).output();
+        }
+        // Every node gpuvet drained, not only the one expected: a test that fails may
+        // have drained another.
+        for node in NODES {
+            let shown = self.cluster.show_node(node);
+            if field(&shown, "Reason").is_some_and(|r| r.starts_with("gpuvet: ")) {
+                let _ = self
+                    .cluster
+                    .slurm("scontrol")
+                    .args(["update", &format!("NodeName={node}"), "State=RESUME"])
+                    .output();
+            }
+        }
+    }
+}
+
+/// `scontrol show job JOB` once the job has ended, within `limit`.
+fn wait_for_the_end(cluster: &Cluster, job: &str, limit: Duration) -> String {
+    let deadline = Instant::now() + limit;
+    loop {
+        let shown = stdout(
+            &cluster
+                .slurm("scontrol")
+                .args(["show", "job", job])
+                .output()
+                .unwrap(),
+        );
+        let state = field(&shown, "JobState").unwrap_or_default();
+        if ![
+            "PENDING",
+            "CONFIGURING",
+            "RUNNING",
+            "COMPLETING",
+            "REQUEUED",
+        ]
+        .contains(&state)
+        {
+            return shown;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "job {job} still {state} after {limit:?}: {shown}"
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+/// `fail_action: rebuild` under srun, on the real cluster: gv-node3's second GPU runs at
+/// half speed (its own config, chosen by `SLURMD_NODENAME`), so the group's verdict
+/// names it; every node drains it, rank 0 requeues the job, and the next try runs on
+/// the other three and starts the app. Then `gpuvet undrain` refuses without a passing
+/// run and lifts the drain with `--force --reason`.
+#[test]
+#[ignore = "needs root and slurm"]
+#[allow(clippy::print_stderr)] // the requeue's delay is worth seeing
+fn rebuild_drains_the_culprit_requeues_and_the_next_try_runs_without_it() {
+    let _turn = common::one_at_a_time();
+    let cluster = Cluster::up();
+    let scratch = Scratch::temp();
+    let rebuild = |sim: &str| {
+        format!(
+            r#"{{"aimaster": {{"sanity_check": {{"fail_action": "rebuild", "micro_benchmarks": "gemm_flops,network_connectivity"}}}},
+                "gpuvet": {{"backend": "sim", "sim": {sim}}}}}"#
+        )
+    };
+    scratch.config("healthy.json", &rebuild(r#"{"devices": 2}"#));
+    scratch.config(
+        "faulty.json",
+        &rebuild(r#"{"devices": 2, "speed": {"1": 0.5}}"#),
+    );
+    // Each node keeps its own store, as on a real cluster; each try writes its own
+    // files (SLURM_RESTART_COUNT is unset on the first). No group flags.
+    let job_script = scratch.path("job.sh");
+    std::fs::write(
+        &job_script,
+        r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'try=${SLURM_RESTART_COUNT:-0}
+  case "$SLURMD_NODENAME" in gv-node3) config=faulty ;; *) config=healthy ;; esac
+  exec "$GPUVET" run --config "$OUT/$config.json" --store "$OUT/store-$SLURMD_NODENAME.db" \
+    -- sh -c "echo \"\$(hostname) \${SLURM_RESTART_COUNT:-0}\" > \"\$OUT/app-$try-\$SLURMD_NODENAME\"" \
+    > "$OUT/try$try-$SLURMD_NODENAME.out" 2> "$OUT/try$try-$SLURMD_NODENAME.err"'
+"#,
+    )
+    .unwrap();
+    let started = Instant::now();
+    let submitted = cluster
+        .slurm("sbatch")
+        .args(["-N3", "--requeue", "--time=5", "--parsable"])
+        .arg(format!("--output={}", scratch.path("job.out").display()))
+        .arg(format!("--chdir={}", scratch.dir.path().display()))
+        .arg(&job_script)
+        .env("GPUVET", env!("CARGO_BIN_EXE_gpuvet"))
+        .env("GPUVET_TOKEN", TOKEN)
+        .env("OUT", scratch.dir.path())
+        .output()
+        .unwrap();
+    assert!(submitted.status.success(), "{}", stderr(&submitted));
+    let job = stdout(&submitted).trim().to_owned();
+    let mut guard = DrainedJob {
+        cluster: &cluster,
+        job: Some(job.clone()),
+    };
+    let tries = |try_: u32| -> String {
+        let mut files: Vec<String> = std::fs::read_dir(scratch.dir.path())
+            .unwrap()
+            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        let listing = format!("files: {}\n", files.join(" "));
+        let outputs: String = NODES
+            .iter()
+            .map(|node| {
+                let out = scratch.path(&format!("try{try_}-{node}"));
+                format!(
+                    "== {node}\n{}{}",
+                    std::fs::read_to_string(out.with_extension("out")).unwrap_or_default(),
+                    std::fs::read_to_string(out.with_extension("err")).unwrap_or_default()
+                )
+            })
+            .collect();
+        listing + &outputs + &std::fs::read_to_string(scratch.path("job.out")).unwrap_or_default()
+    };
+
+    // The first try lands on gv-node[1-3] and fails: gv-node3 is drained with gpuvet's
+    // reason.
+    let deadline = Instant::now() + SETTLE;
+    let shown = loop {
+        let shown = cluster.show_node("gv-node3");
+        if field(&shown, "Reason").is_some_and(|r| r.starts_with("gpuvet: ")) {
+            break shown;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gv-node3 not drained by gpuvet after {SETTLE:?}: {shown}\n{}",
+            tries(0)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let drained_after = started.elapsed();
+    assert!(
+        field(&shown, "State").is_some_and(|s| s.contains("DRAIN")),
+        "{shown}"
+    );
+    let reason = field(&shown, "Reason").unwrap();
+    assert!(
+        reason.starts_with("gpuvet: host lane: gemm_flops gv-node3/dev1 slow"),
+        "{reason}"
+    );
+    // No other node is drained.
+    for node in ["gv-node1", "gv-node2", "gv-node4"] {
+        let shown = cluster.show_node(node);
+        assert!(
+            !field(&shown, "State").unwrap_or_default().contains("DRAIN"),
+            "{node}: {shown}"
+        );
+    }
+
+    // Rank 0 requeued the job; the second try runs on the nodes left and passes.
+    let shown = wait_for_the_end(&cluster, &job, Duration::from_secs(240));
+    let ended_after = started.elapsed();
+    assert_eq!(
+        field(&shown, "JobState"),
+        Some("COMPLETED"),
+        "{shown}\n{}",
+        tries(1)
+    );
+    assert_eq!(field(&shown, "Restarts"), Some("1"), "{shown}");
+    assert_eq!(field(&shown, "NodeList"), Some("gv-node[1-2,4]"), "{shown}");
+    let first = tries(0);
+    for node in ["gv-node1", "gv-node2", "gv-node3"] {
+        let err = read(&scratch.path(&format!("try0-{node}.err")));
+        assert!(
+            err.contains("slurm: rebuild of slurm job"),
+            "{node}: {first}"
+        );
+        assert!(
+            !scratch.path(&format!("app-0-{node}")).exists(),
+            "the app started in the failed try on {node}: {first}"
+        );
+    }
+    let second = tries(1);
+    let mut ran = Vec::new();
+    for node in NODES {
+        let app = scratch.path(&format!("app-1-{node}"));
+        if app.exists() {
+            // Its host name and the SLURM_RESTART_COUNT it saw.
+            assert_eq!(read(&app).trim(), format!("{node} 1"), "{second}");
+            assert!(
+                // `run` reports on stderr: stdout is the app's.
+                read(&scratch.path(&format!("try1-{node}.err"))).contains("outcome: passed"),
+                "{node}: {second}"
+            );
+            ran.push(node);
+        }
+    }
+    assert_eq!(ran, ["gv-node1", "gv-node2", "gv-node4"], "{second}");
+
+    // The rebuild's record: rank 0's store holds the drain and the requeue, as attempt
+    // 1, and the passing second try as attempt 2.
+    let events = Command::new(env!("CARGO_BIN_EXE_gpuvet"))
+        .args(["events", "--json", "--job-id", &job, "--store"])
+        .arg(scratch.path("store-gv-node1.db"))
+        .output()
+        .unwrap();
+    let events = common::json(&events);
+    let rebuild = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "InstanceRebuildRequested")
+        .unwrap_or_else(|| panic!("{events:#}"));
+    assert_eq!(rebuild["attempt"], 1, "{rebuild:#}");
+    assert_eq!(
+        rebuild["details"]["slurm_rebuild"]["drained"],
+        serde_json::json!(["gv-node3"]),
+        "{rebuild:#}"
+    );
+    assert_eq!(rebuild["details"]["slurm_rebuild"]["requeue"], job.as_str());
+    let started_app = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["kind"] == "InstanceStarted")
+        .unwrap_or_else(|| panic!("{events:#}"));
+    assert_eq!(started_app["attempt"], 2, "{started_app:#}");
+    // Slurm's own times, to the second: the drain (in its reason) and the second try's
+    // start.
+    let drained_at = reason
+        .rsplit('@')
+        .next()
+        .unwrap_or_default()
+        .trim_end_matches(']');
+    eprintln!(
+        "rebuild: gv-node3 drained {drained_after:.1?} after sbatch (at {drained_at}); the \
+         second try started at {} and the job ended {ended_after:.1?} after sbatch",
+        field(&shown, "StartTime").unwrap_or_default()
+    );
+
+    // No passing run on gv-node3 since the drain: undrain refuses (81), and lifts the
+    // drain when forced, with a reason.
+    let undrain = |args: &[&str]| {
+        cluster
+            .slurm(env!("CARGO_BIN_EXE_gpuvet"))
+            .args(["undrain", "gv-node3", "--store"])
+            .arg(scratch.path("store-gv-node3.db"))
+            .args(args)
+            .env_remove("GPUVET_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let refused = undrain(&[]);
+    assert_eq!(refused.status.code(), Some(81), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("node `gv-node3` is not proven healthy"),
+        "{}",
+        stderr(&refused)
+    );
+    assert!(
+        field(&cluster.show_node("gv-node3"), "State").is_some_and(|s| s.contains("DRAIN")),
+        "still drained after the refusal"
+    );
+    let lifted = undrain(&["--force", "--reason", "slurm cluster test"]);
+    assert_eq!(lifted.status.code(), Some(0), "{}", stderr(&lifted));
+    // Resumed, slurmctld shows it `IDLE+NOT_RESPONDING` until its slurmd next answers
+    // (0.3 s here), as after any resume.
+    let deadline = Instant::now() + SETTLE;
+    loop {
+        let shown = cluster.show_node("gv-node3");
+        if field(&shown, "State") == Some("IDLE") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "gv-node3 not idle {SETTLE:?} after the undrain: {shown}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    guard.job = None;
+}
+
 #[test]
 #[ignore = "needs root and slurm"]
 fn the_deploy_batch_scripts_start_torchrun_and_vllm_on_every_node_after_the_checks() {
@@ -643,14 +1026,12 @@ fn a_node_whose_agent_is_stopped_is_named_the_first_error() {
     let _turn = common::one_at_a_time();
     let cluster = Cluster::up();
     let scratch = Scratch::temp();
-    let script = format!(
-        r#"#!/bin/sh
-{GROUP_FLAGS}srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store {NODE_FLAGS} \
+    let script = r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store \
   --backend cpu --cpu-devices 1 \
   --checks all_reduce_2,all_gather_2,all_reduce,network_connectivity,all_to_all_2 \
   > "$OUT/rank-$SLURM_NODEID.json" 2> "$OUT/rank-$SLURM_NODEID.err"'
-"#
-    );
+"#;
     let path = scratch.path("job.sh");
     std::fs::write(&path, script).unwrap();
     let submitted = cluster
