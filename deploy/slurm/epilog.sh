@@ -1,14 +1,15 @@
 #!/bin/sh
 # gpuvet's Slurm Epilog (slurm.conf: Epilog=/etc/slurm/gpuvet-epilog.sh): records the
-# job's end on each of its nodes, one line in GPUVET_SLURM_LOG with the job's highest
-# step exit code, and sends what waits in gpuvet's outbox to the fleet server when the
-# config has `report_to` (`gpuvet push`, at most 10 s). `gpuvet run` itself records
-# the app's exit (`InstanceExited`); this line is there for every job, also one that
-# was cancelled or never started gpuvet. It always exits 0: a failing Epilog would
-# drain the node.
+# job's end on each of its nodes: one line in GPUVET_SLURM_LOG for every job, and, for
+# a job gpuvet ran in on this node, a `JobEnded` event in its store (`gpuvet epilog`,
+# at most 10 s), which the timeline, the fleet server and a bundle show; then sends
+# what waits in gpuvet's outbox to the fleet server when the config has `report_to`
+# (`gpuvet push`, at most 10 s). `gpuvet run` itself records the app's exit
+# (`InstanceExited`); the job's end is recorded also for a job that was cancelled or
+# whose app never started. It always exits 0: a failing Epilog would drain the node.
 #
 # Settings as the prolog's (deploy/slurm/prolog.sh): GPUVET, GPUVET_CONFIG,
-# GPUVET_SLURM_LOG, from the environment or GPUVET_SLURM_SETTINGS.
+# GPUVET_STORE, GPUVET_SLURM_LOG, from the environment or GPUVET_SLURM_SETTINGS.
 set -u
 
 settings="${GPUVET_SLURM_SETTINGS:-/etc/default/gpuvet-slurm}"
@@ -27,6 +28,10 @@ mkdir -p "$(dirname "$log")" 2>/dev/null
 printf '%s epilog node=%s job=%s exit=%s user=%s\n' "$(date -u +%Y-%m-%dT%H:%M:%SZ)" \
   "$node" "${SLURM_JOB_ID:-unknown}" "${SLURM_JOB_DERIVED_EC:-unknown}" \
   "${SLURM_JOB_USER:-unknown}" >>"$log" 2>/dev/null
+
+# Slurm runs the Epilog with SLURMD_NODENAME, the node's name in Slurm, which gpuvet
+# takes as the node's.
+timeout -k 1 10 "$gpuvet" epilog </dev/null >/dev/null 2>&1
 
 if [ -n "${GPUVET_CONFIG:-}" ] && grep -q '"report_to"' "$GPUVET_CONFIG" 2>/dev/null; then
   timeout -k 1 10 "$gpuvet" push </dev/null >/dev/null 2>&1

@@ -61,7 +61,9 @@ pub struct EventSpec {
 /// `Normal` for a success, `Warning` for the rest.
 pub fn event_type(kind: EventKind) -> &'static str {
     match kind {
-        EventKind::SanityCheckSucceeded | EventKind::InstanceStarted => "Normal",
+        EventKind::SanityCheckSucceeded | EventKind::InstanceStarted | EventKind::JobEnded => {
+            "Normal"
+        }
         _ => "Warning",
     }
 }
@@ -75,7 +77,8 @@ pub fn action(kind: EventKind) -> &'static str {
         EventKind::RuntimeCheckFailed => "RuntimeCheck",
         EventKind::InstanceStarted
         | EventKind::InstanceStartupFailed
-        | EventKind::InstanceExited => "Supervise",
+        | EventKind::InstanceExited
+        | EventKind::JobEnded => "Supervise",
     }
 }
 

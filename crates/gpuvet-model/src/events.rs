@@ -24,10 +24,13 @@ pub enum EventKind {
     /// gpuvet's quarantine of a node was lifted (`gpuvet untaint`): proven by its runs
     /// since, or forced, with who and why.
     NodeUntainted,
+    /// The Slurm job ended on this node (`gpuvet epilog`, Slurm's `Epilog`): also a job
+    /// that was cancelled, or whose app gpuvet never started.
+    JobEnded,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 8] = [
+    pub const ALL: [EventKind; 9] = [
         EventKind::SanityCheckSucceeded,
         EventKind::SanityCheckFailed,
         EventKind::InstanceStarted,
@@ -36,6 +39,7 @@ impl EventKind {
         EventKind::RuntimeCheckFailed,
         EventKind::InstanceExited,
         EventKind::NodeUntainted,
+        EventKind::JobEnded,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -48,6 +52,7 @@ impl EventKind {
             EventKind::RuntimeCheckFailed => "RuntimeCheckFailed",
             EventKind::InstanceExited => "InstanceExited",
             EventKind::NodeUntainted => "NodeUntainted",
+            EventKind::JobEnded => "JobEnded",
         }
     }
 }

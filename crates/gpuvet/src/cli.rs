@@ -74,6 +74,9 @@ pub enum Command {
     /// Lift the drain that `fail_action: rebuild` put on a Slurm node, once a passing
     /// run on the node is recorded after the drain (`--force --reason`: without one).
     Undrain(UndrainArgs),
+    /// Record the end of a Slurm job on this node, as Slurm's `Epilog`: a `JobEnded`
+    /// event on the node's latest attempt of the job, when gpuvet ran in it.
+    Epilog(EpilogArgs),
     /// Run one check's device work for the gpuvet that started this process, over a
     /// pipe protocol on stdin and stdout (internal).
     #[command(hide = true)]
@@ -407,6 +410,19 @@ pub struct UndrainArgs {
     #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
     pub config: Option<PathBuf>,
     /// The store that holds the node's runs (on the node itself, the default one).
+    #[command(flatten)]
+    pub store: ReadStoreArgs,
+}
+
+#[derive(Debug, Args)]
+pub struct EpilogArgs {
+    /// The job whose end to record, as `gpuvet run` named it [default: `SLURM_JOB_ID`].
+    #[arg(long, env = "GPUVET_JOB_ID", value_name = "ID")]
+    pub job_id: Option<String>,
+    /// Config file, for its `gpuvet.store` and `gpuvet.report_to`.
+    #[arg(long, short, env = "GPUVET_CONFIG", value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The node's store [default: the config's, else the default one].
     #[command(flatten)]
     pub store: ReadStoreArgs,
 }

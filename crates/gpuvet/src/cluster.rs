@@ -330,7 +330,7 @@ mod imp {
         };
         output::stdout(&format!("{message}\n"))?;
         let (attempt, event) = node_runs::untainted_event(node, message, details);
-        node_runs::record_untainted(&args.source, &config, &attempt, &event);
+        node_runs::record_and_send(&args.source, &config, &attempt, &event);
         Ok(exit_codes::SUCCESS)
     }
 }

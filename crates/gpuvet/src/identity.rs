@@ -82,7 +82,8 @@ pub fn with_slurm_names(mut details: serde_json::Value) -> serde_json::Value {
     details
 }
 
-fn non_empty_env(name: &str) -> Option<String> {
+/// The variable's value, unless it is unset or blank.
+pub fn non_empty_env(name: &str) -> Option<String> {
     std::env::var(name)
         .ok()
         .filter(|value| !value.trim().is_empty())

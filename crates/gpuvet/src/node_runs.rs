@@ -1,7 +1,8 @@
 //! One node's runs across jobs, read where they are kept: the store on this machine
 //! (`--store`, the config's `gpuvet.store`), or a fleet server (`--server URL`) over its
 //! API, as `timeline --server` reads (the node binary links no PostgreSQL driver). What
-//! `gpuvet untaint` proves a node healthy by; and the record of a lifted quarantine.
+//! `gpuvet untaint` proves a node healthy by; and the record of what happened to a node
+//! (a lifted quarantine, a Slurm job's end), kept and sent on.
 
 use gpuvet_model::config::Config;
 use gpuvet_model::events::{Attempt, EventKind, NewEvent};
@@ -86,8 +87,9 @@ pub const UNTAINT_JOB: &str = "gpuvet-untaint";
 
 /// Records the event in the store (the config's, or `--store`), queued for the fleet
 /// server when `gpuvet.report_to` names one, and sends it there at once; a failure
-/// to record is a warning: the taint or drain is already lifted.
-pub fn record_untainted(
+/// to record is a warning: what it records (a lifted taint or drain, a job's end) has
+/// happened already.
+pub fn record_and_send(
     source: &NodeSourceArgs,
     config: &Config,
     attempt: &Attempt,
@@ -98,8 +100,8 @@ pub fn record_untainted(
         Ok(pusher) => pusher,
         Err(failure) => {
             warn(format!(
-                "the `NodeUntainted` event is not pushed: {}",
-                failure.error
+                "the `{}` event is not pushed: {}",
+                event.kind, failure.error
             ));
             None
         }
@@ -110,22 +112,25 @@ pub fn record_untainted(
         Ok(store) => store,
         Err(err) => {
             warn(format!(
-                "the `NodeUntainted` event is not recorded in the store `{}`: {err}",
+                "the `{}` event is not recorded in the store `{}`: {err}",
+                event.kind,
                 path.display()
             ));
             return;
         }
     };
     note(format!(
-        "recorded as a `NodeUntainted` event in `{}`",
+        "recorded as a `{}` event in `{}`",
+        event.kind,
         path.display()
     ));
     if let Some(pusher) = pusher {
         match gpuvet_push::drain(&mut store, &pusher, unix_now_ms, true) {
             Ok(drained) if drained.waiting == 0 => {}
-            Ok(_) | Err(_) => warn(
-                "the `NodeUntainted` event waits in the store's outbox; `gpuvet push` sends it",
-            ),
+            Ok(_) | Err(_) => warn(format!(
+                "the `{}` event waits in the store's outbox; `gpuvet push` sends it",
+                event.kind
+            )),
         }
     }
 }

@@ -4,6 +4,7 @@ mod bundle;
 mod catalog;
 mod check;
 mod drill;
+mod epilog;
 mod events;
 mod explain;
 mod fr;
@@ -45,6 +46,7 @@ pub fn dispatch(cli: Cli) -> Result<i32, Failure> {
         Command::History(args) => history::history(args),
         Command::Untaint(args) => crate::cluster::untaint(args),
         Command::Undrain(args) => undrain::undrain(args, &gpuvet_slurm::Scontrol::default()),
+        Command::Epilog(args) => epilog::epilog(args),
         Command::Worker(args) => worker::worker(args),
     }
 }

@@ -100,7 +100,7 @@ pub fn undrain(args: UndrainArgs, slurm: &dyn Slurm) -> Result<i32, Failure> {
             .map(|path| path.display().to_string()),
         server: None,
     };
-    node_runs::record_untainted(&source, &config, &attempt, &event);
+    node_runs::record_and_send(&source, &config, &attempt, &event);
     Ok(exit_codes::SUCCESS)
 }
 

@@ -1,6 +1,7 @@
 //! gpuvet under Slurm, as a process: `run` with `fail_action: rebuild` inside a Slurm job
 //! drains its own node and requeues the job, with Slurm's names in its events and
-//! report; `undrain` lifts gpuvet's drain only once the node passed a run after it.
+//! report; `undrain` lifts gpuvet's drain only once the node passed a run after it;
+//! `epilog` records the end of a job gpuvet ran on the node.
 //! Slurm is played by stand-in `sinfo` and `scontrol` scripts first on `PATH`, which
 //! keep the nodes in a file and log every command; the real commands against a real
 //! `slurmctld` are the Slurm cluster test's (`deploy/slurm/`).
@@ -363,4 +364,85 @@ fn undrain_when_slurm_fails_exits_82_with_a_hint() {
         stderr(&output)
     );
     assert!(stderr(&output).contains("hint: "), "{}", stderr(&output));
+}
+
+/// `gpuvet epilog` as Slurm's Epilog runs it on `gpu-02`: no step, the job's id when
+/// given, and what Slurm says of the exit.
+fn epilog(scratch: &Scratch, job: Option<&str>, exit: &[(&str, &str)]) -> std::process::Output {
+    let mut command = in_slurm_job(scratch);
+    command
+        .env_remove("SLURM_STEP_ID")
+        .env_remove("SLURM_JOB_ID");
+    if let Some(job) = job {
+        command.env("SLURM_JOB_ID", job);
+    }
+    command.envs(exit.iter().copied());
+    command.arg("epilog").output().unwrap()
+}
+
+#[test]
+fn the_epilog_records_the_end_of_a_job_gpuvet_ran_on_the_node_and_only_those() {
+    let scratch = Scratch::temp();
+    // No store on the node: nothing to record, and none is made.
+    let none = epilog(&scratch, Some("77"), &[]);
+    assert_eq!(none.status.code(), Some(0), "{}", stderr(&none));
+    assert!(stdout(&none).contains("no store"), "{}", stdout(&none));
+    assert!(!scratch.store().exists());
+
+    // gpuvet ran in job 77 (its second try) on gpu-02.
+    let config = scratch.config(
+        "pass.json",
+        r#"{"aimaster": {"sanity_check": {"micro_benchmarks": "gemm_flops", "timeout": 2}},
+            "gpuvet": {"backend": "cpu", "cpu_devices": 1, "gemm": {"size": 256}}}"#,
+    );
+    let check = in_slurm_job(&scratch)
+        .args(["check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(check.status.code(), Some(0), "{}", stderr(&check));
+
+    let other = epilog(&scratch, Some("78"), &[]);
+    assert_eq!(other.status.code(), Some(0), "{}", stderr(&other));
+    assert!(
+        stdout(&other).contains("gpuvet did not run job `78` on node `gpu-02`; nothing recorded"),
+        "{}",
+        stdout(&other)
+    );
+
+    let ended = epilog(&scratch, Some("77"), &[("SLURM_JOB_EXIT_CODE2", "0:15")]);
+    assert_eq!(ended.status.code(), Some(0), "{}", stderr(&ended));
+    assert!(
+        stdout(&ended).contains("recorded the end of job `77` attempt 2 on node `gpu-02`"),
+        "{}",
+        stdout(&ended)
+    );
+    let listed = scratch
+        .gpuvet()
+        .args(["events", "--json", "--job-id", "77", "--type", "JobEnded"])
+        .output()
+        .unwrap();
+    assert_eq!(listed.status.code(), Some(0), "{}", stderr(&listed));
+    let events = json(&listed);
+    let events = events.as_array().expect("a list of events");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    let event = &events[0];
+    assert_eq!(event["attempt"], 2, "{event:#}");
+    assert_eq!(event["node"], "gpu-02", "{event:#}");
+    assert_eq!(
+        event["message"],
+        "Slurm job `77` ended on node `gpu-02`: exit code `0:15`"
+    );
+    assert_eq!(event["details"]["exit"]["SLURM_JOB_EXIT_CODE2"], "0:15");
+    assert_eq!(event["details"]["slurm"]["job_id"], "77", "{event:#}");
+
+    // Outside Slurm, with no job named: a usage error that says how to run it.
+    let missing = epilog(&scratch, None, &[]);
+    assert_eq!(missing.status.code(), Some(2), "{}", stderr(&missing));
+    let err = stderr(&missing);
+    assert!(
+        err.contains("`SLURM_JOB_ID` is not set")
+            && err.contains("hint: run `gpuvet epilog` as Slurm's `Epilog`"),
+        "{err}"
+    );
 }

@@ -1095,3 +1095,118 @@ srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store \
     assert_eq!(first["node"], "gv-node3", "{report:#}");
     assert_eq!(first["kind"], "unresponsive", "{report:#}");
 }
+
+/// The cluster's epilog hook running `deploy/slurm/epilog.sh`, each node with its own
+/// store in `scratch` (`store-<node>.db`); on drop the hook does nothing again.
+struct EpilogHook<'a> {
+    cluster: &'a Cluster,
+}
+
+impl<'a> EpilogHook<'a> {
+    fn install(cluster: &'a Cluster, scratch: &Scratch) -> Self {
+        let hook = format!(
+            r#"#!/bin/sh
+export GPUVET='{gpuvet}' GPUVET_SLURM_LOG='{log}'
+export GPUVET_STORE='{dir}/store-'"$SLURMD_NODENAME"'.db'
+exec '{script}'
+"#,
+            gpuvet = env!("CARGO_BIN_EXE_gpuvet"),
+            log = scratch.path("slurm.log").display(),
+            dir = scratch.dir.path().display(),
+            script = deploy_script("epilog.sh").display(),
+        );
+        write_hook(cluster, "epilog", &hook);
+        EpilogHook { cluster }
+    }
+}
+
+impl Drop for EpilogHook<'_> {
+    fn drop(&mut self) {
+        write_hook(self.cluster, "epilog", "#!/bin/sh\nexit 0\n");
+    }
+}
+
+#[test]
+#[ignore = "needs root and slurm"]
+#[allow(clippy::print_stderr)] // what Slurm gives its Epilog of the exit is worth seeing
+fn the_epilog_records_the_end_of_a_cancelled_job_on_each_of_its_nodes() {
+    let _turn = common::one_at_a_time();
+    let cluster = Cluster::up();
+    let scratch = Scratch::temp();
+    let _hook = EpilogHook::install(&cluster, &scratch);
+    let job_script = scratch.path("job.sh");
+    std::fs::write(
+        &job_script,
+        r#"#!/bin/sh
+srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" run --store "$OUT/store-$SLURMD_NODENAME.db" \
+  --backend cpu --cpu-devices 1 --checks network_connectivity \
+  -- sh -c "touch \"\$OUT/app-\$SLURMD_NODENAME\"; exec sleep 300"'
+"#,
+    )
+    .unwrap();
+    let submitted = cluster
+        .slurm("sbatch")
+        .args(["-N2", "--time=5", "--parsable"])
+        .arg(format!("--output={}", scratch.path("job.out").display()))
+        .arg(&job_script)
+        .env("GPUVET", env!("CARGO_BIN_EXE_gpuvet"))
+        .env("GPUVET_TOKEN", TOKEN)
+        .env("OUT", scratch.dir.path())
+        .output()
+        .unwrap();
+    assert!(submitted.status.success(), "{}", stderr(&submitted));
+    let job = stdout(&submitted).trim().to_owned();
+    let mut guard = DrainedJob {
+        cluster: &cluster,
+        job: Some(job.clone()),
+    };
+
+    // Both apps started; then the job is cancelled, as an operator would.
+    let deadline = Instant::now() + SETTLE;
+    while !["gv-node1", "gv-node2"]
+        .iter()
+        .all(|node| scratch.path(&format!("app-{node}")).exists())
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the apps did not start: {}",
+            read(&scratch.path("job.out"))
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let cancelled = cluster.slurm("scancel").arg(&job).output().unwrap();
+    assert!(cancelled.status.success(), "{}", stderr(&cancelled));
+    let shown = wait_for_the_end(&cluster, &job, SETTLE);
+    assert_eq!(field(&shown, "JobState"), Some("CANCELLED"), "{shown}");
+    guard.job = None;
+
+    for node in ["gv-node1", "gv-node2"] {
+        let listed = Command::new(env!("CARGO_BIN_EXE_gpuvet"))
+            .args(["events", "--json", "--job-id", &job])
+            .arg("--store")
+            .arg(scratch.path(&format!("store-{node}.db")))
+            .output()
+            .unwrap();
+        assert!(listed.status.success(), "{node}: {}", stderr(&listed));
+        let events: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+        let kinds: Vec<&str> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["kind"].as_str().unwrap())
+            .collect();
+        assert!(
+            kinds.contains(&"InstanceStarted") && kinds.last() == Some(&"JobEnded"),
+            "{node}: {events:#}\n{}",
+            read(&scratch.path("slurm.log"))
+        );
+        let ended = events.as_array().unwrap().last().unwrap();
+        let message = ended["message"].as_str().unwrap();
+        assert!(
+            message.starts_with(&format!("Slurm job `{job}` ended on node `{node}`")),
+            "{ended:#}"
+        );
+        assert_eq!(ended["attempt"], 1, "{ended:#}");
+        eprintln!("epilog on {node}: {message}");
+    }
+}

@@ -224,8 +224,9 @@ fn a_gpuvet_that_cannot_check_lets_the_job_start_and_says_why() {
 #[test]
 fn the_epilog_records_the_job_s_end_and_always_succeeds() {
     let hook = Hook::new();
-    // A gpuvet that records what it was asked: the epilog pushes the outbox only when
-    // the config has a `report_to`.
+    // A gpuvet that records what it was asked, and fails: the epilog records the job's
+    // end (`gpuvet epilog`) each time, pushes the outbox only when the config has a
+    // `report_to`, and succeeds all the same.
     let recording = hook.scratch.path("bin/recording-gpuvet");
     write_script(
         &recording,
@@ -243,8 +244,9 @@ fn the_epilog_records_the_job_s_end_and_always_succeeds() {
         "{}",
         hook.log()
     );
-    assert!(
-        !hook.scratch.path("gpuvet.args").exists(),
+    assert_eq!(
+        std::fs::read_to_string(hook.scratch.path("gpuvet.args")).unwrap(),
+        "epilog\n",
         "no report_to, no push"
     );
 
@@ -260,6 +262,6 @@ fn the_epilog_records_the_job_s_end_and_always_succeeds() {
     );
     assert_eq!(
         std::fs::read_to_string(hook.scratch.path("gpuvet.args")).unwrap(),
-        "push\n"
+        "epilog\nepilog\npush\n"
     );
 }
