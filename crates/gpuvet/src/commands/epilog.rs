@@ -77,10 +77,13 @@ fn job_ended_event(job_id: &str, node: &str, env: impl Fn(&str) -> Option<String
         .iter()
         .filter_map(|name| Some(((*name).to_owned(), Value::String(env(name)?))))
         .collect();
-    let how = match (&said.get(EXIT_VARIABLES[0]), &said.get(EXIT_VARIABLES[2])) {
-        (Some(Value::String(code)), _) => format!("exit code `{code}`"),
-        (None, Some(Value::String(code))) => format!("highest step exit code `{code}`"),
-        _ => "Slurm gave this node's Epilog no exit code".to_owned(),
+    let given = |name: &str| said.get(name).and_then(Value::as_str);
+    let how = if let Some(code) = given(EXIT_VARIABLES[0]) {
+        format!("exit code `{code}`")
+    } else if let Some(code) = given(EXIT_VARIABLES[2]) {
+        format!("highest step exit code `{code}`")
+    } else {
+        "Slurm gave this node's Epilog no exit code".to_owned()
     };
     NewEvent {
         event_id: new_id(),

@@ -101,13 +101,31 @@ impl Cluster {
     /// `sbatch -N4 --wait PATH ARGS` as [`Cluster::sbatch_wait`], to run as it is or
     /// with more environment.
     fn sbatch_file(&self, scratch: &Scratch, path: &Path, args: &[&str]) -> Command {
+        let mut command = self.sbatch(scratch, &["-N4", "--wait"], path);
+        command.args(args);
+        command
+    }
+
+    /// `sbatch OPTIONS` of `script` (written to `job.sh`), returning at once with the
+    /// job's id: the test's guard cancels it however the test ends.
+    fn submit(&self, scratch: &Scratch, script: &str, options: &[&str]) -> String {
+        let path = scratch.path("job.sh");
+        std::fs::write(&path, script).unwrap();
+        let submitted = self.sbatch(scratch, options, &path).output().unwrap();
+        assert!(submitted.status.success(), "{}", stderr(&submitted));
+        stdout(&submitted).trim().to_owned()
+    }
+
+    /// `sbatch OPTIONS PATH` with a 5-minute limit, the job's output in `job.out`, the
+    /// scratch directory as its directory and `$OUT`, and the gpuvet under test.
+    fn sbatch(&self, scratch: &Scratch, options: &[&str], path: &Path) -> Command {
         let mut command = self.slurm("sbatch");
         command
-            .args(["-N4", "--wait", "--time=5", "--parsable"])
+            .args(options)
+            .args(["--time=5", "--parsable"])
             .arg(format!("--output={}", scratch.path("job.out").display()))
             .arg(format!("--chdir={}", scratch.dir.path().display()))
             .arg(path)
-            .args(args)
             .env("GPUVET", env!("CARGO_BIN_EXE_gpuvet"))
             .env("GPUVET_TOKEN", TOKEN)
             .env("OUT", scratch.dir.path());
@@ -703,9 +721,9 @@ fn rebuild_drains_the_culprit_requeues_and_the_next_try_runs_without_it() {
     );
     // Each node keeps its own store, as on a real cluster; each try writes its own
     // files (SLURM_RESTART_COUNT is unset on the first). No group flags.
-    let job_script = scratch.path("job.sh");
-    std::fs::write(
-        &job_script,
+    let started = Instant::now();
+    let job = cluster.submit(
+        &scratch,
         r#"#!/bin/sh
 srun --ntasks-per-node=1 sh -c 'try=${SLURM_RESTART_COUNT:-0}
   case "$SLURMD_NODENAME" in gv-node3) config=faulty ;; *) config=healthy ;; esac
@@ -713,22 +731,8 @@ srun --ntasks-per-node=1 sh -c 'try=${SLURM_RESTART_COUNT:-0}
     -- sh -c "echo \"\$(hostname) \${SLURM_RESTART_COUNT:-0}\" > \"\$OUT/app-$try-\$SLURMD_NODENAME\"" \
     > "$OUT/try$try-$SLURMD_NODENAME.out" 2> "$OUT/try$try-$SLURMD_NODENAME.err"'
 "#,
-    )
-    .unwrap();
-    let started = Instant::now();
-    let submitted = cluster
-        .slurm("sbatch")
-        .args(["-N3", "--requeue", "--time=5", "--parsable"])
-        .arg(format!("--output={}", scratch.path("job.out").display()))
-        .arg(format!("--chdir={}", scratch.dir.path().display()))
-        .arg(&job_script)
-        .env("GPUVET", env!("CARGO_BIN_EXE_gpuvet"))
-        .env("GPUVET_TOKEN", TOKEN)
-        .env("OUT", scratch.dir.path())
-        .output()
-        .unwrap();
-    assert!(submitted.status.success(), "{}", stderr(&submitted));
-    let job = stdout(&submitted).trim().to_owned();
+        &["-N3", "--requeue"],
+    );
     let mut guard = DrainedJob {
         cluster: &cluster,
         job: Some(job.clone()),
@@ -1032,23 +1036,10 @@ srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" check --json --no-store \
   --checks all_reduce_2,all_gather_2,all_reduce,network_connectivity,all_to_all_2 \
   > "$OUT/rank-$SLURM_NODEID.json" 2> "$OUT/rank-$SLURM_NODEID.err"'
 "#;
-    let path = scratch.path("job.sh");
-    std::fs::write(&path, script).unwrap();
-    let submitted = cluster
-        .slurm("sbatch")
-        .args(["-N4", "--time=5", "--parsable"])
-        .arg(format!("--output={}", scratch.path("job.out").display()))
-        .arg(format!("--chdir={}", scratch.dir.path().display()))
-        .arg(&path)
-        .env("GPUVET", env!("CARGO_BIN_EXE_gpuvet"))
-        .env("GPUVET_TOKEN", TOKEN)
-        .env("OUT", scratch.dir.path())
-        .output()
-        .unwrap();
-    assert!(submitted.status.success(), "{}", stderr(&submitted));
+    let id = cluster.submit(&scratch, script, &["-N4"]);
     let mut job = StoppedJob {
         cluster: &cluster,
-        job: stdout(&submitted).trim().to_owned(),
+        job: id,
         stopped: None,
     };
 
@@ -1134,28 +1125,15 @@ fn the_epilog_records_the_end_of_a_cancelled_job_on_each_of_its_nodes() {
     let cluster = Cluster::up();
     let scratch = Scratch::temp();
     let _hook = EpilogHook::install(&cluster, &scratch);
-    let job_script = scratch.path("job.sh");
-    std::fs::write(
-        &job_script,
+    let job = cluster.submit(
+        &scratch,
         r#"#!/bin/sh
 srun --ntasks-per-node=1 sh -c 'exec "$GPUVET" run --store "$OUT/store-$SLURMD_NODENAME.db" \
   --backend cpu --cpu-devices 1 --checks network_connectivity \
   -- sh -c "touch \"\$OUT/app-\$SLURMD_NODENAME\"; exec sleep 300"'
 "#,
-    )
-    .unwrap();
-    let submitted = cluster
-        .slurm("sbatch")
-        .args(["-N2", "--time=5", "--parsable"])
-        .arg(format!("--output={}", scratch.path("job.out").display()))
-        .arg(&job_script)
-        .env("GPUVET", env!("CARGO_BIN_EXE_gpuvet"))
-        .env("GPUVET_TOKEN", TOKEN)
-        .env("OUT", scratch.dir.path())
-        .output()
-        .unwrap();
-    assert!(submitted.status.success(), "{}", stderr(&submitted));
-    let job = stdout(&submitted).trim().to_owned();
+        &["-N2"],
+    );
     let mut guard = DrainedJob {
         cluster: &cluster,
         job: Some(job.clone()),
