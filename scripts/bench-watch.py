@@ -6,7 +6,9 @@ Runs `gpuvet watch` for DURATION seconds (default 60) at 1 Hz on a recorded kern
 and `sleep DURATION` the same way, and prints each one's CPU time, CPU share of one core
 and peak RSS from getrusage. Goal: < 0.5 % of one core and < 30 MB.
 
-Usage: scripts/bench-watch.py [DURATION] [path/to/gpuvet]
+With `--nvml` (on a GPU machine) the watcher also polls NVML every second.
+
+Usage: scripts/bench-watch.py [--nvml] [DURATION] [path/to/gpuvet]
 """
 import json
 import os
@@ -16,8 +18,10 @@ import sys
 import tempfile
 import time
 
-duration = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
-binary = sys.argv[2] if len(sys.argv) > 2 else "target/release/gpuvet"
+args = [a for a in sys.argv[1:] if a != "--nvml"]
+nvml = "--nvml" in sys.argv[1:]
+duration = float(args[0]) if len(args) > 0 else 60.0
+binary = args[1] if len(args) > 1 else "target/release/gpuvet"
 
 
 def peak_rss_mb(pid):
@@ -57,7 +61,7 @@ with tempfile.TemporaryDirectory() as scratch:
             log.write(f"[ {i}.000000] NVRM: Xid (PCI:0000:3b:00): 95, pid=1, Uncontained ECC error\n")
     config = os.path.join(scratch, "watch.json")
     with open(config, "w") as f:
-        json.dump({"gpuvet": {"watch": {"kmsg": kmsg, "nvml": False, "interval_ms": 1000}}}, f)
+        json.dump({"gpuvet": {"watch": {"kmsg": kmsg, "nvml": nvml, "interval_ms": 1000}}}, f)
     env = dict(os.environ, GPUVET_STORE=os.path.join(scratch, "gpuvet.db"))
 
     # The idle reference first, so the watcher's larger RSS cannot mask it.
@@ -66,5 +70,6 @@ with tempfile.TemporaryDirectory() as scratch:
 
 print(f"{'process':<28}{'cpu s':>8}{'% of a core':>14}{'peak RSS MB':>14}")
 print(f"{'sleep ' + str(duration):<28}{idle_cpu:>8.3f}{100 * idle_cpu / idle_wall:>14.3f}{idle_rss:>14.1f}")
-print(f"{'gpuvet watch (1 Hz)':<28}{cpu:>8.3f}{100 * cpu / wall:>14.3f}{rss:>14.1f}")
+label = "gpuvet watch (1 Hz, NVML)" if nvml else "gpuvet watch (1 Hz)"
+print(f"{label:<28}{cpu:>8.3f}{100 * cpu / wall:>14.3f}{rss:>14.1f}")
 print(f"watcher minus idle: {100 * (cpu - idle_cpu) / wall:.3f} % of one core")

@@ -12,26 +12,31 @@
 #                      gets what is left of it, so the script never runs longer
 #   GPUVET_SMOKE_WATCH_SECS=<n>     how long `gpuvet watch` runs (default 10)
 #   GPUVET_SMOKE_METRICS_PORT=<n>   its /metrics port on 127.0.0.1 (default 9401)
+#   GPUVET_SMOKE_WATCH_COST_SECS=<n>  how long the watcher's cost is measured (default 15)
 #
 # It builds nothing: GPU machines are lent for minutes, have no Rust and cannot download
 # crates. Build where Rust is and bring the binary along:
 #   CARGO_PROFILE_RELEASE_STRIP=debuginfo cargo build --release -p gpuvet
-#                                        # 11 MB, not 73 with line tables; glibc here
+#                                        # 18 MB, not 73 with line tables; glibc here
 #                                        # must not be newer than there
 #
 # Steps, each under what is left of the budget:
 #   1. gpuvet check --backend cuda --json with every check the cuda backend runs
 #      (gemm_flops, kernel_launch, all_reduce_1 and comp_comm_overlap, which need two
-#      GPUs, and inventory_consistency), timed from start to verdict; then gemm_flops
-#      in fp8, fp16, tf32 and fp32 (informational), then 10 s of `gpuvet watch` on
-#      NVML with its /metrics page (informational); with 2 or more GPUs, also
-#      `--local-nodes 2` (each agent its own half of the GPUs) for the collectives
-#      across nodes over NCCL, per rail included (informational, report-nccl.json);
-#   2. torch.matmul bf16 8192^3 on GPU 0, if torch imports;
+#      GPUs, and inventory_consistency), timed from start to verdict while nvidia-smi
+#      samples clocks, power and throttle reasons, then `gpuvet explain` on its store;
+#      then, informational: gemm_flops in fp8, fp16, tf32 and fp32; 10 s of `gpuvet
+#      watch` on NVML with its /metrics page; the watcher's CPU and memory with NVML
+#      (scripts/bench-watch.py --nvml); with 2 or more GPUs, `--local-nodes 2` (each
+#      agent its own half of the GPUs) for the collectives across nodes over NCCL, per
+#      rail included (report-nccl.json);
+#   2. torch.matmul bf16 8192^3 on GPU 0, if torch imports: held for about a second as
+#      gemm_flops does, and as a burst of ten products;
 #   3. summary.json: every check's verdict and figures, the worker's setup cost per
 #      check (its probe, context creation and NVRTC compile, from the `setup_*_ms`
 #      figures the cuda backend reports), gpuvet's GEMM TFLOPS on GPU 0 against
-#      torch's and their ratio (goal >= 0.97), the launch latency, all_reduce_1's busbw.
+#      torch's and their ratio (goal >= 0.97), the launch latency, all_reduce_1's busbw,
+#      the clocks and power while the checks ran, the explanation, the watcher's cost.
 # Exit status: 0 when gpuvet ran on the cuda backend and the ratio (if measured) is
 # >= 0.97, 1 otherwise.
 
@@ -79,6 +84,10 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 else
     log "nvidia-smi not found"
 fi
+
+# Where the driver's library is, for the log: gpuvet opens `libcuda.so.1` by name.
+log "libcuda: $( (ldconfig -p 2>/dev/null | grep -m1 'libcuda\.so\.1') || echo 'not in the loader cache')"
+log "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
 
 PYTHON="$(command -v python3 || command -v python || true)"
 
@@ -136,14 +145,26 @@ cat >"$WORK/config.json" <<EOF
 }
 EOF
 log "running gpuvet check --backend cuda"
+# The GPU's clocks, power and throttle reasons while the checks run, 5 times a second.
+smi_pid=""
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=timestamp,index,clocks.sm,power.draw,temperature.gpu,clocks_throttle_reasons.active \
+        --format=csv -lms 200 >"$WORK/nvidia-smi-during-check.csv" 2>&1 &
+    smi_pid=$!
+fi
 gpuvet_rc=0
 started=$(date +%s.%N)
-RUST_BACKTRACE=1 timeout "$(within 180)" "$BIN" check --config "$WORK/config.json" --backend cuda --json \
+GPUVET_STORE="$WORK/gpuvet.db" RUST_BACKTRACE=1 timeout "$(within 180)" "$BIN" check \
+    --config "$WORK/config.json" --backend cuda --json \
     >"$WORK/report.json" 2>"$WORK/gpuvet.log" || gpuvet_rc=$?
 ended=$(date +%s.%N)
 gate_secs=$(awk -v a="$started" -v b="$ended" 'BEGIN{printf "%.2f", b-a}')
 log "gpuvet exited with $gpuvet_rc after $gate_secs s"
+if [[ -n "$smi_pid" ]]; then kill "$smi_pid" 2>/dev/null || true; wait "$smi_pid" 2>/dev/null || true; fi
 if [[ $gpuvet_rc -eq 124 ]]; then log "gpuvet timed out"; fi
+# What a user reads after that run: the conclusion, from the store it wrote.
+GPUVET_STORE="$WORK/gpuvet.db" timeout "$(within 30)" "$BIN" explain >"$WORK/explain.txt" 2>&1 \
+    || log "gpuvet explain exited with $?"
 
 # 2b. gemm_flops in the other precisions (bf16 ran above): fp8 through cuBLASLt, fp16,
 # tf32 and fp32 through cuBLAS. Informational; a GPU without fp8 reports it unsupported.
@@ -175,6 +196,15 @@ sleep "$(awk -v s="$watch_secs" 'BEGIN{print s/2}')"
 timeout 10 curl -s "http://127.0.0.1:$metrics_port/metrics" >"$WORK/metrics.txt" 2>&1 \
     || log "could not fetch /metrics (curl missing or the server did not start)"
 wait "$watch_pid" || log "gpuvet watch exited with $?"
+
+# 2c'. What the watcher costs with NVML polled every second, next to an idle `sleep`
+# (goal < 0.5 % of one core and < 30 MB). Informational.
+if [[ -n "$PYTHON" ]]; then
+    cost_secs="${GPUVET_SMOKE_WATCH_COST_SECS:-15}"
+    log "measuring gpuvet watch's cost with NVML for $cost_secs s (and sleep as the reference)"
+    timeout "$(within $((2 * cost_secs + 30)))" "$PYTHON" "$ROOT/scripts/bench-watch.py" --nvml \
+        "$cost_secs" "$BIN" >"$WORK/watch-cost.txt" 2>&1 || log "the watcher's cost was not measured (rc $?)"
+fi
 
 # 2d. The collectives across nodes over NCCL, with two local agents that each drive
 # half of the GPUs. One GPU cannot be two NCCL ranks, so this needs two or more.
@@ -223,6 +253,20 @@ def measure(fn):
     secs = start.elapsed_time(stop) / 1000.0 / iters
     return 2.0 * n ** 3 / secs / 1e12, iters
 
+def burst(fn, warmups=3, timed=10):
+    # A short burst: a few products, over before the GPU reaches its power limit.
+    for _ in range(warmups):
+        fn()
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(timed):
+        fn()
+    stop.record(); torch.cuda.synchronize()
+    return 2.0 * n ** 3 / (start.elapsed_time(stop) / 1000.0 / timed) / 1e12
+
+time.sleep(2.0)  # let the GPU cool off the previous step before the burst
+burst_nn = burst(lambda: torch.matmul(a, b))
 nn, iters_nn = measure(lambda: torch.matmul(a, b))
 bt = b.t()
 tn, iters_tn = measure(lambda: torch.matmul(a, bt))
@@ -233,6 +277,7 @@ result.update({
     "cuda": torch.version.cuda,
     "tflops_matmul": nn, "iterations_matmul": iters_nn,
     "tflops_matmul_bt": tn, "iterations_matmul_bt": iters_tn,
+    "tflops_matmul_burst_of_10": burst_nn,
 })
 print(json.dumps(result))
 EOF
@@ -289,6 +334,9 @@ if gemm0 is not None and torch.get("available"):
     summary["gemm_ratio_to_torch_matmul"] = ratio
     print(f"GEMM bf16 8192^3 on GPU 0: gpuvet {gemm0:.1f} TFLOPS, torch.matmul {ref:.1f} TFLOPS "
           f"(a @ b.T {torch['tflops_matmul_bt']:.1f}); ratio {ratio:.3f} (goal >= 0.97)")
+    if torch.get("tflops_matmul_burst_of_10") is not None:
+        print(f"torch.matmul in a burst of 10 after 3 warm-ups: "
+              f"{torch['tflops_matmul_burst_of_10']:.1f} TFLOPS")
     ok = ok and ratio >= 0.97
 else:
     print(f"GEMM ratio not measured: gpuvet={gemm0}, torch={torch.get('reason', torch.get('error'))}")
@@ -362,6 +410,35 @@ summary["watch"] = {"findings": len(findings), "first_findings": findings[:5],
                     "metrics_samples": len(metrics),
                     "gpu_metrics": [line for line in metrics if "gpu" in line][:20]}
 print(f"gpuvet watch: {len(findings)} findings, {len(metrics)} samples on /metrics")
+def smi_during(name):
+    # nvidia-smi's CSV: timestamp, index, clocks.sm [MHz], power.draw [W], temperature, reasons.
+    rows = []
+    for line in lines(name)[1:]:
+        cells = [c.strip() for c in line.split(",")]
+        try:
+            rows.append((float(cells[2].split()[0]), float(cells[3].split()[0]), cells[5]))
+        except (IndexError, ValueError):
+            continue
+    busy = [r for r in rows if r[1] > 200.0]
+    if not busy:
+        return None
+    return {"samples": len(rows), "busy_samples": len(busy),
+            "sm_clock_mhz_min": min(r[0] for r in busy), "sm_clock_mhz_max": max(r[0] for r in busy),
+            "power_w_max": max(r[1] for r in busy),
+            "throttle_reasons": sorted({r[2] for r in busy})}
+during = smi_during("nvidia-smi-during-check.csv")
+if during:
+    summary["gpu_during_check"] = during
+    print(f"while the checks ran (power > 200 W): SM clock {during['sm_clock_mhz_min']:.0f}-"
+          f"{during['sm_clock_mhz_max']:.0f} MHz, up to {during['power_w_max']:.0f} W, "
+          f"throttle reasons {', '.join(during['throttle_reasons'])}")
+summary["explain"] = lines("explain.txt")
+print("gpuvet explain:")
+for line in summary["explain"][:40]:
+    print(f"  {line}")
+summary["watch"]["cost"] = lines("watch-cost.txt")
+for line in summary["watch"]["cost"]:
+    print(f"  {line}")
 with open(os.path.join(out, "summary.json"), "w") as f:
     json.dump(summary, f, indent=2)
 sys.exit(0 if ok else 1)

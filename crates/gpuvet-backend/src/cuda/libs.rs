@@ -15,8 +15,9 @@
 //!
 //! Where to look, in order: `GPUVET_CUDA_LIBRARY_PATH` (directories, `:`-separated),
 //! `LD_LIBRARY_PATH`, `CUDA_HOME`/`CUDA_PATH`, `/usr/local/cuda`, the `nvidia/*/lib`
-//! directories of Python environments (`VIRTUAL_ENV`, `CONDA_PREFIX`, `/usr/local`,
-//! `/usr`, `/opt/conda`, `~/.local`), then the system library directories.
+//! directories of Python environments (`VIRTUAL_ENV`, `CONDA_PREFIX`, the prefix of each
+//! `python3` on `PATH`, `/usr/local`, `/usr`, `/opt/conda`, `~/.local`), then the system
+//! library directories.
 
 use std::ffi::{CStr, CString, c_char, c_int, c_void};
 use std::path::{Path, PathBuf};
@@ -80,6 +81,9 @@ pub struct SearchEnv {
     pub virtual_env: Option<String>,
     pub conda_prefix: Option<String>,
     pub home: Option<String>,
+    /// `PATH`: a Python environment whose `bin` is on it counts as active even when
+    /// nothing set `VIRTUAL_ENV` (container images that put a venv first on `PATH`).
+    pub path: Option<String>,
 }
 
 impl SearchEnv {
@@ -93,6 +97,7 @@ impl SearchEnv {
             virtual_env: var("VIRTUAL_ENV"),
             conda_prefix: var("CONDA_PREFIX"),
             home: var("HOME"),
+            path: var("PATH"),
         }
     }
 }
@@ -124,6 +129,7 @@ pub fn search_dirs(env: &SearchEnv) -> Vec<PathBuf> {
     let mut prefixes: Vec<PathBuf> = Vec::new();
     prefixes.extend(env.virtual_env.iter().map(PathBuf::from));
     prefixes.extend(env.conda_prefix.iter().map(PathBuf::from));
+    prefixes.extend(python_prefixes_on_path(env.path.as_deref()));
     prefixes.push(PathBuf::from("/usr/local"));
     prefixes.push(PathBuf::from("/usr"));
     prefixes.push(PathBuf::from("/opt/conda"));
@@ -146,6 +152,17 @@ pub fn search_dirs(env: &SearchEnv) -> Vec<PathBuf> {
     let mut seen = std::collections::BTreeSet::new();
     dirs.retain(|d| d.is_dir() && seen.insert(d.clone()));
     dirs
+}
+
+/// The prefix of each Python on `path`: `<prefix>` for every `<prefix>/bin` entry that
+/// holds a `python3`, in `PATH` order.
+fn python_prefixes_on_path(path: Option<&str>) -> Vec<PathBuf> {
+    path.unwrap_or_default()
+        .split(':')
+        .map(Path::new)
+        .filter(|dir| dir.ends_with("bin") && dir.join("python3").exists())
+        .filter_map(|dir| dir.parent().map(Path::to_path_buf))
+        .collect()
 }
 
 /// `<prefix>/lib/python3*/{site,dist}-packages/nvidia/<package>/lib`, where pip's NVIDIA
@@ -458,6 +475,32 @@ mod tests {
             cublas.ends_with("nvidia/cu13/lib/libcublas.so.13"),
             "{}",
             cublas.display()
+        );
+    }
+
+    #[test]
+    fn finds_pip_nccl_of_the_python_first_on_path_without_virtual_env() {
+        let venv = TempDir::new("path-venv");
+        let nccl = venv.touch("lib/python3.12/site-packages/nvidia/nccl/lib/libnccl.so.2");
+        venv.touch("bin/python3");
+        let elsewhere = TempDir::new("path-other");
+        let env = SearchEnv {
+            path: Some(format!(
+                "{}:{}",
+                elsewhere.0.display(),
+                venv.0.join("bin").display()
+            )),
+            ..SearchEnv::default()
+        };
+        assert_eq!(find_library(NCCL_NAMES, &search_dirs(&env)), Some(nccl));
+        // A `bin` without a Python is not taken for an environment.
+        let no_python = SearchEnv {
+            path: Some(elsewhere.0.join("bin").display().to_string()),
+            ..SearchEnv::default()
+        };
+        assert_eq!(
+            python_prefixes_on_path(no_python.path.as_deref()),
+            Vec::<PathBuf>::new()
         );
     }
 

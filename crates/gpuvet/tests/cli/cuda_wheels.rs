@@ -1,6 +1,7 @@
 //! The cuda backend on a machine with NVIDIA's libraries from PyPI but no driver, as a
 //! torch or vLLM user's laptop or CI runner has them: `gpuvet check --backend cuda`
-//! finds each library in the venv (through `VIRTUAL_ENV` or `GPUVET_CUDA_LIBRARY_PATH`),
+//! finds each library in the venv (through `VIRTUAL_ENV`, `GPUVET_CUDA_LIBRARY_PATH` or the
+//! venv's Python on `PATH`),
 //! says which file it found, and stops with one error naming `libcuda.so.1`, a hint and
 //! exit code 69; `--backend auto` runs on the cpu backend after one note. Ignored by
 //! default: `.ci/run` names the venvs (`GPUVET_TEST_TORCH_PYTHON` for CUDA 13,
@@ -146,6 +147,37 @@ fn cuda_12_wheels_named_by_gpuvet_cuda_library_path_are_found() {
         &[
             ("cuBLAS", nvidia.join("cublas/lib/libcublas.so.12")),
             ("cuBLASLt", nvidia.join("cublas/lib/libcublasLt.so.12")),
+            ("NVRTC", nvidia.join("cuda_nvrtc/lib/libnvrtc.so.12")),
+            ("NCCL", nvidia.join("nccl/lib/libnccl.so.2")),
+        ],
+    );
+}
+
+#[test]
+#[ignore = "needs NVIDIA's CUDA 12 libraries from PyPI: set GPUVET_TEST_CUDA_WHEELS_PYTHON (.ci/run)"]
+fn cuda_12_wheels_of_the_python_first_on_path_are_found_without_virtual_env() {
+    // A container image that runs its venv's Python from `PATH` (as the GPU image of
+    // docs/benchmarks.md, "GPU", does) sets no `VIRTUAL_ENV`.
+    let venv = venv(
+        "GPUVET_TEST_CUDA_WHEELS_PYTHON",
+        "nvidia-cublas-cu12, nvidia-cuda-nvrtc-cu12 and nvidia-nccl-cu12",
+    );
+    let nvidia = nvidia_dir(&venv);
+    let path = format!(
+        "{}:{}",
+        venv.join("bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let scratch = Scratch::temp();
+    let output = gpuvet(&scratch)
+        .args(["check", "--backend", "cuda", "--no-store"])
+        .env("PATH", path)
+        .output()
+        .expect("running gpuvet");
+    assert_refused_with(
+        &output,
+        &[
+            ("cuBLAS", nvidia.join("cublas/lib/libcublas.so.12")),
             ("NVRTC", nvidia.join("cuda_nvrtc/lib/libnvrtc.so.12")),
             ("NCCL", nvidia.join("nccl/lib/libnccl.so.2")),
         ],

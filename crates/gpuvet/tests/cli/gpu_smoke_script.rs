@@ -56,6 +56,7 @@ fn smoke(scratch: &Scratch, script: &Path, path: &str) -> Command {
         .env("PATH", format!("{}:{path}", scratch.path("bin").display()))
         .env("OUT", scratch.path("out"))
         .env("GPUVET_SMOKE_WATCH_SECS", "2")
+        .env("GPUVET_SMOKE_WATCH_COST_SECS", "1")
         .env(
             "GPUVET_SMOKE_METRICS_PORT",
             gpuvet_testkit::free_port().to_string(),
@@ -101,6 +102,7 @@ fn the_smoke_script_runs_every_step_and_summarises_without_a_gpu() {
         "using prebuilt",
         &format!("gpuvet exited with {BACKEND_UNAVAILABLE}"),
         "running gpuvet watch for 2 s (NVML)",
+        "measuring gpuvet watch's cost with NVML for 1 s",
         "one GPU: the collectives across nodes over NCCL need two or more, skipped",
         &format!("gemm_flops in fp8: gpuvet exited with {BACKEND_UNAVAILABLE}"),
         &format!("gemm_flops in fp32: gpuvet exited with {BACKEND_UNAVAILABLE}"),
