@@ -347,9 +347,9 @@ if launch:
     if walls:
         print(f"kernel launch: wall {statistics.median(walls):.2f} us/launch"
               + (f", event {statistics.median(events):.2f} us" if events else "") + " (median over GPUs)")
-# What each check's worker process spent before its first measurement: the cuda
-# backend's probe (driver, NVML, libraries), the slowest device's context and, for the
-# launch kernel, NVRTC. Each check has a worker of its own, so each pays it.
+# What each check waited for before its first measurement: the cuda backend's probe
+# (driver, NVML, libraries), the slowest device's context and, for the launch kernel,
+# NVRTC. The checks share one worker, so the first pays them and later ones report 0.
 def setup_cost(measurements):
     cost = {}
     for key, name in [("setup_probe_ms", "probe"), ("setup_context_ms", "context"),

@@ -83,9 +83,10 @@ impl Default for WorkSpec {
     }
 }
 
-/// `extra` keys for what a worker process spent before its first measurement, which
-/// each check pays again (its worker is a process of its own): the backend's probe,
-/// the slowest device's context, and a run-time compile of device code.
+/// `extra` keys for what a measurement waited for before it could run, that no earlier
+/// measurement of the process reported: the backend's probe, the slowest device's
+/// context, and a run-time compile of device code. A run's checks share one worker
+/// process, so the first check pays them and the later ones report 0.
 pub mod setup_extra {
     pub const PROBE_MS: &str = "setup_probe_ms";
     pub const CONTEXT_MS: &str = "setup_context_ms";

@@ -28,7 +28,7 @@ use gpuvet_model::analysis::{Limit, Tolerances};
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::Attempt;
 use gpuvet_model::results::{CheckResult, RunReport};
-use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher};
+use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher, WorkerPool};
 
 use crate::error::GroupError;
 use crate::fabric::Fabric;
@@ -278,8 +278,8 @@ pub struct NodeSetup {
     pub work: WorkSpec,
     /// The Python that runs `pytorch_gloo_2` with torch, when it can import torch.
     pub python: PathBuf,
-    /// How local checks start their worker processes (every agent starts its own);
-    /// `None` runs them on threads of this process.
+    /// How local checks start their worker process (every agent starts its own, which
+    /// [`serve`] keeps for the session); `None` runs them on threads of this process.
     pub worker: Option<WorkerLauncher>,
 }
 
@@ -291,26 +291,37 @@ pub fn serve(
     plane: &DataPlane,
     deadline: Instant,
 ) -> Result<RunReport, GroupError> {
-    loop {
+    // The local checks of the session share one worker, so the backend starts once
+    // per session rather than once per directive; it ends with the session.
+    let pool = setup
+        .worker
+        .as_ref()
+        .map(|launcher| WorkerPool::new(launcher.clone(), &*setup.backend));
+    let served = (|| loop {
         let received = agent
             .recv(deadline)
             .map_err(|source| GroupError::CoordinatorLost { source })?;
         let Some(received) = received else {
             return Err(GroupError::NoVerdict);
         };
-        if let Some(verdict) = answer(agent, setup, plane, received)? {
+        if let Some(verdict) = answer(agent, setup, pool.as_ref(), plane, received)? {
             return Ok(verdict);
         }
+    })();
+    if let Some(pool) = &pool {
+        pool.close();
     }
+    served
 }
 
 /// Does what one message from the coordinator asks and sends the reply: the one step
 /// of [`serve`], for callers that take messages as they come
 /// ([`Agent::try_recv`]). `Some` is the group's verdict, the last message; an error
-/// ends the session as in [`serve`].
+/// ends the session as in [`serve`]. Local checks run in `pool`'s worker when given.
 pub(crate) fn answer(
     agent: &Agent,
     setup: &NodeSetup,
+    pool: Option<&WorkerPool>,
     plane: &DataPlane,
     received: Received,
 ) -> Result<Option<RunReport>, GroupError> {
@@ -335,7 +346,7 @@ pub(crate) fn answer(
         Directive::Finish { report } => return Ok(Some(*report)),
         Directive::Local { check, budget_ms } => {
             agent.set_phase(format!("{check} on this node"));
-            let result = cancel_on_link_end(agent, |_| run_local(setup, check, budget_ms));
+            let result = cancel_on_link_end(agent, |_| run_local(setup, pool, check, budget_ms));
             Reply::Local {
                 result: Box::new(result),
             }
@@ -439,7 +450,12 @@ fn cancel_on_link_end<T>(agent: &Agent, work: impl FnOnce(&CancelToken) -> T) ->
     work(&cancel)
 }
 
-fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult {
+fn run_local(
+    setup: &NodeSetup,
+    pool: Option<&WorkerPool>,
+    check: CheckName,
+    budget_ms: u64,
+) -> CheckResult {
     let plan = RunPlan {
         attempt: setup.attempt.clone(),
         nodes: setup.nnodes,
@@ -453,7 +469,7 @@ fn run_local(setup: &NodeSetup, check: CheckName, budget_ms: u64) -> CheckResult
         hang_grace: HANG_GRACE,
         worker: setup.worker.clone(),
     };
-    gpuvet_runner::run_check(&setup.backend, &plan, check)
+    gpuvet_runner::run_check(&setup.backend, &plan, check, pool)
 }
 
 /// The run's data-plane key, from the session id in the order and the token.

@@ -11,7 +11,7 @@ use gpuvet_model::analysis::{JudgePolicy, check_status, clear_contended_slow, ju
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::results::{CheckResult, CheckStatus, Entity, EntityResult, Measurement, Verdict};
 
-use crate::worker::{Event, Workers};
+use crate::worker::{CheckWorker, Event};
 use crate::{RunPlan, RunnerError};
 
 /// A device that has not answered this many times longer than its slowest peer is
@@ -40,7 +40,7 @@ pub(crate) enum Executor {
     /// On threads of this process: a unit that hangs is abandoned.
     InProcess,
     /// In a worker process: a unit that hangs is killed with it.
-    Worker(Arc<Workers>),
+    Worker(CheckWorker),
 }
 
 /// Why a round of units ended without every unit's result.
@@ -61,10 +61,8 @@ pub(crate) fn run_check(
     progress: &mpsc::Sender<Progress>,
 ) {
     let measured = measure_and_judge(&backend, executor, plan, name, deadline, cancel, progress);
-    // Done: the worker may exit on its own. At the deadline the runner kills it.
-    if let (Some(_), Executor::Worker(workers)) = (&measured, executor) {
-        workers.stop(true);
-    }
+    // Done: the worker, if still alive, is idle and serves the next check. At the
+    // deadline the runner kills it.
     // `None`: the deadline passed first, and the runner reports the timeout itself.
     if let Some(result) = measured {
         // The runner may have stopped listening (timeout); nothing to do then.

@@ -1,11 +1,12 @@
 //! Runs the sanity checks of one node on a backend, one after another, under one
 //! overall deadline.
 //!
-//! The runner owns time: it decides which checks can exist in this group, runs each
-//! one's device work in a worker process (or, without a [`WorkerLauncher`], on threads
-//! of this one), names a device that hangs while its peers finish, re-measures
-//! suspects once, and stops waiting when the deadline passes — so a hang in a backend
-//! can never hang gpuvet, and a hung worker is killed, not left holding its devices.
+//! The runner owns time: it decides which checks can exist in this group, runs their
+//! device work in a worker process that the checks share one after another (or,
+//! without a [`WorkerLauncher`], on threads of this one), names a device that hangs
+//! while its peers finish, re-measures suspects once, and stops waiting when the
+//! deadline passes — so a hang in a backend can never hang gpuvet, and a hung worker
+//! is killed, not left holding its devices.
 //! It reports through typed [`RunnerEvent`]s; the binary turns those into progress
 //! bars and reports.
 //!
@@ -82,6 +83,14 @@ pub fn run(
         devices: backend.devices().len(),
     });
 
+    // One worker serves the checks one after another, so the backend's start is paid
+    // once per run, not per check: on cuda the driver, NVML, the libraries and a
+    // context per GPU, 280–380 ms on an H200 (docs/benchmarks.md, "GPU"). A check that
+    // hangs or breaks its worker has it killed, and the next check starts a new one.
+    let pool = plan
+        .worker
+        .as_ref()
+        .map(|launcher| WorkerPool::new(launcher.clone(), &*backend));
     let total = plan.checks.len();
     let mut results: Vec<CheckResult> = Vec::with_capacity(total);
     let mut out_of_time = false;
@@ -94,7 +103,8 @@ pub fn run(
                 "the overall timeout expired before this check started",
             )
         } else {
-            let result = check_result(&backend, plan, name, deadline, observe);
+            let workers = pool.as_ref().map(|pool| &pool.0);
+            let result = check_result(&backend, plan, name, deadline, workers, observe);
             out_of_time = result.status == CheckStatus::TimedOut;
             result
         };
@@ -104,6 +114,10 @@ pub fn run(
             result: &result,
         });
         results.push(result);
+    }
+    // No worker outlives the run: what starts next needs the devices' memory.
+    if let Some(pool) = &pool {
+        pool.close();
     }
 
     let report = RunReport {
@@ -131,10 +145,56 @@ pub fn run(
 
 /// Runs check `name` alone under the plan's timeout, as [`run`] runs each of its
 /// checks, and returns its result without a report around it: for an agent of a
-/// group, which runs one node-scope check per directive.
-pub fn run_check(backend: &Arc<dyn Backend>, plan: &RunPlan, name: CheckName) -> CheckResult {
+/// group, which runs one node-scope check per directive. Its device work runs in
+/// `pool`'s worker when given (so a series of checks starts the backend once), else in
+/// a worker of its own when the plan has a launcher, else on threads of this process.
+pub fn run_check(
+    backend: &Arc<dyn Backend>,
+    plan: &RunPlan,
+    name: CheckName,
+    pool: Option<&WorkerPool>,
+) -> CheckResult {
     let deadline = Instant::now() + plan.timeout;
-    check_result(backend, plan, name, deadline, &mut |_| {})
+    if let Some(pool) = pool {
+        return check_result(backend, plan, name, deadline, Some(&pool.0), &mut |_| {});
+    }
+    let own = plan
+        .worker
+        .as_ref()
+        .map(|launcher| WorkerPool::new(launcher.clone(), &**backend));
+    let result = check_result(
+        backend,
+        plan,
+        name,
+        deadline,
+        own.as_ref().map(|pool| &pool.0),
+        &mut |_| {},
+    );
+    if let Some(own) = &own {
+        own.close();
+    }
+    result
+}
+
+/// A worker process that checks run in one after another, for a caller that runs them
+/// one at a time with [`run_check`]. A check that hangs or breaks it has it killed,
+/// and the next check starts another. [`WorkerPool::close`] ends it; dropping the
+/// pool kills it.
+#[derive(Debug)]
+pub struct WorkerPool(Arc<worker::Workers>);
+
+impl WorkerPool {
+    /// A pool whose workers `launcher` starts, which must build the same backend, with
+    /// the same devices, as `backend`. Starts nothing until the first check needs it.
+    pub fn new(launcher: WorkerLauncher, backend: &dyn Backend) -> Self {
+        WorkerPool(Arc::new(worker::Workers::new(launcher, backend)))
+    }
+
+    /// Ends the worker, if one is live: its input is closed, and it is killed if it
+    /// has not exited within 2 s. Later checks are refused a worker.
+    pub fn close(&self) {
+        self.0.stop(true);
+    }
 }
 
 /// One check's result: skipped or not implemented here, the inventory's facts, or
@@ -144,6 +204,7 @@ fn check_result(
     plan: &RunPlan,
     name: CheckName,
     deadline: Instant,
+    workers: Option<&Arc<worker::Workers>>,
     observe: &mut dyn FnMut(RunnerEvent<'_>),
 ) -> CheckResult {
     if let Some(reason) = scope_skip_reason(name, plan.nodes, backend.devices().len()) {
@@ -157,31 +218,31 @@ fn check_result(
         let node = NodeInventory::from_devices(&plan.attempt.node, backend.devices());
         judge_inventories(&[node], &plan.expected_inventory)
     } else {
-        run_one(backend, plan, name, deadline, observe)
+        run_one(backend, plan, name, deadline, workers, observe)
     }
 }
 
-/// Runs one check (its device work in a worker process when the plan has a launcher,
-/// else on threads of this process) and waits for it until the deadline; then kills
-/// the worker.
+/// Runs one check (its device work in `workers`' process, else on threads of this
+/// process) and waits for it until the deadline. A worker that answered everything is
+/// left for the next check; one the check may still be using is killed.
 fn run_one(
     backend: &Arc<dyn Backend>,
     plan: &RunPlan,
     name: CheckName,
     deadline: Instant,
+    workers: Option<&Arc<worker::Workers>>,
     observe: &mut dyn FnMut(RunnerEvent<'_>),
 ) -> CheckResult {
     let started = Instant::now();
     let cancel = CancelToken::new();
     let (progress_tx, progress_rx) = mpsc::channel::<check::Progress>();
-    let workers = plan
-        .worker
-        .as_ref()
-        .map(|launcher| Arc::new(worker::Workers::new(launcher.clone(), &**backend)));
-    // Whatever way this function returns, the worker is dead and reaped by then;
-    // `Some`: how it ended, when it had to be killed here.
-    let stop_worker = || workers.as_ref().and_then(|workers| workers.stop(false));
-    match &workers {
+    let worker = workers.map(worker::Workers::for_check);
+    // The check thread died: kill and reap its worker; the next check starts another.
+    let kill_worker = || worker.as_ref().and_then(worker::CheckWorker::kill);
+    // The deadline passed while the check thread may still send rounds: kill the
+    // worker and refuse this check anything more; `Some`: how it ended.
+    let abandon_worker = || worker.as_ref().and_then(worker::CheckWorker::abandon);
+    match &worker {
         // In process, every wait of the check ends by the deadline (its device work
         // runs on threads of its own, which a hang abandons), so it runs right here:
         // one hand-off fewer per check, which thousands of nodes in one process pay.
@@ -201,11 +262,11 @@ fn run_one(
             }));
             drop(progress_tx);
         }
-        Some(workers) => {
+        Some(worker) => {
             let backend = Arc::clone(backend);
             let plan = plan.clone();
             let cancel = cancel.clone();
-            let executor = check::Executor::Worker(Arc::clone(workers));
+            let executor = check::Executor::Worker(worker.clone());
             // Detached on purpose: whatever the check waits on, the wait below ends at
             // the deadline and the run goes on without this thread.
             gpuvet_threads::spawn_detached(format!("check-{name}"), move || {
@@ -229,15 +290,15 @@ fn run_one(
                 name,
                 entities: &entities,
             }),
+            // Every round was answered (or its worker killed), so a live worker is idle.
             Ok(check::Progress::Done(mut result)) => {
-                stop_worker();
                 result.duration_secs = started.elapsed().as_secs_f64();
                 return result;
             }
             // The check gives up without a result only once the deadline has passed,
             // so a disconnect before it means it died.
             Err(mpsc::RecvTimeoutError::Disconnected) if Instant::now() < deadline => {
-                stop_worker();
+                kill_worker();
                 let mut result = CheckResult::without_work(
                     name,
                     CheckStatus::Failed,
@@ -253,7 +314,7 @@ fn run_one(
                     human_duration(plan.timeout),
                     human_duration(started.elapsed())
                 );
-                if let Some(end) = stop_worker() {
+                if let Some(end) = abandon_worker() {
                     reason.push_str(&format!("; its worker process {end}"));
                 }
                 let mut result = CheckResult::without_work(name, CheckStatus::TimedOut, reason);

@@ -645,6 +645,90 @@ mod worker_process {
         assert_eq!(alive(&mark), Vec::<u32>::new());
     }
 
+    /// A worker that notes each start in the file `$3`, then answers every unit of each
+    /// round with `$2`'s sample. With `hang_first`, the first worker answers only slot 0
+    /// of its first round and then hangs.
+    fn answering(mark: &str, starts: &std::path::Path, hang_first: bool) -> WorkerLauncher {
+        let hang = if hang_first {
+            r#"if [ "$slot" = 0 ] && [ "$(wc -l < "$3")" -eq 1 ]; then read never; fi"#
+        } else {
+            ""
+        };
+        let script = format!(
+            r#"echo start >> "$3"; printf '%s\n' "$1"
+while read -r request; do
+  round=$(printf '%s' "$request" | sed -n 's/^{{"round":\([0-9]*\),.*/\1/p')
+  for slot in 0 1; do
+    printf '%s\n' "$2" | sed "s/\"round\":1,/\"round\":$round,/; s/\"slot\":0,/\"slot\":$slot,/"
+    {hang}
+  done
+done"#
+        );
+        let mut launcher = fake(&script, mark, "scripted");
+        launcher.args.push(starts.as_os_str().to_owned());
+        launcher
+    }
+
+    fn starts(file: &std::path::Path) -> usize {
+        std::fs::read_to_string(file).map_or(0, |s| s.lines().count())
+    }
+
+    #[test]
+    fn the_checks_of_a_run_share_one_worker_that_ends_with_the_run() {
+        let mark = mark("shared");
+        let file = std::env::temp_dir().join(format!("{mark}.starts"));
+        let _ = std::fs::remove_file(&file);
+        let mut plan = plan(
+            &[CheckName::GemmFlops, CheckName::KernelLaunch],
+            Duration::from_secs(60),
+        );
+        plan.worker = Some(answering(&mark, &file, false));
+        let report = run_quietly(ScriptedBackend::new(2), &plan);
+        assert_eq!(
+            alive(&mark),
+            Vec::<u32>::new(),
+            "the worker ends with the run"
+        );
+        assert_eq!(
+            statuses(&report),
+            [CheckStatus::Passed, CheckStatus::Passed],
+            "{:?}",
+            report.checks
+        );
+        assert_eq!(starts(&file), 1, "one worker for both checks");
+        let _ = std::fs::remove_file(&file);
+    }
+
+    #[test]
+    fn after_a_hang_killed_the_worker_the_next_check_starts_another() {
+        let mark = mark("restart");
+        let file = std::env::temp_dir().join(format!("{mark}.starts"));
+        let _ = std::fs::remove_file(&file);
+        let mut plan = plan(
+            &[CheckName::GemmFlops, CheckName::KernelLaunch],
+            Duration::from_secs(60),
+        );
+        plan.worker = Some(answering(&mark, &file, true));
+        let report = run_quietly(ScriptedBackend::new(2), &plan);
+        assert_eq!(
+            alive(&mark),
+            Vec::<u32>::new(),
+            "no worker outlives the run"
+        );
+        let gemm = &report.checks[0];
+        assert_eq!(gemm.entities[1].verdict, Verdict::Faulty, "{gemm:?}");
+        assert!(
+            gemm.entities[1]
+                .reason
+                .ends_with("; its worker process was killed"),
+            "{}",
+            gemm.entities[1].reason
+        );
+        assert_eq!(report.checks[1].status, CheckStatus::Passed, "{report:?}");
+        assert_eq!(starts(&file), 2, "a new worker after the kill");
+        let _ = std::fs::remove_file(&file);
+    }
+
     #[test]
     fn a_worker_that_cannot_start_fails_the_check() {
         let mut plan = plan(&[CheckName::GemmFlops], Duration::from_secs(60));

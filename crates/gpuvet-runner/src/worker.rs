@@ -1,7 +1,8 @@
-//! The runner's side of a check's worker process: start it, send it rounds of units,
-//! read its answers on a thread, and end it — SIGKILL, then reap — when a unit hangs,
-//! the deadline passes or the check is over, so no work a check started outlives it
-//! and a hung device's memory is freed before the app starts.
+//! The runner's side of the worker process that does the checks' device work: start
+//! it, send it rounds of units, read its answers on a thread, and end it — SIGKILL,
+//! then reap — when a unit hangs, the deadline passes or the run is over, so no work a
+//! check started outlives the run and a hung device's memory is freed before the app
+//! starts. Between checks an idle worker is kept, so the backend starts once per run.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -48,8 +49,8 @@ pub(crate) enum Event {
     Ended { ready: bool },
 }
 
-/// One check's worker processes, one at a time: a round goes to the live one, or to a
-/// new one when there is none (the first round, or after a kill).
+/// A run's worker processes, one at a time: a round goes to the live one, or to a new
+/// one when there is none (the first round, or after a kill).
 #[derive(Debug)]
 pub(crate) struct Workers {
     launcher: WorkerLauncher,
@@ -60,10 +61,60 @@ pub(crate) struct Workers {
 
 #[derive(Debug, Default)]
 struct State {
-    /// Set once the check is over: no new worker starts.
+    /// Set once the run is over: no new worker starts.
     stopped: bool,
     live: Option<Live>,
     rounds: u64,
+    /// The check that may use the worker now ([`Workers::for_check`]); a check that
+    /// was abandoned at its deadline can no longer start, kill or reap one.
+    check: u64,
+}
+
+/// One check's use of a run's [`Workers`]: everything it does is refused once a newer
+/// check has begun or this one was abandoned.
+#[derive(Debug, Clone)]
+pub(crate) struct CheckWorker {
+    workers: Arc<Workers>,
+    check: u64,
+}
+
+impl CheckWorker {
+    pub(crate) fn round(
+        &self,
+        check: CheckName,
+        work: &WorkSpec,
+        units: Vec<Vec<u32>>,
+    ) -> Result<mpsc::Receiver<Event>, RunnerError> {
+        self.workers.round(self.check, check, work, units)
+    }
+
+    /// SIGKILLs the live worker, if any, and reaps it; says how it ended. The next
+    /// round starts a new worker.
+    pub(crate) fn kill(&self) -> Option<String> {
+        let live = self.workers.take_live(self.check)?;
+        Some(end(live, false))
+    }
+
+    /// Like [`CheckWorker::kill`], but first gives a worker whose output ended a moment
+    /// to exit on its own, so its own exit status is what is reported.
+    pub(crate) fn reap(&self) -> Option<String> {
+        let live = self.workers.take_live(self.check)?;
+        Some(end(live, true))
+    }
+
+    /// At the deadline: kills the live worker and refuses anything this check's thread
+    /// still tries, so it cannot disturb the next check's worker; says how it ended.
+    pub(crate) fn abandon(&self) -> Option<String> {
+        let live = {
+            let mut state = lock(&self.workers.state);
+            if state.check != self.check {
+                return None;
+            }
+            state.check += 1;
+            state.live.take()
+        }?;
+        Some(end(live, false))
+    }
 }
 
 #[derive(Debug)]
@@ -99,16 +150,37 @@ impl Workers {
         }
     }
 
+    /// The next check's use of the workers: from now on, only it may use them.
+    pub(crate) fn for_check(self: &Arc<Self>) -> CheckWorker {
+        let mut state = lock(&self.state);
+        state.check += 1;
+        CheckWorker {
+            workers: Arc::clone(self),
+            check: state.check,
+        }
+    }
+
+    /// The live worker, for check `check` only.
+    fn take_live(&self, check: u64) -> Option<Live> {
+        let mut state = lock(&self.state);
+        if state.check != check {
+            return None;
+        }
+        state.live.take()
+    }
+
     /// Sends one round of units to the worker, starting one when none is live, and
-    /// returns where their answers arrive. `Err`: no worker could take it.
-    pub(crate) fn round(
+    /// returns where their answers arrive. `Err`: no worker could take it, or the
+    /// check `for_check` numbered is no longer the current one.
+    fn round(
         &self,
+        for_check: u64,
         check: CheckName,
         work: &WorkSpec,
         units: Vec<Vec<u32>>,
     ) -> Result<mpsc::Receiver<Event>, RunnerError> {
         let mut state = lock(&self.state);
-        if state.stopped {
+        if state.stopped || state.check != for_check {
             return Err(RunnerError::CheckOver);
         }
         if state
@@ -146,20 +218,6 @@ impl Workers {
                 .and_then(|()| stdin.flush());
         }
         Ok(rx)
-    }
-
-    /// SIGKILLs the live worker, if any, and reaps it; says how it ended. New rounds
-    /// start a new worker.
-    pub(crate) fn kill(&self) -> Option<String> {
-        let live = lock(&self.state).live.take()?;
-        Some(end(live, false))
-    }
-
-    /// Like [`Workers::kill`], but first gives a worker whose output ended a moment to
-    /// exit on its own, so its own exit status is what is reported.
-    pub(crate) fn reap(&self) -> Option<String> {
-        let live = lock(&self.state).live.take()?;
-        Some(end(live, true))
     }
 
     /// Ends the live worker (by closing its input when `graceful`, else with SIGKILL)
@@ -409,7 +467,7 @@ mod tests {
             program: "sh".into(),
             args: vec!["-c".into(), "echo garbage; read request; read never".into()],
         };
-        let workers = Workers::new(launcher, &backend);
+        let workers = Arc::new(Workers::new(launcher, &backend));
         // The worker starts, and its garbage is read, before any round listens.
         let live = workers.spawn().unwrap();
         lock(&workers.state).live = Some(live);
@@ -422,6 +480,7 @@ mod tests {
         let sink = Arc::clone(&lock(&workers.state).live.as_ref().unwrap().sink);
         lock(&sink).done = false;
         let rx = workers
+            .for_check()
             .round(CheckName::GemmFlops, &WorkSpec::default(), vec![vec![0]])
             .unwrap();
         match rx.recv_timeout(Duration::from_secs(30)) {
@@ -441,8 +500,9 @@ mod tests {
             program: "/nonexistent/gpuvet-worker".into(),
             args: Vec::new(),
         };
-        let workers = Workers::new(launcher, &backend);
-        let err = workers
+        let workers = Arc::new(Workers::new(launcher, &backend));
+        let check = workers.for_check();
+        let err = check
             .round(CheckName::GemmFlops, &WorkSpec::default(), vec![vec![0]])
             .unwrap_err();
         let RunnerError::StartWorker { program, source } = &err else {
@@ -462,6 +522,7 @@ mod tests {
         // Once stopped, no worker starts.
         workers.stop(false);
         let err = workers
+            .for_check()
             .round(CheckName::GemmFlops, &WorkSpec::default(), vec![vec![0]])
             .unwrap_err();
         assert!(matches!(err, RunnerError::CheckOver), "{err:?}");
@@ -469,5 +530,38 @@ mod tests {
             err.to_string(),
             "the check was over before its worker process started"
         );
+    }
+
+    #[test]
+    fn an_abandoned_check_cannot_start_or_kill_the_next_check_s_worker() {
+        let backend = SimBackend::new(SimScript::default());
+        let launcher = WorkerLauncher {
+            program: "sh".into(),
+            args: vec!["-c".into(), "read request; read never".into()],
+        };
+        let workers = Arc::new(Workers::new(launcher, &backend));
+        let round = |check: &CheckWorker| {
+            check.round(CheckName::GemmFlops, &WorkSpec::default(), vec![vec![0]])
+        };
+        let first = workers.for_check();
+        assert!(round(&first).is_ok());
+        assert_eq!(first.abandon().as_deref(), Some("was killed"));
+        // Its thread, still running, is refused a new worker.
+        assert!(matches!(round(&first), Err(RunnerError::CheckOver)));
+        assert!(lock(&workers.state).live.is_none());
+
+        let second = workers.for_check();
+        assert!(round(&second).is_ok());
+        // The first check's thread cannot end or abandon the second's worker.
+        assert_eq!(first.kill(), None);
+        assert_eq!(first.reap(), None);
+        assert_eq!(first.abandon(), None);
+        assert!(lock(&workers.state).live.is_some());
+        // A check that merely came after is the only one that may use the worker.
+        let third = workers.for_check();
+        assert!(matches!(round(&second), Err(RunnerError::CheckOver)));
+        assert_eq!(second.kill(), None);
+        assert_eq!(third.kill().as_deref(), Some("was killed"));
+        workers.stop(false);
     }
 }

@@ -22,6 +22,7 @@ pub mod launch;
 pub mod libs;
 pub mod nccl;
 pub mod nvml;
+mod setup;
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -37,8 +38,7 @@ use gpuvet_model::inventory::{DeviceFacts, GpuHealth};
 use gpuvet_model::results::DeviceInfo;
 
 use crate::{
-    Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec,
-    setup_extra, with_causes,
+    Across, AcrossRanks, Backend, BackendError, CancelToken, Sample, Support, WorkSpec, with_causes,
 };
 
 /// The oldest driver this build can drive, as `cuDriverGetVersion` reports it: the
@@ -71,10 +71,8 @@ pub struct CudaBackend {
     devices: Vec<DeviceInfo>,
     gpus: Vec<Gpu>,
     contexts: Vec<OnceLock<Result<Arc<CudaContext>, BackendError>>>,
-    /// How long each device's context took to create, once it was.
-    context_ms: Vec<OnceLock<f64>>,
-    /// How long [`probe`] took: driver init, NVML, the libraries' loading.
-    probe_ms: f64,
+    /// What this process spent before measuring, each reported once.
+    setup: setup::SetupCost,
     nvml: Option<nvml_wrapper::Nvml>,
     libraries: Libraries,
     /// GEMM inputs, reused across devices (generating 2×8192² values takes a while).
@@ -200,7 +198,7 @@ pub fn probe() -> Result<CudaBackend, BackendError> {
     let started = Instant::now();
     match std::panic::catch_unwind(probe_devices) {
         Ok(result) => result.map(|mut backend| {
-            backend.probe_ms = millis(started.elapsed());
+            backend.setup.probe_ms = millis(started.elapsed());
             backend
         }),
         Err(payload) => Err(unavailable(format!(
@@ -364,8 +362,7 @@ fn probe_devices() -> Result<CudaBackend, BackendError> {
 
     Ok(CudaBackend {
         contexts: gpus.iter().map(|_| OnceLock::new()).collect(),
-        context_ms: gpus.iter().map(|_| OnceLock::new()).collect(),
-        probe_ms: 0.0,
+        setup: setup::SetupCost::new(gpus.len()),
         devices,
         gpus,
         nvml: nvml_lib.ok(),
@@ -516,20 +513,10 @@ impl CudaBackend {
         .map(|sample| self.with_setup_cost(devices, sample))
     }
 
-    /// `sample` with what this process spent before it could run on `devices`
-    /// ([`setup_extra`]): each check's worker is a process of its own, so each check
-    /// pays them again.
+    /// `sample` with what running on `devices` waited for that no earlier measurement
+    /// of this process reported ([`setup::SetupCost`]).
     fn with_setup_cost(&self, devices: &[u32], mut sample: Sample) -> Sample {
-        let context_ms = devices
-            .iter()
-            .filter_map(|d| self.context_ms.get(*d as usize)?.get().copied())
-            .fold(0.0, f64::max);
-        sample
-            .extra
-            .insert(setup_extra::PROBE_MS.to_owned(), self.probe_ms);
-        sample
-            .extra
-            .insert(setup_extra::CONTEXT_MS.to_owned(), context_ms);
+        self.setup.add_to(devices, &mut sample);
         sample
     }
 
@@ -560,7 +547,8 @@ impl CudaBackend {
                 let context = CudaContext::new(gpu.ordinal).map_err(|e| {
                     driver_error(format!("creating a context on device `{device}`"), e)
                 });
-                let _ = self.context_ms[device as usize].set(millis(started.elapsed()));
+                self.setup
+                    .context_created(device, millis(started.elapsed()));
                 context
             })
             .clone()
@@ -682,9 +670,8 @@ impl Backend for CudaBackend {
                 .map_err(Clone::clone);
             let kernel = launch::load(&ctx, nvrtc, gpu.compute_capability)?;
             let mut sample = launch::run(&ctx, &kernel, cancel)?;
-            if let Some(ms) = launch::nvrtc_compile_ms() {
-                sample.extra.insert(setup_extra::NVRTC_MS.to_owned(), ms);
-            }
+            self.setup
+                .add_nvrtc(launch::nvrtc_compile_ms(), &mut sample);
             Ok(self.with_setup_cost(&[device], sample))
         })
     }
