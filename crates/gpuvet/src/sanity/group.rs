@@ -160,6 +160,9 @@ impl Setup<'_> {
 /// Runs this node's part of the group; rank 0 returns the group's report, the others
 /// the verdict the coordinator sent, or a failed report saying why none came.
 pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport, Failure> {
+    // Where the rank, size and coordinator came from, before anything can time out on
+    // them: a group read from the wrong variables shows here, not as a hung rendezvous.
+    note(format!("group: {}", rendezvous.describe()));
     let token = match &rendezvous.token {
         Some(token) => token.clone(),
         None => Token::random().map_err(|err| Failure::new(exit_codes::INTERNAL, err))?,
