@@ -140,15 +140,21 @@ pub fn threshold(summary: &Summary, tolerance: f64) -> f64 {
 /// member's copy of the group's verdict): keyed by node and index it would be a
 /// second record of the same GPU, beside the one its own node's report keeps.
 pub fn gpu_key(report: &RunReport, entity: &Entity) -> Option<String> {
+    gpu_key_among(&report.node, &report.devices, entity)
+}
+
+/// [`gpu_key`] with the report's node and device list given apart: what a node knows
+/// of its own GPUs before it has a report.
+pub fn gpu_key_among(own_node: &str, devices: &[DeviceInfo], entity: &Entity) -> Option<String> {
     let Entity::Device { node, index } = entity else {
         return None;
     };
-    let uuid = device_of(report, node, *index)
+    let uuid = device_among(own_node, devices, node, *index)
         .and_then(|d| d.facts.uuid.as_deref())
         .filter(|uuid| !uuid.is_empty());
     match uuid {
         Some(uuid) => Some(format!("uuid:{uuid}")),
-        None if names_gpus_by_uuid(report) => None,
+        None if names_gpus_by_uuid(devices) => None,
         None => Some(entity.to_string()),
     }
 }
@@ -157,19 +163,27 @@ pub fn gpu_key(report: &RunReport, entity: &Entity) -> Option<String> {
 /// node it is on (the coordinator's list of the group's devices), or this report's
 /// own node's.
 pub fn device_of<'r>(report: &'r RunReport, node: &str, index: u32) -> Option<&'r DeviceInfo> {
-    report.devices.iter().find(|device| {
+    device_among(&report.node, &report.devices, node, index)
+}
+
+fn device_among<'d>(
+    own_node: &str,
+    devices: &'d [DeviceInfo],
+    node: &str,
+    index: u32,
+) -> Option<&'d DeviceInfo> {
+    devices.iter().find(|device| {
         device.index == index
             && device
                 .details
                 .get(keys::NODE)
-                .map_or(node == report.node, |on| on == node)
+                .map_or(node == own_node, |on| on == node)
     })
 }
 
-/// Whether the report's backend names its GPUs by UUID: some device of it has one.
-fn names_gpus_by_uuid(report: &RunReport) -> bool {
-    report
-        .devices
+/// Whether the backend names its GPUs by UUID: some device of it has one.
+fn names_gpus_by_uuid(devices: &[DeviceInfo]) -> bool {
+    devices
         .iter()
         .any(|d| d.facts.uuid.as_deref().is_some_and(|uuid| !uuid.is_empty()))
 }
@@ -244,7 +258,6 @@ pub fn judge_report(
     if !policy.enabled {
         return 0;
     }
-    let mut degraded = 0;
     let keys: Vec<Vec<Option<String>>> = report
         .checks
         .iter()
@@ -256,29 +269,102 @@ pub fn judge_report(
                 .collect()
         })
         .collect();
-    for (check, keys) in report.checks.iter_mut().zip(keys) {
-        if !has_records(check.name) {
-            continue;
-        }
-        let work = work_of(check);
-        for (result, gpu) in check.entities.iter_mut().zip(keys) {
-            let Some(record) = gpu.and_then(|gpu| {
-                records.get(&RecordKey {
-                    gpu,
-                    check: check.name,
-                    work: work.clone(),
-                })
-            }) else {
-                continue;
-            };
-            if judge_entity(check.name, result, record, policy, now_ms) {
-                degraded += 1;
-            }
-        }
-        fail_if_degraded(check);
-    }
+    let degraded = report
+        .checks
+        .iter_mut()
+        .zip(keys)
+        .map(|(check, keys)| judge_check(check, &keys, records, policy, now_ms))
+        .sum();
     report.outcome = Outcome::of(&report.checks);
     degraded
+}
+
+/// Judges one check's GPUs against their records, `keys` giving each entity's
+/// [`gpu_key`]; returns how many it found degraded.
+fn judge_check(
+    check: &mut CheckResult,
+    keys: &[Option<String>],
+    records: &BTreeMap<RecordKey, GpuRecord>,
+    policy: &HistoryPolicy,
+    now_ms: u64,
+) -> usize {
+    if !has_records(check.name) {
+        return 0;
+    }
+    let mut degraded = 0;
+    let work = work_of(check);
+    for (result, gpu) in check.entities.iter_mut().zip(keys) {
+        let Some(record) = gpu.as_ref().and_then(|gpu| {
+            records.get(&RecordKey {
+                gpu: gpu.clone(),
+                check: check.name,
+                work: work.clone(),
+            })
+        }) else {
+            continue;
+        };
+        if judge_entity(check.name, result, record, policy, now_ms) {
+            degraded += 1;
+        }
+    }
+    fail_if_degraded(check);
+    degraded
+}
+
+/// A node's own GPUs and their records, read before its checks run, so that in a
+/// group each node judges its own GPUs before its results go to the coordinator.
+/// A node's store holds the records of its own GPUs (on cuda, of no other node's), so
+/// a node judging the group's report after the verdict would judge a different set of
+/// GPUs than its peers, and with `fail_on_degraded` one node could refuse the start
+/// that the others go ahead with. Judged before they are sent, the degradations are in
+/// the group's verdict, which every node applies.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OwnRecords {
+    /// This node's name, as its results name it.
+    pub node: String,
+    /// This node's devices, as its backend lists them.
+    pub devices: Vec<DeviceInfo>,
+    pub records: BTreeMap<RecordKey, GpuRecord>,
+    pub policy: HistoryPolicy,
+}
+
+impl OwnRecords {
+    /// The record keys of the node's GPUs ([`gpu_key`]), to read their records by.
+    pub fn gpus(node: &str, devices: &[DeviceInfo]) -> Vec<String> {
+        devices
+            .iter()
+            .filter_map(|device| {
+                gpu_key_among(
+                    node,
+                    devices,
+                    &Entity::Device {
+                        node: node.to_owned(),
+                        index: device.index,
+                    },
+                )
+            })
+            .collect()
+    }
+
+    /// Judges this node's GPUs among `check`'s results against their records, as
+    /// [`judge_report`] does; other nodes' entities are left alone. Returns how many
+    /// it found degraded.
+    pub fn judge(&self, check: &mut CheckResult, now_ms: u64) -> usize {
+        if !self.policy.enabled {
+            return 0;
+        }
+        let keys: Vec<Option<String>> = check
+            .entities
+            .iter()
+            .map(|e| match &e.entity {
+                Entity::Device { node, .. } if *node == self.node => {
+                    gpu_key_among(&self.node, &self.devices, &e.entity)
+                }
+                _ => None,
+            })
+            .collect();
+        judge_check(check, &keys, &self.records, &self.policy, now_ms)
+    }
 }
 
 /// A check that passed fails when one of its GPUs' degradation fails it.

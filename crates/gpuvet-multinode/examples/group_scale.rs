@@ -129,6 +129,7 @@ fn one(n: usize, suite: &str) {
                 work: WorkSpec::default(),
                 python: "python3".into(),
                 worker: None,
+                history: None,
             }
         })
         .collect();

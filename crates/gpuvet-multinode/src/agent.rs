@@ -27,9 +27,11 @@ use gpuvet_dataplane::torch_gloo::{self, GlooRank};
 use gpuvet_model::analysis::{Limit, Tolerances};
 use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::Attempt;
+use gpuvet_model::history::OwnRecords;
 use gpuvet_model::results::{CheckResult, RunReport};
 use gpuvet_runner::{HANG_GRACE, RunPlan, WorkerLauncher, WorkerPool};
 
+use crate::coordinator::FINDINGS_ONLY;
 use crate::error::GroupError;
 use crate::fabric::Fabric;
 use crate::interfaces::{interface_with, ipv4_of};
@@ -281,6 +283,10 @@ pub struct NodeSetup {
     /// How local checks start their worker process (every agent starts its own, which
     /// [`serve`] keeps for the session); `None` runs them on threads of this process.
     pub worker: Option<WorkerLauncher>,
+    /// This node's GPUs' records (`gpuvet.history`): its local results are judged
+    /// against them before they are sent, so the group's verdict holds each node's
+    /// judgment of its own GPUs. `None` where the node keeps no records.
+    pub history: Option<Arc<OwnRecords>>,
 }
 
 /// Serves the coordinator until it sends the verdict (returned), the link ends, or
@@ -297,6 +303,7 @@ pub fn serve(
         .worker
         .as_ref()
         .map(|launcher| WorkerPool::new(launcher.clone(), &*setup.backend));
+    let mut own = Vec::new();
     let served = (|| loop {
         let received = agent
             .recv(deadline)
@@ -304,8 +311,9 @@ pub fn serve(
         let Some(received) = received else {
             return Err(GroupError::NoVerdict);
         };
-        if let Some(verdict) = answer(agent, setup, pool.as_ref(), plane, received)? {
-            return Ok(verdict);
+        if let Some(verdict) = answer(agent, setup, pool.as_ref(), plane, received, Some(&mut own))?
+        {
+            return Ok(with_own_entities(verdict, &own));
         }
     })();
     if let Some(pool) = &pool {
@@ -314,16 +322,39 @@ pub fn serve(
     served
 }
 
+/// The group's verdict with this node's own entities put back where a large group's
+/// verdict left them out (its findings only: `coordinator::for_members`). Those passed
+/// the group, or they would be findings; put back, this node's store keeps their
+/// results, and its GPUs' records grow, as in a small group.
+pub(crate) fn with_own_entities(mut verdict: RunReport, own: &[CheckResult]) -> RunReport {
+    for check in &mut verdict.checks {
+        if !check.params.contains_key(FINDINGS_ONLY) {
+            continue;
+        }
+        let Some(mine) = own.iter().find(|result| result.name == check.name) else {
+            continue;
+        };
+        for entity in &mine.entities {
+            if !check.entities.iter().any(|e| e.entity == entity.entity) {
+                check.entities.push(entity.clone());
+            }
+        }
+    }
+    verdict
+}
+
 /// Does what one message from the coordinator asks and sends the reply: the one step
 /// of [`serve`], for callers that take messages as they come
 /// ([`Agent::try_recv`]). `Some` is the group's verdict, the last message; an error
-/// ends the session as in [`serve`]. Local checks run in `pool`'s worker when given.
+/// ends the session as in [`serve`]. Local checks run in `pool`'s worker when given,
+/// and their results are also kept in `own` when given.
 pub(crate) fn answer(
     agent: &Agent,
     setup: &NodeSetup,
     pool: Option<&WorkerPool>,
     plane: &DataPlane,
     received: Received,
+    own: Option<&mut Vec<CheckResult>>,
 ) -> Result<Option<RunReport>, GroupError> {
     let command = match received {
         Received::Roster(_) => return Ok(None),
@@ -346,7 +377,14 @@ pub(crate) fn answer(
         Directive::Finish { report } => return Ok(Some(*report)),
         Directive::Local { check, budget_ms } => {
             agent.set_phase(format!("{check} on this node"));
-            let result = cancel_on_link_end(agent, |_| run_local(setup, pool, check, budget_ms));
+            let mut result =
+                cancel_on_link_end(agent, |_| run_local(setup, pool, check, budget_ms));
+            if let Some(history) = &setup.history {
+                history.judge(&mut result, unix_now_ms());
+            }
+            if let Some(own) = own {
+                own.push(result.clone());
+            }
             Reply::Local {
                 result: Box::new(result),
             }

@@ -245,6 +245,9 @@ pub fn wait_for_goodbyes(coordinator: &Coordinator, until: Instant) {
 /// The largest verdict sent to members in full; beyond it they get the findings only.
 pub(crate) const MEMBER_VERDICT_BYTES: usize = 256 << 10;
 
+/// The parameter of a check in a member's verdict that holds its findings only.
+pub(crate) const FINDINGS_ONLY: &str = "entities";
+
 /// The verdict as members get it: without the group's device list (each member knows
 /// its own), and whole while it fits [`MEMBER_VERDICT_BYTES`], so a member's store
 /// holds the same samples as the coordinator's. A large group's report does not fit
@@ -322,7 +325,7 @@ fn verdict_for_members(report: &mut RunReport) -> RunReport {
         let total = all.entities.len();
         if check.entities.len() < total {
             check.params.insert(
-                "entities".to_owned(),
+                FINDINGS_ONLY.to_owned(),
                 format!(
                     "findings only ({} of {total}); the coordinator's report has all",
                     check.entities.len()
@@ -766,6 +769,40 @@ mod tests {
         assert_eq!(check.entities[0].verdict, Verdict::Slow);
         assert!(check.params["entities"].starts_with("findings only (1 of 4096)"));
         assert!(serde_json::to_vec(&verdict).unwrap().len() < MEMBER_VERDICT_BYTES);
+    }
+
+    /// A member of a large group puts its own results back into its copy of the
+    /// verdict (its store keeps them, and its GPUs' records grow); another node's stay
+    /// out, and nothing changes a verdict that fits.
+    #[test]
+    fn a_member_of_a_large_group_keeps_its_own_results() {
+        let full = report(4096);
+        let own_result = |node: usize| {
+            let mut own = full.checks[0].clone();
+            own.entities
+                .retain(|e| e.entity.to_string() == format!("node-{node}"));
+            own
+        };
+        let verdict = for_members(&mut full.clone());
+        let kept = crate::agent::with_own_entities(verdict, &[own_result(5)]);
+        let nodes: Vec<String> = kept.checks[0]
+            .entities
+            .iter()
+            .map(|e| format!("{} {}", e.entity, e.verdict.as_str()))
+            .collect();
+        assert_eq!(nodes, ["node-3 slow", "node-5 ok"]);
+        // Its own finding is not added twice.
+        let verdict = for_members(&mut full.clone());
+        let kept = crate::agent::with_own_entities(verdict, &[own_result(3)]);
+        assert_eq!(kept.checks[0].entities.len(), 1);
+
+        let mut small = report(8);
+        let verdict = for_members(&mut small);
+        let whole = verdict.clone();
+        assert_eq!(
+            crate::agent::with_own_entities(verdict, &[own_result(5)]),
+            whole
+        );
     }
 
     fn incident(rank: u32) -> GroupIncident {

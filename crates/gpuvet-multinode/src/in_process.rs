@@ -409,7 +409,7 @@ impl Agents {
                 Ok(None) => return,
                 Err(_) => break false,
             };
-            match answer(agent, &node.setup, None, &node.plane, received) {
+            match answer(agent, &node.setup, None, &node.plane, received, None) {
                 Ok(None) => {}
                 Ok(Some(_verdict)) => break true,
                 Err(_) => break false,

@@ -8,6 +8,7 @@
 
 use std::collections::BTreeMap;
 
+use gpuvet_model::catalog::CheckName;
 use gpuvet_model::events::Attempt;
 use gpuvet_model::fleet::FleetBaseline;
 use gpuvet_model::history::{GpuRecord, RecordKey, device_of, gpu_key, has_records, work_of};
@@ -143,6 +144,41 @@ impl Store {
             );
         }
         Ok(records)
+    }
+
+    /// The records of these GPUs for every check and workload the store has results
+    /// of, as [`Store::gpu_records`] reads them: a node's own GPUs, read before its
+    /// checks run and so before it knows which workloads they will run.
+    pub fn gpu_records_of(
+        &self,
+        gpus: &[String],
+        runs: usize,
+    ) -> Result<BTreeMap<RecordKey, GpuRecord>, StoreError> {
+        const ACTION: &str = "read the GPUs' records from the store";
+        let mut wanted = Vec::new();
+        for gpu in gpus {
+            let rows = self
+                .db
+                .query(
+                    "SELECT DISTINCT check_name, work FROM gpu_results WHERE gpu = ?
+                     ORDER BY check_name, work",
+                    &params![gpu],
+                )
+                .during(ACTION)?;
+            for mut row in rows {
+                let check: String = row.get(0).during(ACTION)?;
+                let work: String = row.get(1).during(ACTION)?;
+                // A check this gpuvet does not know (a newer node's) has no record here.
+                if let Ok(check) = check.parse::<CheckName>() {
+                    wanted.push(RecordKey {
+                        gpu: gpu.clone(),
+                        check,
+                        work,
+                    });
+                }
+            }
+        }
+        self.gpu_records(&wanted, runs)
     }
 
     /// The fleet's baseline of every GPU model, check and workload with enough `ok`

@@ -398,3 +398,56 @@ fn verdict_names_are_stable() {
         assert_eq!(json, format!("\"{}\"", verdict.as_str()));
     }
 }
+
+/// A node judges its own GPUs among a check's results, by the keys its store keeps
+/// them under, and leaves another node's alone (it holds no record of them).
+#[test]
+fn a_node_judges_its_own_gpus_before_it_sends_them() {
+    let check = |uuid_backend: bool| {
+        let mut result = report(&[85.0, 100.0]).checks.remove(0);
+        // Another node's GPU, as slow: no record of it here, so never judged here.
+        result.entities.push(ok(gpu("n1", 0), 85.0));
+        let devices: Vec<DeviceInfo> = (0..2)
+            .map(|index| {
+                let mut device = device_with_uuid(index, &format!("GPU-{index}"), None);
+                if !uuid_backend {
+                    device.facts.uuid = None;
+                }
+                device
+            })
+            .collect();
+        (result, devices)
+    };
+    let policy = HistoryPolicy {
+        fail_on_degraded: true,
+        ..HistoryPolicy::default()
+    };
+    for uuid_backend in [false, true] {
+        let (mut result, devices) = check(uuid_backend);
+        let gpus = OwnRecords::gpus("n0", &devices);
+        let mut records: BTreeMap<RecordKey, GpuRecord> =
+            gpus.iter().map(|gpu| (gemm(gpu), record(20))).collect();
+        // Were it judged, n1's GPU would be degraded too.
+        records.insert(gemm("n1/dev0"), record(20));
+        let own = OwnRecords {
+            node: "n0".into(),
+            devices,
+            records,
+            policy,
+        };
+        assert_eq!(own.judge(&mut result, NOW), 1, "uuid: {uuid_backend}");
+        let verdicts: Vec<Verdict> = result.entities.iter().map(|e| e.verdict).collect();
+        assert_eq!(
+            verdicts,
+            [Verdict::Degraded, Verdict::Ok, Verdict::Ok],
+            "uuid: {uuid_backend}"
+        );
+        assert_eq!(result.status, CheckStatus::Failed);
+        let expected = if uuid_backend {
+            ["uuid:GPU-0", "uuid:GPU-1"]
+        } else {
+            ["n0/dev0", "n0/dev1"]
+        };
+        assert_eq!(gpus, expected);
+    }
+}

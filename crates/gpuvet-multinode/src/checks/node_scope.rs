@@ -156,8 +156,9 @@ pub(crate) fn merge(name: CheckName, per_node: Vec<CheckResult>, across: &Across
     merged
 }
 
-/// Judges every entity that its own node found ok against all entities of the group,
-/// and keeps the worse verdict.
+/// Judges every entity that its own node found ok, or degraded against its own record,
+/// against all entities of the group, and keeps the worse verdict: slow against the
+/// group outranks degraded, and the record's evidence stays.
 fn judge_across_group(name: CheckName, entities: &mut [EntityResult], policy: &JudgePolicy) {
     if entities.len() < 2 {
         return;
@@ -165,14 +166,17 @@ fn judge_across_group(name: CheckName, entities: &mut [EntityResult], policy: &J
     let measurements: Vec<Measurement> = entities.iter().map(|e| e.measurement.clone()).collect();
     let across = judge(name.spec(), &measurements, policy);
     for (entity, group_view) in entities.iter_mut().zip(across) {
-        if entity.verdict == Verdict::Ok && group_view.verdict == Verdict::Slow {
+        let passed_its_node = matches!(entity.verdict, Verdict::Ok | Verdict::Degraded);
+        if passed_its_node && group_view.verdict == Verdict::Slow {
             let remeasured = entity.evidence.remeasured;
             let mut group_view = group_view;
             if clear_contended_slow(&mut group_view, name.spec(), policy) {
                 continue;
             }
+            let history = entity.evidence.history.take();
             *entity = group_view;
             entity.evidence.remeasured = remeasured;
+            entity.evidence.history = history;
             entity.reason = format!("{} (compared with every node of the group)", entity.reason);
         }
     }
@@ -230,6 +234,57 @@ mod tests {
                 .reason
                 .contains("every node")
         );
+    }
+
+    /// `device` as its own node judged it against its record: degraded, failing the
+    /// check when `fails` (`fail_on_degraded`).
+    fn degraded(node: &str, value: f64, fails: bool) -> EntityResult {
+        let mut entity = device(node, value);
+        entity.verdict = Verdict::Degraded;
+        entity.evidence.history = Some(gpuvet_model::history::HistoryEvidence {
+            runs: 10,
+            median: value * 1.2,
+            spread_pct: 0.5,
+            threshold_pct: 8.0,
+            deficit_pct: 16.7,
+            since_ms: 1,
+            degraded_since_ms: Some(2),
+            fails,
+        });
+        entity
+    }
+
+    #[test]
+    fn a_node_s_judgment_against_its_own_record_is_the_group_s() {
+        let per_node = |fails: bool| {
+            vec![
+                node_result(vec![degraded("a", 100.0, fails)]),
+                node_result(vec![device("b", 100.5)]),
+            ]
+        };
+        // Failing: the group's check fails, so every node applies it.
+        let merged = merge(CheckName::GemmFlops, per_node(true), &POLICY);
+        assert_eq!(merged.status, CheckStatus::Failed);
+        assert_eq!(merged.entities[0].verdict, Verdict::Degraded);
+        assert!(merged.entities[0].evidence.history.is_some());
+        // Informing only: it passes, and the verdict still says degraded.
+        let merged = merge(CheckName::GemmFlops, per_node(false), &POLICY);
+        assert_eq!(merged.status, CheckStatus::Passed);
+        assert_eq!(merged.entities[0].verdict, Verdict::Degraded);
+    }
+
+    #[test]
+    fn slow_against_the_group_outranks_degraded_and_keeps_the_record() {
+        let per_node = vec![
+            node_result(vec![degraded("a", 60.0, false)]),
+            node_result(vec![device("b", 100.0)]),
+            node_result(vec![device("c", 101.0)]),
+        ];
+        let merged = merge(CheckName::GemmFlops, per_node, &POLICY);
+        assert_eq!(merged.status, CheckStatus::Failed);
+        let a = &merged.entities[0];
+        assert_eq!(a.verdict, Verdict::Slow, "{a:?}");
+        assert!(a.evidence.history.is_some(), "{a:?}");
     }
 
     #[test]

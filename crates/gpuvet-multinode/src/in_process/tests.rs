@@ -41,6 +41,7 @@ fn group(n: usize, checks: &[CheckName], script: SimScript) -> SimulatedGroup {
                 work: WorkSpec::default(),
                 python: PathBuf::from("python3"),
                 worker: None,
+                history: None,
             }
         })
         .collect();

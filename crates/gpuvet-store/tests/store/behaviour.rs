@@ -1663,6 +1663,22 @@ pub fn records_and_fleet_baselines_are_kept_per_workload(fixture: &Fixture) {
     let records = store.gpu_records(&[key("bf16"), key("fp8")], 10).unwrap();
     assert_eq!(records[&key("bf16")].values, [700.0]);
     assert_eq!(records[&key("fp8")].values, [1400.0]);
+    // Read by GPU alone, as a node reads its own before it knows its workloads: both,
+    // and nothing of another GPU.
+    let own = store.gpu_records_of(&["n0/dev0".to_owned()], 10).unwrap();
+    let gemm: Vec<(&str, &[f64])> = own
+        .iter()
+        .filter(|(key, _)| key.check == CheckName::GemmFlops)
+        .map(|(key, record)| (key.work.as_str(), record.values.as_slice()))
+        .collect();
+    assert_eq!(
+        gemm,
+        [
+            ("dtype=bf16", [700.0].as_slice()),
+            ("dtype=fp8", [1400.0].as_slice())
+        ]
+    );
+    assert!(own.keys().all(|key| key.gpu == "n0/dev0"), "{own:?}");
 
     let fleet: Vec<(String, f64, u32)> = store
         .fleet_baselines(100)

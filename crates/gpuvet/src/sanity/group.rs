@@ -21,6 +21,7 @@ use gpuvet_model::catalog::CheckName;
 use gpuvet_model::config::Config;
 use gpuvet_model::events::Attempt;
 use gpuvet_model::exit_codes;
+use gpuvet_model::history::OwnRecords;
 use gpuvet_model::results::{CheckResult, CheckStatus, GroupSummary, Outcome, RunReport};
 use gpuvet_multinode::fabric::Fabric;
 use gpuvet_multinode::in_process::{SimulatedGroup, node_ips, run_simulated};
@@ -115,6 +116,9 @@ pub struct Setup<'a> {
     /// How this node's local checks start their worker processes.
     pub worker: WorkerLauncher,
     pub show_progress: bool,
+    /// This node's GPUs' records, for a member of a group to judge its own results
+    /// against before it sends them (`None` without a store, or off).
+    pub history: Option<Arc<OwnRecords>>,
 }
 
 fn rendezvous_timeout(args: &GroupArgs) -> Result<Duration, Failure> {
@@ -153,6 +157,7 @@ impl Setup<'_> {
             work: WorkSpec::from_settings(&self.config.settings),
             python: self.args.group.python.clone(),
             worker: Some(self.worker.clone()),
+            history: self.history.clone(),
         }
     }
 }
@@ -386,6 +391,8 @@ pub fn in_process(n: u32, setup: &Setup<'_>) -> Result<RunReport, Failure> {
                 attempt,
                 // Every node's checks on threads of this process.
                 worker: None,
+                // One store for the group, which judges the group's report after.
+                history: None,
                 ..setup.node_setup(n)
             })
         })

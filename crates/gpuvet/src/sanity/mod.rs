@@ -17,7 +17,7 @@ use gpuvet_model::catalog::CheckName;
 use gpuvet_model::config::{BackendChoice, BaselineFrom, CheckList, Config, SanityConfig, Timeout};
 use gpuvet_model::events::Attempt;
 use gpuvet_model::fleet::{self, BaselineSource, FleetBaseline};
-use gpuvet_model::history::{self, HistoryPolicy};
+use gpuvet_model::history::{self, HistoryPolicy, OwnRecords};
 use gpuvet_model::ids::new_id;
 use gpuvet_model::redact;
 use gpuvet_model::results::{Outcome, RunContext, RunReport, Verdict};
@@ -151,8 +151,27 @@ pub fn execute(
     show_progress: bool,
     store: Option<&Store>,
 ) -> Result<RunReport, Failure> {
-    let mut report = run_checks(args, mode, backend, config, sanity, attempt, show_progress)?;
-    if let Some(store) = store {
+    // A member of a group judges its own GPUs before it sends their results, and takes
+    // the group's verdict as it comes: judged again here against this node's records
+    // alone, a group could split on `fail_on_degraded` (see `OwnRecords`).
+    let member = matches!(mode, group::Mode::Member(_));
+    let history = match store {
+        Some(store) if member => own_records(store, &config.settings.history, &*backend, attempt),
+        _ => None,
+    };
+    let mut report = run_checks(
+        args,
+        mode,
+        backend,
+        config,
+        sanity,
+        attempt,
+        show_progress,
+        history,
+    )?;
+    if let Some(store) = store
+        && !member
+    {
         judge_against_records(&mut report, store, &config.settings.history);
     }
     report.report_id = new_id();
@@ -178,11 +197,42 @@ fn judge_against_records(report: &mut RunReport, store: &Store, policy: &History
         Ok(records) => {
             history::judge_report(report, &records, policy, unix_now_ms());
         }
-        Err(err) => warn(format!(
-            "the GPUs were not judged against their own records: {}",
-            gpuvet_backend::with_causes(&err)
-        )),
+        Err(err) => records_unread(&err),
     }
+}
+
+/// This node's GPUs' records, read before a group run, for its agent to judge its own
+/// results against. A record that cannot be read is a warning, as above.
+fn own_records(
+    store: &Store,
+    policy: &HistoryPolicy,
+    backend: &dyn Backend,
+    attempt: &Attempt,
+) -> Option<Arc<OwnRecords>> {
+    if !policy.enabled {
+        return None;
+    }
+    let devices = backend.devices().to_vec();
+    let gpus = OwnRecords::gpus(&attempt.node, &devices);
+    match store.gpu_records_of(&gpus, policy.runs) {
+        Ok(records) => Some(Arc::new(OwnRecords {
+            node: attempt.node.clone(),
+            devices,
+            records,
+            policy: *policy,
+        })),
+        Err(err) => {
+            records_unread(&err);
+            None
+        }
+    }
+}
+
+fn records_unread(err: &gpuvet_store::StoreError) {
+    warn(format!(
+        "the GPUs were not judged against their own records: {}",
+        gpuvet_backend::with_causes(err)
+    ));
 }
 
 /// What this run was started with, for the team a fault is handed to: the config file
@@ -225,6 +275,7 @@ fn read_bounded(path: &std::path::Path) -> std::io::Result<String> {
     Ok(text)
 }
 
+#[allow(clippy::too_many_arguments)]
 fn run_checks(
     args: &SanityArgs,
     mode: group::Mode,
@@ -233,6 +284,7 @@ fn run_checks(
     sanity: &SanityConfig,
     attempt: &Attempt,
     show_progress: bool,
+    history: Option<Arc<OwnRecords>>,
 ) -> Result<RunReport, Failure> {
     let tolerance = Tolerances::from_fn(|check| {
         config
@@ -253,6 +305,7 @@ fn run_checks(
         baselines,
         worker,
         show_progress,
+        history,
     };
     let mut report = match mode {
         group::Mode::Member(rendezvous) => group::as_member(&rendezvous, &setup)?,

@@ -349,6 +349,75 @@ fn run_applies_the_group_verdict_on_every_node() {
     }
 }
 
+/// With `fail_on_degraded`, GPUs below their own record fail the start on every node
+/// of the group, not only where a store holds their record: each node judges its own
+/// GPUs before it sends their results, and every node applies the group's verdict.
+/// Here the coordinator's store is new (a node rebuilt, say), so only rank 1 knows its
+/// GPUs' past; judged after the verdict, rank 0 passed while rank 1 failed.
+#[test]
+fn gpus_degraded_against_their_own_record_fail_the_start_on_every_node() {
+    let _turn = common::one_at_a_time();
+    let scratch = Scratch::temp();
+    let config = |name: &str, speed: &str| {
+        scratch.config(
+            name,
+            &format!(
+                r#"{{"gpuvet": {{"backend": "sim", "history": {{"min_runs": 3, "fail_on_degraded": true}},
+                               "sim": {{"devices": 2, "noise_pct": 0.5, "seed": 7, "speed": {speed}}}}}}}"#
+            ),
+        )
+    };
+    let group = |config: &std::path::Path| {
+        let mut spec = GroupSpec::loopback(2, "gemm_flops");
+        spec.keep_store = true;
+        let args = vec!["--config".to_owned(), config.display().to_string()];
+        spec.backend_args = vec![args; 2];
+        Group::start(&scratch, &spec).finish(LIMIT)
+    };
+    let healthy = config("healthy.json", "{}");
+    for _ in 0..3 {
+        for node in group(&healthy) {
+            assert_eq!(node.code, Some(0), "{}", node.stderr);
+        }
+    }
+    std::fs::remove_file(scratch.path("rank0.db")).unwrap();
+    // Every GPU of the group slowed alike: the peers pass them, the records do not.
+    let slowed = config("slowed.json", r#"{"0": 0.85, "1": 0.85}"#);
+    for node in group(&slowed) {
+        assert_eq!(node.code, Some(1), "rank {}: {}", node.rank, node.stderr);
+        let report = node.report();
+        let gemm = &report["checks"][0];
+        assert_eq!(gemm["status"], "failed", "rank {}: {gemm:#}", node.rank);
+        let verdicts: Vec<(String, String)> = gemm["entities"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| {
+                (
+                    format!(
+                        "{}/dev{}",
+                        e["entity"]["node"].as_str().unwrap(),
+                        e["entity"]["index"]
+                    ),
+                    e["verdict"].as_str().unwrap().to_owned(),
+                )
+            })
+            .collect();
+        let expected: Vec<(String, String)> = [
+            ("n0/dev0", "ok"),
+            ("n0/dev1", "ok"),
+            ("n1/dev0", "degraded"),
+            ("n1/dev1", "degraded"),
+        ]
+        .iter()
+        .map(|(gpu, verdict)| ((*gpu).to_owned(), (*verdict).to_owned()))
+        .collect();
+        let mut verdicts = verdicts;
+        verdicts.sort();
+        assert_eq!(verdicts, expected, "rank {}", node.rank);
+    }
+}
+
 #[test]
 fn connectivity_names_a_node_that_lacks_a_configured_interface() {
     let _turn = common::one_at_a_time();
