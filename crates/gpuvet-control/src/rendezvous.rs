@@ -403,15 +403,20 @@ impl Rendezvous {
         }
     }
 
-    /// One line for logs, e.g. "rank 1 of 4 (from `NODE_RANK`, `NNODES`); coordinator
-    /// `node-0:29517` (from `MASTER_ADDR`, the default)".
-    pub fn describe(&self) -> String {
+    /// Where this node's place came from, e.g. "rank 1 of 4 (from `NODE_RANK`,
+    /// `NNODES`)".
+    pub fn describe_rank(&self) -> String {
         format!(
-            "rank {} of {} (from {}, {}); coordinator `{}` (from {}, {})",
-            self.rank,
-            self.nnodes,
-            self.sources.rank,
-            self.sources.nnodes,
+            "rank {} of {} (from {}, {})",
+            self.rank, self.nnodes, self.sources.rank, self.sources.nnodes
+        )
+    }
+
+    /// Where the coordinator's address came from, e.g. "coordinator `node-0:29517`
+    /// (from `MASTER_ADDR`, the default)".
+    pub fn describe_coordinator(&self) -> String {
+        format!(
+            "coordinator `{}` (from {}, {})",
             self.coordinator_endpoint(),
             self.sources.coordinator_host,
             self.sources.port
@@ -626,9 +631,12 @@ mod tests {
         assert_eq!((r.rank, r.nnodes), (2, 5));
         assert_eq!(r.coordinator_host.as_deref(), Some("gpu-01"));
         assert_eq!(
-            r.describe(),
-            "rank 2 of 5 (from `SLURM_NODEID`, `SLURM_NNODES`); coordinator `gpu-01:29517` \
-             (from `SLURM_JOB_NODELIST`, the default)"
+            r.describe_rank(),
+            "rank 2 of 5 (from `SLURM_NODEID`, `SLURM_NNODES`)"
+        );
+        assert_eq!(
+            r.describe_coordinator(),
+            "coordinator `gpu-01:29517` (from `SLURM_JOB_NODELIST`, the default)"
         );
         // Node 0 is the coordinator and calls its own public name.
         let mut first = slurm.to_vec();
@@ -659,9 +667,12 @@ mod tests {
             (1, 2, Some("gv-node3"))
         );
         assert_eq!(
-            r.describe(),
-            "rank 1 of 2 (from `SLURM_NODEID`, `SLURM_STEP_NUM_NODES`); coordinator \
-             `gv-node3:29517` (from `SLURM_STEP_NODELIST`, the default)"
+            r.describe_rank(),
+            "rank 1 of 2 (from `SLURM_NODEID`, `SLURM_STEP_NUM_NODES`)"
+        );
+        assert_eq!(
+            r.describe_coordinator(),
+            "coordinator `gv-node3:29517` (from `SLURM_STEP_NODELIST`, the default)"
         );
         // srun's manual page calls `SLURM_NNODES` the job's count: the step's wins.
         let mut job_count = SUBSET_STEP.to_vec();
@@ -1060,8 +1071,12 @@ mod tests {
         ])
         .unwrap();
         assert_eq!(
-            r.describe(),
-            "rank 1 of 4 (from `NODE_RANK`, `NNODES`); coordinator `n0:29517` (from `MASTER_ADDR`, the default)"
+            r.describe_rank(),
+            "rank 1 of 4 (from `NODE_RANK`, `NNODES`)"
+        );
+        assert_eq!(
+            r.describe_coordinator(),
+            "coordinator `n0:29517` (from `MASTER_ADDR`, the default)"
         );
     }
 }

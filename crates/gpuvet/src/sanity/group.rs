@@ -167,7 +167,12 @@ impl Setup<'_> {
 pub fn as_member(rendezvous: &Rendezvous, setup: &Setup<'_>) -> Result<RunReport, Failure> {
     // Where the rank, size and coordinator came from, before anything can time out on
     // them: a group read from the wrong variables shows here, not as a hung rendezvous.
-    note(format!("group: {}", rendezvous.describe()));
+    // Two lines, each within 100 columns. A `--local-nodes` agent's place is its
+    // parent's choice, and four agents saying it would be a wall of lines.
+    if std::env::var_os(LOCAL_AGENT_ENV).is_none() {
+        note(format!("group: {}", rendezvous.describe_rank()));
+        note(format!("group: {}", rendezvous.describe_coordinator()));
+    }
     let token = match &rendezvous.token {
         Some(token) => token.clone(),
         None => Token::random().map_err(|err| Failure::new(exit_codes::INTERNAL, err))?,
