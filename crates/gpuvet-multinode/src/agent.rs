@@ -334,10 +334,17 @@ pub(crate) fn with_own_entities(mut verdict: RunReport, own: &[CheckResult]) -> 
         let Some(mine) = own.iter().find(|result| result.name == check.name) else {
             continue;
         };
+        let mut put_back = 0;
         for entity in &mine.entities {
             if !check.entities.iter().any(|e| e.entity == entity.entity) {
                 check.entities.push(entity.clone());
+                put_back += 1;
             }
+        }
+        if put_back > 0
+            && let Some(note) = check.params.get_mut(FINDINGS_ONLY)
+        {
+            note.push_str(&format!("; this node's own {put_back} added"));
         }
     }
     verdict

@@ -791,10 +791,15 @@ mod tests {
             .map(|e| format!("{} {}", e.entity, e.verdict.as_str()))
             .collect();
         assert_eq!(nodes, ["node-3 slow", "node-5 ok"]);
+        assert_eq!(
+            kept.checks[0].params[FINDINGS_ONLY],
+            "findings only (1 of 4096); the coordinator's report has all; this node's own 1 added"
+        );
         // Its own finding is not added twice.
         let verdict = for_members(&mut full.clone());
         let kept = crate::agent::with_own_entities(verdict, &[own_result(3)]);
         assert_eq!(kept.checks[0].entities.len(), 1);
+        assert!(!kept.checks[0].params[FINDINGS_ONLY].contains("added"));
 
         let mut small = report(8);
         let verdict = for_members(&mut small);
