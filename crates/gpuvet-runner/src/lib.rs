@@ -87,10 +87,7 @@ pub fn run(
     // once per run, not per check: on cuda the driver, NVML, the libraries and a
     // context per GPU, 280–380 ms on an H200 (docs/benchmarks.md, "GPU"). A check that
     // hangs or breaks its worker has it killed, and the next check starts a new one.
-    let pool = plan
-        .worker
-        .as_ref()
-        .map(|launcher| WorkerPool::new(launcher.clone(), &*backend));
+    let pool = WorkerPool::for_plan(plan, &*backend);
     let total = plan.checks.len();
     let mut results: Vec<CheckResult> = Vec::with_capacity(total);
     let mut out_of_time = false;
@@ -155,21 +152,12 @@ pub fn run_check(
     pool: Option<&WorkerPool>,
 ) -> CheckResult {
     let deadline = Instant::now() + plan.timeout;
-    if let Some(pool) = pool {
-        return check_result(backend, plan, name, deadline, Some(&pool.0), &mut |_| {});
-    }
-    let own = plan
-        .worker
-        .as_ref()
-        .map(|launcher| WorkerPool::new(launcher.clone(), &**backend));
-    let result = check_result(
-        backend,
-        plan,
-        name,
-        deadline,
-        own.as_ref().map(|pool| &pool.0),
-        &mut |_| {},
-    );
+    let own = match pool {
+        Some(_) => None,
+        None => WorkerPool::for_plan(plan, &**backend),
+    };
+    let workers = pool.or(own.as_ref()).map(|pool| &pool.0);
+    let result = check_result(backend, plan, name, deadline, workers, &mut |_| {});
     if let Some(own) = &own {
         own.close();
     }
@@ -188,6 +176,13 @@ impl WorkerPool {
     /// the same devices, as `backend`. Starts nothing until the first check needs it.
     pub fn new(launcher: WorkerLauncher, backend: &dyn Backend) -> Self {
         WorkerPool(Arc::new(worker::Workers::new(launcher, backend)))
+    }
+
+    /// A pool for `plan`'s launcher; `None` when its checks run on threads of this
+    /// process.
+    fn for_plan(plan: &RunPlan, backend: &dyn Backend) -> Option<Self> {
+        let launcher = plan.worker.as_ref()?;
+        Some(WorkerPool::new(launcher.clone(), backend))
     }
 
     /// Ends the worker, if one is live: its input is closed, and it is killed if it

@@ -673,48 +673,42 @@ done"#
         std::fs::read_to_string(file).map_or(0, |s| s.lines().count())
     }
 
-    #[test]
-    fn the_checks_of_a_run_share_one_worker_that_ends_with_the_run() {
-        let mark = mark("shared");
+    /// Runs `gemm_flops` then `kernel_launch` with [`answering`] workers (each hanging
+    /// on one unit when `hang`); returns the report, how many workers started, and
+    /// which are still alive.
+    fn run_two_checks(label: &str, hang: bool) -> (RunReport, usize, Vec<u32>) {
+        let mark = mark(label);
         let file = std::env::temp_dir().join(format!("{mark}.starts"));
         let _ = std::fs::remove_file(&file);
         let mut plan = plan(
             &[CheckName::GemmFlops, CheckName::KernelLaunch],
             Duration::from_secs(60),
         );
-        plan.worker = Some(answering(&mark, &file, false));
+        plan.worker = Some(answering(&mark, &file, hang));
         let report = run_quietly(ScriptedBackend::new(2), &plan);
-        assert_eq!(
-            alive(&mark),
-            Vec::<u32>::new(),
-            "the worker ends with the run"
-        );
+        let alive = alive(&mark);
+        let started = starts(&file);
+        let _ = std::fs::remove_file(&file);
+        (report, started, alive)
+    }
+
+    #[test]
+    fn the_checks_of_a_run_share_one_worker_that_ends_with_the_run() {
+        let (report, starts, alive) = run_two_checks("shared", false);
+        assert_eq!(alive, Vec::<u32>::new(), "the worker ends with the run");
         assert_eq!(
             statuses(&report),
             [CheckStatus::Passed, CheckStatus::Passed],
             "{:?}",
             report.checks
         );
-        assert_eq!(starts(&file), 1, "one worker for both checks");
-        let _ = std::fs::remove_file(&file);
+        assert_eq!(starts, 1, "one worker for both checks");
     }
 
     #[test]
     fn after_a_hang_killed_the_worker_the_next_check_starts_another() {
-        let mark = mark("restart");
-        let file = std::env::temp_dir().join(format!("{mark}.starts"));
-        let _ = std::fs::remove_file(&file);
-        let mut plan = plan(
-            &[CheckName::GemmFlops, CheckName::KernelLaunch],
-            Duration::from_secs(60),
-        );
-        plan.worker = Some(answering(&mark, &file, true));
-        let report = run_quietly(ScriptedBackend::new(2), &plan);
-        assert_eq!(
-            alive(&mark),
-            Vec::<u32>::new(),
-            "no worker outlives the run"
-        );
+        let (report, starts, alive) = run_two_checks("restart", true);
+        assert_eq!(alive, Vec::<u32>::new(), "no worker outlives the run");
         let gemm = &report.checks[0];
         assert_eq!(gemm.entities[1].verdict, Verdict::Faulty, "{gemm:?}");
         assert!(
@@ -725,8 +719,7 @@ done"#
             gemm.entities[1].reason
         );
         assert_eq!(report.checks[1].status, CheckStatus::Passed, "{report:?}");
-        assert_eq!(starts(&file), 2, "a new worker after the kill");
-        let _ = std::fs::remove_file(&file);
+        assert_eq!(starts, 2, "a new worker after the kill");
     }
 
     #[test]

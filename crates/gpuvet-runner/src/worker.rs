@@ -91,28 +91,21 @@ impl CheckWorker {
     /// SIGKILLs the live worker, if any, and reaps it; says how it ended. The next
     /// round starts a new worker.
     pub(crate) fn kill(&self) -> Option<String> {
-        let live = self.workers.take_live(self.check)?;
+        let live = self.workers.take_live(self.check, false)?;
         Some(end(live, false))
     }
 
     /// Like [`CheckWorker::kill`], but first gives a worker whose output ended a moment
     /// to exit on its own, so its own exit status is what is reported.
     pub(crate) fn reap(&self) -> Option<String> {
-        let live = self.workers.take_live(self.check)?;
+        let live = self.workers.take_live(self.check, false)?;
         Some(end(live, true))
     }
 
     /// At the deadline: kills the live worker and refuses anything this check's thread
     /// still tries, so it cannot disturb the next check's worker; says how it ended.
     pub(crate) fn abandon(&self) -> Option<String> {
-        let live = {
-            let mut state = lock(&self.workers.state);
-            if state.check != self.check {
-                return None;
-            }
-            state.check += 1;
-            state.live.take()
-        }?;
+        let live = self.workers.take_live(self.check, true)?;
         Some(end(live, false))
     }
 }
@@ -160,11 +153,15 @@ impl Workers {
         }
     }
 
-    /// The live worker, for check `check` only.
-    fn take_live(&self, check: u64) -> Option<Live> {
+    /// The live worker, for check `check` only; when `retire`, that check may use the
+    /// workers no more.
+    fn take_live(&self, check: u64, retire: bool) -> Option<Live> {
         let mut state = lock(&self.state);
         if state.check != check {
             return None;
+        }
+        if retire {
+            state.check += 1;
         }
         state.live.take()
     }
